@@ -1,0 +1,69 @@
+package devenv
+
+import (
+	"fmt"
+	"net"
+	"net/url"
+	"time"
+
+	"go.etcd.io/etcd/server/v3/embed"
+)
+
+// Etcd is an etcd server embedded in this process.
+type Etcd struct {
+	// Endpoints are the client URLs, e.g. http://127.0.0.1:2379.
+	Endpoints []string
+	e         *embed.Etcd
+}
+
+// StartEtcd starts an embedded etcd with its data in dir, on free loopback
+// ports, and waits until it is ready.
+func StartEtcd(dir string) (*Etcd, error) {
+	clientURL, err := freeURL()
+	if err != nil {
+		return nil, err
+	}
+	peerURL, err := freeURL()
+	if err != nil {
+		return nil, err
+	}
+	cfg := embed.NewConfig()
+	cfg.Dir = dir
+	cfg.Name = "volplane-dev"
+	cfg.ListenClientUrls = []url.URL{*clientURL}
+	cfg.AdvertiseClientUrls = []url.URL{*clientURL}
+	cfg.ListenPeerUrls = []url.URL{*peerURL}
+	cfg.AdvertisePeerUrls = []url.URL{*peerURL}
+	cfg.InitialCluster = cfg.Name + "=" + peerURL.String()
+	cfg.LogLevel = "error"
+	// A development and test server: losing the last writes on a machine
+	// crash is acceptable, fsync latency is not.
+	cfg.UnsafeNoFsync = true
+	e, err := embed.StartEtcd(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("start embedded etcd: %w", err)
+	}
+	select {
+	case <-e.Server.ReadyNotify():
+	case err := <-e.Err():
+		e.Close()
+		return nil, fmt.Errorf("embedded etcd: %w", err)
+	case <-time.After(60 * time.Second):
+		e.Close()
+		return nil, fmt.Errorf("embedded etcd was not ready within 60s")
+	}
+	return &Etcd{Endpoints: []string{clientURL.String()}, e: e}, nil
+}
+
+// Stop stops the server.
+func (e *Etcd) Stop() { e.e.Close() }
+
+func freeURL() (*url.URL, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, fmt.Errorf("find a free port: %w", err)
+	}
+	addr := l.Addr().String()
+	l.Close()
+	return &url.URL{Scheme: "http", Host: addr}, nil
+}

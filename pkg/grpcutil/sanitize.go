@@ -1,0 +1,71 @@
+package grpcutil
+
+import (
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protoreflect"
+)
+
+// Sanitize renders a protobuf message as JSON for logs with every field
+// marked secret replaced by "***": fields with the debug_redact option, and
+// fields whose name says they hold secrets (CSI's secrets maps). Anything
+// that is not a protobuf message is rendered as "<non-proto>".
+func Sanitize(m any) string {
+	msg, ok := m.(proto.Message)
+	if !ok {
+		return "<non-proto>"
+	}
+	c := proto.Clone(msg)
+	redact(c.ProtoReflect())
+	b, err := protojson.MarshalOptions{EmitUnpopulated: false}.Marshal(c)
+	if err != nil {
+		return "<unprintable>"
+	}
+	return string(b)
+}
+
+func redact(m protoreflect.Message) {
+	m.Range(func(fd protoreflect.FieldDescriptor, v protoreflect.Value) bool {
+		if isSecret(fd) {
+			switch {
+			case fd.IsMap():
+				mp := m.Mutable(fd).Map()
+				mp.Range(func(k protoreflect.MapKey, _ protoreflect.Value) bool {
+					if fd.MapValue().Kind() == protoreflect.StringKind {
+						mp.Set(k, protoreflect.ValueOfString("***"))
+					}
+					return true
+				})
+			case fd.Kind() == protoreflect.StringKind && !fd.IsList():
+				m.Set(fd, protoreflect.ValueOfString("***"))
+			default:
+				m.Clear(fd)
+			}
+			return true
+		}
+		switch {
+		case fd.IsList() && fd.Kind() == protoreflect.MessageKind:
+			l := v.List()
+			for i := 0; i < l.Len(); i++ {
+				redact(l.Get(i).Message())
+			}
+		case fd.IsMap() && fd.MapValue().Kind() == protoreflect.MessageKind:
+			v.Map().Range(func(_ protoreflect.MapKey, mv protoreflect.Value) bool {
+				redact(mv.Message())
+				return true
+			})
+		case !fd.IsList() && !fd.IsMap() && fd.Kind() == protoreflect.MessageKind:
+			redact(v.Message())
+		}
+		return true
+	})
+}
+
+func isSecret(fd protoreflect.FieldDescriptor) bool {
+	if opts, ok := fd.Options().(interface{ GetDebugRedact() bool }); ok && opts.GetDebugRedact() {
+		return true
+	}
+	name := string(fd.Name())
+	return name == "secrets" || name == "controller_publish_secrets" || name == "node_stage_secrets" ||
+		name == "node_publish_secrets" || name == "controller_expand_secrets" || name == "node_expand_secrets"
+}

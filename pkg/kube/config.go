@@ -1,0 +1,74 @@
+package kube
+
+import (
+	"fmt"
+
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+)
+
+// ClientOptions configures the connection to the Kubernetes API.
+type ClientOptions struct {
+	// Kubeconfig is the path of a kubeconfig file; empty means the in-cluster
+	// configuration.
+	Kubeconfig string
+	// QPS limits requests per second on the client side; 0 or less means no
+	// client-side limit (the API server's own priority and fairness still
+	// applies).
+	QPS float32
+	// Burst is the client-side burst when QPS is set.
+	Burst int
+	// UserAgent names the component in the API server's logs and metrics.
+	UserAgent string
+}
+
+// RESTConfig builds a REST config that speaks protobuf and is not throttled
+// unless QPS asks for it.
+func RESTConfig(o ClientOptions) (*rest.Config, error) {
+	var (
+		cfg *rest.Config
+		err error
+	)
+	if o.Kubeconfig != "" {
+		cfg, err = clientcmd.BuildConfigFromFlags("", o.Kubeconfig)
+	} else {
+		cfg, err = rest.InClusterConfig()
+	}
+	if err != nil {
+		return nil, fmt.Errorf("kubernetes client config (set --kubeconfig outside a cluster): %w", err)
+	}
+	return Tune(cfg, o), nil
+}
+
+// Tune sets protobuf, the rate limits and the user agent on a copy of cfg.
+func Tune(cfg *rest.Config, o ClientOptions) *rest.Config {
+	cfg = rest.CopyConfig(cfg)
+	cfg.ContentType = runtime.ContentTypeProtobuf
+	cfg.AcceptContentTypes = runtime.ContentTypeProtobuf + "," + runtime.ContentTypeJSON
+	if o.QPS > 0 {
+		cfg.QPS = o.QPS
+		cfg.Burst = max(o.Burst, int(o.QPS))
+	} else {
+		// A negative QPS disables client-go's token bucket.
+		cfg.QPS = -1
+	}
+	if o.UserAgent != "" {
+		cfg.UserAgent = rest.DefaultKubernetesUserAgent() + " " + o.UserAgent
+	}
+	return cfg
+}
+
+// NewClientset builds a clientset from the options.
+func NewClientset(o ClientOptions) (kubernetes.Interface, *rest.Config, error) {
+	cfg, err := RESTConfig(o)
+	if err != nil {
+		return nil, nil, err
+	}
+	cs, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return nil, nil, fmt.Errorf("kubernetes clientset: %w", err)
+	}
+	return cs, cfg, nil
+}
