@@ -1,0 +1,15 @@
+// Package match holds the rules that decide whether a PersistentVolume can
+// serve a PersistentVolumeClaim, and which of many volumes is the best one,
+// exactly as Kubernetes' PV controller decides them:
+//
+//   - only volumes whose access modes contain all of the claim's are
+//     considered, grouped by their exact set of access modes, the groups with
+//     the fewest modes first;
+//   - within a group, a volume pre-bound to the claim wins at once (it still
+//     needs enough capacity, the same volume mode and no deletion pending);
+//   - otherwise the smallest Available volume of the claim's class, volume
+//     attributes class and volume mode, with enough capacity, matching the
+//     claim's selector and not being deleted, wins;
+//   - a WaitForFirstConsumer claim without a node binds only to a volume
+//     pre-bound to it.
+package match

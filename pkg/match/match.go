@@ -1,0 +1,238 @@
+package match
+
+import (
+	"errors"
+	"fmt"
+	"sort"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+
+	"github.com/volplane/volplane/pkg/kube"
+)
+
+// ClaimClass is the class a claim asks for: the beta annotation wins over
+// spec.storageClassName, as in Kubernetes.
+func ClaimClass(c *corev1.PersistentVolumeClaim) string {
+	if v, ok := c.Annotations[kube.AnnBetaStorageClass]; ok {
+		return v
+	}
+	if c.Spec.StorageClassName != nil {
+		return *c.Spec.StorageClassName
+	}
+	return ""
+}
+
+// ClaimHasClass reports whether the claim names a class at all (possibly "").
+func ClaimHasClass(c *corev1.PersistentVolumeClaim) bool {
+	_, ok := c.Annotations[kube.AnnBetaStorageClass]
+	return ok || c.Spec.StorageClassName != nil
+}
+
+// VolumeClass is the class of a volume: the beta annotation wins over
+// spec.storageClassName.
+func VolumeClass(v *corev1.PersistentVolume) string {
+	if c, ok := v.Annotations[kube.AnnBetaStorageClass]; ok {
+		return c
+	}
+	return v.Spec.StorageClassName
+}
+
+// BoundToClaim reports whether the volume's claimRef points to the claim:
+// same namespace and name, and a UID that is empty or the claim's.
+func BoundToClaim(v *corev1.PersistentVolume, c *corev1.PersistentVolumeClaim) bool {
+	r := v.Spec.ClaimRef
+	if r == nil || r.Name != c.Name || r.Namespace != c.Namespace {
+		return false
+	}
+	return r.UID == "" || r.UID == c.UID
+}
+
+// VolumeModeMismatch reports whether claim and volume ask for different
+// volume modes (unset means Filesystem).
+func VolumeModeMismatch(c *corev1.PersistentVolumeClaim, v *corev1.PersistentVolume) bool {
+	cm, vm := corev1.PersistentVolumeFilesystem, corev1.PersistentVolumeFilesystem
+	if c.Spec.VolumeMode != nil {
+		cm = *c.Spec.VolumeMode
+	}
+	if v.Spec.VolumeMode != nil {
+		vm = *v.Spec.VolumeMode
+	}
+	return cm != vm
+}
+
+// ContainsAllModes reports whether have includes every mode in want.
+func ContainsAllModes(have, want []corev1.PersistentVolumeAccessMode) bool {
+	for _, w := range want {
+		found := false
+		for _, h := range have {
+			if h == w {
+				found = true
+				break
+			}
+		}
+		if !found {
+			return false
+		}
+	}
+	return true
+}
+
+// requested is the claim's storage request in bytes.
+func requested(c *corev1.PersistentVolumeClaim) int64 {
+	q := c.Spec.Resources.Requests[corev1.ResourceStorage]
+	return q.Value()
+}
+
+// Capacity is the volume's capacity in bytes.
+func Capacity(v *corev1.PersistentVolume) int64 {
+	q := v.Spec.Capacity[corev1.ResourceStorage]
+	return q.Value()
+}
+
+func attributesClass(p *string) string {
+	if p == nil {
+		return ""
+	}
+	return *p
+}
+
+// Satisfies checks that a volume the user asked for by name can serve the
+// claim. The error says what does not fit, in Kubernetes' words.
+func Satisfies(v *corev1.PersistentVolume, c *corev1.PersistentVolumeClaim) error {
+	if v.DeletionTimestamp != nil {
+		return fmt.Errorf("the volume is marked for deletion %q", v.Name)
+	}
+	if Capacity(v) < requested(c) {
+		return errors.New("requested PV is too small")
+	}
+	if VolumeClass(v) != ClaimClass(c) {
+		return errors.New("storageClassName does not match")
+	}
+	if attributesClass(v.Spec.VolumeAttributesClassName) != attributesClass(c.Spec.VolumeAttributesClassName) {
+		return errors.New("volumeAttributesClassName does not match")
+	}
+	if VolumeModeMismatch(c, v) {
+		return errors.New("incompatible volumeMode")
+	}
+	if !ContainsAllModes(v.Spec.AccessModes, c.Spec.AccessModes) {
+		return errors.New("incompatible accessMode")
+	}
+	return nil
+}
+
+// Finder chooses the best volume for claims. Skip, when set, hides volumes
+// (e.g. those reserved for other claims).
+type Finder struct {
+	Skip func(v *corev1.PersistentVolume) bool
+}
+
+type group struct {
+	size     int // distinct access modes
+	key      string
+	prebound *corev1.PersistentVolume
+	best     *corev1.PersistentVolume
+	bestSize int64
+}
+
+// Best returns the best volume among candidates for the claim, or nil when
+// none fits. delayBinding says the claim's class is WaitForFirstConsumer and
+// no node is known yet. candidates must hold every volume that could fit:
+// at least the volumes of the claim's class without a claimRef, and the
+// volumes whose claimRef points to the claim.
+func (f Finder) Best(c *corev1.PersistentVolumeClaim, candidates []*corev1.PersistentVolume, delayBinding bool) (*corev1.PersistentVolume, error) {
+	var selector labels.Selector
+	if c.Spec.Selector != nil {
+		s, err := metav1.LabelSelectorAsSelector(c.Spec.Selector)
+		if err != nil {
+			return nil, fmt.Errorf("error creating internal label selector for claim: %s/%s: %w", c.Namespace, c.Name, err)
+		}
+		selector = s
+	}
+	want := requested(c)
+	class := ClaimClass(c)
+	vac := attributesClass(c.Spec.VolumeAttributesClassName)
+
+	groups := map[string]*group{}
+	for _, v := range candidates {
+		if !ContainsAllModes(v.Spec.AccessModes, c.Spec.AccessModes) {
+			continue
+		}
+		if f.Skip != nil && f.Skip(v) {
+			continue
+		}
+		prebound := BoundToClaim(v, c)
+		if v.Spec.ClaimRef != nil && !prebound {
+			continue
+		}
+		size := Capacity(v)
+		if size < want || VolumeModeMismatch(c, v) || v.DeletionTimestamp != nil {
+			continue
+		}
+		key := modesKey(v.Spec.AccessModes)
+		g := groups[key]
+		if g == nil {
+			g = &group{size: strings.Count(key, ",") + 1, key: key}
+			groups[key] = g
+		}
+		if prebound {
+			if g.prebound == nil || v.Name < g.prebound.Name {
+				g.prebound = v
+			}
+			continue
+		}
+		if delayBinding {
+			continue
+		}
+		if v.Status.Phase != corev1.VolumeAvailable {
+			continue
+		}
+		if selector != nil && !selector.Matches(labels.Set(v.Labels)) {
+			continue
+		}
+		if VolumeClass(v) != class || attributesClass(v.Spec.VolumeAttributesClassName) != vac {
+			continue
+		}
+		if g.best == nil || size < g.bestSize || (size == g.bestSize && v.Name < g.best.Name) {
+			g.best, g.bestSize = v, size
+		}
+	}
+	ordered := make([]*group, 0, len(groups))
+	for _, g := range groups {
+		ordered = append(ordered, g)
+	}
+	sort.Slice(ordered, func(i, j int) bool {
+		if ordered[i].size != ordered[j].size {
+			return ordered[i].size < ordered[j].size
+		}
+		return ordered[i].key < ordered[j].key
+	})
+	for _, g := range ordered {
+		if g.prebound != nil {
+			return g.prebound, nil
+		}
+		if g.best != nil {
+			return g.best, nil
+		}
+	}
+	return nil, nil
+}
+
+// modesKey is a canonical name for a set of access modes.
+func modesKey(modes []corev1.PersistentVolumeAccessMode) string {
+	s := make([]string, 0, len(modes))
+	for _, m := range modes {
+		s = append(s, string(m))
+	}
+	sort.Strings(s)
+	// Duplicates do not change the set.
+	out := s[:0]
+	for i, m := range s {
+		if i == 0 || m != s[i-1] {
+			out = append(out, m)
+		}
+	}
+	return strings.Join(out, ",")
+}
