@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"go.etcd.io/etcd/server/v3/embed"
+	"go.uber.org/zap"
 )
 
 // Etcd is an etcd server embedded in this process.
@@ -36,6 +37,8 @@ func StartEtcd(dir string) (*Etcd, error) {
 	cfg.AdvertisePeerUrls = []url.URL{*peerURL}
 	cfg.InitialCluster = cfg.Name + "=" + peerURL.String()
 	cfg.LogLevel = "error"
+	// Shutdown logs "server closed" errors at error level; they are noise.
+	cfg.ZapLoggerBuilder = embed.NewZapLoggerBuilder(zap.NewNop())
 	// A development and test server: losing the last writes on a machine
 	// crash is acceptable, fsync latency is not.
 	cfg.UnsafeNoFsync = true

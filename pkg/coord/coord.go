@@ -1,0 +1,269 @@
+package coord
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sort"
+	"strings"
+	"time"
+
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.etcd.io/etcd/client/v3/concurrency"
+)
+
+// DefaultTTL is the session lease TTL: how long a crashed replica's
+// membership and reservations outlive it.
+const DefaultTTL = 10 * time.Second
+
+// ErrReserved means another holder has the resource.
+var ErrReserved = errors.New("reserved by another holder")
+
+// ErrSessionLost means this replica's lease expired: everything it held in
+// etcd is gone, and it must stop.
+var ErrSessionLost = errors.New("etcd session lost")
+
+// Options configures a Coordinator.
+type Options struct {
+	// Endpoints are etcd client URLs (required).
+	Endpoints []string
+	// Prefix is the root of every key; default "/volplane".
+	Prefix string
+	// TTL is the session lease TTL; default DefaultTTL.
+	TTL time.Duration
+	// DialTimeout bounds the first connection; default 10s.
+	DialTimeout time.Duration
+	// Logger receives warnings; default slog.Default().
+	Logger *slog.Logger
+}
+
+// Member is one live replica of a service.
+type Member struct {
+	ID      string
+	Address string
+}
+
+// Coordinator is one replica's session with etcd.
+type Coordinator struct {
+	client  *clientv3.Client
+	session *concurrency.Session
+	prefix  string
+	log     *slog.Logger
+}
+
+// New connects to etcd and opens a session (a lease kept alive in the
+// background).
+func New(ctx context.Context, o Options) (*Coordinator, error) {
+	if len(o.Endpoints) == 0 {
+		return nil, errors.New("coord: no etcd endpoints (--etcd-endpoints)")
+	}
+	if o.Prefix == "" {
+		o.Prefix = "/volplane"
+	}
+	if o.TTL == 0 {
+		o.TTL = DefaultTTL
+	}
+	if o.TTL < time.Second {
+		return nil, fmt.Errorf("coord: lease TTL must be at least 1s, got %s", o.TTL)
+	}
+	if o.DialTimeout == 0 {
+		o.DialTimeout = 10 * time.Second
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	client, err := clientv3.New(clientv3.Config{
+		Endpoints:   o.Endpoints,
+		DialTimeout: o.DialTimeout,
+		Context:     context.WithoutCancel(ctx),
+		Logger:      nil,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("connect to etcd %s: %w", strings.Join(o.Endpoints, ","), err)
+	}
+	sctx, cancel := context.WithTimeout(ctx, o.DialTimeout)
+	defer cancel()
+	session, err := concurrency.NewSession(client, concurrency.WithTTL(int(o.TTL.Round(time.Second)/time.Second)), concurrency.WithContext(context.WithoutCancel(ctx)))
+	if err == nil && sctx.Err() != nil {
+		err = sctx.Err()
+	}
+	if err != nil {
+		client.Close()
+		return nil, fmt.Errorf("open etcd session at %s: %w", strings.Join(o.Endpoints, ","), err)
+	}
+	return &Coordinator{client: client, session: session, prefix: strings.TrimSuffix(o.Prefix, "/"), log: o.Logger}, nil
+}
+
+// Client is the underlying etcd client.
+func (c *Coordinator) Client() *clientv3.Client { return c.client }
+
+// Lease is the session's lease ID.
+func (c *Coordinator) Lease() clientv3.LeaseID { return c.session.Lease() }
+
+// Done is closed when the session's lease is lost (expired or revoked).
+func (c *Coordinator) Done() <-chan struct{} { return c.session.Done() }
+
+// Close revokes the lease, so membership and reservations go at once, and
+// closes the client.
+func (c *Coordinator) Close() error {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_, _ = c.client.Revoke(ctx, c.session.Lease())
+	_ = c.session.Close()
+	return c.client.Close()
+}
+
+func (c *Coordinator) memberPrefix(service string) string {
+	return c.prefix + "/members/" + service + "/"
+}
+
+// Register announces this replica as a member of service at addr, for as
+// long as the session lives.
+func (c *Coordinator) Register(ctx context.Context, service, id, addr string) error {
+	if service == "" || id == "" || strings.Contains(id, "/") {
+		return fmt.Errorf("coord: invalid member %q of service %q", id, service)
+	}
+	if _, err := c.client.Put(ctx, c.memberPrefix(service)+id, addr, clientv3.WithLease(c.session.Lease())); err != nil {
+		return fmt.Errorf("register %s member %s in etcd: %w", service, id, err)
+	}
+	return nil
+}
+
+// Members lists the live members of service, sorted by ID.
+func (c *Coordinator) Members(ctx context.Context, service string) ([]Member, error) {
+	resp, err := c.client.Get(ctx, c.memberPrefix(service), clientv3.WithPrefix())
+	if err != nil {
+		return nil, fmt.Errorf("list %s members in etcd: %w", service, err)
+	}
+	return c.members(service, resp.Kvs), nil
+}
+
+func (c *Coordinator) members(service string, kvs []*mvccpb.KeyValue) []Member {
+	p := c.memberPrefix(service)
+	ms := make([]Member, 0, len(kvs))
+	for _, kv := range kvs {
+		ms = append(ms, Member{ID: strings.TrimPrefix(string(kv.Key), p), Address: string(kv.Value)})
+	}
+	sort.Slice(ms, func(i, j int) bool { return ms[i].ID < ms[j].ID })
+	return ms
+}
+
+// WatchMembers calls fn with the full member list of service now and after
+// every change, until ctx ends or the watch fails.
+func (c *Coordinator) WatchMembers(ctx context.Context, service string, fn func([]Member)) error {
+	p := c.memberPrefix(service)
+	for {
+		resp, err := c.client.Get(ctx, p, clientv3.WithPrefix())
+		if err != nil {
+			return fmt.Errorf("list %s members in etcd: %w", service, err)
+		}
+		cur := make(map[string]string, len(resp.Kvs))
+		for _, kv := range resp.Kvs {
+			cur[string(kv.Key)] = string(kv.Value)
+		}
+		emit := func() {
+			ms := make([]Member, 0, len(cur))
+			for k, v := range cur {
+				ms = append(ms, Member{ID: strings.TrimPrefix(k, p), Address: v})
+			}
+			sort.Slice(ms, func(i, j int) bool { return ms[i].ID < ms[j].ID })
+			fn(ms)
+		}
+		emit()
+		wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
+		wc := c.client.Watch(wctx, p, clientv3.WithPrefix(), clientv3.WithRev(resp.Header.Revision+1))
+		for wr := range wc {
+			if err := wr.Err(); err != nil {
+				c.log.Warn("member watch broken; listing again", "service", service, "error", err)
+				break
+			}
+			for _, ev := range wr.Events {
+				if ev.Type == clientv3.EventTypeDelete {
+					delete(cur, string(ev.Kv.Key))
+				} else {
+					cur[string(ev.Kv.Key)] = string(ev.Kv.Value)
+				}
+			}
+			emit()
+		}
+		cancel()
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		select {
+		case <-time.After(time.Second):
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+func (c *Coordinator) reservationKey(resource string) string {
+	return c.prefix + "/reservations/" + resource
+}
+
+// Reserve takes resource for holder, on this session's lease. Taking a
+// resource the same holder already has succeeds; one another holder has
+// fails with ErrReserved. The write is fenced on the lease: with a lost
+// session it fails with ErrSessionLost.
+func (c *Coordinator) Reserve(ctx context.Context, resource, holder string) error {
+	select {
+	case <-c.session.Done():
+		return ErrSessionLost
+	default:
+	}
+	key := c.reservationKey(resource)
+	lease := c.session.Lease()
+	resp, err := c.client.Txn(ctx).
+		If(clientv3.Compare(clientv3.CreateRevision(key), "=", 0)).
+		Then(clientv3.OpPut(key, holder, clientv3.WithLease(lease))).
+		Else(clientv3.OpGet(key)).
+		Commit()
+	if err != nil {
+		if strings.Contains(err.Error(), "requested lease not found") {
+			return ErrSessionLost
+		}
+		return fmt.Errorf("reserve %s in etcd: %w", resource, err)
+	}
+	if resp.Succeeded {
+		return nil
+	}
+	kvs := resp.Responses[0].GetResponseRange().Kvs
+	if len(kvs) == 1 && string(kvs[0].Value) == holder {
+		// The same holder (e.g. the same claim, synced again or by a
+		// replica that just took over its shard) may go on.
+		return nil
+	}
+	if len(kvs) == 1 {
+		return fmt.Errorf("%s: %w %q", resource, ErrReserved, string(kvs[0].Value))
+	}
+	return fmt.Errorf("%s: %w", resource, ErrReserved)
+}
+
+// Release drops holder's reservation of resource; a reservation another
+// holder has is left alone.
+func (c *Coordinator) Release(ctx context.Context, resource, holder string) error {
+	key := c.reservationKey(resource)
+	_, err := c.client.Txn(ctx).
+		If(clientv3.Compare(clientv3.Value(key), "=", holder)).
+		Then(clientv3.OpDelete(key)).
+		Commit()
+	if err != nil {
+		return fmt.Errorf("release %s in etcd: %w", resource, err)
+	}
+	return nil
+}
+
+// Holder returns who has resource reserved, or "" when nobody does.
+func (c *Coordinator) Holder(ctx context.Context, resource string) (string, error) {
+	resp, err := c.client.Get(ctx, c.reservationKey(resource))
+	if err != nil {
+		return "", fmt.Errorf("read reservation %s in etcd: %w", resource, err)
+	}
+	if len(resp.Kvs) == 0 {
+		return "", nil
+	}
+	return string(resp.Kvs[0].Value), nil
+}

@@ -1,0 +1,196 @@
+package coord_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/volplane/volplane/internal/devenv"
+	"github.com/volplane/volplane/pkg/coord"
+)
+
+var endpoints []string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "coord-etcd-")
+	if err != nil {
+		panic(err)
+	}
+	e, err := devenv.StartEtcd(dir)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	endpoints = e.Endpoints
+	code := m.Run()
+	e.Stop()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+func newCoord(t *testing.T, prefix string, ttl time.Duration) *coord.Coordinator {
+	t.Helper()
+	c, err := coord.New(context.Background(), coord.Options{Endpoints: endpoints, Prefix: prefix, TTL: ttl})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+func TestReserveIsExclusive(t *testing.T) {
+	ctx := context.Background()
+	a, b := newCoord(t, "/t1", 0), newCoord(t, "/t1", 0)
+	if err := a.Reserve(ctx, "pv/x", "claim-1"); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Reserve(ctx, "pv/x", "claim-1"); err != nil {
+		t.Fatalf("the same holder again: %v", err)
+	}
+	if err := b.Reserve(ctx, "pv/x", "claim-2"); !errors.Is(err, coord.ErrReserved) {
+		t.Fatalf("another holder: got %v, want ErrReserved", err)
+	}
+	if err := b.Release(ctx, "pv/x", "claim-2"); err != nil {
+		t.Fatal(err)
+	}
+	if h, _ := a.Holder(ctx, "pv/x"); h != "claim-1" {
+		t.Fatalf("a foreign release dropped the reservation: holder %q", h)
+	}
+	if err := a.Release(ctx, "pv/x", "claim-1"); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Reserve(ctx, "pv/x", "claim-2"); err != nil {
+		t.Fatalf("after release: %v", err)
+	}
+}
+
+func TestReserveRace(t *testing.T) {
+	ctx := context.Background()
+	cs := []*coord.Coordinator{newCoord(t, "/t2", 0), newCoord(t, "/t2", 0), newCoord(t, "/t2", 0)}
+	var (
+		mu   sync.Mutex
+		wins = map[string]int{}
+		wg   sync.WaitGroup
+	)
+	for i := range 30 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for v := range 10 {
+				res := fmt.Sprintf("pv/%d", v)
+				if err := cs[i%3].Reserve(ctx, res, fmt.Sprintf("claim-%d", i)); err == nil {
+					mu.Lock()
+					wins[res]++
+					mu.Unlock()
+				} else if !errors.Is(err, coord.ErrReserved) {
+					t.Error(err)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	for v := range 10 {
+		if n := wins[fmt.Sprintf("pv/%d", v)]; n != 1 {
+			t.Errorf("pv/%d reserved by %d holders, want exactly 1", v, n)
+		}
+	}
+}
+
+func TestMembershipFollowsTheSession(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	watcher := newCoord(t, "/t3", 0)
+	seen := make(chan []coord.Member, 16)
+	go watcher.WatchMembers(ctx, "binder", func(ms []coord.Member) { seen <- ms })
+	wait := func(n int) []coord.Member {
+		t.Helper()
+		for {
+			select {
+			case ms := <-seen:
+				if len(ms) == n {
+					return ms
+				}
+			case <-time.After(20 * time.Second):
+				t.Fatalf("never saw %d members", n)
+			}
+		}
+	}
+	wait(0)
+	a := newCoord(t, "/t3", 0)
+	if err := a.Register(ctx, "binder", "a", "10.0.0.1:9002"); err != nil {
+		t.Fatal(err)
+	}
+	b, err := coord.New(ctx, coord.Options{Endpoints: endpoints, Prefix: "/t3"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Register(ctx, "binder", "b", "10.0.0.2:9002"); err != nil {
+		t.Fatal(err)
+	}
+	ms := wait(2)
+	if ms[0] != (coord.Member{ID: "a", Address: "10.0.0.1:9002"}) || ms[1].ID != "b" {
+		t.Fatalf("members %v", ms)
+	}
+	if err := b.Reserve(ctx, "pv/y", "claim-b"); err != nil {
+		t.Fatal(err)
+	}
+	// A replica that goes away takes its membership and reservations with it.
+	b.Close()
+	if ms := wait(1); ms[0].ID != "a" {
+		t.Fatalf("members %v", ms)
+	}
+	if h, err := a.Holder(ctx, "pv/y"); err != nil || h != "" {
+		t.Fatalf("reservation of a closed session: holder %q, %v", h, err)
+	}
+	list, err := a.Members(ctx, "binder")
+	if err != nil || len(list) != 1 {
+		t.Fatalf("Members: %v %v", list, err)
+	}
+}
+
+func TestLostSessionFencesReservations(t *testing.T) {
+	ctx := context.Background()
+	a := newCoord(t, "/t4", 0)
+	// Revoke the lease behind the session's back, as an expiry would.
+	if _, err := a.Client().Revoke(ctx, a.Lease()); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-a.Done():
+	case <-time.After(20 * time.Second):
+		t.Fatal("Done not closed after the lease was revoked")
+	}
+	if err := a.Reserve(ctx, "pv/z", "claim"); !errors.Is(err, coord.ErrSessionLost) {
+		t.Fatalf("Reserve with a lost session: %v, want ErrSessionLost", err)
+	}
+}
+
+func TestRingSpreadsAndMovesLittle(t *testing.T) {
+	three := coord.NewRing([]string{"a", "b", "c"})
+	four := coord.NewRing([]string{"d", "c", "b", "a"})
+	count := map[string]int{}
+	moved := 0
+	for i := range 3000 {
+		k := fmt.Sprintf("pvc/ns/claim-%d", i)
+		o := three.Owner(k)
+		count[o]++
+		if n := four.Owner(k); n != o && n != "d" {
+			moved++
+		}
+	}
+	for _, m := range []string{"a", "b", "c"} {
+		if count[m] < 800 || count[m] > 1200 {
+			t.Errorf("member %s owns %d of 3000 keys; want about 1000", m, count[m])
+		}
+	}
+	if moved != 0 {
+		t.Errorf("%d keys moved between old members when one joined; want 0", moved)
+	}
+	if (&coord.Ring{}).Owner("x") != "" || coord.NewRing([]string{"solo"}).Owner("x") != "solo" {
+		t.Error("empty or single-member ring")
+	}
+}
