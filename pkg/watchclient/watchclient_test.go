@@ -1,0 +1,168 @@
+package watchclient_test
+
+import (
+	"context"
+	"net"
+	"sync"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
+
+	"github.com/volplane/volplane/pkg/watchclient"
+	watcherv1 "github.com/volplane/volplane/proto/volplane/watcher/v1"
+)
+
+// script is a fake watcher: each stream plays the next scripted list of
+// events, then fails (or, for the last one, waits).
+type script struct {
+	watcherv1.UnimplementedWatcherServiceServer
+	mu           sync.Mutex
+	streams      [][]*watcherv1.WatchResponse
+	requests     []*watcherv1.WatchRequest
+	rejectResume bool
+}
+
+func (s *script) Watch(req *watcherv1.WatchRequest, st grpc.ServerStreamingServer[watcherv1.WatchResponse]) error {
+	s.mu.Lock()
+	s.requests = append(s.requests, req)
+	if s.rejectResume && req.ResumeAfter != nil {
+		s.rejectResume = false
+		s.mu.Unlock()
+		return status.Error(codes.InvalidArgument, "cursor from the future")
+	}
+	if len(s.streams) == 0 {
+		s.mu.Unlock()
+		<-st.Context().Done()
+		return nil
+	}
+	evs := s.streams[0]
+	s.streams = s.streams[1:]
+	s.mu.Unlock()
+	for _, ev := range evs {
+		if err := st.Send(ev); err != nil {
+			return err
+		}
+	}
+	return status.Error(codes.Unavailable, "stream broken on purpose")
+}
+
+func ev(t watcherv1.EventType, key string, seq uint64) *watcherv1.WatchResponse {
+	return &watcherv1.WatchResponse{Type: t, Kind: watcherv1.Kind_KIND_PERSISTENT_VOLUME, Key: key, Cursor: &watcherv1.Cursor{Epoch: "e1", Sequence: seq}}
+}
+
+type recorder struct {
+	mu  sync.Mutex
+	log []string
+}
+
+func (r *recorder) add(s string) { r.mu.Lock(); r.log = append(r.log, s); r.mu.Unlock() }
+func (r *recorder) Reset()       { r.add("reset") }
+func (r *recorder) Synced()      { r.add("synced") }
+func (r *recorder) Event(e *watcherv1.WatchResponse) error {
+	r.add(e.Type.String()[len("EVENT_TYPE_"):] + " " + e.Key)
+	return nil
+}
+func (r *recorder) snapshot() []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]string(nil), r.log...)
+}
+
+func serve(t *testing.T, s *script) *grpc.ClientConn {
+	t.Helper()
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := grpc.NewServer()
+	watcherv1.RegisterWatcherServiceServer(srv, s)
+	go srv.Serve(lis)
+	t.Cleanup(srv.Stop)
+	cc, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cc.Close() })
+	return cc
+}
+
+func run(t *testing.T, s *script, want int) ([]string, []*watcherv1.WatchRequest) {
+	t.Helper()
+	cc := serve(t, s)
+	ctx, cancel := context.WithCancel(context.Background())
+	r := &recorder{}
+	done := make(chan error)
+	go func() {
+		done <- watchclient.Run(ctx, cc, watchclient.Options{MinBackoff: time.Millisecond, MaxBackoff: 5 * time.Millisecond}, r)
+	}()
+	deadline := time.Now().Add(10 * time.Second)
+	for len(r.snapshot()) < want && time.Now().Before(deadline) {
+		time.Sleep(5 * time.Millisecond)
+	}
+	cancel()
+	if err := <-done; err != context.Canceled {
+		t.Fatalf("Run returned %v, want context.Canceled", err)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return r.snapshot(), s.requests
+}
+
+func TestResumesAfterTheLastDeliveredEvent(t *testing.T) {
+	s := &script{streams: [][]*watcherv1.WatchResponse{
+		{ev(watcherv1.EventType_EVENT_TYPE_RESET, "", 2), ev(watcherv1.EventType_EVENT_TYPE_ADDED, "a", 2), ev(watcherv1.EventType_EVENT_TYPE_ADDED, "b", 2),
+			ev(watcherv1.EventType_EVENT_TYPE_SYNCED, "", 2), ev(watcherv1.EventType_EVENT_TYPE_UPDATED, "a", 3)},
+		{ev(watcherv1.EventType_EVENT_TYPE_DELETED, "b", 4)},
+	}}
+	log, reqs := run(t, s, 6)
+	want := []string{"reset", "ADDED a", "ADDED b", "synced", "UPDATED a", "DELETED b"}
+	if len(log) != len(want) {
+		t.Fatalf("handler saw %v, want %v", log, want)
+	}
+	for i := range want {
+		if log[i] != want[i] {
+			t.Fatalf("handler saw %v, want %v", log, want)
+		}
+	}
+	if reqs[0].ResumeAfter != nil {
+		t.Errorf("first stream resumed from %v", reqs[0].ResumeAfter)
+	}
+	if c := reqs[1].ResumeAfter; c == nil || c.Epoch != "e1" || c.Sequence != 3 {
+		t.Errorf("second stream resumed after %v, want e1/3", c)
+	}
+	if reqs[0].Encoding != watcherv1.Encoding_ENCODING_PROTOBUF {
+		t.Errorf("encoding %v, want protobuf by default", reqs[0].Encoding)
+	}
+}
+
+func TestStreamBrokenDuringTheListStartsOver(t *testing.T) {
+	s := &script{streams: [][]*watcherv1.WatchResponse{
+		{ev(watcherv1.EventType_EVENT_TYPE_RESET, "", 5), ev(watcherv1.EventType_EVENT_TYPE_ADDED, "a", 5)},
+		{ev(watcherv1.EventType_EVENT_TYPE_RESET, "", 6), ev(watcherv1.EventType_EVENT_TYPE_ADDED, "a", 6), ev(watcherv1.EventType_EVENT_TYPE_SYNCED, "", 6)},
+	}}
+	log, reqs := run(t, s, 5)
+	if len(reqs) < 2 || reqs[1].ResumeAfter != nil {
+		t.Fatalf("a stream broken before SYNCED must start over without a cursor; requests %v", reqs)
+	}
+	if len(log) != 5 || log[2] != "reset" || log[4] != "synced" {
+		t.Fatalf("handler saw %v", log)
+	}
+}
+
+func TestRejectedCursorStartsOver(t *testing.T) {
+	s := &script{rejectResume: true, streams: [][]*watcherv1.WatchResponse{
+		{ev(watcherv1.EventType_EVENT_TYPE_RESET, "", 1), ev(watcherv1.EventType_EVENT_TYPE_SYNCED, "", 1)},
+		{ev(watcherv1.EventType_EVENT_TYPE_RESET, "", 9), ev(watcherv1.EventType_EVENT_TYPE_SYNCED, "", 9)},
+	}}
+	log, reqs := run(t, s, 4)
+	if len(reqs) < 3 || reqs[1].ResumeAfter == nil || reqs[2].ResumeAfter != nil {
+		t.Fatalf("after InvalidArgument on the cursor the client must list again; requests %v", reqs)
+	}
+	if len(log) != 4 {
+		t.Fatalf("handler saw %v", log)
+	}
+}
