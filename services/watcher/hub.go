@@ -1,0 +1,153 @@
+package watcher
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"sync"
+
+	"github.com/volplane/volplane/pkg/kube"
+	watcherv1 "github.com/volplane/volplane/proto/volplane/watcher/v1"
+)
+
+// event is one change in the watcher's log. Its encodings are computed at
+// most once, however many subscribers send it.
+type event struct {
+	seq  uint64
+	typ  watcherv1.EventType
+	kind watcherv1.Kind
+	key  string
+	rv   string
+	obj  kube.Object
+
+	once [3]sync.Once // by watcherv1.Encoding
+	enc  [3][]byte
+	err  [3]error
+}
+
+// encode returns the object in the requested encoding.
+func (e *event) encode(enc watcherv1.Encoding) ([]byte, error) {
+	if enc != watcherv1.Encoding_ENCODING_JSON {
+		enc = watcherv1.Encoding_ENCODING_PROTOBUF
+	}
+	e.once[enc].Do(func() {
+		if enc == watcherv1.Encoding_ENCODING_JSON {
+			e.enc[enc], e.err[enc] = kube.EncodeJSON(e.obj)
+		} else {
+			e.enc[enc], e.err[enc] = kube.EncodeProto(e.obj)
+		}
+	})
+	return e.enc[enc], e.err[enc]
+}
+
+// hub is the watcher's ordered log: every informer event gets the next
+// sequence number, goes into a ring of the last events (for subscribers
+// that resume) and updates the current state (for full lists). One lock
+// covers all three, so a list and its sequence number always agree.
+type hub struct {
+	mu     sync.Mutex
+	epoch  string
+	head   uint64   // sequence of the newest event; 0 before the first
+	ring   []*event // the newest len(ring) events at most; ring[seq%cap]
+	stored int      // how many events the ring holds
+	state  map[watcherv1.Kind]map[string]*event
+	// notify is closed and replaced on every append: subscribers wait on
+	// it instead of each holding a buffer.
+	notify      chan struct{}
+	synced      bool
+	syncedCh    chan struct{}
+	subscribers int
+}
+
+func newHub(history int) *hub {
+	b := make([]byte, 8)
+	_, _ = rand.Read(b)
+	return &hub{
+		epoch:  hex.EncodeToString(b),
+		ring:   make([]*event, history),
+		notify: make(chan struct{}),
+		state: map[watcherv1.Kind]map[string]*event{
+			watcherv1.Kind_KIND_PERSISTENT_VOLUME:       {},
+			watcherv1.Kind_KIND_PERSISTENT_VOLUME_CLAIM: {},
+			watcherv1.Kind_KIND_STORAGE_CLASS:           {},
+		},
+		syncedCh: make(chan struct{}),
+	}
+}
+
+// append records a change. For DELETED, obj is the last known state.
+func (h *hub) append(typ watcherv1.EventType, kind watcherv1.Kind, key string, obj kube.Object, rv string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.head++
+	e := &event{seq: h.head, typ: typ, kind: kind, key: key, rv: rv, obj: obj}
+	h.ring[h.head%uint64(len(h.ring))] = e
+	h.stored = min(h.stored+1, len(h.ring))
+	if typ == watcherv1.EventType_EVENT_TYPE_DELETED {
+		delete(h.state[kind], key)
+	} else {
+		h.state[kind][key] = e
+	}
+	close(h.notify)
+	h.notify = make(chan struct{})
+}
+
+// markSynced records that the informers have listed everything.
+func (h *hub) markSynced() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if !h.synced {
+		h.synced = true
+		close(h.syncedCh)
+	}
+}
+
+// oldest is the sequence of the oldest event still in the ring; head+1
+// when the ring is empty. The caller holds mu.
+func (h *hub) oldest() uint64 { return h.head - uint64(h.stored) + 1 }
+
+// snapshot returns every current object of the kinds and the sequence
+// it is consistent with. The caller holds mu.
+func (h *hub) snapshot(kinds kindSet) ([]*event, uint64) {
+	n := 0
+	for k, m := range h.state {
+		if kinds.has(k) {
+			n += len(m)
+		}
+	}
+	out := make([]*event, 0, n)
+	// Classes first, then volumes, then claims: a subscriber that acts
+	// during the list sees what claims refer to before the claims.
+	for _, k := range []watcherv1.Kind{watcherv1.Kind_KIND_STORAGE_CLASS, watcherv1.Kind_KIND_PERSISTENT_VOLUME, watcherv1.Kind_KIND_PERSISTENT_VOLUME_CLAIM} {
+		if !kinds.has(k) {
+			continue
+		}
+		for _, e := range h.state[k] {
+			out = append(out, e)
+		}
+	}
+	return out, h.head
+}
+
+// since returns up to max events after seq, whether seq is still covered
+// by the ring (false: the subscriber fell behind), and a channel closed on
+// the next append. The caller holds mu.
+func (h *hub) since(seq uint64, max int) (evs []*event, ok bool, wait <-chan struct{}) {
+	if seq+1 < h.oldest() {
+		return nil, false, nil
+	}
+	for s := seq + 1; s <= h.head && len(evs) < max; s++ {
+		evs = append(evs, h.ring[s%uint64(len(h.ring))])
+	}
+	return evs, true, h.notify
+}
+
+func (h *hub) counts() (pvs, pvcs, classes int) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return len(h.state[watcherv1.Kind_KIND_PERSISTENT_VOLUME]), len(h.state[watcherv1.Kind_KIND_PERSISTENT_VOLUME_CLAIM]), len(h.state[watcherv1.Kind_KIND_STORAGE_CLASS])
+}
+
+// kindSet is a subscriber's filter.
+type kindSet [4]bool
+
+func (s kindSet) has(k watcherv1.Kind) bool { return int(k) < len(s) && s[k] }

@@ -1,0 +1,205 @@
+package watcher
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"time"
+
+	"golang.org/x/sync/errgroup"
+	corev1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/cache"
+
+	"github.com/volplane/volplane/pkg/grpcutil"
+	"github.com/volplane/volplane/pkg/kube"
+	watcherv1 "github.com/volplane/volplane/proto/volplane/watcher/v1"
+)
+
+// Service is the watcher's name in health checks and logs.
+const Service = "watcher"
+
+// DefaultHistorySize is how many events the watcher keeps for subscribers
+// that resume: at a few hundred changes per second, minutes of history.
+const DefaultHistorySize = 100_000
+
+// Options configures the watcher.
+type Options struct {
+	// Kubeconfig is the kubeconfig path; empty means in-cluster config.
+	Kubeconfig string
+	// RESTConfig, when set, is used instead of Kubeconfig (tests).
+	RESTConfig *rest.Config
+	// KubeQPS limits API requests per second; 0 means no client-side limit.
+	KubeQPS float32
+	// KubeBurst is the burst allowed above KubeQPS.
+	KubeBurst int
+	// Listen is the gRPC listen address (host:port or unix:///path).
+	Listen string
+	// ResyncPeriod is the informers' resync period; 0 disables it. Resyncs
+	// deliver no events (nothing changed): subscribers resync on their own.
+	ResyncPeriod time.Duration
+	// HistorySize is how many events are kept for resuming subscribers;
+	// 0 means DefaultHistorySize.
+	HistorySize int
+	// Logger receives the watcher's logs; default slog.Default().
+	Logger *slog.Logger
+}
+
+func (o *Options) validate() error {
+	var errs []error
+	if o.Listen == "" {
+		errs = append(errs, errors.New("a listen address is required (--listen)"))
+	}
+	if o.HistorySize < 0 {
+		errs = append(errs, fmt.Errorf("history size must be positive, got %d (--history-size)", o.HistorySize))
+	}
+	if o.ResyncPeriod < 0 {
+		errs = append(errs, fmt.Errorf("resync period must not be negative, got %s (--resync-period)", o.ResyncPeriod))
+	}
+	if o.HistorySize == 0 {
+		o.HistorySize = DefaultHistorySize
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	return errors.Join(errs...)
+}
+
+// Run runs the watcher until ctx ends, then stops gracefully.
+func Run(ctx context.Context, o Options) error {
+	if err := o.validate(); err != nil {
+		return fmt.Errorf("watcher options: %w", err)
+	}
+	copts := kube.ClientOptions{Kubeconfig: o.Kubeconfig, QPS: o.KubeQPS, Burst: o.KubeBurst, UserAgent: "volplane-watcher"}
+	cfg := o.RESTConfig
+	if cfg == nil {
+		var err error
+		if cfg, err = kube.RESTConfig(copts); err != nil {
+			return err
+		}
+	} else {
+		cfg = kube.Tune(cfg, copts)
+	}
+	client, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return fmt.Errorf("kubernetes client: %w", err)
+	}
+	lis, err := grpcutil.Listen(o.Listen)
+	if err != nil {
+		return err
+	}
+	return serve(ctx, o, client, lis)
+}
+
+// serve runs the informers and the gRPC server on lis until ctx ends.
+func serve(ctx context.Context, o Options, client kubernetes.Interface, lis net.Listener) error {
+	log := o.Logger
+	h := newHub(o.HistorySize)
+	factory := informers.NewSharedInformerFactoryWithOptions(client, o.ResyncPeriod,
+		// Managed fields are most of an object's bytes and no subscriber
+		// reads them.
+		informers.WithTransform(stripManagedFields))
+	pvs := factory.Core().V1().PersistentVolumes().Informer()
+	pvcs := factory.Core().V1().PersistentVolumeClaims().Informer()
+	classes := factory.Storage().V1().StorageClasses().Informer()
+	for _, reg := range []struct {
+		inf  cache.SharedIndexInformer
+		kind watcherv1.Kind
+	}{
+		{pvs, watcherv1.Kind_KIND_PERSISTENT_VOLUME},
+		{pvcs, watcherv1.Kind_KIND_PERSISTENT_VOLUME_CLAIM},
+		{classes, watcherv1.Kind_KIND_STORAGE_CLASS},
+	} {
+		if _, err := reg.inf.AddEventHandler(handler(h, reg.kind, log)); err != nil {
+			return fmt.Errorf("register %v handler: %w", reg.kind, err)
+		}
+	}
+
+	srv := grpcutil.NewServer(log)
+	api := &server{hub: h, log: log}
+	watcherv1.RegisterWatcherServiceServer(srv.Server, api)
+
+	g, gctx := errgroup.WithContext(ctx)
+	g.Go(func() error { return srv.Serve(gctx, lis, 10*time.Second) })
+	factory.Start(gctx.Done())
+	defer factory.Shutdown()
+	log.Info("watcher starting", "listen", lis.Addr().String(), "history", o.HistorySize)
+	g.Go(func() error {
+		if !cache.WaitForCacheSync(gctx.Done(), pvs.HasSynced, pvcs.HasSynced, classes.HasSynced) {
+			return nil
+		}
+		h.markSynced()
+		srv.SetServing(true, watcherv1.WatcherService_ServiceDesc.ServiceName)
+		pv, pvc, sc := h.counts()
+		log.Info("watcher synced", "persistent_volumes", pv, "persistent_volume_claims", pvc, "storage_classes", sc)
+		return nil
+	})
+	err := g.Wait()
+	log.Info("watcher stopped")
+	return err
+}
+
+// handler feeds one informer into the hub.
+func handler(h *hub, kind watcherv1.Kind, log *slog.Logger) cache.ResourceEventHandler {
+	record := func(typ watcherv1.EventType, obj any) {
+		o, ok := obj.(kube.Object)
+		if !ok {
+			log.Error("unexpected object from informer", "kind", kind, "type", fmt.Sprintf("%T", obj))
+			return
+		}
+		m, err := meta.Accessor(o)
+		if err != nil {
+			log.Error("object without metadata", "kind", kind, "error", err)
+			return
+		}
+		key := m.GetName()
+		if ns := m.GetNamespace(); ns != "" {
+			key = ns + "/" + key
+		}
+		h.append(typ, kind, key, o, m.GetResourceVersion())
+	}
+	return cache.ResourceEventHandlerFuncs{
+		AddFunc: func(obj any) { record(watcherv1.EventType_EVENT_TYPE_ADDED, obj) },
+		UpdateFunc: func(oldObj, newObj any) {
+			if rv(oldObj) != "" && rv(oldObj) == rv(newObj) {
+				return // an informer resync: nothing changed
+			}
+			record(watcherv1.EventType_EVENT_TYPE_UPDATED, newObj)
+		},
+		DeleteFunc: func(obj any) {
+			if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+				obj = d.Obj
+			}
+			record(watcherv1.EventType_EVENT_TYPE_DELETED, obj)
+		},
+	}
+}
+
+// stripManagedFields drops metadata.managedFields before an object is
+// cached: they are most of its bytes and no subscriber reads them. Writers
+// that send an object without managedFields leave the server's unchanged.
+func stripManagedFields(obj any) (any, error) {
+	if m, err := meta.Accessor(obj); err == nil && m.GetManagedFields() != nil {
+		m.SetManagedFields(nil)
+	}
+	return obj, nil
+}
+
+func rv(obj any) string {
+	m, err := meta.Accessor(obj)
+	if err != nil {
+		return ""
+	}
+	return m.GetResourceVersion()
+}
+
+var (
+	_ kube.Object = (*corev1.PersistentVolume)(nil)
+	_ kube.Object = (*storagev1.StorageClass)(nil)
+)

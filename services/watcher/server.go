@@ -1,0 +1,197 @@
+package watcher
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync/atomic"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	watcherv1 "github.com/volplane/volplane/proto/volplane/watcher/v1"
+)
+
+// batch is how many events a subscriber copies out of the ring per lock.
+const batch = 512
+
+type server struct {
+	watcherv1.UnimplementedWatcherServiceServer
+	hub     *hub
+	log     *slog.Logger
+	nextSub atomic.Uint64
+}
+
+func parseKinds(kinds []watcherv1.Kind) (kindSet, error) {
+	var s kindSet
+	if len(kinds) == 0 {
+		s[watcherv1.Kind_KIND_PERSISTENT_VOLUME] = true
+		s[watcherv1.Kind_KIND_PERSISTENT_VOLUME_CLAIM] = true
+		s[watcherv1.Kind_KIND_STORAGE_CLASS] = true
+		return s, nil
+	}
+	for _, k := range kinds {
+		switch k {
+		case watcherv1.Kind_KIND_PERSISTENT_VOLUME, watcherv1.Kind_KIND_PERSISTENT_VOLUME_CLAIM, watcherv1.Kind_KIND_STORAGE_CLASS:
+			s[k] = true
+		default:
+			return s, status.Errorf(codes.InvalidArgument, "kinds: %v is not a kind the watcher serves; use KIND_PERSISTENT_VOLUME, KIND_PERSISTENT_VOLUME_CLAIM or KIND_STORAGE_CLASS, or none for all", k)
+		}
+	}
+	return s, nil
+}
+
+// Watch streams the log to one subscriber; see the package documentation
+// for the resume contract.
+func (s *server) Watch(req *watcherv1.WatchRequest, st grpc.ServerStreamingServer[watcherv1.WatchResponse]) error {
+	kinds, err := parseKinds(req.GetKinds())
+	if err != nil {
+		return err
+	}
+	enc := req.GetEncoding()
+	switch enc {
+	case watcherv1.Encoding_ENCODING_UNSPECIFIED, watcherv1.Encoding_ENCODING_PROTOBUF, watcherv1.Encoding_ENCODING_JSON:
+	default:
+		return status.Errorf(codes.InvalidArgument, "encoding: %v is unknown; use ENCODING_PROTOBUF (default) or ENCODING_JSON", enc)
+	}
+	ctx := st.Context()
+	h := s.hub
+	select {
+	case <-h.syncedCh:
+	case <-ctx.Done():
+		return status.FromContextError(ctx.Err()).Err()
+	}
+
+	id := s.nextSub.Add(1)
+	log := s.log.With("subscriber", id)
+	h.mu.Lock()
+	h.subscribers++
+	var (
+		next   uint64 // the last sequence sent
+		resync = true
+		c      = req.GetResumeAfter()
+	)
+	if c != nil && c.GetEpoch() == h.epoch {
+		if c.GetSequence() > h.head {
+			h.mu.Unlock()
+			s.unsubscribe()
+			return status.Errorf(codes.InvalidArgument, "resume_after: sequence %d is ahead of the watcher's newest event %d in epoch %s; resume from a cursor the watcher sent", c.GetSequence(), h.head, h.epoch)
+		}
+		if c.GetSequence()+1 >= h.oldest() {
+			next, resync = c.GetSequence(), false
+		}
+	}
+	h.mu.Unlock()
+	defer s.unsubscribe()
+	if resync && c != nil {
+		log.Info("subscriber cannot resume; sending a full list", "cursor_epoch", c.GetEpoch(), "cursor_sequence", c.GetSequence())
+	}
+	log.Info("subscriber connected", "kinds", kindNames(kinds), "resume", !resync)
+
+	for {
+		if resync {
+			h.mu.Lock()
+			objs, seq := h.snapshot(kinds)
+			h.mu.Unlock()
+			if err := s.sendList(st, objs, seq, enc); err != nil {
+				log.Info("subscriber gone", "error", err)
+				return err
+			}
+			next, resync = seq, false
+		}
+		h.mu.Lock()
+		evs, ok, wait := h.since(next, batch)
+		h.mu.Unlock()
+		if !ok {
+			log.Warn("subscriber fell behind the watcher's history; sending a full list", "last_sent", next)
+			resync = true
+			continue
+		}
+		for _, e := range evs {
+			next = e.seq
+			if !kinds.has(e.kind) {
+				continue
+			}
+			if err := s.send(st, e, e.typ, e.seq, enc); err != nil {
+				log.Info("subscriber gone", "error", err)
+				return err
+			}
+		}
+		if len(evs) > 0 {
+			continue
+		}
+		select {
+		case <-wait:
+		case <-ctx.Done():
+			log.Info("subscriber disconnected")
+			return status.FromContextError(ctx.Err()).Err()
+		}
+	}
+}
+
+func (s *server) unsubscribe() {
+	s.hub.mu.Lock()
+	s.hub.subscribers--
+	s.hub.mu.Unlock()
+}
+
+// sendList sends RESET, every object as ADDED, and SYNCED, all with the
+// cursor the list is consistent with.
+func (s *server) sendList(st grpc.ServerStreamingServer[watcherv1.WatchResponse], objs []*event, seq uint64, enc watcherv1.Encoding) error {
+	cur := &watcherv1.Cursor{Epoch: s.hub.epoch, Sequence: seq}
+	if err := st.Send(&watcherv1.WatchResponse{Type: watcherv1.EventType_EVENT_TYPE_RESET, Cursor: cur}); err != nil {
+		return err
+	}
+	for _, e := range objs {
+		if err := s.send(st, e, watcherv1.EventType_EVENT_TYPE_ADDED, seq, enc); err != nil {
+			return err
+		}
+	}
+	return st.Send(&watcherv1.WatchResponse{Type: watcherv1.EventType_EVENT_TYPE_SYNCED, Cursor: cur})
+}
+
+func (s *server) send(st grpc.ServerStreamingServer[watcherv1.WatchResponse], e *event, typ watcherv1.EventType, seq uint64, enc watcherv1.Encoding) error {
+	b, err := e.encode(enc)
+	if err != nil {
+		// Not the subscriber's fault and not fatal to the others.
+		s.log.Error("encode object; event skipped", "kind", e.kind, "key", e.key, "error", err)
+		return nil
+	}
+	return st.Send(&watcherv1.WatchResponse{
+		Type:            typ,
+		Kind:            e.kind,
+		Cursor:          &watcherv1.Cursor{Epoch: s.hub.epoch, Sequence: seq},
+		Key:             e.key,
+		Object:          b,
+		ResourceVersion: e.rv,
+	})
+}
+
+// GetStatus reports the log's position and size.
+func (s *server) GetStatus(_ context.Context, _ *watcherv1.GetStatusRequest) (*watcherv1.GetStatusResponse, error) {
+	h := s.hub
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return &watcherv1.GetStatusResponse{
+		Epoch:                  h.epoch,
+		Sequence:               h.head,
+		OldestSequence:         h.oldest(),
+		Synced:                 h.synced,
+		PersistentVolumes:      int64(len(h.state[watcherv1.Kind_KIND_PERSISTENT_VOLUME])),
+		PersistentVolumeClaims: int64(len(h.state[watcherv1.Kind_KIND_PERSISTENT_VOLUME_CLAIM])),
+		StorageClasses:         int64(len(h.state[watcherv1.Kind_KIND_STORAGE_CLASS])),
+		Subscribers:            int32(h.subscribers),
+	}, nil
+}
+
+func kindNames(k kindSet) string {
+	var names []string
+	for i, on := range k {
+		if on {
+			names = append(names, strings.TrimPrefix(watcherv1.Kind(i).String(), "KIND_"))
+		}
+	}
+	return fmt.Sprint(names)
+}
