@@ -1,0 +1,282 @@
+package binder
+
+import (
+	"context"
+	"sort"
+	"strings"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/timestamppb"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/volplane/volplane/pkg/kube"
+	binderv1 "github.com/volplane/volplane/proto/volplane/binder/v1"
+)
+
+const (
+	defaultPageSize = 500
+	maxPageSize     = 5000
+)
+
+// api serves BinderService from the controller's cache.
+type api struct {
+	binderv1.UnimplementedBinderServiceServer
+	c        *controller
+	memberID string
+	members  func() []string
+	workers  int
+}
+
+var _ binderv1.BinderServiceServer = (*api)(nil)
+
+func (a *api) ready() error {
+	if !a.c.synced.Load() {
+		return status.Error(codes.Unavailable, errNotSynced.Error()+"; retry shortly")
+	}
+	return nil
+}
+
+func pageSize(n int32) (int, error) {
+	switch {
+	case n < 0 || n > maxPageSize:
+		return 0, status.Errorf(codes.InvalidArgument, "page_size %d is out of range: use 1 to %d, or 0 for the default %d", n, maxPageSize, defaultPageSize)
+	case n == 0:
+		return defaultPageSize, nil
+	}
+	return int(n), nil
+}
+
+func checkPhase(phase string, allowed ...string) error {
+	if phase == "" {
+		return nil
+	}
+	for _, a := range allowed {
+		if phase == a {
+			return nil
+		}
+	}
+	return status.Errorf(codes.InvalidArgument, "phase %q is not a phase: use one of %s, or leave it empty for all", phase, strings.Join(allowed, ", "))
+}
+
+// ListClaims implements BinderService.
+func (a *api) ListClaims(_ context.Context, req *binderv1.ListClaimsRequest) (*binderv1.ListClaimsResponse, error) {
+	if err := a.ready(); err != nil {
+		return nil, err
+	}
+	size, err := pageSize(req.GetPageSize())
+	if err != nil {
+		return nil, err
+	}
+	if err := checkPhase(req.GetPhase(), string(corev1.ClaimPending), string(corev1.ClaimBound), string(corev1.ClaimLost)); err != nil {
+		return nil, err
+	}
+	keys, _ := a.c.store.snapshot()
+	start := sort.SearchStrings(keys, req.GetPageToken())
+	if req.GetPageToken() != "" && start < len(keys) && keys[start] == req.GetPageToken() {
+		start++
+	}
+	resp := &binderv1.ListClaimsResponse{}
+	for _, k := range keys[start:] {
+		cl := a.c.store.claim(k)
+		if cl == nil || (req.GetNamespace() != "" && cl.Namespace != req.GetNamespace()) ||
+			(req.GetPhase() != "" && string(cl.Status.Phase) != req.GetPhase()) {
+			continue
+		}
+		if len(resp.Claims) == size {
+			last := resp.Claims[len(resp.Claims)-1]
+			resp.NextPageToken = last.GetNamespace() + "/" + last.GetName()
+			break
+		}
+		resp.Claims = append(resp.Claims, claimToAPI(cl))
+	}
+	return resp, nil
+}
+
+// GetClaim implements BinderService.
+func (a *api) GetClaim(_ context.Context, req *binderv1.GetClaimRequest) (*binderv1.GetClaimResponse, error) {
+	if req.GetNamespace() == "" || req.GetName() == "" {
+		return nil, status.Error(codes.InvalidArgument, "namespace and name are required")
+	}
+	if err := a.ready(); err != nil {
+		return nil, err
+	}
+	cl := a.c.store.claim(req.GetNamespace() + "/" + req.GetName())
+	if cl == nil {
+		return nil, status.Errorf(codes.NotFound, "claim %s/%s not found", req.GetNamespace(), req.GetName())
+	}
+	return &binderv1.GetClaimResponse{Claim: claimToAPI(cl)}, nil
+}
+
+// ListVolumes implements BinderService.
+func (a *api) ListVolumes(_ context.Context, req *binderv1.ListVolumesRequest) (*binderv1.ListVolumesResponse, error) {
+	if err := a.ready(); err != nil {
+		return nil, err
+	}
+	size, err := pageSize(req.GetPageSize())
+	if err != nil {
+		return nil, err
+	}
+	if err := checkPhase(req.GetPhase(), string(corev1.VolumePending), string(corev1.VolumeAvailable),
+		string(corev1.VolumeBound), string(corev1.VolumeReleased), string(corev1.VolumeFailed)); err != nil {
+		return nil, err
+	}
+	_, names := a.c.store.snapshot()
+	start := sort.SearchStrings(names, req.GetPageToken())
+	if req.GetPageToken() != "" && start < len(names) && names[start] == req.GetPageToken() {
+		start++
+	}
+	resp := &binderv1.ListVolumesResponse{}
+	for _, n := range names[start:] {
+		v := a.c.store.volume(n)
+		if v == nil || (req.GetPhase() != "" && string(v.Status.Phase) != req.GetPhase()) {
+			continue
+		}
+		if len(resp.Volumes) == size {
+			resp.NextPageToken = resp.Volumes[len(resp.Volumes)-1].GetName()
+			break
+		}
+		resp.Volumes = append(resp.Volumes, volumeToAPI(v))
+	}
+	return resp, nil
+}
+
+// GetVolume implements BinderService.
+func (a *api) GetVolume(_ context.Context, req *binderv1.GetVolumeRequest) (*binderv1.GetVolumeResponse, error) {
+	if req.GetName() == "" {
+		return nil, status.Error(codes.InvalidArgument, "name is required")
+	}
+	if err := a.ready(); err != nil {
+		return nil, err
+	}
+	v := a.c.store.volume(req.GetName())
+	if v == nil {
+		return nil, status.Errorf(codes.NotFound, "volume %s not found", req.GetName())
+	}
+	return &binderv1.GetVolumeResponse{Volume: volumeToAPI(v)}, nil
+}
+
+// SyncClaim implements BinderService.
+func (a *api) SyncClaim(_ context.Context, req *binderv1.SyncClaimRequest) (*binderv1.SyncClaimResponse, error) {
+	if req.GetNamespace() == "" || req.GetName() == "" {
+		return nil, status.Error(codes.InvalidArgument, "namespace and name are required")
+	}
+	if err := a.ready(); err != nil {
+		return nil, err
+	}
+	key := req.GetNamespace() + "/" + req.GetName()
+	if a.c.store.claim(key) == nil {
+		return nil, status.Errorf(codes.NotFound, "claim %s not found", key)
+	}
+	if !a.c.owns("pvc/" + key) {
+		return nil, status.Errorf(codes.FailedPrecondition, "claim %s is synced by another binder replica; ask that one", key)
+	}
+	a.c.claimQueue.Add(key)
+	return &binderv1.SyncClaimResponse{}, nil
+}
+
+// SyncVolume implements BinderService.
+func (a *api) SyncVolume(_ context.Context, req *binderv1.SyncVolumeRequest) (*binderv1.SyncVolumeResponse, error) {
+	if req.GetName() == "" {
+		return nil, status.Error(codes.InvalidArgument, "name is required")
+	}
+	if err := a.ready(); err != nil {
+		return nil, err
+	}
+	if a.c.store.volume(req.GetName()) == nil {
+		return nil, status.Errorf(codes.NotFound, "volume %s not found", req.GetName())
+	}
+	if !a.c.owns("pv/" + req.GetName()) {
+		return nil, status.Errorf(codes.FailedPrecondition, "volume %s is synced by another binder replica; ask that one", req.GetName())
+	}
+	a.c.volumeQueue.Add(req.GetName())
+	return &binderv1.SyncVolumeResponse{}, nil
+}
+
+// GetStatus implements BinderService.
+func (a *api) GetStatus(context.Context, *binderv1.GetStatusRequest) (*binderv1.GetStatusResponse, error) {
+	claims, volumes := a.c.store.counts()
+	return &binderv1.GetStatusResponse{
+		MemberId:          a.memberID,
+		Members:           a.members(),
+		Synced:            a.c.synced.Load(),
+		Workers:           int32(a.workers),
+		ClaimQueueLength:  int32(a.c.claimQueue.Len()),
+		VolumeQueueLength: int32(a.c.volumeQueue.Len()),
+		Claims:            int64(claims),
+		Volumes:           int64(volumes),
+		BindsTotal:        a.c.bindsTotal.Load(),
+	}, nil
+}
+
+func claimToAPI(cl *corev1.PersistentVolumeClaim) *binderv1.Claim {
+	req := cl.Spec.Resources.Requests[corev1.ResourceStorage]
+	capacity := cl.Status.Capacity[corev1.ResourceStorage]
+	out := &binderv1.Claim{
+		Namespace:          cl.Namespace,
+		Name:               cl.Name,
+		Uid:                string(cl.UID),
+		Phase:              string(cl.Status.Phase),
+		VolumeName:         cl.Spec.VolumeName,
+		StorageClassName:   claimClassName(cl),
+		RequestedBytes:     req.Value(),
+		CapacityBytes:      capacity.Value(),
+		AccessModes:        modes(cl.Spec.AccessModes),
+		VolumeMode:         volumeMode(cl.Spec.VolumeMode),
+		BindCompleted:      metav1.HasAnnotation(cl.ObjectMeta, kube.AnnBindCompleted),
+		BoundByController:  metav1.HasAnnotation(cl.ObjectMeta, kube.AnnBoundByController),
+		StorageProvisioner: cl.Annotations[kube.AnnStorageProvisioner],
+		SelectedNode:       cl.Annotations[kube.AnnSelectedNode],
+		ResourceVersion:    cl.ResourceVersion,
+		CreateTime:         timestamppb.New(cl.CreationTimestamp.Time),
+		Deleting:           cl.DeletionTimestamp != nil,
+	}
+	return out
+}
+
+func volumeToAPI(v *corev1.PersistentVolume) *binderv1.Volume {
+	capacity := v.Spec.Capacity[corev1.ResourceStorage]
+	out := &binderv1.Volume{
+		Name:              v.Name,
+		Uid:               string(v.UID),
+		Phase:             string(v.Status.Phase),
+		Message:           v.Status.Message,
+		StorageClassName:  v.Spec.StorageClassName,
+		CapacityBytes:     capacity.Value(),
+		AccessModes:       modes(v.Spec.AccessModes),
+		VolumeMode:        volumeMode(v.Spec.VolumeMode),
+		ReclaimPolicy:     string(v.Spec.PersistentVolumeReclaimPolicy),
+		ProvisionedBy:     v.Annotations[kube.AnnDynamicallyProvisioned],
+		BoundByController: metav1.HasAnnotation(v.ObjectMeta, kube.AnnBoundByController),
+		ResourceVersion:   v.ResourceVersion,
+		CreateTime:        timestamppb.New(v.CreationTimestamp.Time),
+		Deleting:          v.DeletionTimestamp != nil,
+	}
+	if r := v.Spec.ClaimRef; r != nil {
+		out.ClaimRef = &binderv1.ClaimReference{Namespace: r.Namespace, Name: r.Name, Uid: string(r.UID)}
+	}
+	return out
+}
+
+func claimClassName(cl *corev1.PersistentVolumeClaim) string {
+	if cl.Spec.StorageClassName != nil {
+		return *cl.Spec.StorageClassName
+	}
+	return cl.Annotations[kube.AnnBetaStorageClass]
+}
+
+func modes(m []corev1.PersistentVolumeAccessMode) []string {
+	out := make([]string, len(m))
+	for i, x := range m {
+		out[i] = string(x)
+	}
+	return out
+}
+
+func volumeMode(m *corev1.PersistentVolumeMode) string {
+	if m == nil {
+		return string(corev1.PersistentVolumeFilesystem)
+	}
+	return string(*m)
+}

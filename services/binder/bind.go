@@ -1,0 +1,248 @@
+package binder
+
+import (
+	"context"
+	"fmt"
+	"reflect"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/volplane/volplane/pkg/kube"
+	"github.com/volplane/volplane/pkg/match"
+)
+
+// bind binds volume and claim in Kubernetes' order, each step skipped when
+// already done: the volume's claimRef, the volume's phase, the claim's
+// volumeName and annotations, the claim's phase. Every write carries the
+// cached resourceVersion, so a stale cache ends in a conflict, never in a
+// volume bound twice. A free volume is reserved first.
+func (c *controller) bind(ctx context.Context, volume *corev1.PersistentVolume, claim *corev1.PersistentVolumeClaim) error {
+	if volume.Spec.ClaimRef == nil || volume.Spec.ClaimRef.UID != claim.UID {
+		release, err := c.reserve(ctx, volume, claim)
+		if err != nil {
+			return err
+		}
+		defer release()
+	}
+	volume, err := c.bindVolumeToClaim(ctx, volume, claim)
+	if err != nil {
+		return err
+	}
+	if volume, err = c.updateVolumePhase(ctx, volume, corev1.VolumeBound, ""); err != nil {
+		return err
+	}
+	if claim, err = c.bindClaimToVolume(ctx, claim, volume); err != nil {
+		return err
+	}
+	wasBound := claim.Status.Phase == corev1.ClaimBound
+	if _, err = c.updateClaimStatus(ctx, claim, corev1.ClaimBound, volume); err != nil {
+		return err
+	}
+	if !wasBound {
+		c.bindsTotal.Add(1)
+	}
+	return nil
+}
+
+// reserve takes a free volume for a claim: in memory against the other
+// workers of this replica, then in etcd against the other replicas.
+func (c *controller) reserve(ctx context.Context, volume *corev1.PersistentVolume, claim *corev1.PersistentVolumeClaim) (release func(), err error) {
+	if !c.store.reserve(volume.Name, claim.UID) {
+		return nil, fmt.Errorf("bind %s to %s: %w", claimKey(claim), volume.Name, errReserved)
+	}
+	if c.reservations == nil {
+		return func() { c.store.unreserve(volume.Name, claim.UID) }, nil
+	}
+	resource := "pv/" + volume.Name
+	if err := c.reservations.Reserve(ctx, resource, string(claim.UID)); err != nil {
+		c.store.unreserve(volume.Name, claim.UID)
+		return nil, fmt.Errorf("bind %s to %s: %w", claimKey(claim), volume.Name, err)
+	}
+	return func() {
+		c.store.unreserve(volume.Name, claim.UID)
+		c.releaseLater(resource, string(claim.UID))
+	}, nil
+}
+
+// unreserve drops the in-memory reservation findAndReserve took.
+func (c *controller) unreserve(volume *corev1.PersistentVolume, claim *corev1.PersistentVolumeClaim) {
+	c.store.unreserve(volume.Name, claim.UID)
+}
+
+// findAndReserve picks the best volume for the claim and reserves it in
+// memory; bind adds the etcd reservation. A volume another replica holds in
+// etcd makes bind fail, and the claim is synced again with backoff.
+func (c *controller) findAndReserve(claim *corev1.PersistentVolumeClaim, delay bool) (*corev1.PersistentVolume, error) {
+	return c.store.findAndReserve(claim, delay)
+}
+
+func (c *controller) bindVolumeToClaim(ctx context.Context, volume *corev1.PersistentVolume, claim *corev1.PersistentVolumeClaim) (*corev1.PersistentVolume, error) {
+	ref := volume.Spec.ClaimRef
+	setRef := ref == nil || ref.Name != claim.Name || ref.Namespace != claim.Namespace || ref.UID != claim.UID
+	setAnn := !match.BoundToClaim(volume, claim) && !metav1.HasAnnotation(volume.ObjectMeta, kube.AnnBoundByController)
+	if !setRef && !setAnn {
+		return volume, nil
+	}
+	clone := volume.DeepCopy()
+	if setRef {
+		clone.Spec.ClaimRef = &corev1.ObjectReference{
+			Kind:            "PersistentVolumeClaim",
+			APIVersion:      "v1",
+			Namespace:       claim.Namespace,
+			Name:            claim.Name,
+			UID:             claim.UID,
+			ResourceVersion: claim.ResourceVersion,
+		}
+	}
+	if setAnn {
+		metav1.SetMetaDataAnnotation(&clone.ObjectMeta, kube.AnnBoundByController, "yes")
+	}
+	updated, err := c.client.CoreV1().PersistentVolumes().Update(ctx, clone, metav1.UpdateOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("bind volume %s to claim %s: %w", volume.Name, claimKey(claim), err)
+	}
+	return c.store.putVolume(updated), nil
+}
+
+func (c *controller) bindClaimToVolume(ctx context.Context, claim *corev1.PersistentVolumeClaim, volume *corev1.PersistentVolume) (*corev1.PersistentVolumeClaim, error) {
+	setName := claim.Spec.VolumeName != volume.Name
+	setAnn := setName && !metav1.HasAnnotation(claim.ObjectMeta, kube.AnnBoundByController)
+	setDone := !metav1.HasAnnotation(claim.ObjectMeta, kube.AnnBindCompleted)
+	if !setName && !setAnn && !setDone {
+		return claim, nil
+	}
+	clone := claim.DeepCopy()
+	if setName {
+		clone.Spec.VolumeName = volume.Name
+	}
+	if setAnn {
+		metav1.SetMetaDataAnnotation(&clone.ObjectMeta, kube.AnnBoundByController, "yes")
+	}
+	if setDone {
+		metav1.SetMetaDataAnnotation(&clone.ObjectMeta, kube.AnnBindCompleted, "yes")
+	}
+	updated, err := c.client.CoreV1().PersistentVolumeClaims(claim.Namespace).Update(ctx, clone, metav1.UpdateOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("bind claim %s to volume %s: %w", claimKey(claim), volume.Name, err)
+	}
+	return c.store.putClaim(updated), nil
+}
+
+// updateClaimStatus sets the claim's phase and, from the volume, its access
+// modes and (only when it becomes Bound) capacity; nil volume clears them.
+func (c *controller) updateClaimStatus(ctx context.Context, claim *corev1.PersistentVolumeClaim, phase corev1.PersistentVolumeClaimPhase, volume *corev1.PersistentVolume) (*corev1.PersistentVolumeClaim, error) {
+	clone := claim.DeepCopy()
+	dirty := false
+	if claim.Status.Phase != phase {
+		clone.Status.Phase = phase
+		dirty = true
+	}
+	if volume == nil {
+		if claim.Status.AccessModes != nil {
+			clone.Status.AccessModes = nil
+			dirty = true
+		}
+		if claim.Status.Capacity != nil {
+			clone.Status.Capacity = nil
+			dirty = true
+		}
+	} else {
+		if !reflect.DeepEqual(claim.Status.AccessModes, volume.Spec.AccessModes) {
+			clone.Status.AccessModes = volume.Spec.AccessModes
+			dirty = true
+		}
+		if claim.Status.Phase != phase {
+			volCap, ok := volume.Spec.Capacity[corev1.ResourceStorage]
+			if !ok {
+				return nil, fmt.Errorf("PersistentVolume %q is without a storage capacity", volume.Name)
+			}
+			claimCap, hasCap := claim.Status.Capacity[corev1.ResourceStorage]
+			if pre, ok := volume.Annotations[kube.AnnPreResizeCapacity]; ok {
+				q, err := resource.ParseQuantity(pre)
+				if err != nil {
+					return nil, fmt.Errorf("volume %s: annotation %s: %w", volume.Name, kube.AnnPreResizeCapacity, err)
+				}
+				clone.Status.Capacity = corev1.ResourceList{corev1.ResourceStorage: q}
+				dirty = true
+			} else if !hasCap || volCap.Cmp(claimCap) != 0 {
+				clone.Status.Capacity = volume.Spec.Capacity
+				dirty = true
+			}
+		}
+	}
+	if !dirty {
+		return claim, nil
+	}
+	updated, err := c.client.CoreV1().PersistentVolumeClaims(claim.Namespace).UpdateStatus(ctx, clone, metav1.UpdateOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("update status of claim %s to %s: %w", claimKey(claim), phase, err)
+	}
+	return c.store.putClaim(updated), nil
+}
+
+// updateClaimStatusWithEvent is updateClaimStatus plus a warning event, both
+// only when the phase changes.
+func (c *controller) updateClaimStatusWithEvent(ctx context.Context, claim *corev1.PersistentVolumeClaim, phase corev1.PersistentVolumeClaimPhase, volume *corev1.PersistentVolume, reason, message string) (*corev1.PersistentVolumeClaim, error) {
+	if claim.Status.Phase == phase {
+		return claim, nil
+	}
+	updated, err := c.updateClaimStatus(ctx, claim, phase, volume)
+	if err != nil {
+		return nil, err
+	}
+	c.recorder.Event(updated, corev1.EventTypeWarning, reason, message)
+	return updated, nil
+}
+
+// updateVolumePhase sets the volume's phase and message when they differ.
+func (c *controller) updateVolumePhase(ctx context.Context, volume *corev1.PersistentVolume, phase corev1.PersistentVolumePhase, message string) (*corev1.PersistentVolume, error) {
+	if volume.Status.Phase == phase {
+		return volume, nil
+	}
+	clone := volume.DeepCopy()
+	clone.Status.Phase = phase
+	clone.Status.Message = message
+	updated, err := c.client.CoreV1().PersistentVolumes().UpdateStatus(ctx, clone, metav1.UpdateOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("update phase of volume %s to %s: %w", volume.Name, phase, err)
+	}
+	return c.store.putVolume(updated), nil
+}
+
+// updateVolumePhaseWithEvent is updateVolumePhase plus a warning event, both
+// only when the phase changes.
+func (c *controller) updateVolumePhaseWithEvent(ctx context.Context, volume *corev1.PersistentVolume, phase corev1.PersistentVolumePhase, reason, message string) (*corev1.PersistentVolume, error) {
+	if volume.Status.Phase == phase {
+		return volume, nil
+	}
+	updated, err := c.updateVolumePhase(ctx, volume, phase, message)
+	if err != nil {
+		return nil, err
+	}
+	c.recorder.Event(updated, corev1.EventTypeWarning, reason, message)
+	return updated, nil
+}
+
+// unbindVolume gives a volume back: a volume the controller bound loses its
+// claimRef and bound-by-controller; one a user pre-bound keeps its claimRef
+// without the UID. Then it is Available.
+func (c *controller) unbindVolume(ctx context.Context, volume *corev1.PersistentVolume) error {
+	clone := volume.DeepCopy()
+	if metav1.HasAnnotation(volume.ObjectMeta, kube.AnnBoundByController) {
+		clone.Spec.ClaimRef = nil
+		delete(clone.Annotations, kube.AnnBoundByController)
+		if len(clone.Annotations) == 0 {
+			clone.Annotations = nil
+		}
+	} else {
+		clone.Spec.ClaimRef.UID = ""
+	}
+	updated, err := c.client.CoreV1().PersistentVolumes().Update(ctx, clone, metav1.UpdateOptions{})
+	if err != nil {
+		return fmt.Errorf("unbind volume %s: %w", volume.Name, err)
+	}
+	_, err = c.updateVolumePhase(ctx, c.store.putVolume(updated), corev1.VolumeAvailable, "")
+	return err
+}

@@ -1,0 +1,330 @@
+package binder
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/record"
+	"k8s.io/client-go/util/workqueue"
+
+	"github.com/volplane/volplane/pkg/kube"
+	watcherv1 "github.com/volplane/volplane/proto/volplane/watcher/v1"
+)
+
+// reservations is what the binder needs of etcd coordination.
+type reservations interface {
+	Reserve(ctx context.Context, resource, holder string) error
+	Release(ctx context.Context, resource, holder string) error
+}
+
+// reclaimer is what the binder needs of the reclaimer service.
+type reclaimer interface {
+	Reclaim(ctx context.Context, volume *corev1.PersistentVolume) error
+}
+
+// controller is the binding state machine with its cache and work queues.
+type controller struct {
+	log          *slog.Logger
+	client       kubernetes.Interface
+	recorder     record.EventRecorder
+	reservations reservations // nil: this replica's memory only
+	reclaimer    reclaimer    // nil: Released volumes wait for another reclaimer
+	owns         func(key string) bool
+
+	store       *store
+	claimQueue  workqueue.TypedRateLimitingInterface[string]
+	volumeQueue workqueue.TypedRateLimitingInterface[string]
+
+	synced     atomic.Bool
+	syncedCh   chan struct{}
+	syncedOnce sync.Once
+	bindsTotal atomic.Int64
+
+	// relisted tracks the keys a full list after Reset delivered, so that
+	// objects missing from it are deleted on Synced.
+	relisting bool
+	relisted  map[watcherv1.Kind]map[string]bool
+
+	releases chan [2]string
+}
+
+func newController(log *slog.Logger, client kubernetes.Interface, recorder record.EventRecorder) *controller {
+	limiter := func() workqueue.TypedRateLimiter[string] {
+		// Per-item exponential backoff only: a conflict is retried after
+		// 5ms, 10ms, ... up to 5 minutes, without the global token bucket
+		// that would throttle retries during a burst of binds.
+		return workqueue.NewTypedItemExponentialFailureRateLimiter[string](5*time.Millisecond, 5*time.Minute)
+	}
+	return &controller{
+		log:      log,
+		client:   client,
+		recorder: recorder,
+		owns:     func(string) bool { return true },
+		store:    newStore(),
+		claimQueue: workqueue.NewTypedRateLimitingQueueWithConfig(limiter(),
+			workqueue.TypedRateLimitingQueueConfig[string]{Name: "claims"}),
+		volumeQueue: workqueue.NewTypedRateLimitingQueueWithConfig(limiter(),
+			workqueue.TypedRateLimitingQueueConfig[string]{Name: "volumes"}),
+		syncedCh: make(chan struct{}),
+		releases: make(chan [2]string, 4096),
+	}
+}
+
+// Reset implements watchclient.Handler: a full list follows.
+func (c *controller) Reset() {
+	c.relisting = true
+	c.relisted = map[watcherv1.Kind]map[string]bool{
+		watcherv1.Kind_KIND_PERSISTENT_VOLUME:       {},
+		watcherv1.Kind_KIND_PERSISTENT_VOLUME_CLAIM: {},
+		watcherv1.Kind_KIND_STORAGE_CLASS:           {},
+	}
+}
+
+// Synced implements watchclient.Handler: the full list is complete; objects
+// it did not mention were deleted while the stream was down.
+func (c *controller) Synced() {
+	if c.relisting {
+		claims, volumes := c.store.snapshot()
+		for _, k := range claims {
+			if !c.relisted[watcherv1.Kind_KIND_PERSISTENT_VOLUME_CLAIM][k] {
+				c.claimDeleted(k)
+			}
+		}
+		for _, n := range volumes {
+			if !c.relisted[watcherv1.Kind_KIND_PERSISTENT_VOLUME][n] {
+				c.volumeDeleted(n)
+			}
+		}
+		c.store.mu.Lock()
+		for n := range c.store.classes {
+			if !c.relisted[watcherv1.Kind_KIND_STORAGE_CLASS][n] {
+				delete(c.store.classes, n)
+			}
+		}
+		c.store.mu.Unlock()
+		c.relisting, c.relisted = false, nil
+	}
+	c.syncedOnce.Do(func() {
+		c.synced.Store(true)
+		close(c.syncedCh)
+	})
+}
+
+// Event implements watchclient.Handler: it updates the cache and queues the
+// keys the change may affect.
+func (c *controller) Event(ev *watcherv1.WatchResponse) error {
+	if c.relisting && ev.Type == watcherv1.EventType_EVENT_TYPE_ADDED {
+		if m := c.relisted[ev.Kind]; m != nil {
+			m[ev.Key] = true
+		}
+	}
+	deleted := ev.Type == watcherv1.EventType_EVENT_TYPE_DELETED
+	switch ev.Kind {
+	case watcherv1.Kind_KIND_PERSISTENT_VOLUME:
+		if deleted {
+			c.volumeDeleted(ev.Key)
+			return nil
+		}
+		v, err := kube.DecodeVolume(ev.Object)
+		if err != nil {
+			return err
+		}
+		c.volumeChanged(c.store.putVolume(v))
+	case watcherv1.Kind_KIND_PERSISTENT_VOLUME_CLAIM:
+		if deleted {
+			c.claimDeleted(ev.Key)
+			return nil
+		}
+		cl, err := kube.DecodeClaim(ev.Object)
+		if err != nil {
+			return err
+		}
+		c.store.putClaim(cl)
+		c.claimQueue.Add(ev.Key)
+	case watcherv1.Kind_KIND_STORAGE_CLASS:
+		if deleted {
+			c.store.deleteClass(ev.Key)
+			return nil
+		}
+		sc, err := kube.DecodeStorageClass(ev.Object)
+		if err != nil {
+			return err
+		}
+		c.store.putClass(sc)
+		// Claims of this class may now be provisioned or bound.
+		for _, k := range c.store.unboundClaimsOfClass(sc.Name) {
+			c.claimQueue.Add(k)
+		}
+	}
+	return nil
+}
+
+// volumeChanged queues the volume and the claims it can serve now: the
+// claim its claimRef names, claims that asked for it by name, and, when it
+// is free, the waiting claims it fits (Kubernetes leaves those to its 15s
+// resync).
+func (c *controller) volumeChanged(v *corev1.PersistentVolume) {
+	c.volumeQueue.Add(v.Name)
+	for _, k := range c.store.unboundClaimsFor(v) {
+		c.claimQueue.Add(k)
+	}
+}
+
+func (c *controller) volumeDeleted(name string) {
+	old := c.store.deleteVolume(name)
+	if old != nil && old.Spec.ClaimRef != nil {
+		// The claim turns Lost now rather than at the next resync.
+		c.claimQueue.Add(refKey(old.Spec.ClaimRef))
+	}
+}
+
+func (c *controller) claimDeleted(key string) {
+	old := c.store.deleteClaim(key)
+	if old != nil && old.Spec.VolumeName != "" {
+		// The volume is Released now rather than at the next resync.
+		c.volumeQueue.Add(old.Spec.VolumeName)
+	}
+	for _, n := range c.store.volumesClaimedBy(key) {
+		c.volumeQueue.Add(n)
+	}
+}
+
+// enqueueAll queues every object (periodic resync, membership change).
+func (c *controller) enqueueAll() {
+	claims, volumes := c.store.snapshot()
+	for _, k := range claims {
+		c.claimQueue.Add(k)
+	}
+	for _, n := range volumes {
+		c.volumeQueue.Add(n)
+	}
+}
+
+// run starts workers claim workers and as many volume workers, once the
+// cache is synced, and blocks until ctx ends.
+func (c *controller) run(ctx context.Context, workers int, resync time.Duration) error {
+	go func() {
+		<-ctx.Done()
+		c.claimQueue.ShutDownWithDrain()
+		c.volumeQueue.ShutDownWithDrain()
+	}()
+	select {
+	case <-c.syncedCh:
+	case <-ctx.Done():
+		return nil
+	}
+	c.log.Info("cache synced, starting workers", "workers", workers)
+	var wg sync.WaitGroup
+	for range workers {
+		wg.Add(2)
+		go func() { defer wg.Done(); c.worker(ctx, c.claimQueue, c.syncClaimKey) }()
+		go func() { defer wg.Done(); c.worker(ctx, c.volumeQueue, c.syncVolumeKey) }()
+	}
+	wg.Add(1)
+	go func() { defer wg.Done(); c.releaser(ctx) }()
+	if resync > 0 {
+		t := time.NewTicker(resync)
+		defer t.Stop()
+		for {
+			select {
+			case <-t.C:
+				c.enqueueAll()
+				continue
+			case <-ctx.Done():
+			}
+			break
+		}
+	} else {
+		<-ctx.Done()
+	}
+	wg.Wait()
+	return nil
+}
+
+func (c *controller) worker(ctx context.Context, q workqueue.TypedRateLimitingInterface[string], sync func(context.Context, string) error) {
+	for {
+		key, quit := q.Get()
+		if quit {
+			return
+		}
+		err := sync(ctx, key)
+		switch {
+		case err == nil:
+			q.Forget(key)
+		case ctx.Err() != nil:
+			q.Forget(key)
+		default:
+			lvl := slog.LevelWarn
+			if apierrors.IsConflict(err) || errors.Is(err, errReserved) {
+				lvl = slog.LevelDebug // expected under concurrency: sync again
+			}
+			c.log.Log(ctx, lvl, "sync failed, retrying with backoff", "key", key, "error", err, "retries", q.NumRequeues(key))
+			q.AddRateLimited(key)
+		}
+		q.Done(key)
+	}
+}
+
+func (c *controller) syncClaimKey(ctx context.Context, key string) error {
+	if !c.owns("pvc/" + key) {
+		return nil
+	}
+	claim := c.store.claim(key)
+	if claim == nil {
+		return nil
+	}
+	return c.syncClaim(ctx, claim)
+}
+
+func (c *controller) syncVolumeKey(ctx context.Context, name string) error {
+	if !c.owns("pv/" + name) {
+		return nil
+	}
+	v := c.store.volume(name)
+	if v == nil {
+		return nil
+	}
+	return c.syncVolume(ctx, v)
+}
+
+// releaseLater drops an etcd reservation in the background: the bind it
+// guarded is written to the API, which now keeps other replicas away.
+func (c *controller) releaseLater(resource, holder string) {
+	select {
+	case c.releases <- [2]string{resource, holder}:
+	default:
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		c.release(ctx, resource, holder)
+	}
+}
+
+func (c *controller) releaser(ctx context.Context) {
+	for {
+		select {
+		case r := <-c.releases:
+			c.release(ctx, r[0], r[1])
+		case <-ctx.Done():
+			return
+		}
+	}
+}
+
+func (c *controller) release(ctx context.Context, resource, holder string) {
+	if err := c.reservations.Release(ctx, resource, holder); err != nil && ctx.Err() == nil {
+		// The reservation lives on the session lease: it goes when this
+		// replica does.
+		c.log.Warn("release reservation", "resource", resource, "error", err)
+	}
+}
+
+// errNotSynced answers API calls before the cache is filled.
+var errNotSynced = fmt.Errorf("the binder's cache is not synced with the watcher yet")

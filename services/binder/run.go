@@ -1,0 +1,255 @@
+package binder
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"sync/atomic"
+	"time"
+
+	"golang.org/x/sync/errgroup"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/kubernetes/scheme"
+	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/record"
+
+	"github.com/volplane/volplane/pkg/coord"
+	"github.com/volplane/volplane/pkg/grpcutil"
+	"github.com/volplane/volplane/pkg/kube"
+	"github.com/volplane/volplane/pkg/watchclient"
+	binderv1 "github.com/volplane/volplane/proto/volplane/binder/v1"
+	reclaimerv1 "github.com/volplane/volplane/proto/volplane/reclaimer/v1"
+	watcherv1 "github.com/volplane/volplane/proto/volplane/watcher/v1"
+)
+
+// Service is the binder's name in etcd membership.
+const Service = "binder"
+
+// Options configures a binder replica.
+type Options struct {
+	// Kubeconfig is the kubeconfig path; empty means in-cluster config.
+	Kubeconfig string
+	// RESTConfig, when set, is used instead of Kubeconfig (tests).
+	RESTConfig *rest.Config
+	// KubeQPS limits API requests per second; 0 means no client-side limit.
+	KubeQPS float32
+	// KubeBurst is the burst allowed above KubeQPS.
+	KubeBurst int
+	// EtcdEndpoints are the etcd client URLs for membership and reservations.
+	EtcdEndpoints []string
+	// Listen is the gRPC listen address of BinderService.
+	Listen string
+	// AdvertiseAddress is the address other components reach this replica
+	// at; defaults to Listen.
+	AdvertiseAddress string
+	// WatcherAddress is the watcher service's gRPC address (required).
+	WatcherAddress string
+	// ReclaimerAddress is the reclaimer service's gRPC address; empty means
+	// Released volumes are left to another reclaimer.
+	ReclaimerAddress string
+	// ProvisionerAddress is the provisioner service's gRPC address (used
+	// for dynamic provisioning; optional).
+	ProvisionerAddress string
+	// Workers is the number of claim workers (and of volume workers).
+	Workers int
+	// ResyncPeriod is how often every object is synced again; 0 disables.
+	ResyncPeriod time.Duration
+	// MemberID names this replica in etcd; defaults to hostname plus a
+	// random suffix.
+	MemberID string
+	// Logger receives the binder's logs; defaults to slog.Default().
+	Logger *slog.Logger
+}
+
+// DefaultWorkers is the default number of workers per queue: enough
+// requests in flight to keep the API server busy, since each bind is four
+// sequential writes.
+const DefaultWorkers = 64
+
+// DefaultResyncPeriod is how often every object is synced again, as in
+// kube-controller-manager.
+const DefaultResyncPeriod = 15 * time.Second
+
+func (o *Options) validate() error {
+	var errs []error
+	if o.WatcherAddress == "" {
+		errs = append(errs, errors.New("the watcher address is required (--watcher-address)"))
+	}
+	if len(o.EtcdEndpoints) == 0 {
+		errs = append(errs, errors.New("etcd endpoints are required for membership and reservations (--etcd-endpoints)"))
+	}
+	if o.Listen == "" {
+		errs = append(errs, errors.New("a listen address is required (--listen)"))
+	}
+	if o.Workers < 0 {
+		errs = append(errs, fmt.Errorf("workers must be at least 1, got %d (--workers)", o.Workers))
+	}
+	if o.ResyncPeriod < 0 {
+		errs = append(errs, fmt.Errorf("resync period must not be negative, got %s (--resync-period)", o.ResyncPeriod))
+	}
+	if o.Workers == 0 {
+		o.Workers = DefaultWorkers
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	if o.AdvertiseAddress == "" {
+		o.AdvertiseAddress = o.Listen
+	}
+	if o.MemberID == "" {
+		host, _ := os.Hostname()
+		b := make([]byte, 4)
+		_, _ = rand.Read(b)
+		o.MemberID = host + "-" + hex.EncodeToString(b)
+	}
+	return errors.Join(errs...)
+}
+
+// Run runs a binder replica until ctx ends, then shuts down gracefully.
+func Run(ctx context.Context, o Options) error {
+	if err := o.validate(); err != nil {
+		return fmt.Errorf("binder options: %w", err)
+	}
+	log := o.Logger
+	cfg := o.RESTConfig
+	copts := kube.ClientOptions{Kubeconfig: o.Kubeconfig, QPS: o.KubeQPS, Burst: o.KubeBurst, UserAgent: "volplane-binder"}
+	if cfg == nil {
+		var err error
+		if cfg, err = kube.RESTConfig(copts); err != nil {
+			return err
+		}
+	} else {
+		cfg = kube.Tune(cfg, copts)
+	}
+	client, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return fmt.Errorf("kubernetes client: %w", err)
+	}
+
+	co, err := coord.New(ctx, coord.Options{Endpoints: o.EtcdEndpoints, Logger: log})
+	if err != nil {
+		return err
+	}
+	defer co.Close()
+
+	watcherConn, err := grpcutil.Dial(o.WatcherAddress)
+	if err != nil {
+		return err
+	}
+	defer watcherConn.Close()
+
+	lis, err := grpcutil.Listen(o.Listen)
+	if err != nil {
+		return err
+	}
+
+	broadcaster := record.NewBroadcaster(record.WithContext(ctx))
+	broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: client.CoreV1().Events("")})
+	defer broadcaster.Shutdown()
+	recorder := broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: kube.ControllerComponent})
+
+	c := newController(log, client, recorder)
+	c.reservations = co
+	if o.ReclaimerAddress != "" {
+		cc, err := grpcutil.Dial(o.ReclaimerAddress)
+		if err != nil {
+			return err
+		}
+		defer cc.Close()
+		c.reclaimer = reclaimerClient{reclaimerv1.NewReclaimerServiceClient(cc)}
+	}
+
+	var (
+		ring    atomic.Pointer[coord.Ring]
+		members atomic.Pointer[[]string]
+	)
+	ring.Store(coord.NewRing([]string{o.MemberID}))
+	members.Store(&[]string{o.MemberID})
+	c.owns = func(key string) bool { return ring.Load().Owner(key) == o.MemberID }
+
+	srv := grpcutil.NewServer(log)
+	binderv1.RegisterBinderServiceServer(srv.Server, &api{
+		c: c, memberID: o.MemberID, workers: o.Workers,
+		members: func() []string { return *members.Load() },
+	})
+
+	if err := co.Register(ctx, Service, o.MemberID, o.AdvertiseAddress); err != nil {
+		return err
+	}
+	log.Info("binder starting", "member", o.MemberID, "listen", lis.Addr().String(), "watcher", o.WatcherAddress, "workers", o.Workers)
+
+	g, gctx := errgroup.WithContext(ctx)
+	g.Go(func() error { return srv.Serve(gctx, lis, 10*time.Second) })
+	g.Go(func() error {
+		err := watchclient.Run(gctx, watcherConn, watchclient.Options{
+			Kinds:  []watcherv1.Kind{watcherv1.Kind_KIND_PERSISTENT_VOLUME, watcherv1.Kind_KIND_PERSISTENT_VOLUME_CLAIM, watcherv1.Kind_KIND_STORAGE_CLASS},
+			Logger: log.With("peer", "watcher"),
+		}, c)
+		if gctx.Err() != nil {
+			return nil
+		}
+		return err
+	})
+	g.Go(func() error { return c.run(gctx, o.Workers, o.ResyncPeriod) })
+	g.Go(func() error {
+		select {
+		case <-c.syncedCh:
+			srv.SetServing(true, binderv1.BinderService_ServiceDesc.ServiceName)
+			log.Info("binder ready")
+		case <-gctx.Done():
+		}
+		return nil
+	})
+	g.Go(func() error {
+		err := co.WatchMembers(gctx, Service, func(ms []coord.Member) {
+			ids := make([]string, len(ms))
+			for i, m := range ms {
+				ids[i] = m.ID
+			}
+			if len(ids) == 0 {
+				ids = []string{o.MemberID}
+			}
+			ring.Store(coord.NewRing(ids))
+			members.Store(&ids)
+			log.Info("binder members changed; resyncing owned objects", "members", ids)
+			c.enqueueAll()
+		})
+		if gctx.Err() != nil {
+			return nil
+		}
+		return err
+	})
+	g.Go(func() error {
+		select {
+		case <-co.Done():
+			return errors.New("etcd session lost: stopping so that no exclusive work continues without its lease")
+		case <-gctx.Done():
+			return nil
+		}
+	})
+	err = g.Wait()
+	log.Info("binder stopped")
+	return err
+}
+
+// reclaimerClient adapts the reclaimer's gRPC client to the binder's needs.
+type reclaimerClient struct {
+	c reclaimerv1.ReclaimerServiceClient
+}
+
+var _ reclaimer = reclaimerClient{}
+
+func (r reclaimerClient) Reclaim(ctx context.Context, v *corev1.PersistentVolume) error {
+	b, err := kube.EncodeProto(v)
+	if err != nil {
+		return err
+	}
+	_, err = r.c.Reclaim(ctx, &reclaimerv1.ReclaimRequest{VolumeName: v.Name, VolumeUid: string(v.UID), Volume: b})
+	return err
+}

@@ -1,0 +1,335 @@
+package binder
+
+import (
+	"sort"
+	"strconv"
+	"sync"
+
+	corev1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/volplane/volplane/pkg/kube"
+	"github.com/volplane/volplane/pkg/match"
+)
+
+// store is the binder's cache of volumes, claims and classes, with the
+// indexes the state machine needs. Objects in it are never modified: a
+// change replaces the pointer.
+type store struct {
+	mu      sync.RWMutex
+	volumes map[string]*corev1.PersistentVolume
+	claims  map[string]*corev1.PersistentVolumeClaim
+	classes map[string]*storagev1.StorageClass
+
+	// freeByClass: volumes without a claimRef, by class.
+	freeByClass map[string]map[string]*corev1.PersistentVolume
+	// byClaimRef: volumes by the "namespace/name" their claimRef names.
+	byClaimRef map[string]map[string]*corev1.PersistentVolume
+	// unboundByClass: claims without bind-completed and without a
+	// volumeName, by class.
+	unboundByClass map[string]map[string]*corev1.PersistentVolumeClaim
+	// waitingFor: claims without bind-completed whose volumeName is set, by
+	// that volume name.
+	waitingFor map[string]map[string]struct{}
+	// reserved: volumes this replica is binding now, with the claim's UID.
+	reserved map[string]types.UID
+}
+
+func newStore() *store {
+	return &store{
+		volumes:        map[string]*corev1.PersistentVolume{},
+		claims:         map[string]*corev1.PersistentVolumeClaim{},
+		classes:        map[string]*storagev1.StorageClass{},
+		freeByClass:    map[string]map[string]*corev1.PersistentVolume{},
+		byClaimRef:     map[string]map[string]*corev1.PersistentVolume{},
+		unboundByClass: map[string]map[string]*corev1.PersistentVolumeClaim{},
+		waitingFor:     map[string]map[string]struct{}{},
+		reserved:       map[string]types.UID{},
+	}
+}
+
+func claimKey(c *corev1.PersistentVolumeClaim) string { return c.Namespace + "/" + c.Name }
+
+func refKey(r *corev1.ObjectReference) string { return r.Namespace + "/" + r.Name }
+
+// notOlder reports whether resourceVersion a is at least b. Unparsable
+// versions count as newer: the API server's word wins.
+func notOlder(a, b string) bool {
+	x, err1 := strconv.ParseUint(a, 10, 64)
+	y, err2 := strconv.ParseUint(b, 10, 64)
+	if err1 != nil || err2 != nil {
+		return true
+	}
+	return x >= y
+}
+
+func addTo[T any](m map[string]map[string]T, outer, inner string, v T) {
+	s := m[outer]
+	if s == nil {
+		s = map[string]T{}
+		m[outer] = s
+	}
+	s[inner] = v
+}
+
+func removeFrom[T any](m map[string]map[string]T, outer, inner string) {
+	if s := m[outer]; s != nil {
+		delete(s, inner)
+		if len(s) == 0 {
+			delete(m, outer)
+		}
+	}
+}
+
+// putVolume stores v unless the cache already holds a newer version. It
+// returns the version now cached.
+func (s *store) putVolume(v *corev1.PersistentVolume) *corev1.PersistentVolume {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	old := s.volumes[v.Name]
+	if old != nil {
+		if old.UID == v.UID && !notOlder(v.ResourceVersion, old.ResourceVersion) {
+			return old
+		}
+		s.unindexVolume(old)
+	}
+	s.volumes[v.Name] = v
+	if v.Spec.ClaimRef == nil {
+		addTo(s.freeByClass, match.VolumeClass(v), v.Name, v)
+	} else {
+		addTo(s.byClaimRef, refKey(v.Spec.ClaimRef), v.Name, v)
+	}
+	return v
+}
+
+func (s *store) unindexVolume(v *corev1.PersistentVolume) {
+	if v.Spec.ClaimRef == nil {
+		removeFrom(s.freeByClass, match.VolumeClass(v), v.Name)
+	} else {
+		removeFrom(s.byClaimRef, refKey(v.Spec.ClaimRef), v.Name)
+	}
+}
+
+func (s *store) deleteVolume(name string) *corev1.PersistentVolume {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	old := s.volumes[name]
+	if old != nil {
+		s.unindexVolume(old)
+		delete(s.volumes, name)
+	}
+	return old
+}
+
+func (s *store) volume(name string) *corev1.PersistentVolume {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return s.volumes[name]
+}
+
+// putClaim stores c unless the cache already holds a newer version. It
+// returns the version now cached.
+func (s *store) putClaim(c *corev1.PersistentVolumeClaim) *corev1.PersistentVolumeClaim {
+	key := claimKey(c)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	old := s.claims[key]
+	if old != nil {
+		if old.UID == c.UID && !notOlder(c.ResourceVersion, old.ResourceVersion) {
+			return old
+		}
+		s.unindexClaim(old)
+	}
+	s.claims[key] = c
+	if _, done := c.Annotations[kube.AnnBindCompleted]; !done {
+		if c.Spec.VolumeName == "" {
+			addTo(s.unboundByClass, match.ClaimClass(c), key, c)
+		} else {
+			addTo(s.waitingFor, c.Spec.VolumeName, key, struct{}{})
+		}
+	}
+	return c
+}
+
+func (s *store) unindexClaim(c *corev1.PersistentVolumeClaim) {
+	key := claimKey(c)
+	removeFrom(s.unboundByClass, match.ClaimClass(c), key)
+	if c.Spec.VolumeName != "" {
+		removeFrom(s.waitingFor, c.Spec.VolumeName, key)
+	}
+}
+
+func (s *store) deleteClaim(key string) *corev1.PersistentVolumeClaim {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	old := s.claims[key]
+	if old != nil {
+		s.unindexClaim(old)
+		delete(s.claims, key)
+	}
+	return old
+}
+
+func (s *store) claim(key string) *corev1.PersistentVolumeClaim {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return s.claims[key]
+}
+
+func (s *store) putClass(c *storagev1.StorageClass) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if old := s.classes[c.Name]; old != nil && old.UID == c.UID && !notOlder(c.ResourceVersion, old.ResourceVersion) {
+		return
+	}
+	s.classes[c.Name] = c
+}
+
+func (s *store) deleteClass(name string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.classes, name)
+}
+
+func (s *store) class(name string) *storagev1.StorageClass {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return s.classes[name]
+}
+
+// defaultClass is the newest class marked default (ties broken by name), as
+// Kubernetes chooses it; nil when there is none.
+func (s *store) defaultClass() *storagev1.StorageClass {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	var best *storagev1.StorageClass
+	for _, c := range s.classes {
+		if c.Annotations[kube.AnnDefaultStorageClass] != "true" && c.Annotations[kube.AnnBetaDefaultStorageClass] != "true" {
+			continue
+		}
+		if best == nil || c.CreationTimestamp.After(best.CreationTimestamp.Time) ||
+			(c.CreationTimestamp.Equal(&best.CreationTimestamp) && c.Name < best.Name) {
+			best = c
+		}
+	}
+	return best
+}
+
+// findAndReserve chooses the best volume for the claim among the volumes not
+// reserved for other claims, and reserves it for the claim, atomically with
+// respect to the other workers of this replica.
+func (s *store) findAndReserve(c *corev1.PersistentVolumeClaim, delayBinding bool) (*corev1.PersistentVolume, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	free := s.freeByClass[match.ClaimClass(c)]
+	bound := s.byClaimRef[claimKey(c)]
+	candidates := make([]*corev1.PersistentVolume, 0, len(free)+len(bound))
+	for _, v := range free {
+		candidates = append(candidates, v)
+	}
+	for _, v := range bound {
+		candidates = append(candidates, v)
+	}
+	f := match.Finder{Skip: func(v *corev1.PersistentVolume) bool {
+		uid, ok := s.reserved[v.Name]
+		return ok && uid != c.UID
+	}}
+	v, err := f.Best(c, candidates, delayBinding)
+	if err != nil || v == nil {
+		return nil, err
+	}
+	s.reserved[v.Name] = c.UID
+	return v, nil
+}
+
+// reserve reserves a volume for a claim in this replica; false when another
+// claim holds it.
+func (s *store) reserve(volume string, uid types.UID) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if held, ok := s.reserved[volume]; ok && held != uid {
+		return false
+	}
+	s.reserved[volume] = uid
+	return true
+}
+
+func (s *store) unreserve(volume string, uid types.UID) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.reserved[volume] == uid {
+		delete(s.reserved, volume)
+	}
+}
+
+// unboundClaimsFor lists the keys of claims waiting for a volume that v
+// could serve (same class, enough capacity, compatible modes), and of claims
+// that asked for v by name.
+func (s *store) unboundClaimsFor(v *corev1.PersistentVolume) []string {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	var keys []string
+	for k := range s.waitingFor[v.Name] {
+		keys = append(keys, k)
+	}
+	if v.Spec.ClaimRef != nil {
+		return append(keys, refKey(v.Spec.ClaimRef))
+	}
+	size := match.Capacity(v)
+	for k, c := range s.unboundByClass[match.VolumeClass(v)] {
+		if match.ContainsAllModes(v.Spec.AccessModes, c.Spec.AccessModes) && !match.VolumeModeMismatch(c, v) {
+			q := c.Spec.Resources.Requests[corev1.ResourceStorage]
+			if q.Value() <= size {
+				keys = append(keys, k)
+			}
+		}
+	}
+	return keys
+}
+
+// unboundClaimsOfClass lists the keys of claims of a class still waiting
+// for a volume.
+func (s *store) unboundClaimsOfClass(class string) []string {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	keys := make([]string, 0, len(s.unboundByClass[class]))
+	for k := range s.unboundByClass[class] {
+		keys = append(keys, k)
+	}
+	return keys
+}
+
+// volumesClaimedBy lists volumes whose claimRef names the claim key.
+func (s *store) volumesClaimedBy(key string) []string {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	names := make([]string, 0, len(s.byClaimRef[key]))
+	for n := range s.byClaimRef[key] {
+		names = append(names, n)
+	}
+	return names
+}
+
+// snapshot lists every claim key and volume name, sorted.
+func (s *store) snapshot() (claims, volumes []string) {
+	s.mu.RLock()
+	claims = make([]string, 0, len(s.claims))
+	for k := range s.claims {
+		claims = append(claims, k)
+	}
+	volumes = make([]string, 0, len(s.volumes))
+	for k := range s.volumes {
+		volumes = append(volumes, k)
+	}
+	s.mu.RUnlock()
+	sort.Strings(claims)
+	sort.Strings(volumes)
+	return claims, volumes
+}
+
+func (s *store) counts() (claims, volumes int) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return len(s.claims), len(s.volumes)
+}

@@ -1,0 +1,289 @@
+package binder
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	corev1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/volplane/volplane/pkg/kube"
+	"github.com/volplane/volplane/pkg/match"
+)
+
+// syncClaim brings one claim closer to Bound. It is idempotent and reads
+// only the cache, except where noted.
+func (c *controller) syncClaim(ctx context.Context, claim *corev1.PersistentVolumeClaim) error {
+	if _, done := claim.Annotations[kube.AnnBindCompleted]; done {
+		return c.syncBoundClaim(ctx, claim)
+	}
+	return c.syncUnboundClaim(ctx, claim)
+}
+
+func (c *controller) syncUnboundClaim(ctx context.Context, claim *corev1.PersistentVolumeClaim) error {
+	if claim.Spec.VolumeName != "" {
+		return c.syncPreboundClaim(ctx, claim)
+	}
+	delay, err := c.delayBinding(claim)
+	if err != nil {
+		return err
+	}
+	volume, err := c.findAndReserve(claim, delay)
+	if err != nil {
+		return fmt.Errorf("error finding PV for claim %q: %w", claimKey(claim), err)
+	}
+	if volume != nil {
+		defer c.unreserve(volume, claim)
+		return c.bind(ctx, volume, claim)
+	}
+
+	// No volume fits. A claim without any class gets the default class
+	// (retroactive default StorageClass assignment) and is synced again.
+	if assigned, err := c.assignDefaultClass(ctx, claim); err != nil || assigned {
+		return err
+	}
+	switch {
+	case delay && claim.Annotations[kube.AnnSelectedNode] == "":
+		c.recorder.Event(claim, corev1.EventTypeNormal, kube.EventWaitForFirstConsumer, "waiting for first consumer to be created before binding")
+	case match.ClaimClass(claim) != "":
+		// Provisioning updates the claim; the next sync finishes the bind.
+		return c.provisionClaim(ctx, claim)
+	default:
+		c.recorder.Event(claim, corev1.EventTypeNormal, kube.EventFailedBinding, "no persistent volumes available for this claim and no storage class is set")
+	}
+	_, err = c.updateClaimStatus(ctx, claim, corev1.ClaimPending, nil)
+	return err
+}
+
+// syncPreboundClaim handles a claim whose user asked for a volume by name.
+func (c *controller) syncPreboundClaim(ctx context.Context, claim *corev1.PersistentVolumeClaim) error {
+	volume := c.store.volume(claim.Spec.VolumeName)
+	switch {
+	case volume == nil:
+		// The volume does not exist (yet): stay Pending; its arrival
+		// queues this claim again.
+		_, err := c.updateClaimStatus(ctx, claim, corev1.ClaimPending, nil)
+		return err
+	case volume.Spec.ClaimRef == nil:
+		if err := match.Satisfies(volume, claim); err != nil {
+			c.recorder.Event(claim, corev1.EventTypeWarning, kube.EventVolumeMismatch,
+				fmt.Sprintf("Cannot bind to requested volume %q: %s", volume.Name, err))
+			_, err := c.updateClaimStatus(ctx, claim, corev1.ClaimPending, nil)
+			return err
+		}
+		return c.bind(ctx, volume, claim)
+	case match.BoundToClaim(volume, claim):
+		// The volume points here already: finish the bind.
+		return c.bind(ctx, volume, claim)
+	case !metav1.HasAnnotation(claim.ObjectMeta, kube.AnnBoundByController):
+		c.recorder.Event(claim, corev1.EventTypeWarning, kube.EventFailedBinding,
+			fmt.Sprintf("volume %q already bound to a different claim.", volume.Name))
+		_, err := c.updateClaimStatus(ctx, claim, corev1.ClaimPending, nil)
+		return err
+	default:
+		// Only possible when someone removed bind-completed from a claim
+		// the controller had bound.
+		c.recorder.Event(claim, corev1.EventTypeWarning, kube.EventFailedBinding,
+			fmt.Sprintf("volume %q already bound to a different claim.", volume.Name))
+		return fmt.Errorf("invalid binding of claim %q to volume %q: volume already claimed by %q",
+			claimKey(claim), claim.Spec.VolumeName, refKey(volume.Spec.ClaimRef))
+	}
+}
+
+func (c *controller) syncBoundClaim(ctx context.Context, claim *corev1.PersistentVolumeClaim) error {
+	if claim.Spec.VolumeName == "" {
+		_, err := c.updateClaimStatusWithEvent(ctx, claim, corev1.ClaimLost, nil, kube.EventClaimLost,
+			"Bound claim has lost reference to PersistentVolume. Data on the volume is lost!")
+		return err
+	}
+	volume := c.store.volume(claim.Spec.VolumeName)
+	switch {
+	case volume == nil:
+		_, err := c.updateClaimStatusWithEvent(ctx, claim, corev1.ClaimLost, nil, kube.EventClaimLost,
+			"Bound claim has lost its PersistentVolume. Data on the volume is lost!")
+		return err
+	case volume.Spec.ClaimRef == nil:
+		// Half-done bind, or the volume came unbound: bind again.
+		return c.bind(ctx, volume, claim)
+	case volume.Spec.ClaimRef.UID == claim.UID:
+		// All is well; bind only writes what is missing.
+		return c.bind(ctx, volume, claim)
+	default:
+		_, err := c.updateClaimStatusWithEvent(ctx, claim, corev1.ClaimLost, nil, kube.EventClaimMisbound,
+			"Two claims are bound to the same volume, this one is bound incorrectly")
+		return err
+	}
+}
+
+// syncVolume brings one volume's phase in line with its claim.
+func (c *controller) syncVolume(ctx context.Context, volume *corev1.PersistentVolume) error {
+	ref := volume.Spec.ClaimRef
+	if ref == nil || ref.UID == "" {
+		// Unused, or pre-bound by a user to a claim that will bind it.
+		_, err := c.updateVolumePhase(ctx, volume, corev1.VolumeAvailable, "")
+		return err
+	}
+	claim, err := c.claimOfVolume(ctx, volume)
+	if err != nil {
+		return err
+	}
+	switch {
+	case claim == nil:
+		// The claim is gone: Released, then the reclaim policy. A Failed
+		// volume keeps its phase so the user sees what went wrong while
+		// the reclaim is retried.
+		if volume.Status.Phase != corev1.VolumeReleased && volume.Status.Phase != corev1.VolumeFailed {
+			if volume, err = c.updateVolumePhase(ctx, volume, corev1.VolumeReleased, ""); err != nil {
+				return err
+			}
+		}
+		return c.reclaimVolume(ctx, volume)
+	case claim.Spec.VolumeName == "":
+		if match.VolumeModeMismatch(claim, volume) {
+			c.recorder.Event(volume, corev1.EventTypeWarning, kube.EventVolumeMismatch,
+				fmt.Sprintf("Cannot bind PersistentVolume to requested PersistentVolumeClaim %q due to incompatible volumeMode.", claim.Name))
+			c.recorder.Event(claim, corev1.EventTypeWarning, kube.EventVolumeMismatch,
+				fmt.Sprintf("Cannot bind PersistentVolume %q to requested PersistentVolumeClaim due to incompatible volumeMode.", volume.Name))
+			return nil
+		}
+		// The claim's sync finishes the bind; ask for it now.
+		c.claimQueue.Add(claimKey(claim))
+		return nil
+	case claim.Spec.VolumeName == volume.Name:
+		_, err := c.updateVolumePhase(ctx, volume, corev1.VolumeBound, "")
+		return err
+	case metav1.HasAnnotation(volume.ObjectMeta, kube.AnnDynamicallyProvisioned) &&
+		volume.Spec.PersistentVolumeReclaimPolicy == corev1.PersistentVolumeReclaimDelete:
+		// Provisioned for this claim, which got another volume: not needed.
+		if volume.Status.Phase != corev1.VolumeReleased && volume.Status.Phase != corev1.VolumeFailed {
+			if volume, err = c.updateVolumePhase(ctx, volume, corev1.VolumeReleased, ""); err != nil {
+				return err
+			}
+		}
+		return c.reclaimVolume(ctx, volume)
+	default:
+		// The claim is bound to another volume: give this one back.
+		return c.unbindVolume(ctx, volume)
+	}
+}
+
+// claimOfVolume finds the claim a volume's claimRef points to, or nil when
+// it is gone (or replaced by a claim with another UID). Before declaring a
+// claim gone it asks the API server, not only the cache: a volume must
+// never be released because the cache is behind.
+func (c *controller) claimOfVolume(ctx context.Context, volume *corev1.PersistentVolume) (*corev1.PersistentVolumeClaim, error) {
+	ref := volume.Spec.ClaimRef
+	claim := c.store.claim(refKey(ref))
+	if claim != nil && claim.UID == ref.UID {
+		return claim, nil
+	}
+	if claim == nil && (volume.Status.Phase == corev1.VolumeReleased || volume.Status.Phase == corev1.VolumeFailed) {
+		// Already released: the claim was confirmed gone before.
+		return nil, nil
+	}
+	live, err := c.client.CoreV1().PersistentVolumeClaims(ref.Namespace).Get(ctx, ref.Name, metav1.GetOptions{})
+	switch {
+	case apierrors.IsNotFound(err):
+		return nil, nil
+	case err != nil:
+		return nil, fmt.Errorf("get claim %s of volume %s: %w", refKey(ref), volume.Name, err)
+	case live.UID != ref.UID:
+		return nil, nil
+	}
+	return c.store.putClaim(live), nil
+}
+
+// delayBinding reports whether the claim's class binds only once a pod is
+// scheduled (WaitForFirstConsumer).
+func (c *controller) delayBinding(claim *corev1.PersistentVolumeClaim) (bool, error) {
+	name := match.ClaimClass(claim)
+	if name == "" {
+		return false, nil
+	}
+	class := c.store.class(name)
+	if class == nil {
+		return false, nil
+	}
+	if class.VolumeBindingMode == nil {
+		return false, fmt.Errorf("VolumeBindingMode not set for StorageClass %q", name)
+	}
+	return *class.VolumeBindingMode == storagev1.VolumeBindingWaitForFirstConsumer, nil
+}
+
+// assignDefaultClass gives a claim that names no class at all the default
+// class, as Kubernetes does for claims created before a default existed.
+func (c *controller) assignDefaultClass(ctx context.Context, claim *corev1.PersistentVolumeClaim) (bool, error) {
+	if match.ClaimHasClass(claim) {
+		return false, nil
+	}
+	class := c.store.defaultClass()
+	if class == nil {
+		return false, nil
+	}
+	clone := claim.DeepCopy()
+	clone.Spec.StorageClassName = &class.Name
+	updated, err := c.client.CoreV1().PersistentVolumeClaims(claim.Namespace).Update(ctx, clone, metav1.UpdateOptions{})
+	if err != nil {
+		return false, fmt.Errorf("can't update PersistentVolumeClaim[%q]: %w", claimKey(claim), err)
+	}
+	c.store.putClaim(updated)
+	return true, nil
+}
+
+// provisionClaim asks for a new volume: the class's provisioner is written
+// to the claim's storage-provisioner annotations, which external
+// provisioners (and volplane's provisioner) watch for.
+func (c *controller) provisionClaim(ctx context.Context, claim *corev1.PersistentVolumeClaim) error {
+	name := match.ClaimClass(claim)
+	class := c.store.class(name)
+	if class == nil {
+		c.recorder.Event(claim, corev1.EventTypeWarning, kube.EventProvisioningFailed,
+			fmt.Sprintf("storageclass.storage.k8s.io %q not found", name))
+		return nil
+	}
+	provisioner := class.Provisioner
+	if claim.Annotations[kube.AnnStorageProvisioner] != provisioner || claim.Annotations[kube.AnnBetaStorageProvisioner] != provisioner {
+		clone := claim.DeepCopy()
+		metav1.SetMetaDataAnnotation(&clone.ObjectMeta, kube.AnnBetaStorageProvisioner, provisioner)
+		metav1.SetMetaDataAnnotation(&clone.ObjectMeta, kube.AnnStorageProvisioner, provisioner)
+		updated, err := c.client.CoreV1().PersistentVolumeClaims(claim.Namespace).Update(ctx, clone, metav1.UpdateOptions{})
+		if err != nil {
+			c.recorder.Event(claim, corev1.EventTypeWarning, kube.EventProvisioningFailed, fmt.Sprintf("Error saving claim: %v", err))
+			return fmt.Errorf("set provisioner of claim %s: %w", claimKey(claim), err)
+		}
+		claim = c.store.putClaim(updated)
+	}
+	c.recorder.Event(claim, corev1.EventTypeNormal, kube.EventExternalProvisioning,
+		fmt.Sprintf("Waiting for a volume to be created either by the external provisioner '%s' or manually by the system administrator. If volume creation is delayed, please verify that the provisioner is running and correctly registered.", provisioner))
+	return nil
+}
+
+// reclaimVolume runs the reclaim policy of a Released volume by handing it
+// to the reclaimer service. Retain needs nothing; the reclaimer still
+// records it so tooling sees why the volume stays Released.
+func (c *controller) reclaimVolume(ctx context.Context, volume *corev1.PersistentVolume) error {
+	if volume.Annotations[kube.AnnMigratedTo] != "" {
+		return nil // an external CSI deleter owns it
+	}
+	switch volume.Spec.PersistentVolumeReclaimPolicy {
+	case corev1.PersistentVolumeReclaimRetain, corev1.PersistentVolumeReclaimRecycle, corev1.PersistentVolumeReclaimDelete:
+	default:
+		_, err := c.updateVolumePhaseWithEvent(ctx, volume, corev1.VolumeFailed, kube.EventVolumeUnknownReclaim,
+			"Volume has unrecognized PersistentVolumeReclaimPolicy")
+		return err
+	}
+	if c.reclaimer == nil {
+		return nil
+	}
+	if err := c.reclaimer.Reclaim(ctx, volume); err != nil {
+		return fmt.Errorf("hand volume %s to the reclaimer: %w", volume.Name, err)
+	}
+	return nil
+}
+
+// errReserved says another claim (of this or another replica) is binding
+// the volume; the claim is synced again later.
+var errReserved = errors.New("volume is reserved for another claim")
