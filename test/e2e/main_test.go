@@ -1,0 +1,143 @@
+package e2e
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/volplane/volplane/internal/devenv"
+	"github.com/volplane/volplane/pkg/kube"
+	"github.com/volplane/volplane/services/binder"
+	"github.com/volplane/volplane/services/reclaimer"
+	"github.com/volplane/volplane/services/watcher"
+)
+
+// cluster is the environment every test shares: one apiserver, one etcd,
+// one watcher, one reclaimer and one binder.
+var cluster struct {
+	env         *devenv.Env
+	client      kubernetes.Interface
+	watcherAddr string
+	binderAddr  string
+	logs        string
+}
+
+func freeAddr() string {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		panic(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}
+
+func TestMain(m *testing.M) {
+	flag.Parse()
+	if testing.Short() {
+		fmt.Println("e2e: skipped in -short mode")
+		os.Exit(0)
+	}
+	os.Exit(run(m))
+}
+
+func run(m *testing.M) int {
+	dir, err := os.MkdirTemp("", "volplane-e2e-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer os.RemoveAll(dir)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+
+	start := time.Now()
+	env, err := devenv.Start(ctx, devenv.Options{Dir: dir})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "e2e: start kube-apiserver and etcd:", err)
+		return 1
+	}
+	defer env.Stop()
+	fmt.Printf("e2e: kube-apiserver and etcd ready in %s\n", time.Since(start).Round(time.Millisecond))
+	cluster.env = env
+	cluster.client = kubernetes.NewForConfigOrDie(kube.Tune(env.RESTConfig, kube.ClientOptions{UserAgent: "volplane-e2e"}))
+
+	// Service logs go to a file, printed when a test fails.
+	cluster.logs = filepath.Join(dir, "services.log")
+	lf, err := os.Create(cluster.logs)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer lf.Close()
+	logger := func(name string) *slog.Logger {
+		return slog.New(slog.NewTextHandler(lf, &slog.HandlerOptions{Level: slog.LevelInfo})).With("component", name)
+	}
+
+	cluster.watcherAddr = freeAddr()
+	cluster.binderAddr = freeAddr()
+	reclaimerAddr := freeAddr()
+	errc := make(chan error, 3)
+	go func() {
+		errc <- watcher.Run(ctx, watcher.Options{Kubeconfig: env.Kubeconfig, Listen: cluster.watcherAddr, Logger: logger("watcher")})
+	}()
+	go func() {
+		errc <- reclaimer.Run(ctx, reclaimer.Options{Kubeconfig: env.Kubeconfig, EtcdEndpoints: env.EtcdEndpoints, Listen: reclaimerAddr, Logger: logger("reclaimer")})
+	}()
+	go func() {
+		errc <- binder.Run(ctx, binder.Options{
+			Kubeconfig:       env.Kubeconfig,
+			EtcdEndpoints:    env.EtcdEndpoints,
+			Listen:           cluster.binderAddr,
+			WatcherAddress:   cluster.watcherAddr,
+			ReclaimerAddress: reclaimerAddr,
+			// Long enough that every test below proves the event-driven
+			// path, not the periodic resync.
+			ResyncPeriod: 10 * time.Minute,
+			Logger:       logger("binder"),
+		})
+	}()
+	if err := waitServing(ctx, cluster.binderAddr, errc); err != nil {
+		fmt.Fprintln(os.Stderr, "e2e: services did not start:", err)
+		dumpLogs(os.Stderr)
+		return 1
+	}
+	code := m.Run()
+	if code != 0 {
+		dumpLogs(os.Stderr)
+	}
+	cancel()
+	for range 3 {
+		select {
+		case err := <-errc:
+			if err != nil {
+				fmt.Fprintln(os.Stderr, "e2e: service stopped with:", err)
+				code = 1
+			}
+		case <-time.After(30 * time.Second):
+			fmt.Fprintln(os.Stderr, "e2e: a service did not stop within 30s")
+			return 1
+		}
+	}
+	return code
+}
+
+func dumpLogs(w io.Writer) {
+	b, err := os.ReadFile(cluster.logs)
+	if err != nil {
+		return
+	}
+	const max = 64 << 10
+	if len(b) > max {
+		b = b[len(b)-max:]
+	}
+	fmt.Fprintf(w, "---- service logs (last %d bytes) ----\n%s\n", len(b), b)
+}
