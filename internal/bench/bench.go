@@ -1,0 +1,272 @@
+package bench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/volplane/volplane/internal/devenv"
+	"github.com/volplane/volplane/pkg/kube"
+)
+
+// Options configures a benchmark run.
+type Options struct {
+	// N is the number of volume/claim pairs.
+	N int
+	// BinDir holds the watcher and binder binaries.
+	BinDir string
+	// KubeAPIServer is the kube-apiserver binary; empty finds the cached one.
+	KubeAPIServer string
+	// Workers is passed to the binder's --workers; 0 keeps its default.
+	Workers int
+	// Clients is how many goroutines create objects in parallel.
+	Clients int
+	// Out receives the report.
+	Out io.Writer
+}
+
+// Result is what a run measured.
+type Result struct {
+	N                  int
+	Elapsed            time.Duration // first claim created to last claim Bound
+	BindsPerSecond     float64
+	P50, P99, Max      time.Duration // create-to-Bound latency
+	BinderPeakRSS      int64         // bytes
+	BinderCPU          time.Duration // user+system time of the binder process
+	WatcherCPU         time.Duration
+	CreateClaimsWindow time.Duration // how long creating the N claims took
+}
+
+// Run runs the benchmark once.
+func Run(ctx context.Context, o Options) (*Result, error) {
+	if o.N <= 0 {
+		return nil, fmt.Errorf("n must be positive, got %d", o.N)
+	}
+	if o.Clients <= 0 {
+		o.Clients = 32
+	}
+	if o.Out == nil {
+		o.Out = os.Stdout
+	}
+	dir, err := os.MkdirTemp("", "volplane-bench-")
+	if err != nil {
+		return nil, err
+	}
+	defer os.RemoveAll(dir)
+
+	fmt.Fprintf(o.Out, "starting etcd and kube-apiserver...\n")
+	env, err := devenv.Start(ctx, devenv.Options{Dir: dir, KubeAPIServer: o.KubeAPIServer})
+	if err != nil {
+		return nil, err
+	}
+	defer env.Stop()
+
+	watcherAddr, err := devenv.FreeAddr()
+	if err != nil {
+		return nil, err
+	}
+	binderAddr, err := devenv.FreeAddr()
+	if err != nil {
+		return nil, err
+	}
+	watcher, err := devenv.StartProcess(dir, "watcher", filepath.Join(o.BinDir, "watcher"), "--kubeconfig", env.Kubeconfig, "--listen", watcherAddr, "--log-level", "warn")
+	if err != nil {
+		return nil, err
+	}
+	defer watcher.Stop()
+	args := []string{"--kubeconfig", env.Kubeconfig, "--etcd-endpoints", strings.Join(env.EtcdEndpoints, ","),
+		"--listen", binderAddr, "--watcher-address", watcherAddr, "--log-level", "warn"}
+	if o.Workers > 0 {
+		args = append(args, "--workers", strconv.Itoa(o.Workers))
+	}
+	binder, err := devenv.StartProcess(dir, "binder", filepath.Join(o.BinDir, "binder"), args...)
+	if err != nil {
+		return nil, err
+	}
+	defer binder.Stop()
+	if err := devenv.WaitServing(ctx, binderAddr, "", 2*time.Minute); err != nil {
+		return nil, fmt.Errorf("binder: %w (log: %s)", err, binder.LogPath)
+	}
+
+	client := kubernetes.NewForConfigOrDie(kube.Tune(env.RESTConfig, kube.ClientOptions{UserAgent: "volplane-bench"}))
+	const ns = "bench"
+	if _, err := client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
+		return nil, err
+	}
+
+	fmt.Fprintf(o.Out, "creating %d volumes...\n", o.N)
+	if err := parallel(ctx, o.N, o.Clients, func(i int) error {
+		_, err := client.CoreV1().PersistentVolumes().Create(ctx, volume(i), metav1.CreateOptions{})
+		return err
+	}); err != nil {
+		return nil, fmt.Errorf("create volumes: %w", err)
+	}
+	// Let the binder see every volume Available before claims arrive.
+	time.Sleep(2 * time.Second)
+
+	w, err := client.CoreV1().PersistentVolumeClaims(ns).Watch(ctx, metav1.ListOptions{})
+	if err != nil {
+		return nil, err
+	}
+	defer w.Stop()
+	created := make([]time.Time, o.N)
+	var createdMu sync.Mutex
+
+	fmt.Fprintf(o.Out, "creating %d claims and waiting until all are Bound...\n", o.N)
+	start := time.Now()
+	createErr := make(chan error, 1)
+	go func() {
+		createErr <- parallel(ctx, o.N, o.Clients, func(i int) error {
+			createdMu.Lock()
+			created[i] = time.Now()
+			createdMu.Unlock()
+			_, err := client.CoreV1().PersistentVolumeClaims(ns).Create(ctx, claim(ns, i), metav1.CreateOptions{})
+			return err
+		})
+	}()
+	var createWindow time.Duration
+	latencies := make([]time.Duration, 0, o.N)
+	boundSeen := map[string]bool{}
+	timeout := time.After(time.Duration(o.N)*100*time.Millisecond + 2*time.Minute)
+	for len(boundSeen) < o.N {
+		select {
+		case err := <-createErr:
+			if err != nil {
+				return nil, fmt.Errorf("create claims: %w", err)
+			}
+			createWindow = time.Since(start)
+			createErr = nil
+		case ev, ok := <-w.ResultChan():
+			if !ok {
+				return nil, errors.New("claim watch closed")
+			}
+			if ev.Type != watch.Modified && ev.Type != watch.Added {
+				continue
+			}
+			c, ok := ev.Object.(*corev1.PersistentVolumeClaim)
+			if !ok || c.Status.Phase != corev1.ClaimBound || boundSeen[c.Name] {
+				continue
+			}
+			now := time.Now()
+			boundSeen[c.Name] = true
+			i, _ := strconv.Atoi(strings.TrimPrefix(c.Name, "claim-"))
+			createdMu.Lock()
+			latencies = append(latencies, now.Sub(created[i]))
+			createdMu.Unlock()
+		case <-timeout:
+			return nil, fmt.Errorf("only %d of %d claims Bound before the timeout (binder log: %s)", len(boundSeen), o.N, binder.LogPath)
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+	elapsed := time.Since(start)
+	sort.Slice(latencies, func(i, j int) bool { return latencies[i] < latencies[j] })
+	r := &Result{
+		N:                  o.N,
+		Elapsed:            elapsed,
+		BindsPerSecond:     float64(o.N) / elapsed.Seconds(),
+		P50:                latencies[len(latencies)/2],
+		P99:                latencies[(len(latencies)*99)/100],
+		Max:                latencies[len(latencies)-1],
+		CreateClaimsWindow: createWindow,
+	}
+	r.BinderPeakRSS, r.BinderCPU = binder.Usage()
+	_, r.WatcherCPU = watcher.Usage()
+	return r, nil
+}
+
+// Print writes the result as the README shows it.
+func (r *Result) Print(w io.Writer) {
+	fmt.Fprintf(w, "pairs:                 %d\n", r.N)
+	fmt.Fprintf(w, "elapsed:               %s (claims created within %s)\n", r.Elapsed.Round(time.Millisecond), r.CreateClaimsWindow.Round(time.Millisecond))
+	fmt.Fprintf(w, "binds/s:               %.1f\n", r.BindsPerSecond)
+	fmt.Fprintf(w, "create-to-Bound p50:   %s\n", r.P50.Round(time.Millisecond))
+	fmt.Fprintf(w, "create-to-Bound p99:   %s\n", r.P99.Round(time.Millisecond))
+	fmt.Fprintf(w, "create-to-Bound max:   %s\n", r.Max.Round(time.Millisecond))
+	fmt.Fprintf(w, "binder peak RSS:       %.1f MiB\n", float64(r.BinderPeakRSS)/(1<<20))
+	fmt.Fprintf(w, "binder CPU time:       %s\n", r.BinderCPU.Round(time.Millisecond))
+	fmt.Fprintf(w, "watcher CPU time:      %s\n", r.WatcherCPU.Round(time.Millisecond))
+}
+
+func volume(i int) *corev1.PersistentVolume {
+	return &corev1.PersistentVolume{
+		ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("bench-pv-%06d", i)},
+		Spec: corev1.PersistentVolumeSpec{
+			Capacity:                      corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")},
+			AccessModes:                   []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
+			PersistentVolumeReclaimPolicy: corev1.PersistentVolumeReclaimRetain,
+			StorageClassName:              "bench",
+			PersistentVolumeSource: corev1.PersistentVolumeSource{
+				HostPath: &corev1.HostPathVolumeSource{Path: fmt.Sprintf("/tmp/bench/%d", i)},
+			},
+		},
+	}
+}
+
+func claim(ns string, i int) *corev1.PersistentVolumeClaim {
+	cls := "bench"
+	return &corev1.PersistentVolumeClaim{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: fmt.Sprintf("claim-%d", i)},
+		Spec: corev1.PersistentVolumeClaimSpec{
+			AccessModes:      []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
+			StorageClassName: &cls,
+			Resources: corev1.VolumeResourceRequirements{
+				Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")},
+			},
+		},
+	}
+}
+
+// parallel runs fn(0..n-1) on k goroutines and returns the first error.
+func parallel(ctx context.Context, n, k int, fn func(i int) error) error {
+	next := make(chan int)
+	errc := make(chan error, k)
+	var wg sync.WaitGroup
+	for range k {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range next {
+				if err := fn(i); err != nil {
+					errc <- err
+					return
+				}
+			}
+		}()
+	}
+	var err error
+feed:
+	for i := range n {
+		select {
+		case next <- i:
+		case err = <-errc:
+			break feed
+		case <-ctx.Done():
+			err = ctx.Err()
+			break feed
+		}
+	}
+	close(next)
+	wg.Wait()
+	if err == nil {
+		select {
+		case err = <-errc:
+		default:
+		}
+	}
+	return err
+}
