@@ -3,6 +3,7 @@ module github.com/volplane/volplane
 go 1.26.0
 
 require (
+	github.com/container-storage-interface/spec v1.12.0
 	github.com/grpc-ecosystem/grpc-gateway/v2 v2.33.0
 	go.etcd.io/etcd/api/v3 v3.6.8
 	go.etcd.io/etcd/client/v3 v3.6.8
