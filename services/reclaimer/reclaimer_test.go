@@ -10,6 +10,7 @@ import (
 	"google.golang.org/grpc/status"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/volplane/volplane/pkg/kube"
 	reclaimerv1 "github.com/volplane/volplane/proto/volplane/reclaimer/v1"
@@ -17,7 +18,7 @@ import (
 
 func volume(name, uid string, policy corev1.PersistentVolumeReclaimPolicy) []byte {
 	b, _ := kube.EncodeProto(&corev1.PersistentVolume{
-		ObjectMeta: metav1.ObjectMeta{Name: name, UID: "uid-" + uid},
+		ObjectMeta: metav1.ObjectMeta{Name: name, UID: types.UID("uid-" + uid)},
 		Spec:       corev1.PersistentVolumeSpec{PersistentVolumeReclaimPolicy: policy},
 	})
 	return b
