@@ -1,0 +1,215 @@
+// Package gateway serves volplane's gRPC APIs as REST/JSON (grpc-gateway)
+// for platform tooling, with /healthz, /readyz and the OpenAPI document at
+// /openapi.json. The routes are in proto/volplane/http.yaml.
+package gateway
+
+import (
+	"context"
+	_ "embed"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
+	"google.golang.org/grpc"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/protobuf/encoding/protojson"
+
+	"github.com/volplane/volplane/pkg/grpcutil"
+	binderv1 "github.com/volplane/volplane/proto/volplane/binder/v1"
+	provisionerv1 "github.com/volplane/volplane/proto/volplane/provisioner/v1"
+	reclaimerv1 "github.com/volplane/volplane/proto/volplane/reclaimer/v1"
+	watcherv1 "github.com/volplane/volplane/proto/volplane/watcher/v1"
+)
+
+//go:embed openapi/volplane.swagger.json
+var openAPI []byte
+
+// Options configures the gateway. A service whose address is empty is not
+// served (its routes answer 404); the binder is required.
+type Options struct {
+	// Listen is the HTTP listen address.
+	Listen string
+	// The backends' gRPC addresses.
+	WatcherAddress, BinderAddress, ProvisionerAddress, ReclaimerAddress string
+	// Logger; default slog.Default().
+	Logger *slog.Logger
+}
+
+func (o *Options) validate() error {
+	var errs []error
+	if o.Listen == "" {
+		errs = append(errs, errors.New("a listen address is required (--listen)"))
+	}
+	if o.BinderAddress == "" {
+		errs = append(errs, errors.New("the binder's address is required (--binder-address)"))
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	return errors.Join(errs...)
+}
+
+type backend struct {
+	name     string
+	addr     string
+	register func(context.Context, *runtime.ServeMux, *grpc.ClientConn) error
+	cc       *grpc.ClientConn
+}
+
+// NewHandler returns the gateway's HTTP handler and a function that closes
+// its backend connections.
+func NewHandler(ctx context.Context, o Options) (http.Handler, func(), error) {
+	if o.Listen == "" {
+		o.Listen = "unused"
+	}
+	if err := o.validate(); err != nil {
+		return nil, nil, fmt.Errorf("gateway options: %w", err)
+	}
+	backends := []*backend{
+		{name: "watcher", addr: o.WatcherAddress, register: watcherv1.RegisterWatcherServiceHandler},
+		{name: "binder", addr: o.BinderAddress, register: binderv1.RegisterBinderServiceHandler},
+		{name: "provisioner", addr: o.ProvisionerAddress, register: provisionerv1.RegisterProvisionerServiceHandler},
+		{name: "reclaimer", addr: o.ReclaimerAddress, register: reclaimerv1.RegisterReclaimerServiceHandler},
+	}
+	mux := runtime.NewServeMux(
+		runtime.WithMarshalerOption(runtime.MIMEWildcard, &runtime.JSONPb{
+			MarshalOptions:   protojson.MarshalOptions{EmitUnpopulated: true},
+			UnmarshalOptions: protojson.UnmarshalOptions{DiscardUnknown: false},
+		}),
+	)
+	closeAll := func() {
+		for _, b := range backends {
+			if b.cc != nil {
+				b.cc.Close()
+			}
+		}
+	}
+	var live []*backend
+	for _, b := range backends {
+		if b.addr == "" {
+			continue
+		}
+		cc, err := grpcutil.Dial(b.addr)
+		if err != nil {
+			closeAll()
+			return nil, nil, fmt.Errorf("%s at %s: %w", b.name, b.addr, err)
+		}
+		b.cc = cc
+		if err := b.register(ctx, mux, cc); err != nil {
+			closeAll()
+			return nil, nil, fmt.Errorf("register %s routes: %w", b.name, err)
+		}
+		live = append(live, b)
+	}
+
+	root := http.NewServeMux()
+	root.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
+		writeJSON(w, http.StatusOK, map[string]any{"status": "ok"})
+	})
+	root.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
+		ready, status := readiness(r.Context(), live)
+		code := http.StatusOK
+		if !ready {
+			code = http.StatusServiceUnavailable
+		}
+		writeJSON(w, code, map[string]any{"ready": ready, "backends": status})
+	})
+	root.HandleFunc("GET /openapi.json", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write(openAPI)
+	})
+	root.Handle("/", mux)
+	return logRequests(o.Logger, root), closeAll, nil
+}
+
+// readiness asks every backend's gRPC health service.
+func readiness(ctx context.Context, backends []*backend) (bool, map[string]string) {
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	ready := true
+	out := map[string]string{}
+	for _, b := range backends {
+		resp, err := healthpb.NewHealthClient(b.cc).Check(ctx, &healthpb.HealthCheckRequest{})
+		switch {
+		case err != nil:
+			out[b.name] = "unreachable at " + b.addr + ": " + err.Error()
+			ready = false
+		case resp.Status != healthpb.HealthCheckResponse_SERVING:
+			out[b.name] = resp.Status.String()
+			ready = false
+		default:
+			out[b.name] = "SERVING"
+		}
+	}
+	return ready, out
+}
+
+func writeJSON(w http.ResponseWriter, code int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(code)
+	_ = json.NewEncoder(w).Encode(v)
+}
+
+type statusRecorder struct {
+	http.ResponseWriter
+	code int
+}
+
+func (s *statusRecorder) WriteHeader(code int) {
+	s.code = code
+	s.ResponseWriter.WriteHeader(code)
+}
+
+func (s *statusRecorder) Flush() {
+	if f, ok := s.ResponseWriter.(http.Flusher); ok {
+		f.Flush()
+	}
+}
+
+func logRequests(log *slog.Logger, next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		start := time.Now()
+		rec := &statusRecorder{ResponseWriter: w, code: http.StatusOK}
+		next.ServeHTTP(rec, r)
+		level := slog.LevelDebug
+		if rec.code >= 500 {
+			level = slog.LevelWarn
+		}
+		log.Log(r.Context(), level, "http request", "method", r.Method, "path", r.URL.Path, "status", rec.code, "duration", time.Since(start))
+	})
+}
+
+// Run serves the gateway until ctx ends, then shuts down gracefully.
+func Run(ctx context.Context, o Options) error {
+	if err := o.validate(); err != nil {
+		return fmt.Errorf("gateway options: %w", err)
+	}
+	h, closeAll, err := NewHandler(ctx, o)
+	if err != nil {
+		return err
+	}
+	defer closeAll()
+	lis, err := net.Listen("tcp", o.Listen)
+	if err != nil {
+		return fmt.Errorf("listen on %s (--listen): %w", o.Listen, err)
+	}
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(lis) }()
+	o.Logger.Info("gateway serving", "listen", lis.Addr().String())
+	select {
+	case err := <-errc:
+		return err
+	case <-ctx.Done():
+	}
+	sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	err = srv.Shutdown(sctx)
+	o.Logger.Info("gateway stopped")
+	return err
+}
