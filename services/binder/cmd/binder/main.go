@@ -20,7 +20,7 @@ func main() {
 	var o binder.Options
 	var etcd, level, format string
 	var qps float64
-	flag.StringVar(&o.Kubeconfig, "kubeconfig", "", "path to a kubeconfig; empty uses the in-cluster configuration")
+	flag.StringVar(&o.Kubeconfig, "kubeconfig", os.Getenv("KUBECONFIG"), "path to a kubeconfig; empty ($KUBECONFIG unset) uses the in-cluster configuration")
 	flag.Float64Var(&qps, "kube-api-qps", 0, "client-side limit on Kubernetes API requests per second; 0 means no limit")
 	flag.IntVar(&o.KubeBurst, "kube-api-burst", 0, "burst above --kube-api-qps")
 	flag.StringVar(&etcd, "etcd-endpoints", "http://127.0.0.1:2379", "comma-separated etcd client URLs for membership and reservations")
@@ -35,6 +35,10 @@ func main() {
 	flag.StringVar(&level, "log-level", "info", "log level: debug, info, warn or error")
 	flag.StringVar(&format, "log-format", "text", "log format: text or json")
 	flag.Parse()
+	if flag.NArg() > 0 {
+		fmt.Fprintf(os.Stderr, "binder: unexpected arguments %q (flags only; see --help)\n", flag.Args())
+		os.Exit(2)
+	}
 	o.KubeQPS = float32(qps)
 	o.EtcdEndpoints = strings.Split(etcd, ",")
 
