@@ -18,6 +18,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/cache"
+	watchtools "k8s.io/client-go/tools/watch"
 
 	"github.com/volplane/volplane/internal/devenv"
 	"github.com/volplane/volplane/pkg/kube"
@@ -118,7 +120,17 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 	// Let the binder see every volume Available before claims arrive.
 	time.Sleep(2 * time.Second)
 
-	w, err := client.CoreV1().PersistentVolumeClaims(ns).Watch(ctx, metav1.ListOptions{})
+	// The apiserver may close a watch under load (a slow reader); the retry
+	// watcher resumes from the last resourceVersion without losing events.
+	list, err := client.CoreV1().PersistentVolumeClaims(ns).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return nil, err
+	}
+	w, err := watchtools.NewRetryWatcherWithContext(ctx, list.ResourceVersion, &cache.ListWatch{
+		WatchFuncWithContext: func(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
+			return client.CoreV1().PersistentVolumeClaims(ns).Watch(ctx, opts)
+		},
+	})
 	if err != nil {
 		return nil, err
 	}
