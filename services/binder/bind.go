@@ -2,13 +2,16 @@ package binder
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"reflect"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/volplane/volplane/pkg/coord"
 	"github.com/volplane/volplane/pkg/kube"
 	"github.com/volplane/volplane/pkg/match"
 )
@@ -58,6 +61,11 @@ func (c *controller) reserve(ctx context.Context, volume *corev1.PersistentVolum
 	resource := "pv/" + volume.Name
 	if err := c.reservations.Reserve(ctx, resource, string(claim.UID)); err != nil {
 		c.store.unreserve(volume.Name, claim.UID)
+		if errors.Is(err, coord.ErrReserved) {
+			// Another replica is binding it: look elsewhere for a while.
+			c.store.markForeign(volume.Name, foreignReservationTTL)
+			return nil, fmt.Errorf("bind %s to %s: %w (%w)", claimKey(claim), volume.Name, errReserved, err)
+		}
 		return nil, fmt.Errorf("bind %s to %s: %w", claimKey(claim), volume.Name, err)
 	}
 	return func() {
@@ -65,6 +73,11 @@ func (c *controller) reserve(ctx context.Context, volume *corev1.PersistentVolum
 		c.releaseLater(resource, string(claim.UID))
 	}, nil
 }
+
+// foreignReservationTTL is how long a volume another replica reserved is
+// skipped: longer than a bind takes, short enough that a replica that gave
+// up does not keep the volume from the others.
+const foreignReservationTTL = 2 * time.Second
 
 // unreserve drops the in-memory reservation findAndReserve took.
 func (c *controller) unreserve(volume *corev1.PersistentVolume, claim *corev1.PersistentVolumeClaim) {

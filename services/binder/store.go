@@ -4,6 +4,7 @@ import (
 	"sort"
 	"strconv"
 	"sync"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
@@ -34,6 +35,10 @@ type store struct {
 	waitingFor map[string]map[string]struct{}
 	// reserved: volumes this replica is binding now, with the claim's UID.
 	reserved map[string]types.UID
+	// foreign: volumes another replica holds in etcd, skipped until the
+	// deadline (or until the volume changes) so that this replica's claims
+	// try other volumes instead of queueing on one.
+	foreign map[string]time.Time
 }
 
 func newStore() *store {
@@ -46,6 +51,7 @@ func newStore() *store {
 		unboundByClass: map[string]map[string]*corev1.PersistentVolumeClaim{},
 		waitingFor:     map[string]map[string]struct{}{},
 		reserved:       map[string]types.UID{},
+		foreign:        map[string]time.Time{},
 	}
 }
 
@@ -94,6 +100,7 @@ func (s *store) putVolume(v *corev1.PersistentVolume) *corev1.PersistentVolume {
 		}
 		s.unindexVolume(old)
 	}
+	delete(s.foreign, v.Name)
 	s.volumes[v.Name] = v
 	if v.Spec.ClaimRef == nil {
 		addTo(s.freeByClass, match.VolumeClass(v), v.Name, v)
@@ -118,6 +125,7 @@ func (s *store) deleteVolume(name string) *corev1.PersistentVolume {
 	if old != nil {
 		s.unindexVolume(old)
 		delete(s.volumes, name)
+		delete(s.foreign, name)
 	}
 	return old
 }
@@ -231,7 +239,11 @@ func (s *store) findAndReserve(c *corev1.PersistentVolumeClaim, delayBinding boo
 	for _, v := range bound {
 		candidates = append(candidates, v)
 	}
+	now := time.Now()
 	f := match.Finder{Skip: func(v *corev1.PersistentVolume) bool {
+		if until, ok := s.foreign[v.Name]; ok && now.Before(until) {
+			return true
+		}
 		uid, ok := s.reserved[v.Name]
 		return ok && uid != c.UID
 	}}
@@ -253,6 +265,13 @@ func (s *store) reserve(volume string, uid types.UID) bool {
 	}
 	s.reserved[volume] = uid
 	return true
+}
+
+// markForeign records that another replica holds volume in etcd.
+func (s *store) markForeign(volume string, d time.Duration) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.foreign[volume] = time.Now().Add(d)
 }
 
 func (s *store) unreserve(volume string, uid types.UID) {

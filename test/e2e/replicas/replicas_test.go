@@ -1,0 +1,273 @@
+// Package replicas tests several binder replicas sharing one cluster: they
+// split the claims by their etcd membership, never bind a volume twice, and
+// a replica that leaves hands its claims to the others.
+package replicas
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"log/slog"
+	"os"
+	"sync"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/volplane/volplane/internal/devenv"
+	"github.com/volplane/volplane/pkg/grpcutil"
+	"github.com/volplane/volplane/pkg/kube"
+	binderv1 "github.com/volplane/volplane/proto/volplane/binder/v1"
+	"github.com/volplane/volplane/services/binder"
+	"github.com/volplane/volplane/services/watcher"
+)
+
+var (
+	env         *devenv.Env
+	client      kubernetes.Interface
+	watcherAddr string
+	logs        *os.File
+)
+
+func TestMain(m *testing.M) {
+	flag.Parse()
+	if testing.Short() {
+		os.Exit(0)
+	}
+	os.Exit(run(m))
+}
+
+func run(m *testing.M) int {
+	dir, err := os.MkdirTemp("", "volplane-replicas-")
+	if err != nil {
+		panic(err)
+	}
+	defer os.RemoveAll(dir)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	env, err = devenv.Start(ctx, devenv.Options{Dir: dir})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer env.Stop()
+	client = kubernetes.NewForConfigOrDie(kube.Tune(env.RESTConfig, kube.ClientOptions{UserAgent: "volplane-e2e"}))
+	if logs, err = os.Create(dir + "/services.log"); err != nil {
+		panic(err)
+	}
+	watcherAddr, _ = devenv.FreeAddr()
+	done := make(chan error, 1)
+	go func() {
+		done <- watcher.Run(ctx, watcher.Options{Kubeconfig: env.Kubeconfig, Listen: watcherAddr, Logger: logger("watcher")})
+	}()
+	if err := devenv.WaitServing(ctx, watcherAddr, "", time.Minute); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	code := m.Run()
+	if code != 0 {
+		b, _ := os.ReadFile(logs.Name())
+		if len(b) > 64<<10 {
+			b = b[len(b)-64<<10:]
+		}
+		fmt.Fprintf(os.Stderr, "---- service logs ----\n%s\n", b)
+	}
+	cancel()
+	<-done
+	return code
+}
+
+func logger(name string) *slog.Logger {
+	return slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelInfo})).With("component", name)
+}
+
+type replica struct {
+	id     string
+	addr   string
+	cancel context.CancelFunc
+	done   chan error
+	client binderv1.BinderServiceClient
+}
+
+func startBinder(t *testing.T, id string) *replica {
+	t.Helper()
+	addr, err := devenv.FreeAddr()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	r := &replica{id: id, addr: addr, cancel: cancel, done: make(chan error, 1)}
+	go func() {
+		r.done <- binder.Run(ctx, binder.Options{
+			Kubeconfig: env.Kubeconfig, EtcdEndpoints: env.EtcdEndpoints, Listen: addr,
+			WatcherAddress: watcherAddr, MemberID: id, ResyncPeriod: 10 * time.Minute, Logger: logger(id),
+		})
+	}()
+	t.Cleanup(r.stop)
+	if err := devenv.WaitServing(context.Background(), addr, "", time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	cc, err := grpcutil.Dial(addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cc.Close() })
+	r.client = binderv1.NewBinderServiceClient(cc)
+	return r
+}
+
+func (r *replica) stop() {
+	if r.cancel == nil {
+		return
+	}
+	r.cancel()
+	<-r.done
+	r.cancel = nil
+}
+
+func (r *replica) status(t *testing.T) *binderv1.GetStatusResponse {
+	t.Helper()
+	st, err := r.client.GetStatus(context.Background(), &binderv1.GetStatusRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st
+}
+
+func eventually(t *testing.T, timeout time.Duration, cond func() string) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		why := cond()
+		if why == "" {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("not within %s: %s", timeout, why)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// createPairs creates count volumes and count claims at once.
+func createPairs(t *testing.T, ns, prefix string, count int) {
+	t.Helper()
+	cls := "replicas"
+	var wg sync.WaitGroup
+	errs := make(chan error, 2*count)
+	for i := range count {
+		wg.Add(2)
+		go func() {
+			defer wg.Done()
+			_, err := client.CoreV1().PersistentVolumes().Create(context.Background(), &corev1.PersistentVolume{
+				ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("%s-pv-%03d", prefix, i)},
+				Spec: corev1.PersistentVolumeSpec{
+					Capacity:                      corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")},
+					AccessModes:                   []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
+					PersistentVolumeReclaimPolicy: corev1.PersistentVolumeReclaimRetain,
+					StorageClassName:              cls,
+					PersistentVolumeSource:        corev1.PersistentVolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: "/tmp/x"}},
+				},
+			}, metav1.CreateOptions{})
+			if err != nil {
+				errs <- err
+			}
+		}()
+		go func() {
+			defer wg.Done()
+			_, err := client.CoreV1().PersistentVolumeClaims(ns).Create(context.Background(), &corev1.PersistentVolumeClaim{
+				ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("%s-claim-%03d", prefix, i)},
+				Spec: corev1.PersistentVolumeClaimSpec{
+					AccessModes:      []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
+					StorageClassName: &cls,
+					Resources:        corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")}},
+				},
+			}, metav1.CreateOptions{})
+			if err != nil {
+				errs <- err
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+}
+
+// allBound waits until every claim in ns is Bound and checks that the
+// bindings are one to one and agree on both sides.
+func allBound(t *testing.T, ns string, want int) {
+	t.Helper()
+	eventually(t, 2*time.Minute, func() string {
+		claims, err := client.CoreV1().PersistentVolumeClaims(ns).List(context.Background(), metav1.ListOptions{})
+		if err != nil {
+			return err.Error()
+		}
+		bound := 0
+		for _, c := range claims.Items {
+			if c.Status.Phase == corev1.ClaimBound {
+				bound++
+			}
+		}
+		if bound != want {
+			return fmt.Sprintf("%d of %d claims Bound", bound, want)
+		}
+		return ""
+	})
+	claims, _ := client.CoreV1().PersistentVolumeClaims(ns).List(context.Background(), metav1.ListOptions{})
+	volumes, _ := client.CoreV1().PersistentVolumes().List(context.Background(), metav1.ListOptions{})
+	byName := map[string]corev1.PersistentVolume{}
+	for _, v := range volumes.Items {
+		byName[v.Name] = v
+	}
+	used := map[string]string{}
+	for _, c := range claims.Items {
+		if other, ok := used[c.Spec.VolumeName]; ok {
+			t.Fatalf("volume %s bound to %s and %s", c.Spec.VolumeName, other, c.Name)
+		}
+		used[c.Spec.VolumeName] = c.Name
+		v := byName[c.Spec.VolumeName]
+		if v.Spec.ClaimRef == nil || v.Spec.ClaimRef.UID != c.UID || v.Status.Phase != corev1.VolumeBound {
+			t.Fatalf("claim %s -> %s, but the volume's claimRef is %v (phase %s)", c.Name, v.Name, v.Spec.ClaimRef, v.Status.Phase)
+		}
+	}
+}
+
+func TestReplicasShareTheWorkAndTakeOver(t *testing.T) {
+	a := startBinder(t, "binder-a")
+	b := startBinder(t, "binder-b")
+	eventually(t, 30*time.Second, func() string {
+		if sa, sb := a.status(t), b.status(t); len(sa.Members) != 2 || len(sb.Members) != 2 {
+			return fmt.Sprintf("members: a sees %v, b sees %v", sa.Members, sb.Members)
+		}
+		return ""
+	})
+
+	ns := "replicas"
+	if _, err := client.CoreV1().Namespaces().Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	createPairs(t, ns, "first", 150)
+	allBound(t, ns, 150)
+	sa, sb := a.status(t), b.status(t)
+	t.Logf("binds: %s %d, %s %d", a.id, sa.BindsTotal, b.id, sb.BindsTotal)
+	if sa.BindsTotal == 0 || sb.BindsTotal == 0 || sa.BindsTotal+sb.BindsTotal != 150 {
+		t.Fatalf("binds a=%d b=%d: want both replicas to bind, 150 in total", sa.BindsTotal, sb.BindsTotal)
+	}
+
+	// b leaves (its lease is revoked on the way out): a owns everything.
+	b.stop()
+	eventually(t, 30*time.Second, func() string {
+		if st := a.status(t); len(st.Members) != 1 {
+			return fmt.Sprintf("a still sees members %v", st.Members)
+		}
+		return ""
+	})
+	createPairs(t, ns, "second", 50)
+	allBound(t, ns, 200)
+}
