@@ -22,6 +22,7 @@ import (
 	"github.com/volplane/volplane/pkg/coord"
 	"github.com/volplane/volplane/pkg/grpcutil"
 	"github.com/volplane/volplane/pkg/kube"
+	"github.com/volplane/volplane/pkg/metrics"
 	"github.com/volplane/volplane/pkg/watchclient"
 	binderv1 "github.com/volplane/volplane/proto/volplane/binder/v1"
 	reclaimerv1 "github.com/volplane/volplane/proto/volplane/reclaimer/v1"
@@ -63,6 +64,9 @@ type Options struct {
 	// MemberID names this replica in etcd; defaults to hostname plus a
 	// random suffix.
 	MemberID string
+	// DebugAddress serves /metrics and /debug/pprof over HTTP; empty
+	// disables.
+	DebugAddress string
 	// Logger receives the binder's logs; defaults to slog.Default().
 	Logger *slog.Logger
 }
@@ -154,7 +158,14 @@ func Run(ctx context.Context, o Options) error {
 	defer broadcaster.Shutdown()
 	recorder := broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: kube.ControllerComponent})
 
+	metrics.RegisterWorkqueueMetrics()
 	c := newController(log, client, recorder)
+	// One binder per process in production; tests running several share
+	// the registry, and the first one reports.
+	col := collector{c}
+	if err := metrics.Registry.Register(col); err == nil {
+		defer metrics.Registry.Unregister(col)
+	}
 	c.reservations = co
 	if o.ReclaimerAddress != "" {
 		cc, err := grpcutil.Dial(o.ReclaimerAddress)
@@ -186,6 +197,7 @@ func Run(ctx context.Context, o Options) error {
 
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return srv.Serve(gctx, lis, 10*time.Second) })
+	g.Go(func() error { return metrics.Serve(gctx, o.DebugAddress, log) })
 	g.Go(func() error {
 		err := watchclient.Run(gctx, watcherConn, watchclient.Options{
 			Kinds:  []watcherv1.Kind{watcherv1.Kind_KIND_PERSISTENT_VOLUME, watcherv1.Kind_KIND_PERSISTENT_VOLUME_CLAIM, watcherv1.Kind_KIND_STORAGE_CLASS},

@@ -56,6 +56,8 @@ type hub struct {
 	synced      bool
 	syncedCh    chan struct{}
 	subscribers int
+	// counts of appended events by kind and type, for metrics.
+	appended [4][4]uint64
 }
 
 func newHub(history int) *hub {
@@ -79,6 +81,9 @@ func (h *hub) append(typ watcherv1.EventType, kind watcherv1.Kind, key string, o
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.head++
+	if int(kind) < len(h.appended) && int(typ) < len(h.appended[0]) {
+		h.appended[kind][typ]++
+	}
 	e := &event{seq: h.head, typ: typ, kind: kind, key: key, rv: rv, obj: obj}
 	h.ring[h.head%uint64(len(h.ring))] = e
 	h.stored = min(h.stored+1, len(h.ring))

@@ -19,6 +19,7 @@ import (
 
 	"github.com/volplane/volplane/pkg/grpcutil"
 	"github.com/volplane/volplane/pkg/kube"
+	"github.com/volplane/volplane/pkg/metrics"
 	watcherv1 "github.com/volplane/volplane/proto/volplane/watcher/v1"
 )
 
@@ -47,6 +48,9 @@ type Options struct {
 	// HistorySize is how many events are kept for resuming subscribers;
 	// 0 means DefaultHistorySize.
 	HistorySize int
+	// DebugAddress serves /metrics and /debug/pprof over HTTP; empty
+	// disables.
+	DebugAddress string
 	// Logger receives the watcher's logs; default slog.Default().
 	Logger *slog.Logger
 }
@@ -125,8 +129,13 @@ func serve(ctx context.Context, o Options, client kubernetes.Interface, lis net.
 	api := &server{hub: h, log: log}
 	watcherv1.RegisterWatcherServiceServer(srv.Server, api)
 
+	col := collector{h}
+	if err := metrics.Registry.Register(col); err == nil {
+		defer metrics.Registry.Unregister(col)
+	}
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return srv.Serve(gctx, lis, 10*time.Second) })
+	g.Go(func() error { return metrics.Serve(gctx, o.DebugAddress, log) })
 	factory.Start(gctx.Done())
 	defer factory.Shutdown()
 	log.Info("watcher starting", "listen", lis.Addr().String(), "history", o.HistorySize)

@@ -32,6 +32,7 @@ func main() {
 	flag.IntVar(&o.Workers, "workers", binder.DefaultWorkers, "number of claim workers and of volume workers")
 	flag.DurationVar(&o.ResyncPeriod, "resync-period", binder.DefaultResyncPeriod, "how often every claim and volume is synced again; 0 disables")
 	flag.StringVar(&o.MemberID, "member-id", "", "this replica's member id in etcd; defaults to hostname plus a random suffix")
+	flag.StringVar(&o.DebugAddress, "debug-address", "", "HTTP address serving /metrics (Prometheus) and /debug/pprof; empty disables")
 	flag.StringVar(&level, "log-level", "info", "log level: debug, info, warn or error")
 	flag.StringVar(&format, "log-format", "text", "log format: text or json")
 	flag.Parse()

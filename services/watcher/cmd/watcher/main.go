@@ -25,6 +25,7 @@ func main() {
 	flag.StringVar(&o.Listen, "listen", "127.0.0.1:7701", "gRPC listen address (host:port or unix:///path)")
 	flag.DurationVar(&o.ResyncPeriod, "resync-period", 0, "informer resync period; 0 disables (subscribers resync on their own)")
 	flag.IntVar(&o.HistorySize, "history-size", watcher.DefaultHistorySize, "events kept so that a subscriber whose stream broke can resume without a full list")
+	flag.StringVar(&o.DebugAddress, "debug-address", "", "HTTP address serving /metrics (Prometheus) and /debug/pprof; empty disables")
 	flag.StringVar(&level, "log-level", "info", "log level: debug, info, warn or error")
 	flag.StringVar(&format, "log-format", "text", "log format: text or json")
 	flag.Parse()

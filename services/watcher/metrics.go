@@ -1,0 +1,58 @@
+package watcher
+
+import (
+	"strings"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	watcherv1 "github.com/volplane/volplane/proto/volplane/watcher/v1"
+)
+
+var (
+	eventsDesc = prometheus.NewDesc("volplane_watcher_events_total",
+		"Events appended to the watcher's log.", []string{"kind", "type"}, nil)
+	sequenceDesc = prometheus.NewDesc("volplane_watcher_sequence",
+		"Sequence number of the newest event.", nil, nil)
+	historyDesc = prometheus.NewDesc("volplane_watcher_history_events",
+		"Events kept for subscribers that resume.", nil, nil)
+	objectsDesc = prometheus.NewDesc("volplane_watcher_objects",
+		"Objects in the watcher's current state.", []string{"kind"}, nil)
+	subscribersDesc = prometheus.NewDesc("volplane_watcher_subscribers",
+		"Streams open now.", nil, nil)
+)
+
+// collector reports the hub at scrape time.
+type collector struct{ h *hub }
+
+func (collector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{eventsDesc, sequenceDesc, historyDesc, objectsDesc, subscribersDesc} {
+		ch <- d
+	}
+}
+
+func (c collector) Collect(ch chan<- prometheus.Metric) {
+	h := c.h
+	h.mu.Lock()
+	counts := h.appended
+	head, stored, subs := h.head, h.stored, h.subscribers
+	objects := map[watcherv1.Kind]int{}
+	for k, m := range h.state {
+		objects[k] = len(m)
+	}
+	h.mu.Unlock()
+	name := func(s string, prefix string) string { return strings.ToLower(strings.TrimPrefix(s, prefix)) }
+	for k := range counts {
+		for t, n := range counts[k] {
+			if n > 0 {
+				ch <- prometheus.MustNewConstMetric(eventsDesc, prometheus.CounterValue, float64(n),
+					name(watcherv1.Kind(k).String(), "KIND_"), name(watcherv1.EventType(t).String(), "EVENT_TYPE_"))
+			}
+		}
+	}
+	for k, n := range objects {
+		ch <- prometheus.MustNewConstMetric(objectsDesc, prometheus.GaugeValue, float64(n), name(k.String(), "KIND_"))
+	}
+	ch <- prometheus.MustNewConstMetric(sequenceDesc, prometheus.GaugeValue, float64(head))
+	ch <- prometheus.MustNewConstMetric(historyDesc, prometheus.GaugeValue, float64(stored))
+	ch <- prometheus.MustNewConstMetric(subscribersDesc, prometheus.GaugeValue, float64(subs))
+}
