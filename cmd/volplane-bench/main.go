@@ -22,6 +22,7 @@ func main() {
 	flag.StringVar(&o.KubeAPIServer, "kube-apiserver", "", "kube-apiserver binary; empty uses the cached build (make kube-apiserver)")
 	flag.IntVar(&o.Workers, "workers", 0, "binder --workers; 0 keeps the binder's default")
 	flag.IntVar(&o.Clients, "clients", 32, "goroutines creating objects in parallel")
+	flag.StringVar(&o.ProfileDir, "profile-dir", "", "save CPU profiles of the binder and the watcher taken while claims are bound into this directory")
 	flag.Parse()
 	o.Out = os.Stderr
 

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/http"
 	"os"
 	"path/filepath"
 	"sort"
@@ -22,7 +23,9 @@ import (
 	watchtools "k8s.io/client-go/tools/watch"
 
 	"github.com/volplane/volplane/internal/devenv"
+	"github.com/volplane/volplane/pkg/grpcutil"
 	"github.com/volplane/volplane/pkg/kube"
+	binderv1 "github.com/volplane/volplane/proto/volplane/binder/v1"
 )
 
 // Options configures a benchmark run.
@@ -37,6 +40,9 @@ type Options struct {
 	Workers int
 	// Clients is how many goroutines create objects in parallel.
 	Clients int
+	// ProfileDir, when set, receives CPU profiles of the binder and the
+	// watcher taken while the claims are bound (binder.pprof, watcher.pprof).
+	ProfileDir string
 	// Out receives the report.
 	Out io.Writer
 }
@@ -85,7 +91,18 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 	if err != nil {
 		return nil, err
 	}
-	watcher, err := devenv.StartProcess(dir, "watcher", filepath.Join(o.BinDir, "watcher"), "--kubeconfig", env.Kubeconfig, "--listen", watcherAddr, "--log-level", "warn")
+	watcherArgs := []string{"--kubeconfig", env.Kubeconfig, "--listen", watcherAddr, "--log-level", "warn"}
+	var watcherDebug, binderDebug string
+	if o.ProfileDir != "" {
+		if watcherDebug, err = devenv.FreeAddr(); err != nil {
+			return nil, err
+		}
+		if binderDebug, err = devenv.FreeAddr(); err != nil {
+			return nil, err
+		}
+		watcherArgs = append(watcherArgs, "--debug-address", watcherDebug)
+	}
+	watcher, err := devenv.StartProcess(dir, "watcher", filepath.Join(o.BinDir, "watcher"), watcherArgs...)
 	if err != nil {
 		return nil, err
 	}
@@ -94,6 +111,9 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 		"--listen", binderAddr, "--watcher-address", watcherAddr, "--log-level", "warn"}
 	if o.Workers > 0 {
 		args = append(args, "--workers", strconv.Itoa(o.Workers))
+	}
+	if binderDebug != "" {
+		args = append(args, "--debug-address", binderDebug)
 	}
 	binder, err := devenv.StartProcess(dir, "binder", filepath.Join(o.BinDir, "binder"), args...)
 	if err != nil {
@@ -117,8 +137,10 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 	}); err != nil {
 		return nil, fmt.Errorf("create volumes: %w", err)
 	}
-	// Let the binder see every volume Available before claims arrive.
-	time.Sleep(2 * time.Second)
+	// Let the binder see every volume before claims arrive.
+	if err := waitVolumesCached(ctx, binderAddr, o.N); err != nil {
+		return nil, err
+	}
 
 	// The apiserver may close a watch under load (a slow reader); the retry
 	// watcher resumes from the last resourceVersion without losing events.
@@ -140,6 +162,15 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 
 	fmt.Fprintf(o.Out, "creating %d claims and waiting until all are Bound...\n", o.N)
 	start := time.Now()
+	profiles := make(chan error, 2)
+	if o.ProfileDir != "" {
+		seconds := max(2, o.N/300)
+		go func() { profiles <- profile(ctx, binderDebug, filepath.Join(o.ProfileDir, "binder.pprof"), seconds) }()
+		go func() { profiles <- profile(ctx, watcherDebug, filepath.Join(o.ProfileDir, "watcher.pprof"), seconds) }()
+	} else {
+		profiles <- nil
+		profiles <- nil
+	}
 	createErr := make(chan error, 1)
 	go func() {
 		createErr <- parallel(ctx, o.N, o.Clients, func(i int) error {
@@ -195,6 +226,11 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 		P99:                latencies[(len(latencies)*99)/100],
 		Max:                latencies[len(latencies)-1],
 		CreateClaimsWindow: createWindow,
+	}
+	for range 2 {
+		if err := <-profiles; err != nil {
+			fmt.Fprintf(o.Out, "profile: %v\n", err)
+		}
 	}
 	r.BinderPeakRSS, r.BinderCPU = binder.Usage()
 	_, r.WatcherCPU = watcher.Usage()
@@ -281,4 +317,54 @@ feed:
 		}
 	}
 	return err
+}
+
+// waitVolumesCached waits until the binder's cache holds n volumes.
+func waitVolumesCached(ctx context.Context, binderAddr string, n int) error {
+	cc, err := grpcutil.Dial(binderAddr)
+	if err != nil {
+		return err
+	}
+	defer cc.Close()
+	c := binderv1.NewBinderServiceClient(cc)
+	deadline := time.Now().Add(2 * time.Minute)
+	for {
+		st, err := c.GetStatus(ctx, &binderv1.GetStatusRequest{})
+		if err == nil && st.Volumes >= int64(n) {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("the binder did not cache %d volumes within 2 minutes (status %v, %v)", n, st, err)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+// profile saves a CPU profile of the process serving pprof at addr.
+func profile(ctx context.Context, addr, path string, seconds int) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", addr, seconds), nil)
+	if err != nil {
+		return err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("profile %s: %s", addr, resp.Status)
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(f, resp.Body); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
 }

@@ -1,6 +1,7 @@
 package binder
 
 import (
+	"slices"
 	"sort"
 	"strconv"
 	"sync"
@@ -23,8 +24,9 @@ type store struct {
 	claims  map[string]*corev1.PersistentVolumeClaim
 	classes map[string]*storagev1.StorageClass
 
-	// freeByClass: volumes without a claimRef, by class.
-	freeByClass map[string]map[string]*corev1.PersistentVolume
+	// free: volumes without a claimRef, by class and set of access modes,
+	// in (capacity, name) order.
+	free map[string]map[string]*freeList
 	// byClaimRef: volumes by the "namespace/name" their claimRef names.
 	byClaimRef map[string]map[string]*corev1.PersistentVolume
 	// unboundByClass: claims without bind-completed and without a
@@ -46,7 +48,7 @@ func newStore() *store {
 		volumes:        map[string]*corev1.PersistentVolume{},
 		claims:         map[string]*corev1.PersistentVolumeClaim{},
 		classes:        map[string]*storagev1.StorageClass{},
-		freeByClass:    map[string]map[string]*corev1.PersistentVolume{},
+		free:           map[string]map[string]*freeList{},
 		byClaimRef:     map[string]map[string]*corev1.PersistentVolume{},
 		unboundByClass: map[string]map[string]*corev1.PersistentVolumeClaim{},
 		waitingFor:     map[string]map[string]struct{}{},
@@ -103,7 +105,7 @@ func (s *store) putVolume(v *corev1.PersistentVolume) *corev1.PersistentVolume {
 	delete(s.foreign, v.Name)
 	s.volumes[v.Name] = v
 	if v.Spec.ClaimRef == nil {
-		addTo(s.freeByClass, match.VolumeClass(v), v.Name, v)
+		s.addFree(v)
 	} else {
 		addTo(s.byClaimRef, refKey(v.Spec.ClaimRef), v.Name, v)
 	}
@@ -112,7 +114,7 @@ func (s *store) putVolume(v *corev1.PersistentVolume) *corev1.PersistentVolume {
 
 func (s *store) unindexVolume(v *corev1.PersistentVolume) {
 	if v.Spec.ClaimRef == nil {
-		removeFrom(s.freeByClass, match.VolumeClass(v), v.Name)
+		s.removeFree(v)
 	} else {
 		removeFrom(s.byClaimRef, refKey(v.Spec.ClaimRef), v.Name)
 	}
@@ -230,23 +232,39 @@ func (s *store) defaultClass() *storagev1.StorageClass {
 func (s *store) findAndReserve(c *corev1.PersistentVolumeClaim, delayBinding bool) (*corev1.PersistentVolume, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	free := s.freeByClass[match.ClaimClass(c)]
-	bound := s.byClaimRef[claimKey(c)]
-	candidates := make([]*corev1.PersistentVolume, 0, len(free)+len(bound))
-	for _, v := range free {
-		candidates = append(candidates, v)
+	fit, err := match.NewFit(c)
+	if err != nil {
+		return nil, err
 	}
+	bound := s.byClaimRef[claimKey(c)]
+	candidates := make([]*corev1.PersistentVolume, 0, len(bound)+8)
 	for _, v := range bound {
 		candidates = append(candidates, v)
 	}
 	now := time.Now()
-	f := match.Finder{Skip: func(v *corev1.PersistentVolume) bool {
+	skip := func(v *corev1.PersistentVolume) bool {
 		if until, ok := s.foreign[v.Name]; ok && now.Before(until) {
 			return true
 		}
 		uid, ok := s.reserved[v.Name]
 		return ok && uid != c.UID
-	}}
+	}
+	if !delayBinding {
+		// Per group of access modes, the first fitting volume in
+		// (capacity, name) order is the group's best: Best needs no other.
+		for _, l := range s.free[match.ClaimClass(c)] {
+			if !match.ContainsAllModes(l.modes, c.Spec.AccessModes) {
+				continue
+			}
+			for _, e := range l.from(fit.Requested()) {
+				if !skip(e.v) && fit.Free(e.v) {
+					candidates = append(candidates, e.v)
+					break
+				}
+			}
+		}
+	}
+	f := match.Finder{Skip: skip}
 	v, err := f.Best(c, candidates, delayBinding)
 	if err != nil || v == nil {
 		return nil, err
@@ -351,4 +369,69 @@ func (s *store) counts() (claims, volumes int) {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	return len(s.claims), len(s.volumes)
+}
+
+// freeList is the free volumes of one class with one set of access modes,
+// sorted by capacity, then name (Best's order of preference).
+type freeList struct {
+	modes   []corev1.PersistentVolumeAccessMode
+	entries []freeEntry
+}
+
+type freeEntry struct {
+	size int64
+	v    *corev1.PersistentVolume
+}
+
+func (l *freeList) search(size int64, name string) int {
+	return sort.Search(len(l.entries), func(i int) bool {
+		e := l.entries[i]
+		return e.size > size || (e.size == size && e.v.Name >= name)
+	})
+}
+
+// from returns the entries with at least size bytes.
+func (l *freeList) from(size int64) []freeEntry {
+	i := sort.Search(len(l.entries), func(i int) bool { return l.entries[i].size >= size })
+	return l.entries[i:]
+}
+
+func (s *store) addFree(v *corev1.PersistentVolume) {
+	class, key := match.VolumeClass(v), match.ModesKey(v.Spec.AccessModes)
+	byModes := s.free[class]
+	if byModes == nil {
+		byModes = map[string]*freeList{}
+		s.free[class] = byModes
+	}
+	l := byModes[key]
+	if l == nil {
+		l = &freeList{modes: v.Spec.AccessModes}
+		byModes[key] = l
+	}
+	size := match.Capacity(v)
+	i := l.search(size, v.Name)
+	l.entries = slices.Insert(l.entries, i, freeEntry{size: size, v: v})
+}
+
+func (s *store) removeFree(v *corev1.PersistentVolume) {
+	class, key := match.VolumeClass(v), match.ModesKey(v.Spec.AccessModes)
+	l := s.free[class][key]
+	if l == nil {
+		return
+	}
+	i := l.search(match.Capacity(v), v.Name)
+	if i >= len(l.entries) || l.entries[i].v.Name != v.Name {
+		// Not where its size says; look everywhere (never expected).
+		i = slices.IndexFunc(l.entries, func(e freeEntry) bool { return e.v.Name == v.Name })
+		if i < 0 {
+			return
+		}
+	}
+	l.entries = slices.Delete(l.entries, i, i+1)
+	if len(l.entries) == 0 {
+		delete(s.free[class], key)
+		if len(s.free[class]) == 0 {
+			delete(s.free, class)
+		}
+	}
 }
