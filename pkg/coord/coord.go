@@ -2,9 +2,12 @@ package coord
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
 	"sort"
 	"strings"
 	"time"
@@ -266,4 +269,26 @@ func (c *Coordinator) Holder(ctx context.Context, resource string) (string, erro
 		return "", nil
 	}
 	return string(resp.Kvs[0].Value), nil
+}
+
+// DefaultMemberID names a replica that was given no ID: the host name (the
+// pod name in Kubernetes) and a random suffix, so that a restarted replica
+// never shares an ID with its predecessor's still-live lease.
+func DefaultMemberID() string {
+	host, _ := os.Hostname()
+	b := make([]byte, 4)
+	_, _ = rand.Read(b)
+	return host + "-" + hex.EncodeToString(b)
+}
+
+// Wait blocks until ctx ends (nil) or the session is lost (an error): run
+// it next to a replica's work so that the replica stops when its lease,
+// and with it its membership and reservations, is gone.
+func (c *Coordinator) Wait(ctx context.Context) error {
+	select {
+	case <-c.Done():
+		return fmt.Errorf("%w: stopping so that no exclusive work continues without its lease", ErrSessionLost)
+	case <-ctx.Done():
+		return nil
+	}
 }

@@ -72,3 +72,21 @@ func NewClientset(o ClientOptions) (kubernetes.Interface, *rest.Config, error) {
 	}
 	return cs, cfg, nil
 }
+
+// Client returns a clientset for cfg when given (tests), else for the
+// kubeconfig or in-cluster configuration o names, tuned by o.
+func Client(cfg *rest.Config, o ClientOptions) (kubernetes.Interface, error) {
+	if cfg == nil {
+		var err error
+		if cfg, err = RESTConfig(o); err != nil {
+			return nil, err
+		}
+	} else {
+		cfg = Tune(cfg, o)
+	}
+	cs, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("kubernetes client: %w", err)
+	}
+	return cs, nil
+}

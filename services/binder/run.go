@@ -2,18 +2,14 @@ package binder
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
-	"os"
 	"sync/atomic"
 	"time"
 
 	"golang.org/x/sync/errgroup"
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/scheme"
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/client-go/rest"
@@ -107,10 +103,7 @@ func (o *Options) validate() error {
 		o.AdvertiseAddress = o.Listen
 	}
 	if o.MemberID == "" {
-		host, _ := os.Hostname()
-		b := make([]byte, 4)
-		_, _ = rand.Read(b)
-		o.MemberID = host + "-" + hex.EncodeToString(b)
+		o.MemberID = coord.DefaultMemberID()
 	}
 	return errors.Join(errs...)
 }
@@ -121,19 +114,9 @@ func Run(ctx context.Context, o Options) error {
 		return fmt.Errorf("binder options: %w", err)
 	}
 	log := o.Logger
-	cfg := o.RESTConfig
-	copts := kube.ClientOptions{Kubeconfig: o.Kubeconfig, QPS: o.KubeQPS, Burst: o.KubeBurst, UserAgent: "volplane-binder"}
-	if cfg == nil {
-		var err error
-		if cfg, err = kube.RESTConfig(copts); err != nil {
-			return err
-		}
-	} else {
-		cfg = kube.Tune(cfg, copts)
-	}
-	client, err := kubernetes.NewForConfig(cfg)
+	client, err := kube.Client(o.RESTConfig, kube.ClientOptions{Kubeconfig: o.Kubeconfig, QPS: o.KubeQPS, Burst: o.KubeBurst, UserAgent: "volplane-binder"})
 	if err != nil {
-		return fmt.Errorf("kubernetes client: %w", err)
+		return err
 	}
 
 	co, err := coord.New(ctx, coord.Options{Endpoints: o.EtcdEndpoints, Logger: log})
@@ -238,12 +221,7 @@ func Run(ctx context.Context, o Options) error {
 		return err
 	})
 	g.Go(func() error {
-		select {
-		case <-co.Done():
-			return errors.New("etcd session lost: stopping so that no exclusive work continues without its lease")
-		case <-gctx.Done():
-			return nil
-		}
+		return co.Wait(gctx)
 	})
 	err = g.Wait()
 	log.Info("binder stopped")

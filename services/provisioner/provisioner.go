@@ -2,12 +2,9 @@ package provisioner
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
-	"os"
 	"sort"
 	"strings"
 	"sync"
@@ -74,10 +71,7 @@ func (o *Options) validate() error {
 		o.AdvertiseAddress = o.Listen
 	}
 	if o.MemberID == "" {
-		host, _ := os.Hostname()
-		b := make([]byte, 4)
-		_, _ = rand.Read(b)
-		o.MemberID = host + "-" + hex.EncodeToString(b)
+		o.MemberID = coord.DefaultMemberID()
 	}
 	return errors.Join(errs...)
 }
@@ -120,12 +114,7 @@ func Run(ctx context.Context, o Options) error {
 		return nil
 	})
 	g.Go(func() error {
-		select {
-		case <-co.Done():
-			return errors.New("etcd session lost")
-		case <-gctx.Done():
-			return nil
-		}
+		return co.Wait(gctx)
 	})
 	err = g.Wait()
 	log.Info("provisioner stopped")

@@ -2,12 +2,9 @@ package reclaimer
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
-	"os"
 	"sort"
 	"sync"
 	"time"
@@ -67,10 +64,7 @@ func (o *Options) validate() error {
 		o.AdvertiseAddress = o.Listen
 	}
 	if o.MemberID == "" {
-		host, _ := os.Hostname()
-		b := make([]byte, 4)
-		_, _ = rand.Read(b)
-		o.MemberID = host + "-" + hex.EncodeToString(b)
+		o.MemberID = coord.DefaultMemberID()
 	}
 	return errors.Join(errs...)
 }
@@ -100,12 +94,7 @@ func Run(ctx context.Context, o Options) error {
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return srv.Serve(gctx, lis, 10*time.Second) })
 	g.Go(func() error {
-		select {
-		case <-co.Done():
-			return errors.New("etcd session lost")
-		case <-gctx.Done():
-			return nil
-		}
+		return co.Wait(gctx)
 	})
 	err = g.Wait()
 	log.Info("reclaimer stopped")

@@ -80,19 +80,9 @@ func Run(ctx context.Context, o Options) error {
 	if err := o.validate(); err != nil {
 		return fmt.Errorf("watcher options: %w", err)
 	}
-	copts := kube.ClientOptions{Kubeconfig: o.Kubeconfig, QPS: o.KubeQPS, Burst: o.KubeBurst, UserAgent: "volplane-watcher"}
-	cfg := o.RESTConfig
-	if cfg == nil {
-		var err error
-		if cfg, err = kube.RESTConfig(copts); err != nil {
-			return err
-		}
-	} else {
-		cfg = kube.Tune(cfg, copts)
-	}
-	client, err := kubernetes.NewForConfig(cfg)
+	client, err := kube.Client(o.RESTConfig, kube.ClientOptions{Kubeconfig: o.Kubeconfig, QPS: o.KubeQPS, Burst: o.KubeBurst, UserAgent: "volplane-watcher"})
 	if err != nil {
-		return fmt.Errorf("kubernetes client: %w", err)
+		return err
 	}
 	lis, err := grpcutil.Listen(o.Listen)
 	if err != nil {
