@@ -138,3 +138,6 @@ func WaitServing(ctx context.Context, addr, service string, timeout time.Duratio
 	}
 	return fmt.Errorf("%s not SERVING within %s: %s", addr, timeout, last)
 }
+
+// PID is the child's process ID (also its process group ID).
+func (p *Process) PID() int { return p.cmd.Process.Pid }

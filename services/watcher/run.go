@@ -116,7 +116,7 @@ func serve(ctx context.Context, o Options, client kubernetes.Interface, lis net.
 	}
 
 	srv := grpcutil.NewServer(log)
-	api := &server{hub: h, log: log}
+	api := &server{hub: h, log: log, stopping: ctx.Done()}
 	watcherv1.RegisterWatcherServiceServer(srv.Server, api)
 
 	col := collector{h}

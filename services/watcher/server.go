@@ -14,6 +14,9 @@ import (
 	watcherv1 "github.com/volplane/volplane/proto/volplane/watcher/v1"
 )
 
+// errStopping ends the streams of a watcher that shuts down.
+var errStopping = status.Error(codes.Unavailable, "the watcher is shutting down; subscribe again with your last cursor")
+
 // batch is how many events a subscriber copies out of the ring per lock.
 const batch = 512
 
@@ -22,6 +25,10 @@ type server struct {
 	hub     *hub
 	log     *slog.Logger
 	nextSub atomic.Uint64
+	// stopping is closed when the watcher shuts down: streams end at once
+	// (subscribers resume elsewhere or after the restart) instead of
+	// holding the graceful stop.
+	stopping <-chan struct{}
 }
 
 func parseKinds(kinds []watcherv1.Kind) (kindSet, error) {
@@ -62,6 +69,8 @@ func (s *server) Watch(req *watcherv1.WatchRequest, st grpc.ServerStreamingServe
 	case <-h.syncedCh:
 	case <-ctx.Done():
 		return status.FromContextError(ctx.Err()).Err()
+	case <-s.stopping:
+		return errStopping
 	}
 
 	id := s.nextSub.Add(1)
@@ -127,6 +136,8 @@ func (s *server) Watch(req *watcherv1.WatchRequest, st grpc.ServerStreamingServe
 		case <-ctx.Done():
 			log.Info("subscriber disconnected")
 			return status.FromContextError(ctx.Err()).Err()
+		case <-s.stopping:
+			return errStopping
 		}
 	}
 }

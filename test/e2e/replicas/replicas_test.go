@@ -60,11 +60,7 @@ func run(m *testing.M) int {
 		panic(err)
 	}
 	watcherAddr, _ = devenv.FreeAddr()
-	done := make(chan error, 1)
-	go func() {
-		done <- watcher.Run(ctx, watcher.Options{Kubeconfig: env.Kubeconfig, Listen: watcherAddr, Logger: logger("watcher")})
-	}()
-	if err := devenv.WaitServing(ctx, watcherAddr, "", time.Minute); err != nil {
+	if err := startWatcher(); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
@@ -77,8 +73,31 @@ func run(m *testing.M) int {
 		fmt.Fprintf(os.Stderr, "---- service logs ----\n%s\n", b)
 	}
 	cancel()
-	<-done
+	if err := stopWatcher(); err != nil {
+		fmt.Fprintln(os.Stderr, "watcher:", err)
+		return 1
+	}
 	return code
+}
+
+// The watcher runs in this process; tests may restart it.
+var watcherProc struct {
+	cancel context.CancelFunc
+	done   chan error
+}
+
+func startWatcher() error {
+	ctx, cancel := context.WithCancel(context.Background())
+	watcherProc.cancel, watcherProc.done = cancel, make(chan error, 1)
+	go func() {
+		watcherProc.done <- watcher.Run(ctx, watcher.Options{Kubeconfig: env.Kubeconfig, Listen: watcherAddr, Logger: logger("watcher")})
+	}()
+	return devenv.WaitServing(ctx, watcherAddr, "", time.Minute)
+}
+
+func stopWatcher() error {
+	watcherProc.cancel()
+	return <-watcherProc.done
 }
 
 func logger(name string) *slog.Logger {
