@@ -85,6 +85,12 @@ func ns(t *testing.T) string {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// Without kube-controller-manager nobody empties a deleted namespace:
+	// delete the claims, or a claim left Lost would rightly take a later
+	// volume created with its old volume's name.
+	t.Cleanup(func() {
+		_ = cluster.client.CoreV1().PersistentVolumeClaims(name).DeleteCollection(context.Background(), metav1.DeleteOptions{}, metav1.ListOptions{})
+	})
 	return name
 }
 

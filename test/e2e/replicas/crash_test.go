@@ -10,7 +10,6 @@ import (
 	"testing"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/volplane/volplane/internal/devenv"
@@ -49,10 +48,7 @@ func TestKilledBinderIsFinishedByTheNextOne(t *testing.T) {
 		return p, addr
 	}
 
-	ns := "crash"
-	if _, err := client.CoreV1().Namespaces().Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	ns := newNamespace(t, "crash")
 	first, _ := start("binder-first")
 	const total = 300
 	createPairs(t, ns, "crash", total)

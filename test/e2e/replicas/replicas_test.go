@@ -172,10 +172,20 @@ func eventually(t *testing.T, timeout time.Duration, cond func() string) {
 	}
 }
 
+// newNamespace creates a namespace named after base and this run.
+func newNamespace(t *testing.T, base string) string {
+	t.Helper()
+	name := fmt.Sprintf("%s-%d", base, time.Now().UnixNano()%1000000)
+	if _, err := client.CoreV1().Namespaces().Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	return name
+}
+
 // createPairs creates count volumes and count claims at once.
 func createPairs(t *testing.T, ns, prefix string, count int) {
 	t.Helper()
-	cls := "replicas"
+	cls := ns // a class per test: volumes never cross between tests
 	var wg sync.WaitGroup
 	errs := make(chan error, 2*count)
 	for i := range count {
@@ -183,7 +193,7 @@ func createPairs(t *testing.T, ns, prefix string, count int) {
 		go func() {
 			defer wg.Done()
 			_, err := client.CoreV1().PersistentVolumes().Create(context.Background(), &corev1.PersistentVolume{
-				ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("%s-pv-%03d", prefix, i)},
+				ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("%s-%s-pv-%03d", ns, prefix, i)},
 				Spec: corev1.PersistentVolumeSpec{
 					Capacity:                      corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")},
 					AccessModes:                   []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
@@ -267,10 +277,7 @@ func TestReplicasShareTheWorkAndTakeOver(t *testing.T) {
 		return ""
 	})
 
-	ns := "replicas"
-	if _, err := client.CoreV1().Namespaces().Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	ns := newNamespace(t, "replicas")
 	createPairs(t, ns, "first", 150)
 	allBound(t, ns, 150)
 	sa, sb := a.status(t), b.status(t)

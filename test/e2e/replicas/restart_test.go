@@ -15,10 +15,7 @@ import (
 // volume becomes Released) and goes on binding new claims.
 func TestBinderSurvivesAWatcherRestart(t *testing.T) {
 	b := startBinder(t, "binder-restart")
-	ns := "restart"
-	if _, err := client.CoreV1().Namespaces().Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	ns := newNamespace(t, "restart")
 	createPairs(t, ns, "before", 20)
 	allBound(t, ns, 20)
 	gone, err := client.CoreV1().PersistentVolumeClaims(ns).Get(context.Background(), "before-claim-000", metav1.GetOptions{})
