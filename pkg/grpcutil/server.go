@@ -11,6 +11,7 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/backoff"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
@@ -140,7 +141,14 @@ func logCall(ctx context.Context, log *slog.Logger, method string, start time.Ti
 	if req != nil && log.Enabled(ctx, slog.LevelDebug) {
 		attrs = append(attrs, "request", Sanitize(req))
 	}
-	if err != nil {
+	switch code {
+	case codes.OK:
+	case codes.Canceled, codes.InvalidArgument, codes.NotFound, codes.AlreadyExists, codes.FailedPrecondition, codes.OutOfRange, codes.Unimplemented:
+		// The caller's doing (a closed stream, a bad request): the caller
+		// got the message; it is not this service's trouble.
+		log.InfoContext(ctx, "grpc call rejected", append(attrs, "error", err)...)
+		return
+	default:
 		log.WarnContext(ctx, "grpc call failed", append(attrs, "error", err)...)
 		return
 	}
