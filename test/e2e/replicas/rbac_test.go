@@ -1,0 +1,90 @@
+package replicas
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/yaml"
+	"k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
+
+	"github.com/volplane/volplane/internal/devenv"
+	"github.com/volplane/volplane/services/binder"
+	"github.com/volplane/volplane/services/watcher"
+)
+
+// applyRBAC creates the objects of deploy/kubernetes/rbac.yaml.
+func applyRBAC(t *testing.T) {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join("..", "..", "..", "deploy", "kubernetes", "rbac.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	for _, part := range strings.Split(string(b), "\n---\n") {
+		doc, err := yaml.ToJSON([]byte(part))
+		if err != nil {
+			t.Fatal(err)
+		}
+		obj, _, err := scheme.Codecs.UniversalDeserializer().Decode(doc, nil, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		switch o := obj.(type) {
+		case *corev1.Namespace:
+			_, err = client.CoreV1().Namespaces().Create(ctx, o, metav1.CreateOptions{})
+		case *corev1.ServiceAccount:
+			_, err = client.CoreV1().ServiceAccounts(o.Namespace).Create(ctx, o, metav1.CreateOptions{})
+		case *rbacv1.ClusterRole:
+			_, err = client.RbacV1().ClusterRoles().Create(ctx, o, metav1.CreateOptions{})
+		case *rbacv1.ClusterRoleBinding:
+			_, err = client.RbacV1().ClusterRoleBindings().Create(ctx, o, metav1.CreateOptions{})
+		default:
+			t.Fatalf("unexpected %T in rbac.yaml", obj)
+		}
+		if err != nil && !apierrors.IsAlreadyExists(err) {
+			t.Fatal(err)
+		}
+	}
+}
+
+// The watcher and the binder need no more than deploy/kubernetes/rbac.yaml
+// grants: run them as its ServiceAccount (by impersonation) and bind.
+func TestServicesRunWithTheDeployedRBAC(t *testing.T) {
+	applyRBAC(t)
+	sa := rest.CopyConfig(env.RESTConfig)
+	sa.Impersonate = rest.ImpersonationConfig{UserName: "system:serviceaccount:volplane-system:volplane"}
+
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	wAddr, _ := devenv.FreeAddr()
+	bAddr, _ := devenv.FreeAddr()
+	errc := make(chan error, 2)
+	go func() {
+		errc <- watcher.Run(ctx, watcher.Options{RESTConfig: sa, Listen: wAddr, Logger: logger("watcher-rbac")})
+	}()
+	go func() {
+		errc <- binder.Run(ctx, binder.Options{RESTConfig: sa, EtcdEndpoints: env.EtcdEndpoints, Listen: bAddr,
+			WatcherAddress: wAddr, MemberID: "binder-rbac", Logger: logger("binder-rbac")})
+	}()
+	if err := devenv.WaitServing(ctx, bAddr, "", time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	ns := newNamespace(t, "rbac")
+	createPairs(t, ns, "rbac", 5)
+	allBound(t, ns, 5)
+	cancel()
+	for range 2 {
+		if err := <-errc; err != nil {
+			t.Fatal(err)
+		}
+	}
+}
