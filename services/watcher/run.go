@@ -45,8 +45,9 @@ type Options struct {
 	// ResyncPeriod is the informers' resync period; 0 disables it. Resyncs
 	// deliver no events (nothing changed): subscribers resync on their own.
 	ResyncPeriod time.Duration
-	// HistorySize is how many events are kept for resuming subscribers;
-	// 0 means DefaultHistorySize.
+	// HistorySize is how many events are kept for resuming subscribers
+	// (and how far a slow subscriber may lag before it gets a full list
+	// again); 0 means DefaultHistorySize.
 	HistorySize int
 	// DebugAddress serves /metrics and /debug/pprof over HTTP; empty
 	// disables.
@@ -61,7 +62,10 @@ func (o *Options) validate() error {
 		errs = append(errs, errors.New("a listen address is required (--listen)"))
 	}
 	if o.HistorySize < 0 {
-		errs = append(errs, fmt.Errorf("history size must be positive, got %d (--history-size)", o.HistorySize))
+		errs = append(errs, fmt.Errorf("history size must not be negative (0 means %d), got %d (--history-size)", DefaultHistorySize, o.HistorySize))
+	}
+	if o.KubeBurst < 0 {
+		errs = append(errs, fmt.Errorf("kubernetes client burst must not be negative, got %d (--kube-api-burst)", o.KubeBurst))
 	}
 	if o.ResyncPeriod < 0 {
 		errs = append(errs, fmt.Errorf("resync period must not be negative, got %s (--resync-period)", o.ResyncPeriod))
@@ -75,7 +79,11 @@ func (o *Options) validate() error {
 	return errors.Join(errs...)
 }
 
-// Run runs the watcher until ctx ends, then stops gracefully.
+// Run runs the watcher until ctx ends, then stops gracefully: health goes
+// NOT_SERVING, open streams end with Unavailable (subscribers resume from
+// their cursor), and Run returns nil. Health is SERVING, for the whole
+// server and for WatcherService, once the informers have synced. An error
+// in the options names the flag to fix.
 func Run(ctx context.Context, o Options) error {
 	if err := o.validate(); err != nil {
 		return fmt.Errorf("watcher options: %w", err)

@@ -95,9 +95,14 @@ func (s *server) Watch(req *watcherv1.WatchRequest, st grpc.ServerStreamingServe
 	h.mu.Unlock()
 	defer s.unsubscribe()
 	if resync && c != nil {
-		log.Info("subscriber cannot resume; sending a full list", "cursor_epoch", c.GetEpoch(), "cursor_sequence", c.GetSequence())
+		log.Info("subscriber cannot resume; sending a full list", "cursor_epoch", c.GetEpoch(), "cursor_sequence", c.GetSequence(), "epoch", h.epoch)
 	}
-	log.Info("subscriber connected", "kinds", kindNames(kinds), "resume", !resync)
+	log.Info("subscriber connected", "kinds", kindNames(kinds), "encoding", enc, "resume", !resync, "after", next)
+	var sent int // events sent, for the disconnect log
+	gone := func(err error) error {
+		log.Info("subscriber disconnected", "sent", sent, "last_sequence", next, "error", err)
+		return err
+	}
 
 	for {
 		if resync {
@@ -105,10 +110,10 @@ func (s *server) Watch(req *watcherv1.WatchRequest, st grpc.ServerStreamingServe
 			objs, seq := h.snapshot(kinds)
 			h.mu.Unlock()
 			if err := s.sendList(st, objs, seq, enc); err != nil {
-				log.Info("subscriber gone", "error", err)
-				return err
+				return gone(err)
 			}
 			next, resync = seq, false
+			sent += len(objs) + 2
 		}
 		h.mu.Lock()
 		evs, ok, wait := h.since(next, batch)
@@ -124,9 +129,9 @@ func (s *server) Watch(req *watcherv1.WatchRequest, st grpc.ServerStreamingServe
 				continue
 			}
 			if err := s.send(st, e, e.typ, e.seq, enc); err != nil {
-				log.Info("subscriber gone", "error", err)
-				return err
+				return gone(err)
 			}
+			sent++
 		}
 		if len(evs) > 0 {
 			continue
@@ -134,10 +139,9 @@ func (s *server) Watch(req *watcherv1.WatchRequest, st grpc.ServerStreamingServe
 		select {
 		case <-wait:
 		case <-ctx.Done():
-			log.Info("subscriber disconnected")
-			return status.FromContextError(ctx.Err()).Err()
+			return gone(status.FromContextError(ctx.Err()).Err())
 		case <-s.stopping:
-			return errStopping
+			return gone(errStopping)
 		}
 	}
 }

@@ -6,8 +6,10 @@ package main
 import (
 	"context"
 	"flag"
+	"fmt"
 	"log/slog"
 	"os"
+	"strconv"
 
 	"github.com/volplane/volplane/pkg/cmdutil"
 	"github.com/volplane/volplane/services/watcher"
@@ -16,11 +18,31 @@ import (
 func main() {
 	var o watcher.Options
 	cmdutil.KubeFlags(&o.Kubeconfig, &o.KubeQPS, &o.KubeBurst)
-	flag.StringVar(&o.Listen, "listen", "127.0.0.1:7701", "gRPC listen address (host:port or unix:///path)")
-	flag.DurationVar(&o.ResyncPeriod, "resync-period", 0, "informer resync period; 0 disables (subscribers resync on their own)")
-	flag.IntVar(&o.HistorySize, "history-size", watcher.DefaultHistorySize, "events kept so that a subscriber whose stream broke can resume without a full list")
-	flag.StringVar(&o.DebugAddress, "debug-address", "", "HTTP address serving /metrics (Prometheus) and /debug/pprof; empty disables")
+	flag.Func("kube-qps", "same as --kube-api-qps", func(s string) error {
+		v, err := strconv.ParseFloat(s, 32)
+		if err != nil {
+			return fmt.Errorf("not a number: %q", s)
+		}
+		o.KubeQPS = float32(v)
+		return nil
+	})
+	flag.IntVar(&o.KubeBurst, "kube-burst", 0, "same as --kube-api-burst")
+	flag.StringVar(&o.Listen, "listen", "127.0.0.1:7701", "gRPC listen address: host:port (\":7701\" for every interface) or unix:///path")
+	flag.DurationVar(&o.ResyncPeriod, "resync-period", 0, "informer resync period; 0 disables (a resync changes nothing, so it sends no events)")
+	flag.IntVar(&o.HistorySize, "history-size", watcher.DefaultHistorySize, "events kept so that a subscriber whose stream broke, or that reads slowly, can resume without a full list")
+	flag.StringVar(&o.DebugAddress, "debug-address", "", "HTTP address serving /metrics (Prometheus), /healthz and /debug/pprof; empty disables")
 	logging := cmdutil.LogFlags()
+	flag.Usage = func() {
+		fmt.Fprint(flag.CommandLine.Output(), `Usage: watcher [flags]
+
+Serves PersistentVolumes, PersistentVolumeClaims and StorageClasses as one
+ordered, resumable gRPC event stream (volplane.watcher.v1.WatcherService).
+Outside a cluster, point --kubeconfig (or $KUBECONFIG) at the cluster.
+
+Flags:
+`)
+		flag.PrintDefaults()
+	}
 	flag.Parse()
 	os.Exit(cmdutil.Run(watcher.Service, logging, func(ctx context.Context, log *slog.Logger) error {
 		o.Logger = log
