@@ -163,6 +163,13 @@ func (c *controller) Event(ev *watcherv1.WatchResponse) error {
 		for _, k := range c.store.unboundClaimsOfClass(sc.Name) {
 			c.claimQueue.Add(k)
 		}
+		// A new default class is assigned to pending claims without one
+		// (retroactive default class) now, not at the next resync.
+		if sc.Annotations[kube.AnnDefaultStorageClass] == "true" || sc.Annotations[kube.AnnBetaDefaultStorageClass] == "true" {
+			for _, k := range c.store.unboundClaimsOfClass("") {
+				c.claimQueue.Add(k)
+			}
+		}
 	}
 	return nil
 }
