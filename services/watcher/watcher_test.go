@@ -2,29 +2,43 @@ package watcher
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
+	"path/filepath"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/status"
 	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
 
 	"github.com/volplane/volplane/pkg/kube"
 	watcherv1 "github.com/volplane/volplane/proto/volplane/watcher/v1"
 )
 
 // start runs the watcher on a fake clientset and returns a client.
-func start(t *testing.T, history int, objs ...any) (*fake.Clientset, watcherv1.WatcherServiceClient) {
+func start(t *testing.T, history int) (*fake.Clientset, watcherv1.WatcherServiceClient) {
 	t.Helper()
 	client := fake.NewClientset()
+	c, _ := startWith(t, client, history)
+	return client, c
+}
+
+// startWith runs the watcher on client and returns a connection to it.
+func startWith(t *testing.T, client *fake.Clientset, history int) (watcherv1.WatcherServiceClient, *grpc.ClientConn) {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -47,7 +61,7 @@ func start(t *testing.T, history int, objs ...any) (*fake.Clientset, watcherv1.W
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { cc.Close() })
-	return client, watcherv1.NewWatcherServiceClient(cc)
+	return watcherv1.NewWatcherServiceClient(cc), cc
 }
 
 func pv(name string) *corev1.PersistentVolume {
@@ -267,5 +281,109 @@ func TestHubSubscriberBehindTheRing(t *testing.T) {
 	objs, seq := h.snapshot(all)
 	if len(objs) != 4 || seq != 6 {
 		t.Fatalf("snapshot %d objects at %d, want 4 at 6", len(objs), seq)
+	}
+}
+
+// Health turns SERVING, and streams start, only once every informer has
+// listed its objects.
+func TestServingOnlyAfterSync(t *testing.T) {
+	client := fake.NewClientset(pv("listed"))
+	release := make(chan struct{})
+	client.PrependReactor("list", "persistentvolumes", func(k8stesting.Action) (bool, runtime.Object, error) {
+		<-release
+		return false, nil, nil // on to the tracker
+	})
+	c, cc := startWith(t, client, 0)
+	var once sync.Once
+	open := func() { once.Do(func() { close(release) }) }
+	t.Cleanup(open) // runs before the watcher stops
+
+	health := healthpb.NewHealthClient(cc)
+	check := func(service string) healthpb.HealthCheckResponse_ServingStatus {
+		t.Helper()
+		resp, err := health.Check(t.Context(), &healthpb.HealthCheckRequest{Service: service})
+		if err != nil {
+			t.Fatalf("health check %q: %v", service, err)
+		}
+		return resp.GetStatus()
+	}
+	watcherService := watcherv1.WatcherService_ServiceDesc.ServiceName
+	for _, svc := range []string{"", watcherService} {
+		if got := check(svc); got != healthpb.HealthCheckResponse_NOT_SERVING {
+			t.Fatalf("health %q before sync: %v", svc, got)
+		}
+	}
+	if st, err := c.GetStatus(t.Context(), &watcherv1.GetStatusRequest{}); err != nil || st.Synced {
+		t.Fatalf("status before sync: %v, %v", st, err)
+	}
+	next, _ := stream(t, c, &watcherv1.WatchRequest{})
+	open()
+	expect(t, next(), watcherv1.EventType_EVENT_TYPE_RESET, "")
+	expect(t, next(), watcherv1.EventType_EVENT_TYPE_ADDED, "listed")
+	expect(t, next(), watcherv1.EventType_EVENT_TYPE_SYNCED, "")
+	deadline := time.Now().Add(10 * time.Second)
+	for check("") != healthpb.HealthCheckResponse_SERVING || check(watcherService) != healthpb.HealthCheckResponse_SERVING {
+		if time.Now().After(deadline) {
+			t.Fatal("health never turned SERVING after sync")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// Several gRPC subscribers see the same events in the same order.
+func TestSubscribersOverGRPC(t *testing.T) {
+	client, c := start(t, 0)
+	const subscribers, volumes = 8, 30
+	nexts := make([]func() *watcherv1.WatchResponse, subscribers)
+	for i := range nexts {
+		nexts[i], _ = stream(t, c, &watcherv1.WatchRequest{})
+		expect(t, nexts[i](), watcherv1.EventType_EVENT_TYPE_RESET, "")
+		expect(t, nexts[i](), watcherv1.EventType_EVENT_TYPE_SYNCED, "")
+	}
+	for i := range volumes {
+		create(t, client, pv(fmt.Sprintf("pv-%d", i)))
+	}
+	var want []string
+	for _, next := range nexts {
+		var got []string
+		prev := uint64(0)
+		for range volumes {
+			ev := next()
+			if prev != 0 && ev.Cursor.Sequence != prev+1 {
+				t.Fatalf("sequence %d after %d", ev.Cursor.Sequence, prev)
+			}
+			prev = ev.Cursor.Sequence
+			got = append(got, ev.Key)
+		}
+		if want == nil {
+			want = got
+		} else if fmt.Sprint(got) != fmt.Sprint(want) {
+			t.Fatalf("subscribers disagree on the order:\n%v\n%v", got, want)
+		}
+	}
+	if st := waitFor(t, c, volumes); st.Subscribers != subscribers {
+		t.Fatalf("status %v: want %d subscribers", st, subscribers)
+	}
+}
+
+func TestRunRejectsBadOptions(t *testing.T) {
+	missing := filepath.Join(t.TempDir(), "missing-kubeconfig")
+	for _, tc := range []struct {
+		name string
+		o    Options
+		flag string
+	}{
+		{"no listen address", Options{Kubeconfig: missing}, "--listen"},
+		{"negative history", Options{Listen: "127.0.0.1:0", HistorySize: -1}, "--history-size"},
+		{"negative resync", Options{Listen: "127.0.0.1:0", ResyncPeriod: -time.Second}, "--resync-period"},
+		{"negative burst", Options{Listen: "127.0.0.1:0", KubeBurst: -1}, "--kube-api-burst"},
+		{"no kubeconfig", Options{Listen: "127.0.0.1:0", Kubeconfig: missing}, "--kubeconfig"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			err := Run(t.Context(), tc.o)
+			if err == nil || !strings.Contains(err.Error(), tc.flag) {
+				t.Fatalf("got %v, want an error naming %s", err, tc.flag)
+			}
+		})
 	}
 }

@@ -1,0 +1,52 @@
+// Package watcher is volplane's watcher service: one client-go
+// SharedInformerFactory on PersistentVolumes, PersistentVolumeClaims (all
+// namespaces) and StorageClasses, served as one ordered, resumable gRPC
+// event stream (volplane.watcher.v1.WatcherService) to any number of
+// subscribers. It makes no decisions and writes nothing.
+//
+// # The log
+//
+// The informers' handlers feed one in-memory log, the hub. Under one lock,
+// every change gets the next sequence number (starting at 1), goes into a
+// ring of the last Options.HistorySize events, and updates the current
+// state (key -> latest object, per kind) that full lists are made of.
+// Keys are "namespace/name" for claims and "name" for volumes and classes.
+// DELETED events carry the last known object (a
+// cache.DeletedFinalStateUnknown is unwrapped). Updates that do not change
+// the resourceVersion (informer resyncs) are not logged. The epoch is a
+// random string chosen at start; sequences of different epochs do not
+// compare.
+//
+// # The resume contract
+//
+// Every event carries the cursor {epoch, sequence}. A Watch:
+//
+//   - with resume_after in the current epoch, no newer than the newest
+//     event, and with every later event still in the ring, replays the
+//     events after it (of the requested kinds) and goes on with live
+//     events: no RESET, no SYNCED;
+//   - with resume_after newer than the newest event of the current epoch,
+//     fails with InvalidArgument (the cursor was not issued by this
+//     watcher);
+//   - otherwise (no cursor, another epoch, events already dropped from the
+//     ring) gets RESET, every current object as ADDED, SYNCED, then the live
+//     events. The list and its cursor are taken atomically, so RESET, the
+//     ADDED events and SYNCED all carry the cursor of the newest event the
+//     list includes, and the live events are exactly the ones after it.
+//
+// A subscriber resumes with the cursor of the last event it processed after
+// a SYNCED (pkg/watchclient does this). A stream opened before the
+// informers have synced waits for them.
+//
+// # Subscribers
+//
+// Subscribers pull from the shared ring: each stream remembers the last
+// sequence it sent, copies the next batch of events out under the lock and
+// sends them without it, and waits for a notification channel that is
+// closed on every append. Nothing is queued per subscriber, so a slow
+// subscriber costs no memory; if it falls so far behind that the ring has
+// dropped events it has not sent, it gets RESET, a fresh full list and
+// SYNCED inline, in the same stream, and goes on from there. An object is
+// encoded at most once per event and encoding, whatever the number of
+// subscribers.
+package watcher
