@@ -124,6 +124,9 @@ func serve(ctx context.Context, o Options, client kubernetes.Interface, lis net.
 	}
 
 	srv := grpcutil.NewServer(log)
+	// NOT_SERVING (not "unknown service") for probes by service name until
+	// the informers have synced.
+	srv.SetServing(false, watcherv1.WatcherService_ServiceDesc.ServiceName)
 	api := &server{hub: h, log: log, stopping: ctx.Done()}
 	watcherv1.RegisterWatcherServiceServer(srv.Server, api)
 

@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
-	"strconv"
 
 	"github.com/volplane/volplane/pkg/cmdutil"
 	"github.com/volplane/volplane/services/watcher"
@@ -18,15 +17,6 @@ import (
 func main() {
 	var o watcher.Options
 	cmdutil.KubeFlags(&o.Kubeconfig, &o.KubeQPS, &o.KubeBurst)
-	flag.Func("kube-qps", "same as --kube-api-qps", func(s string) error {
-		v, err := strconv.ParseFloat(s, 32)
-		if err != nil {
-			return fmt.Errorf("not a number: %q", s)
-		}
-		o.KubeQPS = float32(v)
-		return nil
-	})
-	flag.IntVar(&o.KubeBurst, "kube-burst", 0, "same as --kube-api-burst")
 	flag.StringVar(&o.Listen, "listen", "127.0.0.1:7701", "gRPC listen address: host:port (\":7701\" for every interface) or unix:///path")
 	flag.DurationVar(&o.ResyncPeriod, "resync-period", 0, "informer resync period; 0 disables (a resync changes nothing, so it sends no events)")
 	flag.IntVar(&o.HistorySize, "history-size", watcher.DefaultHistorySize, "events kept so that a subscriber whose stream broke, or that reads slowly, can resume without a full list")
