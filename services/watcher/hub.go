@@ -3,40 +3,71 @@ package watcher
 import (
 	"crypto/rand"
 	"encoding/hex"
+	"fmt"
 	"sync"
 
 	"github.com/volplane/volplane/pkg/kube"
 	watcherv1 "github.com/volplane/volplane/proto/volplane/watcher/v1"
 )
 
-// event is one change in the watcher's log. Its encodings are computed at
-// most once, however many subscribers send it.
+// event is one change in the watcher's log. It keeps the object only in
+// Kubernetes protobuf (encoded once, when the event is appended: every
+// subscriber, and the binder is always one, needs it): a decoded object
+// takes several times the memory, and the log holds up to HistorySize
+// events. JSON is made from the protobuf at most once, on demand.
 type event struct {
 	seq  uint64
 	typ  watcherv1.EventType
 	kind watcherv1.Kind
 	key  string
 	rv   string
-	obj  kube.Object
+	pb   []byte
+	// obj is kept only when it could not be encoded (the error is
+	// reported to subscribers of every encoding).
+	obj   kube.Object
+	pbErr error
 
-	once [3]sync.Once // by watcherv1.Encoding
-	enc  [3][]byte
-	err  [3]error
+	jsonOnce sync.Once
+	json     []byte
+	jsonErr  error
+}
+
+func newEvent(typ watcherv1.EventType, kind watcherv1.Kind, key string, obj kube.Object, rv string) *event {
+	e := &event{typ: typ, kind: kind, key: key, rv: rv}
+	if e.pb, e.pbErr = kube.EncodeProto(obj); e.pbErr != nil {
+		e.obj = obj
+	}
+	return e
 }
 
 // encode returns the object in the requested encoding.
 func (e *event) encode(enc watcherv1.Encoding) ([]byte, error) {
 	if enc != watcherv1.Encoding_ENCODING_JSON {
-		enc = watcherv1.Encoding_ENCODING_PROTOBUF
+		return e.pb, e.pbErr
 	}
-	e.once[enc].Do(func() {
-		if enc == watcherv1.Encoding_ENCODING_JSON {
-			e.enc[enc], e.err[enc] = kube.EncodeJSON(e.obj)
-		} else {
-			e.enc[enc], e.err[enc] = kube.EncodeProto(e.obj)
+	e.jsonOnce.Do(func() {
+		if e.pbErr != nil {
+			e.jsonErr = e.pbErr
+			return
+		}
+		var obj kube.Object
+		if obj, e.jsonErr = decode(e.kind, e.pb); e.jsonErr == nil {
+			e.json, e.jsonErr = kube.EncodeJSON(obj)
 		}
 	})
-	return e.enc[enc], e.err[enc]
+	return e.json, e.jsonErr
+}
+
+func decode(kind watcherv1.Kind, b []byte) (kube.Object, error) {
+	switch kind {
+	case watcherv1.Kind_KIND_PERSISTENT_VOLUME:
+		return kube.DecodeVolume(b)
+	case watcherv1.Kind_KIND_PERSISTENT_VOLUME_CLAIM:
+		return kube.DecodeClaim(b)
+	case watcherv1.Kind_KIND_STORAGE_CLASS:
+		return kube.DecodeStorageClass(b)
+	}
+	return nil, fmt.Errorf("no decoder for %v", kind)
 }
 
 // hub is the watcher's ordered log: every informer event gets the next
@@ -78,13 +109,14 @@ func newHub(history int) *hub {
 
 // append records a change. For DELETED, obj is the last known state.
 func (h *hub) append(typ watcherv1.EventType, kind watcherv1.Kind, key string, obj kube.Object, rv string) {
+	e := newEvent(typ, kind, key, obj, rv) // outside the lock
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.head++
 	if int(kind) < len(h.appended) && int(typ) < len(h.appended[0]) {
 		h.appended[kind][typ]++
 	}
-	e := &event{seq: h.head, typ: typ, kind: kind, key: key, rv: rv, obj: obj}
+	e.seq = h.head
 	h.ring[h.head%uint64(len(h.ring))] = e
 	h.stored = min(h.stored+1, len(h.ring))
 	if typ == watcherv1.EventType_EVENT_TYPE_DELETED {
