@@ -93,6 +93,7 @@ func removeFrom[T any](m map[string]map[string]T, outer, inner string) {
 // putVolume stores v unless the cache already holds a newer version. It
 // returns the version now cached.
 func (s *store) putVolume(v *corev1.PersistentVolume) *corev1.PersistentVolume {
+	v.ManagedFields = nil // see putClaim
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	old := s.volumes[v.Name]
@@ -141,6 +142,10 @@ func (s *store) volume(name string) *corev1.PersistentVolume {
 // putClaim stores c unless the cache already holds a newer version. It
 // returns the version now cached.
 func (s *store) putClaim(c *corev1.PersistentVolumeClaim) *corev1.PersistentVolumeClaim {
+	// Objects the API returns carry managedFields, often most of their
+	// bytes; the binder never reads them, and an update without them leaves
+	// the server's as they are. The caller hands over the object.
+	c.ManagedFields = nil
 	key := claimKey(c)
 	s.mu.Lock()
 	defer s.mu.Unlock()
