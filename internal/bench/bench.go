@@ -41,7 +41,8 @@ type Options struct {
 	// Clients is how many goroutines create objects in parallel.
 	Clients int
 	// ProfileDir, when set, receives CPU profiles of the binder and the
-	// watcher taken while the claims are bound (binder.pprof, watcher.pprof).
+	// watcher taken while the claims are bound (binder.pprof, watcher.pprof)
+	// and their heap profiles at the end (binder.heap, watcher.heap).
 	ProfileDir string
 	// Out receives the report.
 	Out io.Writer
@@ -56,6 +57,7 @@ type Result struct {
 	BinderPeakRSS      int64         // bytes
 	BinderCPU          time.Duration // user+system time of the binder process
 	WatcherCPU         time.Duration
+	WatcherPeakRSS     int64 // bytes
 	CreateClaimsWindow time.Duration // how long creating the N claims took
 }
 
@@ -232,8 +234,15 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 			fmt.Fprintf(o.Out, "profile: %v\n", err)
 		}
 	}
+	if o.ProfileDir != "" {
+		for name, addr := range map[string]string{"binder": binderDebug, "watcher": watcherDebug} {
+			if err := fetch(ctx, "http://"+addr+"/debug/pprof/heap", filepath.Join(o.ProfileDir, name+".heap")); err != nil {
+				fmt.Fprintf(o.Out, "heap profile: %v\n", err)
+			}
+		}
+	}
 	r.BinderPeakRSS, r.BinderCPU = binder.Usage()
-	_, r.WatcherCPU = watcher.Usage()
+	r.WatcherPeakRSS, r.WatcherCPU = watcher.Usage()
 	return r, nil
 }
 
@@ -248,6 +257,7 @@ func (r *Result) Print(w io.Writer) {
 	fmt.Fprintf(w, "binder peak RSS:       %.1f MiB\n", float64(r.BinderPeakRSS)/(1<<20))
 	fmt.Fprintf(w, "binder CPU time:       %s\n", r.BinderCPU.Round(time.Millisecond))
 	fmt.Fprintf(w, "watcher CPU time:      %s\n", r.WatcherCPU.Round(time.Millisecond))
+	fmt.Fprintf(w, "watcher peak RSS:      %.1f MiB\n", float64(r.WatcherPeakRSS)/(1<<20))
 }
 
 func volume(i int) *corev1.PersistentVolume {
@@ -346,7 +356,12 @@ func waitVolumesCached(ctx context.Context, binderAddr string, n int) error {
 
 // profile saves a CPU profile of the process serving pprof at addr.
 func profile(ctx context.Context, addr, path string, seconds int) error {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", addr, seconds), nil)
+	return fetch(ctx, fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", addr, seconds), path)
+}
+
+// fetch saves what url answers into path.
+func fetch(ctx context.Context, url, path string) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
 		return err
 	}
@@ -356,7 +371,7 @@ func profile(ctx context.Context, addr, path string, seconds int) error {
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("profile %s: %s", addr, resp.Status)
+		return fmt.Errorf("%s: %s", url, resp.Status)
 	}
 	f, err := os.Create(path)
 	if err != nil {
