@@ -26,7 +26,10 @@ type api struct {
 	c        *controller
 	memberID string
 	members  func() []string
-	workers  int
+	// peers passes sync requests to the replica that owns the object; nil
+	// means every object is this replica's.
+	peers   *peers
+	workers int
 }
 
 var _ binderv1.BinderServiceServer = (*api)(nil)
@@ -158,7 +161,7 @@ func (a *api) GetVolume(_ context.Context, req *binderv1.GetVolumeRequest) (*bin
 }
 
 // SyncClaim implements BinderService.
-func (a *api) SyncClaim(_ context.Context, req *binderv1.SyncClaimRequest) (*binderv1.SyncClaimResponse, error) {
+func (a *api) SyncClaim(ctx context.Context, req *binderv1.SyncClaimRequest) (*binderv1.SyncClaimResponse, error) {
 	if req.GetNamespace() == "" || req.GetName() == "" {
 		return nil, status.Error(codes.InvalidArgument, "namespace and name are required")
 	}
@@ -169,15 +172,22 @@ func (a *api) SyncClaim(_ context.Context, req *binderv1.SyncClaimRequest) (*bin
 	if a.c.store.claim(key) == nil {
 		return nil, status.Errorf(codes.NotFound, "claim %s not found", key)
 	}
-	if !a.c.owns("pvc/" + key) {
-		return nil, status.Errorf(codes.FailedPrecondition, "claim %s is synced by another binder replica; ask that one", key)
+	if a.peers != nil {
+		owner, id, err := a.peers.owner(ctx, "pvc/"+key)
+		if err != nil {
+			return nil, err
+		}
+		if owner != nil {
+			resp, err := owner.SyncClaim(a.peers.forwardContext(ctx), req)
+			return resp, forwardErr(id, err)
+		}
 	}
 	a.c.claimQueue.Add(key)
 	return &binderv1.SyncClaimResponse{}, nil
 }
 
 // SyncVolume implements BinderService.
-func (a *api) SyncVolume(_ context.Context, req *binderv1.SyncVolumeRequest) (*binderv1.SyncVolumeResponse, error) {
+func (a *api) SyncVolume(ctx context.Context, req *binderv1.SyncVolumeRequest) (*binderv1.SyncVolumeResponse, error) {
 	if req.GetName() == "" {
 		return nil, status.Error(codes.InvalidArgument, "name is required")
 	}
@@ -187,8 +197,15 @@ func (a *api) SyncVolume(_ context.Context, req *binderv1.SyncVolumeRequest) (*b
 	if a.c.store.volume(req.GetName()) == nil {
 		return nil, status.Errorf(codes.NotFound, "volume %s not found", req.GetName())
 	}
-	if !a.c.owns("pv/" + req.GetName()) {
-		return nil, status.Errorf(codes.FailedPrecondition, "volume %s is synced by another binder replica; ask that one", req.GetName())
+	if a.peers != nil {
+		owner, id, err := a.peers.owner(ctx, "pv/"+req.GetName())
+		if err != nil {
+			return nil, err
+		}
+		if owner != nil {
+			resp, err := owner.SyncVolume(a.peers.forwardContext(ctx), req)
+			return resp, forwardErr(id, err)
+		}
 	}
 	a.c.volumeQueue.Add(req.GetName())
 	return &binderv1.SyncVolumeResponse{}, nil

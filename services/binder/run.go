@@ -167,10 +167,13 @@ func Run(ctx context.Context, o Options) error {
 	members.Store(&[]string{o.MemberID})
 	c.owns = func(key string) bool { return ring.Load().Owner(key) == o.MemberID }
 
+	peers := newPeers(o.MemberID, ring.Load)
+	defer peers.close()
 	srv := grpcutil.NewServer(log)
 	binderv1.RegisterBinderServiceServer(srv.Server, &api{
 		c: c, memberID: o.MemberID, workers: o.Workers,
 		members: func() []string { return *members.Load() },
+		peers:   peers,
 	})
 
 	if err := co.Register(ctx, Service, o.MemberID, o.AdvertiseAddress); err != nil {
@@ -212,6 +215,7 @@ func Run(ctx context.Context, o Options) error {
 			}
 			ring.Store(coord.NewRing(ids))
 			members.Store(&ids)
+			peers.update(ms)
 			log.Info("binder members changed; resyncing owned objects", "members", ids)
 			c.enqueueAll()
 		})

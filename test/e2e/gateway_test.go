@@ -66,6 +66,21 @@ func TestGatewayServesBindingState(t *testing.T) {
 	if code, body := getJSON(t, srv.URL+"/v1/claims?pageSize=-1"); code != http.StatusBadRequest {
 		t.Errorf("negative page size: %d %s, want 400", code, mustJSON(body))
 	}
+	resp, err := http.Post(srv.URL+"/v1/namespaces/"+n+"/claims/gw-claim:sync", "application/json", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Errorf("sync a claim: %s, want 200", resp.Status)
+	}
+	if resp, err = http.Post(srv.URL+"/v1/namespaces/"+n+"/claims/nope:sync", "application/json", nil); err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusNotFound {
+		t.Errorf("sync an unknown claim: %s, want 404", resp.Status)
+	}
 	if code, body := getJSON(t, srv.URL+"/v1/watcher/status"); code != 200 || body["synced"] != true {
 		t.Errorf("watcher status: %d %s", code, mustJSON(body))
 	}

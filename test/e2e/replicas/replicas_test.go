@@ -286,6 +286,21 @@ func TestReplicasShareTheWorkAndTakeOver(t *testing.T) {
 		t.Fatalf("binds a=%d b=%d: want both replicas to bind, 150 in total", sa.BindsTotal, sb.BindsTotal)
 	}
 
+	// Either replica takes a sync request for any object: the one that
+	// does not own it passes it on.
+	for _, r := range []*replica{a, b} {
+		for i := range 150 {
+			req := &binderv1.SyncClaimRequest{Namespace: ns, Name: fmt.Sprintf("first-claim-%03d", i)}
+			if _, err := r.client.SyncClaim(context.Background(), req); err != nil {
+				t.Fatalf("SyncClaim %s via %s: %v", req.Name, r.id, err)
+			}
+		}
+		vreq := &binderv1.SyncVolumeRequest{Name: fmt.Sprintf("%s-first-pv-%03d", ns, 7)}
+		if _, err := r.client.SyncVolume(context.Background(), vreq); err != nil {
+			t.Fatalf("SyncVolume via %s: %v", r.id, err)
+		}
+	}
+
 	// b leaves (its lease is revoked on the way out): a owns everything.
 	b.stop()
 	eventually(t, 30*time.Second, func() string {

@@ -1,0 +1,99 @@
+package binder
+
+import (
+	"context"
+	"fmt"
+	"sync"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+
+	"github.com/volplane/volplane/pkg/coord"
+	"github.com/volplane/volplane/pkg/grpcutil"
+	binderv1 "github.com/volplane/volplane/proto/volplane/binder/v1"
+)
+
+// forwardedHeader marks a call one replica passed to another, so that two
+// replicas with different views of the ring never pass it back and forth.
+const forwardedHeader = "volplane-forwarded-by"
+
+// peers knows the other binder replicas and keeps a connection to each, so
+// that a sync request reaching the wrong replica (e.g. through a Service)
+// is passed to the one that owns the object.
+type peers struct {
+	self    string
+	ring    func() *coord.Ring
+	mu      sync.Mutex
+	members map[string]string // id -> address
+	conns   map[string]*grpc.ClientConn
+}
+
+func newPeers(self string, ring func() *coord.Ring) *peers {
+	return &peers{self: self, ring: ring, members: map[string]string{}, conns: map[string]*grpc.ClientConn{}}
+}
+
+// update records the live members and closes connections to gone ones.
+func (p *peers) update(ms []coord.Member) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.members = map[string]string{}
+	for _, m := range ms {
+		p.members[m.ID] = m.Address
+	}
+	for id, cc := range p.conns {
+		if _, ok := p.members[id]; !ok {
+			cc.Close()
+			delete(p.conns, id)
+		}
+	}
+}
+
+func (p *peers) close() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for id, cc := range p.conns {
+		cc.Close()
+		delete(p.conns, id)
+	}
+}
+
+// owner returns a client for the replica that owns key, or nil when this
+// replica does.
+func (p *peers) owner(ctx context.Context, key string) (binderv1.BinderServiceClient, string, error) {
+	id := p.ring().Owner(key)
+	if id == p.self || id == "" {
+		return nil, "", nil
+	}
+	if md, ok := metadata.FromIncomingContext(ctx); ok && len(md.Get(forwardedHeader)) > 0 {
+		return nil, "", status.Errorf(codes.Unavailable, "%s is owned by binder replica %s by this replica's view, and replica %s thinks otherwise: membership is changing, retry shortly", key, id, md.Get(forwardedHeader)[0])
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if cc := p.conns[id]; cc != nil {
+		return binderv1.NewBinderServiceClient(cc), id, nil
+	}
+	addr, ok := p.members[id]
+	if !ok {
+		return nil, "", status.Errorf(codes.Unavailable, "%s is owned by binder replica %s, whose address is not known yet: retry shortly", key, id)
+	}
+	cc, err := grpcutil.Dial(addr)
+	if err != nil {
+		return nil, "", status.Errorf(codes.Unavailable, "reach binder replica %s at %s: %v", id, addr, err)
+	}
+	p.conns[id] = cc
+	return binderv1.NewBinderServiceClient(cc), id, nil
+}
+
+// forwardContext marks ctx as forwarded by this replica.
+func (p *peers) forwardContext(ctx context.Context) context.Context {
+	return metadata.AppendToOutgoingContext(ctx, forwardedHeader, p.self)
+}
+
+func forwardErr(id string, err error) error {
+	if _, ok := status.FromError(err); ok {
+		return err
+	}
+	return fmt.Errorf("forward to binder replica %s: %w", id, err)
+}
