@@ -57,7 +57,7 @@ type Result struct {
 	BinderPeakRSS      int64         // bytes
 	BinderCPU          time.Duration // user+system time of the binder process
 	WatcherCPU         time.Duration
-	WatcherPeakRSS     int64 // bytes
+	WatcherPeakRSS     int64         // bytes
 	CreateClaimsWindow time.Duration // how long creating the N claims took
 }
 
