@@ -17,15 +17,19 @@ KUBE_VERSION            := v1.36.3
 # Where heavy builds are cached across clones (git-ignored, outside the tree).
 VOLPLANE_CACHE          ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/volplane
 KUBE_APISERVER          := $(VOLPLANE_CACHE)/kube-apiserver-$(KUBE_VERSION)
+# Only for the comparison benchmark (make bench-kcm).
+KUBE_CONTROLLER_MANAGER := $(VOLPLANE_CACHE)/kube-controller-manager-$(KUBE_VERSION)
 export VOLPLANE_KUBE_APISERVER := $(KUBE_APISERVER)
 
 BINARIES := watcher binder provisioner reclaimer gateway volplane-dev volplane-bench
 # Benchmark size: `make bench N=10000`.
 N ?= 1000
+# kube-controller-manager's client QPS in `make bench-kcm` (its default is 20).
+KCM_QPS ?= 1000
 
 .PHONY: help
 help: ## Show this help.
-	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  %-18s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  %-24s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
 ##@ Run
 
@@ -41,9 +45,14 @@ build: ## Build every binary into ./bin.
 		./gateway/cmd/gateway ./cmd/volplane-dev ./cmd/volplane-bench
 
 .PHONY: kube-apiserver
-kube-apiserver: $(KUBE_APISERVER) ## Build kube-apiserver $(KUBE_VERSION) once into the cache.
+kube-apiserver: $(KUBE_APISERVER) ## Build the pinned kube-apiserver once into the cache (~15 min).
 $(KUBE_APISERVER):
-	hack/build-kube-apiserver.sh $(KUBE_VERSION) $@
+	hack/build-kube.sh $(KUBE_VERSION) $@
+
+.PHONY: kube-controller-manager
+kube-controller-manager: $(KUBE_CONTROLLER_MANAGER) ## Build the pinned kube-controller-manager into the cache (for bench-kcm).
+$(KUBE_CONTROLLER_MANAGER):
+	hack/build-kube.sh $(KUBE_VERSION) $@ kube-controller-manager
 
 ##@ Test
 
@@ -58,6 +67,11 @@ test-unit: ## Run the tests that need no kube-apiserver.
 .PHONY: bench
 bench: build kube-apiserver ## Measure binds/s and create-to-Bound latency (N=1000; N=10000 for the big run).
 	$(BIN)/volplane-bench --bin-dir $(BIN) --kube-apiserver $(KUBE_APISERVER) -n $(N)
+
+.PHONY: bench-kcm
+bench-kcm: build kube-apiserver kube-controller-manager ## The same benchmark with kube-controller-manager's PV binder (KCM_QPS=1000).
+	$(BIN)/volplane-bench --bin-dir $(BIN) --kube-apiserver $(KUBE_APISERVER) -n $(N) \
+		--kube-controller-manager $(KUBE_CONTROLLER_MANAGER) --kcm-qps $(KCM_QPS)
 
 ##@ Verify / fix
 

@@ -23,6 +23,8 @@ func main() {
 	flag.IntVar(&o.Workers, "workers", 0, "binder --workers; 0 keeps the binder's default")
 	flag.IntVar(&o.Clients, "clients", 32, "goroutines creating objects in parallel")
 	flag.StringVar(&o.ProfileDir, "profile-dir", "", "save CPU profiles of the binder and the watcher taken while claims are bound into this directory")
+	flag.StringVar(&o.KCM, "kube-controller-manager", "", "compare: bind with this kube-controller-manager binary's PV binder instead of volplane (make kube-controller-manager)")
+	flag.IntVar(&o.KCMQPS, "kcm-qps", 20, "kube-controller-manager's --kube-api-qps and burst (its default is 20)")
 	flag.Parse()
 	o.Out = os.Stderr
 

@@ -1,7 +1,10 @@
 //go:build tools
 
-// Package tools pins the kube-apiserver command so that `go mod tidy` keeps
-// everything it needs in go.sum.
+// Package tools pins the commands hack/build-kube.sh builds so that
+// `go mod tidy` keeps everything they need in go.sum.
 package tools
 
-import _ "k8s.io/kubernetes/cmd/kube-apiserver"
+import (
+	_ "k8s.io/kubernetes/cmd/kube-apiserver"
+	_ "k8s.io/kubernetes/cmd/kube-controller-manager"
+)

@@ -23,9 +23,7 @@ import (
 	watchtools "k8s.io/client-go/tools/watch"
 
 	"github.com/volplane/volplane/internal/devenv"
-	"github.com/volplane/volplane/pkg/grpcutil"
 	"github.com/volplane/volplane/pkg/kube"
-	binderv1 "github.com/volplane/volplane/proto/volplane/binder/v1"
 )
 
 // Options configures a benchmark run.
@@ -44,6 +42,12 @@ type Options struct {
 	// watcher taken while the claims are bound (binder.pprof, watcher.pprof)
 	// and their heap profiles at the end (binder.heap, watcher.heap).
 	ProfileDir string
+	// KCM, when set, is a kube-controller-manager binary: its
+	// persistentvolume-binder controller (client QPS KCMQPS) binds instead
+	// of volplane, for a comparison on the same machine and apiserver.
+	KCM string
+	// KCMQPS is kube-controller-manager's --kube-api-qps (and burst).
+	KCMQPS int
 	// Out receives the report.
 	Out io.Writer
 }
@@ -51,6 +55,7 @@ type Options struct {
 // Result is what a run measured.
 type Result struct {
 	N                  int
+	Binder             string        // what bound: "volplane" or "kube-controller-manager"
 	Elapsed            time.Duration // first claim created to last claim Bound
 	BindsPerSecond     float64
 	P50, P99, Max      time.Duration // create-to-Bound latency
@@ -85,47 +90,53 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 	}
 	defer env.Stop()
 
-	watcherAddr, err := devenv.FreeAddr()
-	if err != nil {
-		return nil, err
-	}
-	binderAddr, err := devenv.FreeAddr()
-	if err != nil {
-		return nil, err
-	}
-	watcherArgs := []string{"--kubeconfig", env.Kubeconfig, "--listen", watcherAddr, "--log-level", "warn"}
-	var watcherDebug, binderDebug string
-	if o.ProfileDir != "" {
-		if watcherDebug, err = devenv.FreeAddr(); err != nil {
+	var binder, watcher *devenv.Process
+	var binderAddr, watcherDebug, binderDebug string
+	if o.KCM != "" {
+		if binder, err = startKCM(dir, o.KCM, env.Kubeconfig, o.KCMQPS); err != nil {
 			return nil, err
 		}
-		if binderDebug, err = devenv.FreeAddr(); err != nil {
+		defer binder.Stop()
+	} else {
+		watcherAddr, err := devenv.FreeAddr()
+		if err != nil {
 			return nil, err
 		}
-		watcherArgs = append(watcherArgs, "--debug-address", watcherDebug)
+		if binderAddr, err = devenv.FreeAddr(); err != nil {
+			return nil, err
+		}
+		watcherArgs := []string{"--kubeconfig", env.Kubeconfig, "--listen", watcherAddr, "--log-level", "warn"}
+		if o.ProfileDir != "" {
+			if watcherDebug, err = devenv.FreeAddr(); err != nil {
+				return nil, err
+			}
+			if binderDebug, err = devenv.FreeAddr(); err != nil {
+				return nil, err
+			}
+			watcherArgs = append(watcherArgs, "--debug-address", watcherDebug)
+		}
+		watcher, err = devenv.StartProcess(dir, "watcher", filepath.Join(o.BinDir, "watcher"), watcherArgs...)
+		if err != nil {
+			return nil, err
+		}
+		defer watcher.Stop()
+		args := []string{"--kubeconfig", env.Kubeconfig, "--etcd-endpoints", strings.Join(env.EtcdEndpoints, ","),
+			"--listen", binderAddr, "--watcher-address", watcherAddr, "--log-level", "warn"}
+		if o.Workers > 0 {
+			args = append(args, "--workers", strconv.Itoa(o.Workers))
+		}
+		if binderDebug != "" {
+			args = append(args, "--debug-address", binderDebug)
+		}
+		binder, err = devenv.StartProcess(dir, "binder", filepath.Join(o.BinDir, "binder"), args...)
+		if err != nil {
+			return nil, err
+		}
+		defer binder.Stop()
+		if err := devenv.WaitServing(ctx, binderAddr, "", 2*time.Minute); err != nil {
+			return nil, fmt.Errorf("binder: %w (log: %s)", err, binder.LogPath)
+		}
 	}
-	watcher, err := devenv.StartProcess(dir, "watcher", filepath.Join(o.BinDir, "watcher"), watcherArgs...)
-	if err != nil {
-		return nil, err
-	}
-	defer watcher.Stop()
-	args := []string{"--kubeconfig", env.Kubeconfig, "--etcd-endpoints", strings.Join(env.EtcdEndpoints, ","),
-		"--listen", binderAddr, "--watcher-address", watcherAddr, "--log-level", "warn"}
-	if o.Workers > 0 {
-		args = append(args, "--workers", strconv.Itoa(o.Workers))
-	}
-	if binderDebug != "" {
-		args = append(args, "--debug-address", binderDebug)
-	}
-	binder, err := devenv.StartProcess(dir, "binder", filepath.Join(o.BinDir, "binder"), args...)
-	if err != nil {
-		return nil, err
-	}
-	defer binder.Stop()
-	if err := devenv.WaitServing(ctx, binderAddr, "", 2*time.Minute); err != nil {
-		return nil, fmt.Errorf("binder: %w (log: %s)", err, binder.LogPath)
-	}
-
 	client := kubernetes.NewForConfigOrDie(kube.Tune(env.RESTConfig, kube.ClientOptions{UserAgent: "volplane-bench"}))
 	const ns = "bench"
 	if _, err := client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
@@ -139,9 +150,9 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 	}); err != nil {
 		return nil, fmt.Errorf("create volumes: %w", err)
 	}
-	// Let the binder see every volume before claims arrive.
-	if err := waitVolumesCached(ctx, binderAddr, o.N); err != nil {
-		return nil, err
+	// Let the binder make every volume Available before claims arrive.
+	if err := waitVolumesAvailable(ctx, client, o.N); err != nil {
+		return nil, fmt.Errorf("%w (binder log: %s)", err, binder.LogPath)
 	}
 
 	// The apiserver may close a watch under load (a slow reader); the retry
@@ -165,7 +176,7 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 	fmt.Fprintf(o.Out, "creating %d claims and waiting until all are Bound...\n", o.N)
 	start := time.Now()
 	profiles := make(chan error, 2)
-	if o.ProfileDir != "" {
+	if o.ProfileDir != "" && o.KCM == "" {
 		seconds := max(2, o.N/300)
 		go func() { profiles <- profile(ctx, binderDebug, filepath.Join(o.ProfileDir, "binder.pprof"), seconds) }()
 		go func() { profiles <- profile(ctx, watcherDebug, filepath.Join(o.ProfileDir, "watcher.pprof"), seconds) }()
@@ -234,20 +245,27 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 			fmt.Fprintf(o.Out, "profile: %v\n", err)
 		}
 	}
-	if o.ProfileDir != "" {
+	if o.ProfileDir != "" && o.KCM == "" {
 		for name, addr := range map[string]string{"binder": binderDebug, "watcher": watcherDebug} {
 			if err := fetch(ctx, "http://"+addr+"/debug/pprof/heap", filepath.Join(o.ProfileDir, name+".heap")); err != nil {
 				fmt.Fprintf(o.Out, "heap profile: %v\n", err)
 			}
 		}
 	}
+	r.Binder = "volplane"
+	if o.KCM != "" {
+		r.Binder = "kube-controller-manager"
+	}
 	r.BinderPeakRSS, r.BinderCPU = binder.Usage()
-	r.WatcherPeakRSS, r.WatcherCPU = watcher.Usage()
+	if watcher != nil {
+		r.WatcherPeakRSS, r.WatcherCPU = watcher.Usage()
+	}
 	return r, nil
 }
 
 // Print writes the result as the README shows it.
 func (r *Result) Print(w io.Writer) {
+	fmt.Fprintf(w, "binder:                %s\n", r.Binder)
 	fmt.Fprintf(w, "pairs:                 %d\n", r.N)
 	fmt.Fprintf(w, "elapsed:               %s (claims created within %s)\n", r.Elapsed.Round(time.Millisecond), r.CreateClaimsWindow.Round(time.Millisecond))
 	fmt.Fprintf(w, "binds/s:               %.1f\n", r.BindsPerSecond)
@@ -256,8 +274,10 @@ func (r *Result) Print(w io.Writer) {
 	fmt.Fprintf(w, "create-to-Bound max:   %s\n", r.Max.Round(time.Millisecond))
 	fmt.Fprintf(w, "binder peak RSS:       %.1f MiB\n", float64(r.BinderPeakRSS)/(1<<20))
 	fmt.Fprintf(w, "binder CPU time:       %s\n", r.BinderCPU.Round(time.Millisecond))
-	fmt.Fprintf(w, "watcher CPU time:      %s\n", r.WatcherCPU.Round(time.Millisecond))
-	fmt.Fprintf(w, "watcher peak RSS:      %.1f MiB\n", float64(r.WatcherPeakRSS)/(1<<20))
+	if r.Binder == "volplane" {
+		fmt.Fprintf(w, "watcher CPU time:      %s\n", r.WatcherCPU.Round(time.Millisecond))
+		fmt.Fprintf(w, "watcher peak RSS:      %.1f MiB\n", float64(r.WatcherPeakRSS)/(1<<20))
+	}
 }
 
 func volume(i int) *corev1.PersistentVolume {
@@ -329,29 +349,44 @@ feed:
 	return err
 }
 
-// waitVolumesCached waits until the binder's cache holds n volumes.
-func waitVolumesCached(ctx context.Context, binderAddr string, n int) error {
-	cc, err := grpcutil.Dial(binderAddr)
-	if err != nil {
-		return err
-	}
-	defer cc.Close()
-	c := binderv1.NewBinderServiceClient(cc)
-	deadline := time.Now().Add(2 * time.Minute)
+// waitVolumesAvailable waits until n volumes are Available.
+func waitVolumesAvailable(ctx context.Context, client kubernetes.Interface, n int) error {
+	deadline := time.Now().Add(5 * time.Minute)
 	for {
-		st, err := c.GetStatus(ctx, &binderv1.GetStatusRequest{})
-		if err == nil && st.Volumes >= int64(n) {
-			return nil
+		list, err := client.CoreV1().PersistentVolumes().List(ctx, metav1.ListOptions{ResourceVersion: "0"})
+		available := 0
+		if err == nil {
+			for _, v := range list.Items {
+				if v.Status.Phase == corev1.VolumeAvailable {
+					available++
+				}
+			}
+			if available >= n {
+				return nil
+			}
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("the binder did not cache %d volumes within 2 minutes (status %v, %v)", n, st, err)
+			return fmt.Errorf("only %d of %d volumes Available within 5 minutes (%v)", available, n, err)
 		}
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
-		case <-time.After(50 * time.Millisecond):
+		case <-time.After(250 * time.Millisecond):
 		}
 	}
+}
+
+// startKCM runs kube-controller-manager with only its PV binder.
+func startKCM(dir, bin, kubeconfig string, qps int) (*devenv.Process, error) {
+	if qps <= 0 {
+		qps = 20 // kube-controller-manager's default
+	}
+	return devenv.StartProcess(dir, "kube-controller-manager", bin,
+		"--kubeconfig", kubeconfig,
+		"--controllers", "persistentvolume-binder-controller",
+		"--kube-api-qps", strconv.Itoa(qps), "--kube-api-burst", strconv.Itoa(qps),
+		"--kube-api-content-type", "application/vnd.kubernetes.protobuf",
+		"--leader-elect=false", "--secure-port=0", "--v=1")
 }
 
 // profile saves a CPU profile of the process serving pprof at addr.

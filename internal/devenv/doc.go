@@ -4,7 +4,7 @@
 // certificates, a static admin token and a kubeconfig.
 //
 // The kube-apiserver binary is built once from the k8s.io/kubernetes module
-// by `make kube-apiserver` (hack/build-kube-apiserver.sh) and cached outside
+// by `make kube-apiserver` (hack/build-kube.sh) and cached outside
 // the tree; FindKubeAPIServer locates it.
 //
 // The StorageObjectInUseProtection admission plugin is disabled. In a real

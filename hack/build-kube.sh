@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
-# Builds kube-apiserver VERSION from the k8s.io/kubernetes module into OUT.
+# Builds a Kubernetes command (default kube-apiserver) at VERSION from the
+# k8s.io/kubernetes module into OUT.
 #
-#   hack/build-kube-apiserver.sh v1.36.3 ~/.cache/volplane/kube-apiserver-v1.36.3
+#   hack/build-kube.sh v1.36.3 ~/.cache/volplane/kube-apiserver-v1.36.3
+#   hack/build-kube.sh v1.36.3 ~/.cache/volplane/kube-controller-manager-v1.36.3 kube-controller-manager
 #
 # `go install k8s.io/kubernetes/cmd/kube-apiserver@VERSION` does not work:
 # k8s.io/kubernetes replaces every k8s.io staging module with a relative
@@ -11,8 +13,13 @@
 # Makefile caches OUT outside the tree, keyed by version.
 set -euo pipefail
 
-version=${1:?usage: $0 VERSION OUT}
-out=${2:?usage: $0 VERSION OUT}
+version=${1:?usage: $0 VERSION OUT [COMMAND]}
+out=${2:?usage: $0 VERSION OUT [COMMAND]}
+cmd=${3:-kube-apiserver}
+case "$cmd" in
+kube-apiserver | kube-controller-manager) ;;
+*) echo "$0: COMMAND must be kube-apiserver or kube-controller-manager, got $cmd" >&2; exit 2 ;;
+esac
 here=$(cd "$(dirname "$0")" && pwd)
 mod="$here/kube-apiserver"
 
@@ -33,8 +40,8 @@ done
 mkdir -p "$(dirname "$out")"
 tmp="$out.tmp.$$"
 trap 'rm -f "$tmp"' EXIT
-echo "building kube-apiserver $version into $out (about 15 minutes, once)..." >&2
-(cd "$mod" && CGO_ENABLED=0 GOFLAGS=-mod=mod go build -trimpath -ldflags="$ldflags" -o "$tmp" k8s.io/kubernetes/cmd/kube-apiserver)
+echo "building $cmd $version into $out (about 15 minutes the first time)..." >&2
+(cd "$mod" && CGO_ENABLED=0 GOFLAGS=-mod=mod go build -trimpath -ldflags="$ldflags" -o "$tmp" "k8s.io/kubernetes/cmd/$cmd")
 mv "$tmp" "$out"
 trap - EXIT
-echo "kube-apiserver $version: $out" >&2
+echo "$cmd $version: $out" >&2
