@@ -1,7 +1,8 @@
 // Package coord is volplane's coordination state in etcd: which replicas of
 // each service are alive (membership), which replica owns which object
 // (a rendezvous-hash ring over the members), and short-lived exclusive
-// reservations such as "this PV is being bound to that claim".
+// reservations such as "this PV is being bound to that claim", and the
+// journal of operations with side effects outside the Kubernetes API.
 //
 // Everything a replica writes hangs on one etcd lease (its session). When
 // the replica dies or is partitioned for longer than the lease TTL, its
@@ -14,4 +15,14 @@
 //
 //	<prefix>/members/<service>/<id>      = address
 //	<prefix>/reservations/<resource>     = holder
+//	<prefix>/journal/<kind>/<name>       = record (no lease)
+//
+// Journal records are the exception to "everything hangs on the lease": an
+// operation such as a CSI CreateVolume is recorded before it starts, and the
+// record stays when its replica dies, so that another replica finishes or
+// undoes it. Who may write a record is decided by the operation's lock, the
+// reservation op/<kind>/<name>, which does hang on the lease: every record
+// write is a transaction fenced on the writer holding that lock on its live
+// lease (Put, Finish), so a replica that lost its session cannot overwrite
+// the record of the replica that took the operation over.
 package coord
