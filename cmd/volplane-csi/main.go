@@ -1,0 +1,39 @@
+// Command volplane-csi runs volplane's development CSI driver: volumes are
+// directories under --root-dir, served over CSI (Identity, Controller and
+// Node) on --endpoint. `make up` runs it for the provisioner; --fault
+// injects failures, delays and hangs (see internal/devcsi).
+package main
+
+import (
+	"context"
+	"flag"
+	"log/slog"
+	"os"
+	"path/filepath"
+
+	"github.com/volplane/volplane/internal/devcsi"
+	"github.com/volplane/volplane/pkg/cmdutil"
+)
+
+func main() {
+	var o devcsi.Options
+	dir := filepath.Join(os.TempDir(), "volplane-csi")
+	flag.StringVar(&o.Endpoint, "endpoint", "unix://"+filepath.Join(dir, "csi.sock"), "CSI gRPC listen address (unix:///path/csi.sock or host:port)")
+	flag.StringVar(&o.RootDir, "root-dir", filepath.Join(dir, "root"), "directory holding the volumes, snapshots and state.json (kept across restarts)")
+	flag.StringVar(&o.NodeID, "node-id", "", "this node's ID, also its topology value; defaults to the hostname")
+	flag.StringVar(&o.Name, "driver-name", devcsi.DefaultName, "the CSI driver name")
+	flag.Int64Var(&o.MaxVolumesPerNode, "max-volumes-per-node", 0, "reported by NodeGetInfo; 0 means no limit")
+	flag.Int64Var(&o.Capacity, "capacity", 0, "total bytes handed out to volumes; 0 means no limit")
+	flag.Func("publish-mode", "bind or symlink; default: bind when this process may mount, else symlink", func(s string) error {
+		o.PublishMode = devcsi.PublishMode(s)
+		return nil
+	})
+	cmdutil.ListFlag(&o.Faults, "fault", "inject a fault, METHOD=ACTION: delay:2s, <grpc code>[:count|*[:message]] "+
+		"(e.g. unavailable:2), hang[:count] (nothing is done), hang-complete[:count] (done after the caller gives up); repeat or comma-separate")
+	logging := cmdutil.LogFlags()
+	flag.Parse()
+	os.Exit(cmdutil.Run("volplane-csi", logging, func(ctx context.Context, log *slog.Logger) error {
+		o.Logger = log
+		return devcsi.Run(ctx, o)
+	}))
+}

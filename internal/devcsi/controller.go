@@ -1,0 +1,580 @@
+package devcsi
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"os"
+	"path/filepath"
+	"time"
+
+	csi "github.com/container-storage-interface/spec/lib/go/csi"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/timestamppb"
+	"google.golang.org/protobuf/types/known/wrapperspb"
+)
+
+type controllerServer struct {
+	csi.UnimplementedControllerServer
+	d *Driver
+}
+
+var _ csi.ControllerServer = (*controllerServer)(nil)
+
+var controllerCapabilities = []csi.ControllerServiceCapability_RPC_Type{
+	csi.ControllerServiceCapability_RPC_CREATE_DELETE_VOLUME,
+	csi.ControllerServiceCapability_RPC_CLONE_VOLUME,
+	csi.ControllerServiceCapability_RPC_CREATE_DELETE_SNAPSHOT,
+	csi.ControllerServiceCapability_RPC_LIST_VOLUMES,
+	csi.ControllerServiceCapability_RPC_LIST_SNAPSHOTS,
+	csi.ControllerServiceCapability_RPC_GET_CAPACITY,
+	csi.ControllerServiceCapability_RPC_GET_VOLUME,
+	csi.ControllerServiceCapability_RPC_GET_SNAPSHOT,
+	csi.ControllerServiceCapability_RPC_EXPAND_VOLUME,
+	csi.ControllerServiceCapability_RPC_SINGLE_NODE_MULTI_WRITER,
+}
+
+func (s *controllerServer) ControllerGetCapabilities(context.Context, *csi.ControllerGetCapabilitiesRequest) (*csi.ControllerGetCapabilitiesResponse, error) {
+	resp := &csi.ControllerGetCapabilitiesResponse{}
+	for _, t := range controllerCapabilities {
+		resp.Capabilities = append(resp.Capabilities, &csi.ControllerServiceCapability{
+			Type: &csi.ControllerServiceCapability_Rpc{Rpc: &csi.ControllerServiceCapability_RPC{Type: t}},
+		})
+	}
+	return resp, nil
+}
+
+// checkCapability says why a capability cannot be served, or nil. Volumes
+// are directories: access type mount with any file system type (there is
+// none to format) and any access mode; block is not supported.
+func checkCapability(c *csi.VolumeCapability) error {
+	if c == nil {
+		return errors.New("a volume capability is empty")
+	}
+	switch c.GetAccessType().(type) {
+	case *csi.VolumeCapability_Mount:
+	case *csi.VolumeCapability_Block:
+		return errors.New("access type block is not supported: volumes are directories (use mount)")
+	default:
+		return errors.New("a volume capability has no access type (mount or block)")
+	}
+	mode := c.GetAccessMode().GetMode()
+	if _, known := csi.VolumeCapability_AccessMode_Mode_name[int32(mode)]; !known || mode == csi.VolumeCapability_AccessMode_UNKNOWN {
+		return fmt.Errorf("access mode %v is not supported", mode)
+	}
+	return nil
+}
+
+func checkCapabilities(caps []*csi.VolumeCapability) error {
+	if len(caps) == 0 {
+		return status.Error(codes.InvalidArgument, "volume_capabilities are required")
+	}
+	for _, c := range caps {
+		if err := checkCapability(c); err != nil {
+			return status.Error(codes.InvalidArgument, err.Error())
+		}
+	}
+	return nil
+}
+
+// checkRange validates a capacity range's shape.
+func checkRange(cr *csi.CapacityRange) error {
+	req, lim := cr.GetRequiredBytes(), cr.GetLimitBytes()
+	if req < 0 || lim < 0 {
+		return status.Errorf(codes.InvalidArgument, "capacity_range: required_bytes %d and limit_bytes %d must not be negative", req, lim)
+	}
+	if lim > 0 && req > lim {
+		return status.Errorf(codes.InvalidArgument, "capacity_range: required_bytes %d is above limit_bytes %d", req, lim)
+	}
+	return nil
+}
+
+// inRange reports whether a volume of size bytes satisfies cr.
+func inRange(size int64, cr *csi.CapacityRange) bool {
+	return size >= cr.GetRequiredBytes() && (cr.GetLimitBytes() == 0 || size <= cr.GetLimitBytes())
+}
+
+// size picks a new volume's capacity: the required bytes, else the default
+// (within the limit), at least minimum (the content source's size).
+func (d *Driver) size(cr *csi.CapacityRange, minimum int64) (int64, error) {
+	size, lim := cr.GetRequiredBytes(), cr.GetLimitBytes()
+	if size == 0 {
+		size = d.defaultSize
+		if lim > 0 && size > lim {
+			size = lim
+		}
+	}
+	size = max(size, minimum)
+	if lim > 0 && size > lim {
+		return 0, status.Errorf(codes.OutOfRange, "the content source holds %d bytes, above limit_bytes %d", minimum, lim)
+	}
+	if d.maxSize > 0 && size > d.maxSize {
+		return 0, status.Errorf(codes.OutOfRange, "%d bytes is above this driver's largest volume, %d bytes", size, d.maxSize)
+	}
+	return size, nil
+}
+
+// reserve checks that grow more bytes fit in the driver's capacity; d.mu
+// must be held.
+func (d *Driver) reserve(grow int64) error {
+	if d.capacity == 0 {
+		return nil
+	}
+	if grow > d.capacity {
+		return status.Errorf(codes.OutOfRange, "%d bytes is above this driver's whole capacity, %d bytes", grow, d.capacity)
+	}
+	if used := d.st.usedBytes(); used+grow > d.capacity {
+		return status.Errorf(codes.ResourceExhausted, "not enough capacity: %d of %d bytes are used, %d more asked for", used, d.capacity, grow)
+	}
+	return nil
+}
+
+// pickNode chooses the node a new volume goes on: the first preferred
+// segment naming a node under TopologyKey, else the first such requisite
+// segment, else (no requirements) this driver's node.
+func (d *Driver) pickNode(tr *csi.TopologyRequirement) (string, error) {
+	if len(tr.GetPreferred()) == 0 && len(tr.GetRequisite()) == 0 {
+		return d.nodeID, nil
+	}
+	for _, t := range append(tr.GetPreferred(), tr.GetRequisite()...) {
+		if n := t.GetSegments()[TopologyKey]; n != "" {
+			return n, nil
+		}
+	}
+	return "", status.Errorf(codes.ResourceExhausted, "no accessibility requirement names a node under %s", TopologyKey)
+}
+
+// allowsNode reports whether tr accepts a volume on node.
+func allowsNode(tr *csi.TopologyRequirement, node string) bool {
+	if len(tr.GetPreferred()) == 0 && len(tr.GetRequisite()) == 0 {
+		return true
+	}
+	for _, t := range append(tr.GetPreferred(), tr.GetRequisite()...) {
+		if t.GetSegments()[TopologyKey] == node {
+			return true
+		}
+	}
+	return false
+}
+
+func (d *Driver) csiVolume(v *volume) *csi.Volume {
+	cv := &csi.Volume{
+		VolumeId:           v.ID,
+		CapacityBytes:      v.CapacityBytes,
+		AccessibleTopology: []*csi.Topology{{Segments: map[string]string{TopologyKey: v.Node}}},
+	}
+	switch {
+	case v.SourceVolumeID != "":
+		cv.ContentSource = &csi.VolumeContentSource{Type: &csi.VolumeContentSource_Volume{
+			Volume: &csi.VolumeContentSource_VolumeSource{VolumeId: v.SourceVolumeID}}}
+	case v.SourceSnapshotID != "":
+		cv.ContentSource = &csi.VolumeContentSource{Type: &csi.VolumeContentSource_Snapshot{
+			Snapshot: &csi.VolumeContentSource_SnapshotSource{SnapshotId: v.SourceSnapshotID}}}
+	}
+	return cv
+}
+
+func (s *controllerServer) CreateVolume(ctx context.Context, req *csi.CreateVolumeRequest) (*csi.CreateVolumeResponse, error) {
+	d := s.d
+	if !validName(req.GetName()) {
+		return nil, status.Error(codes.InvalidArgument, "name is required")
+	}
+	if err := checkCapabilities(req.GetVolumeCapabilities()); err != nil {
+		return nil, err
+	}
+	if err := checkRange(req.GetCapacityRange()); err != nil {
+		return nil, err
+	}
+	if len(req.GetMutableParameters()) > 0 {
+		return nil, status.Error(codes.InvalidArgument, "mutable_parameters are not supported (no MODIFY_VOLUME)")
+	}
+	var srcVolume, srcSnapshot string
+	if cs := req.GetVolumeContentSource(); cs != nil {
+		switch t := cs.GetType().(type) {
+		case *csi.VolumeContentSource_Volume:
+			if srcVolume = t.Volume.GetVolumeId(); srcVolume == "" {
+				return nil, status.Error(codes.InvalidArgument, "volume_content_source.volume.volume_id is empty")
+			}
+		case *csi.VolumeContentSource_Snapshot:
+			if srcSnapshot = t.Snapshot.GetSnapshotId(); srcSnapshot == "" {
+				return nil, status.Error(codes.InvalidArgument, "volume_content_source.snapshot.snapshot_id is empty")
+			}
+		default:
+			return nil, status.Error(codes.InvalidArgument, "volume_content_source has no volume or snapshot")
+		}
+	}
+
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if v := d.st.volumeByName(req.GetName()); v != nil {
+		// Idempotency: the same request again gets the same volume.
+		var why string
+		switch {
+		case !inRange(v.CapacityBytes, req.GetCapacityRange()):
+			why = fmt.Sprintf("it has %d bytes, outside the requested range", v.CapacityBytes)
+		case v.SourceVolumeID != srcVolume || v.SourceSnapshotID != srcSnapshot:
+			why = "it was made from a different content source"
+		case !maps.Equal(v.Parameters, req.GetParameters()):
+			why = "it was made with different parameters"
+		case !allowsNode(req.GetAccessibilityRequirements(), v.Node):
+			why = fmt.Sprintf("it is on node %q, which the accessibility requirements do not allow", v.Node)
+		}
+		if why != "" {
+			return nil, status.Errorf(codes.AlreadyExists, "volume %q exists (%s) but %s", req.GetName(), v.ID, why)
+		}
+		return &csi.CreateVolumeResponse{Volume: d.csiVolume(v)}, nil
+	}
+
+	var minimum int64
+	var srcDir string
+	switch {
+	case srcVolume != "":
+		src := d.st.Volumes[srcVolume]
+		if src == nil {
+			return nil, status.Errorf(codes.NotFound, "source volume %q does not exist", srcVolume)
+		}
+		minimum, srcDir = src.CapacityBytes, d.VolumePath(src.ID)
+	case srcSnapshot != "":
+		src := d.st.Snapshots[srcSnapshot]
+		if src == nil {
+			return nil, status.Errorf(codes.NotFound, "source snapshot %q does not exist", srcSnapshot)
+		}
+		minimum, srcDir = src.SizeBytes, filepath.Join(d.root, snapshotsDir, src.ID)
+	}
+	size, err := d.size(req.GetCapacityRange(), minimum)
+	if err != nil {
+		return nil, err
+	}
+	if err := d.reserve(size); err != nil {
+		return nil, err
+	}
+	node, err := d.pickNode(req.GetAccessibilityRequirements())
+	if err != nil {
+		return nil, err
+	}
+
+	v := &volume{
+		ID: volumeID(req.GetName()), Name: req.GetName(), CapacityBytes: size, Node: node,
+		Parameters: req.GetParameters(), SourceVolumeID: srcVolume, SourceSnapshotID: srcSnapshot,
+		CreatedAt: time.Now().UTC(),
+	}
+	dir := d.VolumePath(v.ID)
+	if err := os.RemoveAll(dir); err != nil { // a leftover of an interrupted create
+		return nil, status.Errorf(codes.Internal, "volume directory: %v", err)
+	}
+	if srcDir != "" {
+		err = copyTree(srcDir, dir)
+	} else {
+		err = os.Mkdir(dir, 0o777)
+	}
+	if err != nil {
+		return nil, status.Errorf(codes.Internal, "create volume directory: %v", err)
+	}
+	d.st.Volumes[v.ID] = v
+	if err := d.st.save(d.root); err != nil {
+		delete(d.st.Volumes, v.ID)
+		_ = os.RemoveAll(dir)
+		return nil, status.Errorf(codes.Internal, "%v", err)
+	}
+	d.log.Info("volume created", "volume", v.ID, "name", v.Name, "bytes", v.CapacityBytes, "node", v.Node,
+		"sourceVolume", srcVolume, "sourceSnapshot", srcSnapshot)
+	return &csi.CreateVolumeResponse{Volume: d.csiVolume(v)}, nil
+}
+
+func (s *controllerServer) DeleteVolume(ctx context.Context, req *csi.DeleteVolumeRequest) (*csi.DeleteVolumeResponse, error) {
+	d := s.d
+	id := req.GetVolumeId()
+	if id == "" {
+		return nil, status.Error(codes.InvalidArgument, "volume_id is required")
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	v := d.st.Volumes[id]
+	if v == nil {
+		return &csi.DeleteVolumeResponse{}, nil // already gone
+	}
+	for target, p := range d.st.Publications {
+		if p.VolumeID != id {
+			continue
+		}
+		if d.inPlace(p) {
+			return nil, status.Errorf(codes.FailedPrecondition, "volume %s is published at %s; unpublish it first", id, target)
+		}
+		delete(d.st.Publications, target) // stale: nothing there any more
+	}
+	delete(d.st.Volumes, id)
+	if err := d.st.save(d.root); err != nil {
+		d.st.Volumes[id] = v
+		return nil, status.Errorf(codes.Internal, "%v", err)
+	}
+	if err := os.RemoveAll(d.VolumePath(id)); err != nil {
+		// The state no longer has it; the next start removes the rest.
+		d.log.Warn("volume deleted but its directory was not removed", "volume", id, "error", err)
+	}
+	d.log.Info("volume deleted", "volume", id, "name", v.Name)
+	return &csi.DeleteVolumeResponse{}, nil
+}
+
+func (s *controllerServer) ValidateVolumeCapabilities(ctx context.Context, req *csi.ValidateVolumeCapabilitiesRequest) (*csi.ValidateVolumeCapabilitiesResponse, error) {
+	if req.GetVolumeId() == "" {
+		return nil, status.Error(codes.InvalidArgument, "volume_id is required")
+	}
+	if len(req.GetVolumeCapabilities()) == 0 {
+		return nil, status.Error(codes.InvalidArgument, "volume_capabilities are required")
+	}
+	s.d.mu.Lock()
+	v := s.d.st.Volumes[req.GetVolumeId()]
+	s.d.mu.Unlock()
+	if v == nil {
+		return nil, status.Errorf(codes.NotFound, "volume %q does not exist", req.GetVolumeId())
+	}
+	for _, c := range req.GetVolumeCapabilities() {
+		if err := checkCapability(c); err != nil {
+			return &csi.ValidateVolumeCapabilitiesResponse{Message: err.Error()}, nil
+		}
+	}
+	return &csi.ValidateVolumeCapabilitiesResponse{Confirmed: &csi.ValidateVolumeCapabilitiesResponse_Confirmed{
+		VolumeContext:      req.GetVolumeContext(),
+		VolumeCapabilities: req.GetVolumeCapabilities(),
+		Parameters:         req.GetParameters(),
+	}}, nil
+}
+
+// page cuts a sorted ID list for paging. The token is the last ID of the
+// previous page, so deleting or adding entries between pages neither
+// repeats nor skips the others; a token that is not an ID is Aborted, as
+// the spec asks.
+func page(ids []string, token string, maxEntries int32, valid func(string) bool) (out []string, next string, err error) {
+	if maxEntries < 0 {
+		return nil, "", status.Errorf(codes.InvalidArgument, "max_entries %d must not be negative", maxEntries)
+	}
+	if token != "" && !valid(token) {
+		return nil, "", status.Errorf(codes.Aborted, "starting_token %q is not a token this driver gave out", token)
+	}
+	i := 0
+	if token != "" {
+		for i < len(ids) && ids[i] <= token {
+			i++
+		}
+	}
+	out = ids[i:]
+	if maxEntries > 0 && len(out) > int(maxEntries) {
+		out = out[:maxEntries]
+		next = out[len(out)-1]
+	}
+	return out, next, nil
+}
+
+func (s *controllerServer) ListVolumes(ctx context.Context, req *csi.ListVolumesRequest) (*csi.ListVolumesResponse, error) {
+	d := s.d
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	ids, next, err := page(d.st.sortedVolumeIDs(), req.GetStartingToken(), req.GetMaxEntries(), volumeIDPattern.MatchString)
+	if err != nil {
+		return nil, err
+	}
+	resp := &csi.ListVolumesResponse{NextToken: next}
+	for _, id := range ids {
+		resp.Entries = append(resp.Entries, &csi.ListVolumesResponse_Entry{Volume: d.csiVolume(d.st.Volumes[id])})
+	}
+	return resp, nil
+}
+
+func (s *controllerServer) ControllerGetVolume(ctx context.Context, req *csi.ControllerGetVolumeRequest) (*csi.ControllerGetVolumeResponse, error) {
+	if req.GetVolumeId() == "" {
+		return nil, status.Error(codes.InvalidArgument, "volume_id is required")
+	}
+	s.d.mu.Lock()
+	defer s.d.mu.Unlock()
+	v := s.d.st.Volumes[req.GetVolumeId()]
+	if v == nil {
+		return nil, status.Errorf(codes.NotFound, "volume %q does not exist", req.GetVolumeId())
+	}
+	return &csi.ControllerGetVolumeResponse{Volume: s.d.csiVolume(v), Status: &csi.ControllerGetVolumeResponse_VolumeStatus{}}, nil
+}
+
+func (s *controllerServer) GetCapacity(ctx context.Context, req *csi.GetCapacityRequest) (*csi.GetCapacityResponse, error) {
+	d := s.d
+	resp := &csi.GetCapacityResponse{}
+	if d.maxSize > 0 {
+		resp.MaximumVolumeSize = wrapperspb.Int64(d.maxSize)
+	}
+	for _, c := range req.GetVolumeCapabilities() {
+		if checkCapability(c) != nil {
+			return resp, nil // none for what this driver cannot make
+		}
+	}
+	if t := req.GetAccessibleTopology(); t != nil && t.GetSegments()[TopologyKey] == "" {
+		return resp, nil // a topology this driver places nothing in
+	}
+	if d.capacity == 0 {
+		free, err := freeBytes(d.root)
+		if err != nil {
+			return nil, status.Errorf(codes.Internal, "free space of %s: %v", d.root, err)
+		}
+		resp.AvailableCapacity = free
+		return resp, nil
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	resp.AvailableCapacity = max(d.capacity-d.st.usedBytes(), 0)
+	return resp, nil
+}
+
+func (s *controllerServer) ControllerExpandVolume(ctx context.Context, req *csi.ControllerExpandVolumeRequest) (*csi.ControllerExpandVolumeResponse, error) {
+	d := s.d
+	if req.GetVolumeId() == "" {
+		return nil, status.Error(codes.InvalidArgument, "volume_id is required")
+	}
+	if req.GetCapacityRange() == nil {
+		return nil, status.Error(codes.InvalidArgument, "capacity_range is required")
+	}
+	if err := checkRange(req.GetCapacityRange()); err != nil {
+		return nil, err
+	}
+	if c := req.GetVolumeCapability(); c != nil {
+		if err := checkCapability(c); err != nil {
+			return nil, status.Error(codes.InvalidArgument, err.Error())
+		}
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	v := d.st.Volumes[req.GetVolumeId()]
+	if v == nil {
+		return nil, status.Errorf(codes.NotFound, "volume %q does not exist", req.GetVolumeId())
+	}
+	want, lim := req.GetCapacityRange().GetRequiredBytes(), req.GetCapacityRange().GetLimitBytes()
+	if lim > 0 && v.CapacityBytes > lim {
+		return nil, status.Errorf(codes.OutOfRange, "volume %s has %d bytes, above limit_bytes %d; volumes do not shrink", v.ID, v.CapacityBytes, lim)
+	}
+	if want <= v.CapacityBytes {
+		return &csi.ControllerExpandVolumeResponse{CapacityBytes: v.CapacityBytes}, nil
+	}
+	if d.maxSize > 0 && want > d.maxSize {
+		return nil, status.Errorf(codes.OutOfRange, "%d bytes is above this driver's largest volume, %d bytes", want, d.maxSize)
+	}
+	if err := d.reserve(want - v.CapacityBytes); err != nil {
+		return nil, err
+	}
+	old := v.CapacityBytes
+	v.CapacityBytes = want
+	if err := d.st.save(d.root); err != nil {
+		v.CapacityBytes = old
+		return nil, status.Errorf(codes.Internal, "%v", err)
+	}
+	d.log.Info("volume expanded", "volume", v.ID, "from", old, "to", want)
+	return &csi.ControllerExpandVolumeResponse{CapacityBytes: want}, nil
+}
+
+func csiSnapshot(sn *snapshot) *csi.Snapshot {
+	return &csi.Snapshot{
+		SnapshotId:     sn.ID,
+		SourceVolumeId: sn.SourceVolumeID,
+		SizeBytes:      sn.SizeBytes,
+		CreationTime:   timestamppb.New(sn.CreatedAt),
+		ReadyToUse:     true,
+	}
+}
+
+func (s *controllerServer) CreateSnapshot(ctx context.Context, req *csi.CreateSnapshotRequest) (*csi.CreateSnapshotResponse, error) {
+	d := s.d
+	if !validName(req.GetName()) {
+		return nil, status.Error(codes.InvalidArgument, "name is required")
+	}
+	if req.GetSourceVolumeId() == "" {
+		return nil, status.Error(codes.InvalidArgument, "source_volume_id is required")
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if sn := d.st.snapshotByName(req.GetName()); sn != nil {
+		if sn.SourceVolumeID != req.GetSourceVolumeId() {
+			return nil, status.Errorf(codes.AlreadyExists, "snapshot %q exists (%s) of another volume, %s", req.GetName(), sn.ID, sn.SourceVolumeID)
+		}
+		return &csi.CreateSnapshotResponse{Snapshot: csiSnapshot(sn)}, nil
+	}
+	v := d.st.Volumes[req.GetSourceVolumeId()]
+	if v == nil {
+		return nil, status.Errorf(codes.NotFound, "source volume %q does not exist", req.GetSourceVolumeId())
+	}
+	sn := &snapshot{
+		ID: snapshotID(req.GetName()), Name: req.GetName(), SourceVolumeID: v.ID, SizeBytes: v.CapacityBytes,
+		Parameters: req.GetParameters(), CreatedAt: time.Now().UTC(),
+	}
+	dir := filepath.Join(d.root, snapshotsDir, sn.ID)
+	if err := os.RemoveAll(dir); err != nil {
+		return nil, status.Errorf(codes.Internal, "snapshot directory: %v", err)
+	}
+	if err := copyTree(d.VolumePath(v.ID), dir); err != nil {
+		return nil, status.Errorf(codes.Internal, "%v", err)
+	}
+	d.st.Snapshots[sn.ID] = sn
+	if err := d.st.save(d.root); err != nil {
+		delete(d.st.Snapshots, sn.ID)
+		_ = os.RemoveAll(dir)
+		return nil, status.Errorf(codes.Internal, "%v", err)
+	}
+	d.log.Info("snapshot created", "snapshot", sn.ID, "name", sn.Name, "volume", v.ID)
+	return &csi.CreateSnapshotResponse{Snapshot: csiSnapshot(sn)}, nil
+}
+
+func (s *controllerServer) DeleteSnapshot(ctx context.Context, req *csi.DeleteSnapshotRequest) (*csi.DeleteSnapshotResponse, error) {
+	d := s.d
+	id := req.GetSnapshotId()
+	if id == "" {
+		return nil, status.Error(codes.InvalidArgument, "snapshot_id is required")
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	sn := d.st.Snapshots[id]
+	if sn == nil {
+		return &csi.DeleteSnapshotResponse{}, nil
+	}
+	delete(d.st.Snapshots, id)
+	if err := d.st.save(d.root); err != nil {
+		d.st.Snapshots[id] = sn
+		return nil, status.Errorf(codes.Internal, "%v", err)
+	}
+	if err := os.RemoveAll(filepath.Join(d.root, snapshotsDir, id)); err != nil {
+		d.log.Warn("snapshot deleted but its directory was not removed", "snapshot", id, "error", err)
+	}
+	d.log.Info("snapshot deleted", "snapshot", id, "name", sn.Name)
+	return &csi.DeleteSnapshotResponse{}, nil
+}
+
+func (s *controllerServer) ListSnapshots(ctx context.Context, req *csi.ListSnapshotsRequest) (*csi.ListSnapshotsResponse, error) {
+	d := s.d
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	var ids []string
+	for _, id := range d.st.sortedSnapshotIDs() {
+		sn := d.st.Snapshots[id]
+		if (req.GetSnapshotId() == "" || id == req.GetSnapshotId()) &&
+			(req.GetSourceVolumeId() == "" || sn.SourceVolumeID == req.GetSourceVolumeId()) {
+			ids = append(ids, id)
+		}
+	}
+	ids, next, err := page(ids, req.GetStartingToken(), req.GetMaxEntries(), snapshotIDPattern.MatchString)
+	if err != nil {
+		return nil, err
+	}
+	resp := &csi.ListSnapshotsResponse{NextToken: next}
+	for _, id := range ids {
+		resp.Entries = append(resp.Entries, &csi.ListSnapshotsResponse_Entry{Snapshot: csiSnapshot(d.st.Snapshots[id])})
+	}
+	return resp, nil
+}
+
+func (s *controllerServer) GetSnapshot(ctx context.Context, req *csi.GetSnapshotRequest) (*csi.GetSnapshotResponse, error) {
+	if req.GetSnapshotId() == "" {
+		return nil, status.Error(codes.InvalidArgument, "snapshot_id is required")
+	}
+	s.d.mu.Lock()
+	defer s.d.mu.Unlock()
+	sn := s.d.st.Snapshots[req.GetSnapshotId()]
+	if sn == nil {
+		return nil, status.Errorf(codes.NotFound, "snapshot %q does not exist", req.GetSnapshotId())
+	}
+	return &csi.GetSnapshotResponse{Snapshot: csiSnapshot(sn)}, nil
+}

@@ -1,0 +1,60 @@
+// Package devcsi is volplane's development CSI driver: a CSI v1.12 plugin
+// (Identity, Controller and Node services in one process) whose volumes are
+// directories on the machine running it. `make up` runs it as volplane-csi
+// and tests start it in-process; the Go module proxy serves no upstream test
+// driver, so volplane ships this one. It passes csi-sanity (see
+// sanity_test.go).
+//
+// # Volumes
+//
+// The driver's name is DefaultName ("hostpath.csi.volplane.io") unless
+// Options.Name says otherwise. A volume is <root>/volumes/<id>/ and a
+// snapshot a copy of one in <root>/snapshots/<id>/; cloning a volume or
+// restoring a snapshot copies the directory. IDs derive from names
+// ("vol-" or "snap-" and 32 hex digits of a SHA-256), so one name always
+// gets one ID. What exists is recorded in <root>/state.json, written
+// atomically after every change under one mutex, so a restarted driver
+// keeps its volumes, snapshots and publications; directories the state does
+// not know (an interrupted copy or delete) are removed at start.
+//
+// Capacity is bookkeeping: a volume records the bytes asked for (default
+// 1 GiB) and is not held to them. Options.Capacity caps the total handed
+// out (ResourceExhausted beyond it) and Options.MaxVolumeSize one volume
+// (OutOfRange). Only access type mount is served (block is
+// InvalidArgument); every access mode is accepted.
+//
+// # Topology
+//
+// The topology key is TopologyKey ("topology.hostpath.csi.volplane.io/node")
+// and NodeGetInfo reports {TopologyKey: node ID}. CreateVolume puts a volume
+// on the node named by the first preferred segment carrying that key, else
+// the first requisite one, else on the driver's own node, and returns it
+// as accessible_topology. Any node name is accepted, so one driver can play
+// a cluster of nodes for tests; the content is always under this driver's
+// root directory.
+//
+// # Publishing
+//
+// NodePublishVolume bind-mounts the volume's directory on the target path
+// (creating it; read-only when asked) when the process may mount, as it
+// does when run as root on Linux: New tries one bind mount inside the root
+// directory to find out. Otherwise (PublishSymlink) the target path becomes
+// a symbolic link to the volume's directory, and readonly is recorded but
+// not enforced. NodeUnpublishVolume unmounts and removes the target path.
+// There is no staging (no STAGE_UNSTAGE_VOLUME) and no ControllerPublish.
+// Mount flags and fs_type are ignored: there is no file system to make.
+//
+// # Fault injection
+//
+// Every call passes through Driver.Faults, which tests program at run time
+// (delay every call, fail the next N with a code, hang until released or
+// until the caller gives up, with or without the work being done anyway)
+// and which counts calls per method. The --fault flag of volplane-csi
+// takes the same faults in Faults.Parse's syntax:
+//
+//	--fault CreateVolume=delay:2s
+//	--fault CreateVolume=unavailable:2          (the next 2 calls)
+//	--fault CreateVolume=resource_exhausted:*:disk full
+//	--fault CreateVolume=hang                   (every call, nothing done)
+//	--fault CreateVolume=hang-complete:1        (the next call; the volume is created after the caller gives up)
+package devcsi
