@@ -1,0 +1,89 @@
+package devcsi_test
+
+import (
+	"context"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"testing"
+
+	"github.com/volplane/volplane/internal/devcsi"
+	"github.com/volplane/volplane/pkg/grpcutil"
+)
+
+// sanityEnv names the csi-sanity binary; the Makefile installs the pinned
+// version into ./bin and exports it for `make test`.
+const sanityEnv = "VOLPLANE_CSI_SANITY"
+
+// TestCSISanity runs the CSI conformance suite, kubernetes-csi's csi-sanity,
+// against the driver in this process: the controller and the node service
+// on two unix sockets sharing one driver, as a CO with separate controller
+// and node plugins would reach them. Nothing is skipped by name: the specs
+// csi-sanity skips are those of capabilities the driver does not advertise
+// (staging, node expansion, ModifyVolume, health, group snapshots, ...).
+func TestCSISanity(t *testing.T) {
+	if testing.Short() {
+		t.Skip("csi-sanity runs the whole conformance suite; skipped with -short")
+	}
+	bin := os.Getenv(sanityEnv)
+	if bin == "" {
+		t.Fatalf("%s is not set: run `make test`, which installs the pinned csi-sanity into ./bin and sets it (or set it to a csi-sanity v5.6.0 binary)", sanityEnv)
+	}
+	if _, err := os.Stat(bin); err != nil {
+		t.Fatalf("%s=%s: %v (`make test` installs it)", sanityEnv, bin, err)
+	}
+
+	dir := t.TempDir()
+	d, err := devcsi.New(devcsi.Options{
+		RootDir: filepath.Join(dir, "root"),
+		NodeID:  "sanity-node",
+		Logger:  slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelWarn})),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	var runs []chan error
+	endpoint := func(name string) string {
+		addr := "unix://" + filepath.Join(dir, name+".sock")
+		lis, err := grpcutil.Listen(addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		done := make(chan error, 1)
+		go func() { done <- d.Run(ctx, lis) }()
+		runs = append(runs, done)
+		return addr
+	}
+	controller, node := endpoint("controller"), endpoint("node")
+	t.Cleanup(func() {
+		cancel()
+		for _, done := range runs {
+			if err := <-done; err != nil {
+				t.Errorf("Run: %v", err)
+			}
+		}
+	})
+
+	cmd := exec.CommandContext(t.Context(), bin,
+		"--csi.endpoint", node,
+		"--csi.controllerendpoint", controller,
+		// csi-sanity creates these itself (and fails if they exist).
+		"--csi.mountdir", filepath.Join(dir, "mount"),
+		"--csi.stagingdir", filepath.Join(dir, "staging"),
+		"--ginkgo.no-color",
+	)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("csi-sanity (driver mode %s) failed: %v\n%s", d.PublishMode(), err, out)
+	}
+	summary := regexp.MustCompile(`(?m)^(Ran \d+ of \d+ Specs.*|SUCCESS!.*)$`).FindAll(out, -1)
+	for _, line := range summary {
+		t.Logf("csi-sanity: %s", line)
+	}
+	if len(summary) == 0 {
+		t.Fatalf("csi-sanity passed but printed no summary:\n%s", out)
+	}
+}
