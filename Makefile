@@ -12,6 +12,8 @@ BUF_VERSION             := v1.75.0
 PROTOC_GEN_GO_VERSION   := v1.36.12
 PROTOC_GEN_GRPC_VERSION := v1.6.0
 GRPC_GATEWAY_VERSION    := v2.33.0
+# The CSI conformance suite run against the dev CSI driver (internal/devcsi).
+CSI_SANITY_VERSION      := v5.6.0
 # The kube-apiserver the local environment and the end-to-end tests run.
 KUBE_VERSION            := v1.36.3
 # Where heavy builds are cached across clones (git-ignored, outside the tree).
@@ -20,8 +22,9 @@ KUBE_APISERVER          := $(VOLPLANE_CACHE)/kube-apiserver-$(KUBE_VERSION)
 # Only for the comparison benchmark (make bench-kcm).
 KUBE_CONTROLLER_MANAGER := $(VOLPLANE_CACHE)/kube-controller-manager-$(KUBE_VERSION)
 export VOLPLANE_KUBE_APISERVER := $(KUBE_APISERVER)
+export VOLPLANE_CSI_SANITY := $(BIN)/csi-sanity
 
-BINARIES := watcher binder provisioner reclaimer gateway volplane-dev volplane-bench
+BINARIES := watcher binder provisioner reclaimer gateway volplane-csi volplane-dev volplane-bench
 # Benchmark size: `make bench N=10000`.
 N ?= 1000
 # kube-controller-manager's client QPS in `make bench-kcm` (its default is 20).
@@ -42,7 +45,7 @@ build: ## Build every binary into ./bin.
 	@mkdir -p $(BIN)
 	$(GO) build -o $(BIN)/ ./services/watcher/cmd/watcher ./services/binder/cmd/binder \
 		./services/provisioner/cmd/provisioner ./services/reclaimer/cmd/reclaimer \
-		./gateway/cmd/gateway ./cmd/volplane-dev ./cmd/volplane-bench
+		./gateway/cmd/gateway ./cmd/volplane-csi ./cmd/volplane-dev ./cmd/volplane-bench
 
 .PHONY: kube-apiserver
 kube-apiserver: $(KUBE_APISERVER) ## Build the pinned kube-apiserver once into the cache (~15 min).
@@ -57,7 +60,7 @@ $(KUBE_CONTROLLER_MANAGER):
 ##@ Test
 
 .PHONY: test
-test: verify kube-apiserver ## Run every check and test (the CI command).
+test: verify kube-apiserver $(BIN)/csi-sanity ## Run every check and test (the CI command).
 	$(GO) test -count=1 -timeout 25m ./...
 
 .PHONY: test-unit
@@ -112,6 +115,9 @@ $(BIN)/protoc-gen-grpc-gateway:
 	GOBIN=$(BIN) $(GO) install github.com/grpc-ecosystem/grpc-gateway/v2/protoc-gen-grpc-gateway@$(GRPC_GATEWAY_VERSION)
 $(BIN)/protoc-gen-openapiv2:
 	GOBIN=$(BIN) $(GO) install github.com/grpc-ecosystem/grpc-gateway/v2/protoc-gen-openapiv2@$(GRPC_GATEWAY_VERSION)
+# Not in go.mod: a tool, installed at its own pinned version.
+$(BIN)/csi-sanity:
+	GOBIN=$(BIN) $(GO) install github.com/kubernetes-csi/csi-test/v5/cmd/csi-sanity@$(CSI_SANITY_VERSION)
 
 .PHONY: clean
 clean: ## Remove ./bin (the kube-apiserver cache stays).
