@@ -103,6 +103,7 @@ type Driver struct {
 	publishMode        PublishMode
 	log                *slog.Logger
 	faults             *Faults
+	faultSpecs         []string // from Options, for the start-up log
 
 	mu sync.Mutex // guards st and the directories under root
 	st *state
@@ -169,7 +170,7 @@ func New(o Options) (*Driver, error) {
 		name: o.Name, nodeID: o.NodeID, root: root,
 		maxVolumesPerNode: o.MaxVolumesPerNode, capacity: o.Capacity, maxSize: o.MaxVolumeSize,
 		defaultSize: o.DefaultVolumeSize, publishMode: o.PublishMode,
-		log: o.Logger, faults: faults,
+		log: o.Logger, faults: faults, faultSpecs: o.Faults,
 	}
 	if d.st, err = loadState(root, d.log); err != nil {
 		return nil, err
@@ -255,6 +256,9 @@ func (d *Driver) Run(ctx context.Context, lis net.Listener) error {
 	srv.SetServing(true)
 	d.log.Info("CSI driver serving", "address", lis.Addr().String(), "driver", d.name, "node", d.nodeID,
 		"root", d.root, "publish", string(d.publishMode))
+	if len(d.faultSpecs) > 0 {
+		d.log.Warn("injecting faults", "faults", strings.Join(d.faultSpecs, ","))
+	}
 	return srv.Serve(ctx, lis, shutdownGrace)
 }
 

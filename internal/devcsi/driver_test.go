@@ -11,6 +11,7 @@ import (
 
 	csi "github.com/container-storage-interface/spec/lib/go/csi"
 	"google.golang.org/grpc/codes"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/status"
 
 	"github.com/volplane/volplane/internal/devcsi"
@@ -25,7 +26,8 @@ type driver struct {
 	csi.IdentityClient
 	csi.ControllerClient
 	csi.NodeClient
-	stop func() // stops Run and waits for it
+	health healthpb.HealthClient
+	stop   func() // stops Run and waits for it
 }
 
 // start runs a driver with o (RootDir default: a temporary directory) until
@@ -78,6 +80,7 @@ func serve(t *testing.T, d *devcsi.Driver) *driver {
 	return &driver{
 		Driver: d, addr: addr, stop: stop,
 		IdentityClient: csi.NewIdentityClient(cc), ControllerClient: csi.NewControllerClient(cc), NodeClient: csi.NewNodeClient(cc),
+		health: healthpb.NewHealthClient(cc),
 	}
 }
 
@@ -170,6 +173,10 @@ func TestNewValidatesOptions(t *testing.T) {
 
 func TestIdentity(t *testing.T) {
 	d := start(t, devcsi.Options{})
+	// volplane-dev waits for this before starting the provisioner.
+	if h, err := d.health.Check(t.Context(), &healthpb.HealthCheckRequest{}); err != nil || h.GetStatus() != healthpb.HealthCheckResponse_SERVING {
+		t.Fatalf("health: %v %v", h, err)
+	}
 	info, err := d.GetPluginInfo(t.Context(), &csi.GetPluginInfoRequest{})
 	if err != nil || info.GetName() != devcsi.DefaultName || info.GetVendorVersion() == "" {
 		t.Fatalf("GetPluginInfo: %v %v", info, err)
