@@ -1,8 +1,9 @@
 // Command volplane-dev runs the whole of volplane on this machine: an
-// embedded etcd, a real kube-apiserver, the watcher, binder, provisioner
-// and reclaimer services and the REST gateway, all on loopback. It prints
-// the kubeconfig path and the gateway URL and runs until Ctrl-C, then
-// stops everything in order. `make up` runs it.
+// embedded etcd, a real kube-apiserver, the dev CSI driver (volplane-csi),
+// the watcher, binder, provisioner and reclaimer services and the REST
+// gateway, all on loopback. It prints the kubeconfig path and the gateway
+// URL and runs until Ctrl-C, then stops everything in order. `make up` runs
+// it.
 package main
 
 import (
@@ -98,9 +99,19 @@ func run(ctx context.Context, binDir, apiserver, dir, gatewayListen string, work
 		return err
 	}
 	common := []string{"--log-level", logLevel}
+	// The dev CSI driver the provisioner provisions through: volumes are
+	// directories under <dir>/csi/root.
+	csiEndpoint := "unix://" + filepath.Join(dir, "csi", "csi.sock")
+	nodeID, herr := os.Hostname()
+	if herr != nil || nodeID == "" {
+		nodeID = "volplane-dev-node"
+	}
 	services := []*service{
+		{name: "volplane-csi", addr: csiEndpoint, args: []string{"--endpoint", csiEndpoint,
+			"--root-dir", filepath.Join(dir, "csi", "root"), "--node-id", nodeID}},
 		{name: "watcher", addr: watcher, args: []string{"--kubeconfig", kc, "--listen", watcher}},
-		{name: "provisioner", addr: provisioner, args: []string{"--kubeconfig", kc, "--etcd-endpoints", etcd, "--listen", provisioner}},
+		{name: "provisioner", addr: provisioner, args: []string{"--kubeconfig", kc, "--etcd-endpoints", etcd, "--listen", provisioner,
+			"--csi-endpoint", csiEndpoint}},
 		{name: "reclaimer", addr: reclaimer, args: []string{"--kubeconfig", kc, "--etcd-endpoints", etcd, "--listen", reclaimer}},
 		{name: "binder", addr: binder, args: []string{"--kubeconfig", kc, "--etcd-endpoints", etcd, "--listen", binder,
 			"--watcher-address", watcher, "--reclaimer-address", reclaimer, "--provisioner-address", provisioner,
@@ -109,10 +120,10 @@ func run(ctx context.Context, binDir, apiserver, dir, gatewayListen string, work
 			"--provisioner-address", provisioner, "--reclaimer-address", reclaimer}},
 	}
 	if workers == 0 {
-		services[3].args = services[3].args[:len(services[3].args)-2]
+		services[4].args = services[4].args[:len(services[4].args)-2]
 	}
 	defer func() {
-		// Stop in reverse order: the gateway first, the watcher last.
+		// Stop in reverse order: the gateway first, the CSI driver last.
 		for i := len(services) - 1; i >= 0; i-- {
 			if s := services[i]; s.p != nil {
 				s.p.Stop()
@@ -131,7 +142,7 @@ func run(ctx context.Context, binDir, apiserver, dir, gatewayListen string, work
 		}
 	}
 	if err := waitHTTP(ctx, "http://"+gatewayListen+"/readyz", time.Minute); err != nil {
-		return fmt.Errorf("gateway: %w (log: %s)", err, services[4].p.LogPath)
+		return fmt.Errorf("gateway: %w (log: %s)", err, services[5].p.LogPath)
 	}
 
 	fmt.Printf(`
