@@ -10,12 +10,14 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/client-go/util/workqueue"
 
 	"github.com/volplane/volplane/pkg/kube"
+	provisionerv1 "github.com/volplane/volplane/proto/volplane/provisioner/v1"
 	watcherv1 "github.com/volplane/volplane/proto/volplane/watcher/v1"
 )
 
@@ -30,6 +32,22 @@ type reclaimer interface {
 	Reclaim(ctx context.Context, volume *corev1.PersistentVolume) error
 }
 
+// provisioner is what the binder needs of the provisioner service.
+type provisioner interface {
+	// Serves reports whether volplane provisions volumes of StorageClass
+	// provisioner name; classes of other provisioners are left to them.
+	Serves(ctx context.Context, name string) bool
+	// Provision makes one attempt at the claim's volume.
+	Provision(ctx context.Context, claim *corev1.PersistentVolumeClaim, class *storagev1.StorageClass) (provisionResult, error)
+}
+
+// provisionResult is how a provisioning attempt ended.
+type provisionResult struct {
+	outcome provisionerv1.Outcome
+	volume  *corev1.PersistentVolume // the new PV, when FINISHED
+	message string
+}
+
 // controller is the binding state machine with its cache and work queues.
 type controller struct {
 	log          *slog.Logger
@@ -37,6 +55,7 @@ type controller struct {
 	recorder     record.EventRecorder
 	reservations reservations // nil: this replica's memory only
 	reclaimer    reclaimer    // nil: Released volumes wait for another reclaimer
+	provisioner  provisioner  // nil: every class is left to external provisioners
 	owns         func(key string) bool
 
 	store       *store
@@ -270,7 +289,7 @@ func (c *controller) worker(ctx context.Context, q workqueue.TypedRateLimitingIn
 			q.Forget(key)
 		default:
 			lvl := slog.LevelWarn
-			if apierrors.IsConflict(err) || errors.Is(err, errReserved) {
+			if apierrors.IsConflict(err) || errors.Is(err, errReserved) || errors.Is(err, errProvisioning) {
 				lvl = slog.LevelDebug // expected under concurrency: sync again
 			}
 			c.log.Log(ctx, lvl, "sync failed, retrying with backoff", "key", key, "error", err, "retries", q.NumRequeues(key))

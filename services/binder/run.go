@@ -21,6 +21,7 @@ import (
 	"github.com/volplane/volplane/pkg/metrics"
 	"github.com/volplane/volplane/pkg/watchclient"
 	binderv1 "github.com/volplane/volplane/proto/volplane/binder/v1"
+	provisionerv1 "github.com/volplane/volplane/proto/volplane/provisioner/v1"
 	reclaimerv1 "github.com/volplane/volplane/proto/volplane/reclaimer/v1"
 	watcherv1 "github.com/volplane/volplane/proto/volplane/watcher/v1"
 )
@@ -50,8 +51,8 @@ type Options struct {
 	// ReclaimerAddress is the reclaimer service's gRPC address; empty means
 	// Released volumes are left to another reclaimer.
 	ReclaimerAddress string
-	// ProvisionerAddress is the provisioner service's gRPC address (used
-	// for dynamic provisioning; optional).
+	// ProvisionerAddress is the provisioner service's gRPC address; empty
+	// means every StorageClass is left to external provisioners.
 	ProvisionerAddress string
 	// Workers is the number of claim workers (and of volume workers).
 	Workers int
@@ -157,6 +158,14 @@ func Run(ctx context.Context, o Options) error {
 		}
 		defer cc.Close()
 		c.reclaimer = reclaimerClient{reclaimerv1.NewReclaimerServiceClient(cc)}
+	}
+	if o.ProvisionerAddress != "" {
+		cc, err := grpcutil.Dial(o.ProvisionerAddress)
+		if err != nil {
+			return err
+		}
+		defer cc.Close()
+		c.provisioner = newProvisionerClient(provisionerv1.NewProvisionerServiceClient(cc), log)
 	}
 
 	var (

@@ -12,6 +12,7 @@ import (
 
 	"github.com/volplane/volplane/pkg/kube"
 	"github.com/volplane/volplane/pkg/match"
+	provisionerv1 "github.com/volplane/volplane/proto/volplane/provisioner/v1"
 )
 
 // syncClaim brings one claim closer to Bound. It is idempotent and reads
@@ -235,7 +236,9 @@ func (c *controller) assignDefaultClass(ctx context.Context, claim *corev1.Persi
 
 // provisionClaim asks for a new volume: the class's provisioner is written
 // to the claim's storage-provisioner annotations, which external
-// provisioners (and volplane's provisioner) watch for.
+// provisioners watch for. When volplane serves that provisioner, the
+// provisioner service is asked for the volume now, and a volume it made is
+// bound at once.
 func (c *controller) provisionClaim(ctx context.Context, claim *corev1.PersistentVolumeClaim) error {
 	name := match.ClaimClass(claim)
 	class := c.store.class(name)
@@ -258,7 +261,38 @@ func (c *controller) provisionClaim(ctx context.Context, claim *corev1.Persisten
 	}
 	c.recorder.Event(claim, corev1.EventTypeNormal, kube.EventExternalProvisioning,
 		fmt.Sprintf("Waiting for a volume to be created either by the external provisioner '%s' or manually by the system administrator. If volume creation is delayed, please verify that the provisioner is running and correctly registered.", provisioner))
-	return nil
+	if c.provisioner == nil || !c.provisioner.Serves(ctx, provisioner) {
+		return nil
+	}
+	res, err := c.provisioner.Provision(ctx, claim, class)
+	if err != nil {
+		return fmt.Errorf("provision claim %s: %w", claimKey(claim), err)
+	}
+	switch res.outcome {
+	case provisionerv1.Outcome_OUTCOME_FINISHED:
+		if res.volume == nil {
+			return nil // its watch event brings it
+		}
+		return c.bind(ctx, c.store.putVolume(res.volume), claim)
+	case provisionerv1.Outcome_OUTCOME_RESCHEDULE:
+		// The selected node cannot take the volume: let the scheduler
+		// choose another by removing its choice.
+		if _, ok := claim.Annotations[kube.AnnSelectedNode]; !ok {
+			return nil
+		}
+		clone := claim.DeepCopy()
+		delete(clone.Annotations, kube.AnnSelectedNode)
+		updated, err := c.client.CoreV1().PersistentVolumeClaims(claim.Namespace).Update(ctx, clone, metav1.UpdateOptions{})
+		if err != nil {
+			return fmt.Errorf("remove selected node of claim %s: %w", claimKey(claim), err)
+		}
+		c.store.putClaim(updated)
+		return nil
+	default:
+		// In background (same name again) or a final error (the
+		// provisioner sent ProvisioningFailed): retry with backoff.
+		return fmt.Errorf("claim %s: %w: %s", claimKey(claim), errProvisioning, res.message)
+	}
 }
 
 // reclaimVolume runs the reclaim policy of a Released volume by handing it
@@ -283,6 +317,10 @@ func (c *controller) reclaimVolume(ctx context.Context, volume *corev1.Persisten
 	}
 	return nil
 }
+
+// errProvisioning says a provisioning attempt did not finish; the claim is
+// synced again with backoff.
+var errProvisioning = errors.New("provisioning not finished")
 
 // errReserved says another claim (of this or another replica) is binding
 // the volume; the claim is synced again later.

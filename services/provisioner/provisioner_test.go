@@ -2,95 +2,375 @@ package provisioner
 
 import (
 	"context"
+	"errors"
 	"io"
 	"log/slog"
-	"net"
 	"path/filepath"
 	"strings"
 	"testing"
 
 	csi "github.com/container-storage-interface/spec/lib/go/csi"
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
-	"google.golang.org/protobuf/types/known/wrapperspb"
 	corev1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/volplane/volplane/internal/devcsi"
 	"github.com/volplane/volplane/pkg/grpcutil"
 	"github.com/volplane/volplane/pkg/kube"
 	provisionerv1 "github.com/volplane/volplane/proto/volplane/provisioner/v1"
 )
 
-// identity is a fake CSI driver's identity service.
-type identity struct {
-	csi.UnimplementedIdentityServer
-	ready bool
-}
+var discard = slog.New(slog.NewTextHandler(io.Discard, nil))
 
-func (identity) GetPluginInfo(context.Context, *csi.GetPluginInfoRequest) (*csi.GetPluginInfoResponse, error) {
-	return &csi.GetPluginInfoResponse{Name: "fake.csi.volplane.dev", VendorVersion: "0.1.0"}, nil
-}
-
-func (identity) GetPluginCapabilities(context.Context, *csi.GetPluginCapabilitiesRequest) (*csi.GetPluginCapabilitiesResponse, error) {
-	return &csi.GetPluginCapabilitiesResponse{Capabilities: []*csi.PluginCapability{{
-		Type: &csi.PluginCapability_Service_{Service: &csi.PluginCapability_Service{Type: csi.PluginCapability_Service_CONTROLLER_SERVICE}},
-	}}}, nil
-}
-
-func (i identity) Probe(context.Context, *csi.ProbeRequest) (*csi.ProbeResponse, error) {
-	return &csi.ProbeResponse{Ready: wrapperspb.Bool(i.ready)}, nil
-}
-
-func TestListDriversReportsProbedDrivers(t *testing.T) {
-	sock := filepath.Join(t.TempDir(), "csi.sock")
-	lis, err := net.Listen("unix", sock)
+// startDriver runs the dev CSI driver on a unix socket for one test.
+func startDriver(t *testing.T) (*devcsi.Driver, string) {
+	t.Helper()
+	d, err := devcsi.New(devcsi.Options{RootDir: t.TempDir(), NodeID: "node-a", Logger: discard})
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := grpc.NewServer()
-	csi.RegisterIdentityServer(srv, identity{ready: true})
-	go srv.Serve(lis)
-	defer srv.Stop()
-	cc, err := grpcutil.Dial("unix://" + sock)
+	ep := "unix://" + filepath.Join(t.TempDir(), "csi.sock")
+	lis, err := grpcutil.Listen(ep)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer cc.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); _ = d.Run(ctx, lis) }()
+	t.Cleanup(func() { cancel(); <-done })
+	return d, ep
+}
 
-	s := NewServer(slog.New(slog.NewTextHandler(io.Discard, nil)))
-	s.AddDriver("unix://"+sock, cc)
-	s.AddDriver("unix:///nonexistent.sock", mustDial(t, "unix:///nonexistent.sock"))
-	s.probeAll(context.Background())
-	resp, err := s.ListDrivers(context.Background(), &provisionerv1.ListDriversRequest{})
+func TestProbeFindsTheDriversAbilities(t *testing.T) {
+	_, ep := startDriver(t)
+	reg := newRegistry(discard)
+	for _, e := range []string{ep, "other.example.com=unix:///nonexistent/csi.sock"} {
+		name, addr := parseEndpoint(e)
+		cc, err := grpcutil.Dial(addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { cc.Close() })
+		reg.add(newDriver(addr, name, cc))
+	}
+	reg.probeAll(t.Context())
+	s := &server{p: &provisioner{drivers: reg}}
+	resp, err := s.ListDrivers(t.Context(), &provisionerv1.ListDriversRequest{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if len(resp.Drivers) != 2 {
 		t.Fatalf("drivers %v", resp.Drivers)
 	}
-	d := resp.Drivers[0]
-	if d.DriverName != "fake.csi.volplane.dev" || d.VendorVersion != "0.1.0" || !d.Ready || len(d.Capabilities) != 1 || d.Capabilities[0] != "CONTROLLER_SERVICE" {
-		t.Fatalf("driver %v", d)
+	dev := resp.Drivers[0]
+	if dev.DriverName != devcsi.DefaultName || dev.ProvisionerName != devcsi.DefaultName || !dev.Ready {
+		t.Fatalf("dev driver %v", dev)
 	}
-	if bad := resp.Drivers[1]; bad.Ready || !strings.Contains(bad.Message, "GetPluginInfo") {
+	for _, c := range []string{"CONTROLLER_SERVICE", "VOLUME_ACCESSIBILITY_CONSTRAINTS", "CREATE_DELETE_VOLUME", "CLONE_VOLUME"} {
+		if !strings.Contains(strings.Join(dev.Capabilities, " "), c) {
+			t.Errorf("capabilities %v lack %s", dev.Capabilities, c)
+		}
+	}
+	if d := reg.byProvisioner(devcsi.DefaultName); d == nil || !d.current().topology || !d.has(csi.ControllerServiceCapability_RPC_CLONE_VOLUME) {
+		t.Errorf("registry does not know the dev driver's topology and clone abilities")
+	}
+	if bad := resp.Drivers[1]; bad.Ready || bad.ProvisionerName != "other.example.com" || !strings.Contains(bad.Message, "GetPluginInfo") {
 		t.Fatalf("unreachable driver %v", bad)
+	}
+	if reg.byProvisioner("other.example.com") == nil {
+		t.Error("a driver mapped by name is not found by that name before it answers")
 	}
 }
 
-func mustDial(t *testing.T, target string) *grpc.ClientConn {
-	cc, err := grpcutil.Dial(target)
-	if err != nil {
-		t.Fatal(err)
+func TestClassify(t *testing.T) {
+	for _, tc := range []struct {
+		err        error
+		reschedule bool
+		want       provisionerv1.Outcome
+	}{
+		{nil, false, provisionerv1.Outcome_OUTCOME_FINISHED},
+		{status.Error(codes.DeadlineExceeded, "x"), false, provisionerv1.Outcome_OUTCOME_IN_BACKGROUND},
+		{status.Error(codes.Unavailable, "x"), false, provisionerv1.Outcome_OUTCOME_IN_BACKGROUND},
+		{status.Error(codes.Aborted, "x"), false, provisionerv1.Outcome_OUTCOME_IN_BACKGROUND},
+		{status.Error(codes.Canceled, "x"), false, provisionerv1.Outcome_OUTCOME_IN_BACKGROUND},
+		{context.DeadlineExceeded, false, provisionerv1.Outcome_OUTCOME_IN_BACKGROUND},
+		{errors.New("connection reset"), false, provisionerv1.Outcome_OUTCOME_IN_BACKGROUND},
+		{status.Error(codes.ResourceExhausted, "x"), true, provisionerv1.Outcome_OUTCOME_RESCHEDULE},
+		{status.Error(codes.ResourceExhausted, "x"), false, provisionerv1.Outcome_OUTCOME_NO_CHANGE},
+		{status.Error(codes.InvalidArgument, "x"), true, provisionerv1.Outcome_OUTCOME_NO_CHANGE},
+		{status.Error(codes.AlreadyExists, "x"), false, provisionerv1.Outcome_OUTCOME_NO_CHANGE},
+		{status.Error(codes.OutOfRange, "x"), false, provisionerv1.Outcome_OUTCOME_NO_CHANGE},
+	} {
+		if got := classify(tc.err, tc.reschedule); got != tc.want {
+			t.Errorf("classify(%v, reschedule=%v) = %v, want %v", tc.err, tc.reschedule, got, tc.want)
+		}
 	}
-	t.Cleanup(func() { cc.Close() })
-	return cc
+}
+
+func claimOf(modes []corev1.PersistentVolumeAccessMode, block bool, size, limit string) *corev1.PersistentVolumeClaim {
+	c := &corev1.PersistentVolumeClaim{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "data", UID: "u-1", Annotations: map[string]string{"team": "blue"}},
+		Spec: corev1.PersistentVolumeClaimSpec{AccessModes: modes,
+			Resources: corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse(size)}}},
+	}
+	if limit != "" {
+		c.Spec.Resources.Limits = corev1.ResourceList{corev1.ResourceStorage: resource.MustParse(limit)}
+	}
+	if block {
+		m := corev1.PersistentVolumeBlock
+		c.Spec.VolumeMode = &m
+	}
+	return c
+}
+
+func TestRequestParts(t *testing.T) {
+	rwo := []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce}
+	class := &storagev1.StorageClass{ObjectMeta: metav1.ObjectMeta{Name: "fast"}, Parameters: map[string]string{
+		"type": "ssd", paramFSType: "xfs", paramProvisionerSecretName: "s", paramProvisionerSecretNamespace: "ns"}}
+
+	t.Run("parameters drop csi keys and add metadata on request", func(t *testing.T) {
+		c := claimOf(rwo, false, "1Gi", "")
+		if got := driverParameters(class, c, "pvc-u-1", false); len(got) != 1 || got["type"] != "ssd" {
+			t.Errorf("without metadata: %v", got)
+		}
+		got := driverParameters(class, c, "pvc-u-1", true)
+		if got[paramPVCName] != "data" || got[paramPVCNamespace] != "ns" || got[paramPVName] != "pvc-u-1" || len(got) != 4 {
+			t.Errorf("with metadata: %v", got)
+		}
+	})
+	t.Run("fstype", func(t *testing.T) {
+		if got := fsType(class, claimOf(rwo, false, "1Gi", ""), "ext4"); got != "xfs" {
+			t.Errorf("class fstype: %q", got)
+		}
+		if got := fsType(&storagev1.StorageClass{}, claimOf(rwo, false, "1Gi", ""), "ext4"); got != "ext4" {
+			t.Errorf("default fstype: %q", got)
+		}
+		if got := fsType(class, claimOf(rwo, true, "1Gi", ""), "ext4"); got != "" {
+			t.Errorf("block volume fstype: %q", got)
+		}
+	})
+	t.Run("unknown reserved keys are rejected", func(t *testing.T) {
+		bad := &storagev1.StorageClass{ObjectMeta: metav1.ObjectMeta{Name: "x"}, Parameters: map[string]string{csiParameterPrefix + "provisioner-secret-nme": "s"}}
+		if err := checkClassParameters(bad); err == nil || !strings.Contains(err.Error(), "provisioner-secret-nme") {
+			t.Errorf("got %v", err)
+		}
+		if err := checkClassParameters(class); err != nil {
+			t.Error(err)
+		}
+	})
+	t.Run("capabilities", func(t *testing.T) {
+		for _, tc := range []struct {
+			modes []corev1.PersistentVolumeAccessMode
+			block bool
+			multi bool
+			want  []csi.VolumeCapability_AccessMode_Mode
+		}{
+			{rwo, false, false, []csi.VolumeCapability_AccessMode_Mode{csi.VolumeCapability_AccessMode_SINGLE_NODE_WRITER}},
+			{rwo, false, true, []csi.VolumeCapability_AccessMode_Mode{csi.VolumeCapability_AccessMode_SINGLE_NODE_MULTI_WRITER}},
+			{[]corev1.PersistentVolumeAccessMode{corev1.ReadWriteOncePod}, false, true, []csi.VolumeCapability_AccessMode_Mode{csi.VolumeCapability_AccessMode_SINGLE_NODE_SINGLE_WRITER}},
+			{[]corev1.PersistentVolumeAccessMode{corev1.ReadOnlyMany, corev1.ReadWriteMany}, true, false, []csi.VolumeCapability_AccessMode_Mode{csi.VolumeCapability_AccessMode_MULTI_NODE_READER_ONLY, csi.VolumeCapability_AccessMode_MULTI_NODE_MULTI_WRITER}},
+		} {
+			caps, err := volumeCapabilities(claimOf(tc.modes, tc.block, "1Gi", ""), "ext4", []string{"noatime"}, tc.multi)
+			if err != nil || len(caps) != len(tc.want) {
+				t.Fatalf("%v: %v %v", tc.modes, caps, err)
+			}
+			for i, c := range caps {
+				if c.GetAccessMode().GetMode() != tc.want[i] {
+					t.Errorf("%v: mode %v, want %v", tc.modes, c.GetAccessMode().GetMode(), tc.want[i])
+				}
+				if tc.block != (c.GetBlock() != nil) {
+					t.Errorf("%v: block=%v but capability %v", tc.modes, tc.block, c)
+				}
+				if !tc.block && (c.GetMount().GetFsType() != "ext4" || c.GetMount().GetMountFlags()[0] != "noatime") {
+					t.Errorf("mount capability %v", c)
+				}
+			}
+		}
+	})
+	t.Run("capacity range", func(t *testing.T) {
+		r, err := capacityRange(claimOf(rwo, false, "1Gi", "2Gi"))
+		if err != nil || r.RequiredBytes != 1<<30 || r.LimitBytes != 2<<30 {
+			t.Errorf("%v %v", r, err)
+		}
+		if _, err := capacityRange(claimOf(rwo, false, "2Gi", "1Gi")); err == nil {
+			t.Error("a limit below the request was accepted")
+		}
+	})
+}
+
+func TestSecretTemplates(t *testing.T) {
+	claim := claimOf(nil, false, "1Gi", "")
+	for _, tc := range []struct {
+		name, ns string
+		want     *secretRef
+		err      string
+	}{
+		{"", "", nil, ""},
+		{"static", "kube-system", &secretRef{"kube-system", "static"}, ""},
+		{"${pvc.name}-key", "${pvc.namespace}", &secretRef{"ns", "data-key"}, ""},
+		{"${pv.name}", "secrets", &secretRef{"secrets", "pvc-u-1"}, ""},
+		{"${pvc.annotations['team']}-key", "x", &secretRef{"x", "blue-key"}, ""},
+		{"${pvc.annotations['missing']}", "x", nil, "cannot resolve"},
+		{"s", "${pvc.name}", nil, "cannot resolve"},
+		{"only-name", "-", nil, "not a namespace name"},
+		{"Bad_Name", "x", nil, "not a secret name"},
+	} {
+		t.Run(tc.name+"|"+tc.ns, func(t *testing.T) {
+			class := &storagev1.StorageClass{ObjectMeta: metav1.ObjectMeta{Name: "c"}, Parameters: map[string]string{}}
+			if tc.name != "" {
+				class.Parameters[paramProvisionerSecretName] = tc.name
+			}
+			if tc.ns != "" {
+				class.Parameters[paramProvisionerSecretNamespace] = tc.ns
+			}
+			got, err := resolveSecretRef(class, paramProvisionerSecretName, paramProvisionerSecretNamespace, "pvc-u-1", claim)
+			if tc.err != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.err) {
+					t.Fatalf("got %v %v, want error %q", got, err, tc.err)
+				}
+				return
+			}
+			if err != nil || (got == nil) != (tc.want == nil) || (got != nil && *got != *tc.want) {
+				t.Fatalf("got %v %v, want %v", got, err, tc.want)
+			}
+		})
+	}
+	half := &storagev1.StorageClass{ObjectMeta: metav1.ObjectMeta{Name: "c"}, Parameters: map[string]string{paramProvisionerSecretName: "s"}}
+	if _, err := resolveSecretRef(half, paramProvisionerSecretName, paramProvisionerSecretNamespace, "pv", claim); err == nil || !strings.Contains(err.Error(), "set both") {
+		t.Errorf("half a secret reference: %v", err)
+	}
+}
+
+// fakeNodes is a cluster's nodes for topology.
+type fakeNodes map[string]map[string]string // node -> labels; every node has the driver with key "zone"
+
+var _ nodes = fakeNodes{}
+
+func (f fakeNodes) Node(name string) (*corev1.Node, error) {
+	l, ok := f[name]
+	if !ok {
+		return nil, errors.New("not found")
+	}
+	return &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: l}}, nil
+}
+func (f fakeNodes) CSINode(name string) (*storagev1.CSINode, error) {
+	if _, ok := f[name]; !ok {
+		return nil, errors.New("not found")
+	}
+	return &storagev1.CSINode{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: storagev1.CSINodeSpec{
+		Drivers: []storagev1.CSINodeDriver{{Name: "drv", TopologyKeys: []string{"zone"}}}}}, nil
+}
+func (f fakeNodes) CSINodes() ([]*storagev1.CSINode, error) {
+	var out []*storagev1.CSINode
+	for n := range f {
+		cn, _ := f.CSINode(n)
+		out = append(out, cn)
+	}
+	return out, nil
+}
+
+func TestAccessibilityRequirements(t *testing.T) {
+	n := fakeNodes{"a": {"zone": "z1"}, "b": {"zone": "z2"}, "c": {"zone": "z2"}, "d": {}}
+	allowed := []corev1.TopologySelectorTerm{{MatchLabelExpressions: []corev1.TopologySelectorLabelRequirement{{Key: "zone", Values: []string{"z2", "z3"}}}}}
+	segs := func(ts []*csi.Topology) []string {
+		var out []string
+		for _, t := range ts {
+			out = append(out, t.GetSegments()["zone"])
+		}
+		return out
+	}
+	for _, tc := range []struct {
+		name      string
+		allowed   []corev1.TopologySelectorTerm
+		node      string
+		requisite []string
+		err       string
+	}{
+		{"all nodes with the driver", nil, "", []string{"z1", "z2"}, ""},
+		{"allowed topologies", allowed, "", []string{"z2", "z3"}, ""},
+		{"selected node", nil, "b", []string{"z2"}, ""},
+		{"selected node within allowed", allowed, "c", []string{"z2"}, ""},
+		{"selected node outside allowed", allowed, "a", nil, "outside the allowedTopologies"},
+		{"selected node without the label", nil, "d", nil, `no label "zone"`},
+		{"unknown selected node", nil, "zz", nil, `selected node "zz"`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			class := &storagev1.StorageClass{ObjectMeta: metav1.ObjectMeta{Name: "c"}, AllowedTopologies: tc.allowed}
+			req, err := accessibilityRequirements(n, "drv", class, tc.node, "pvc-1")
+			if tc.err != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.err) {
+					t.Fatalf("got %v %v, want error %q", req, err, tc.err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := segs(req.GetRequisite()); strings.Join(got, ",") != strings.Join(tc.requisite, ",") {
+				t.Errorf("requisite %v, want %v", got, tc.requisite)
+			}
+			if len(req.GetPreferred()) != len(req.GetRequisite()) {
+				t.Errorf("preferred %v", segs(req.GetPreferred()))
+			}
+			if tc.node != "" && segs(req.GetPreferred())[0] != n[tc.node]["zone"] {
+				t.Errorf("the selected node's segment is not preferred first: %v", segs(req.GetPreferred()))
+			}
+		})
+	}
+}
+
+func TestBuildVolume(t *testing.T) {
+	policy := corev1.PersistentVolumeReclaimRetain
+	class := &storagev1.StorageClass{ObjectMeta: metav1.ObjectMeta{Name: "fast"}, Provisioner: "p", MountOptions: []string{"noatime"}}
+	claim := claimOf([]corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce}, false, "1Gi", "")
+	vol := &csi.Volume{VolumeId: "id-1", CapacityBytes: 2 << 30, VolumeContext: map[string]string{"k": "v"},
+		AccessibleTopology: []*csi.Topology{{Segments: map[string]string{"zone": "z1"}}}}
+	spec := volumeSpec{name: "pvc-u-1", provisioner: "p", driver: "d", claim: claim, class: class, fsType: "ext4",
+		secrets: map[string]*secretRef{"provisioner": {"ns", "del"}, "node-publish": {"ns", "pub"}}}
+
+	pv := buildVolume(spec, vol)
+	if pv.Spec.PersistentVolumeReclaimPolicy != corev1.PersistentVolumeReclaimDelete || len(pv.Finalizers) != 1 || pv.Finalizers[0] != kube.FinalizerExternalProvisioner {
+		t.Errorf("default policy Delete with the finalizer: %v %v", pv.Spec.PersistentVolumeReclaimPolicy, pv.Finalizers)
+	}
+	if q := pv.Spec.Capacity[corev1.ResourceStorage]; q.Value() != 2<<30 {
+		t.Errorf("capacity %s, want the driver's 2Gi", q.String())
+	}
+	src := pv.Spec.CSI
+	if src.Driver != "d" || src.VolumeHandle != "id-1" || src.FSType != "ext4" || src.VolumeAttributes["k"] != "v" || src.NodePublishSecretRef.Name != "pub" || src.NodeStageSecretRef != nil {
+		t.Errorf("CSI source %+v", src)
+	}
+	if pv.Annotations[kube.AnnDynamicallyProvisioned] != "p" || pv.Annotations[annDeletionSecretName] != "del" || pv.Annotations[annDeletionSecretNamespace] != "ns" {
+		t.Errorf("annotations %v", pv.Annotations)
+	}
+	if ref := pv.Spec.ClaimRef; ref == nil || ref.UID != claim.UID || ref.Name != "data" || ref.Namespace != "ns" {
+		t.Errorf("claimRef %v", ref)
+	}
+	terms := pv.Spec.NodeAffinity.Required.NodeSelectorTerms
+	if len(terms) != 1 || terms[0].MatchExpressions[0].Key != "zone" || terms[0].MatchExpressions[0].Values[0] != "z1" {
+		t.Errorf("node affinity %v", terms)
+	}
+	if pv.Spec.MountOptions[0] != "noatime" || pv.Spec.StorageClassName != "fast" {
+		t.Errorf("mount options %v, class %q", pv.Spec.MountOptions, pv.Spec.StorageClassName)
+	}
+
+	class.ReclaimPolicy = &policy
+	if pv := buildVolume(spec, &csi.Volume{VolumeId: "id-2"}); len(pv.Finalizers) != 0 || pv.Spec.NodeAffinity != nil {
+		t.Errorf("Retain: finalizers %v, affinity %v", pv.Finalizers, pv.Spec.NodeAffinity)
+	} else if q := pv.Spec.Capacity[corev1.ResourceStorage]; q.String() != "1Gi" {
+		t.Errorf("capacity without the driver's answer: %s, want the request", q.String())
+	}
 }
 
 func TestRequestValidation(t *testing.T) {
-	s := NewServer(slog.New(slog.NewTextHandler(io.Discard, nil)))
-	ctx := context.Background()
+	s := &server{p: &provisioner{drivers: newRegistry(discard), prefix: "pvc"}}
+	ctx := t.Context()
 	claim, _ := kube.EncodeProto(&corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "c", UID: "u1"}})
+	other := "other"
+	otherClaim, _ := kube.EncodeProto(&corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "c", UID: "u1"}, Spec: corev1.PersistentVolumeClaimSpec{StorageClassName: &other}})
+	class, _ := kube.EncodeProto(&storagev1.StorageClass{ObjectMeta: metav1.ObjectMeta{Name: ""}, Provisioner: "nobody.example.com"})
 	for name, tc := range map[string]struct {
 		req  *provisionerv1.ProvisionRequest
 		code codes.Code
@@ -100,17 +380,34 @@ func TestRequestValidation(t *testing.T) {
 		"garbage claim": {&provisionerv1.ProvisionRequest{ClaimNamespace: "ns", ClaimName: "c", ClaimUid: "u1", Claim: []byte{0xff, 0x01}}, codes.InvalidArgument, "claim: decode"},
 		"other claim":   {&provisionerv1.ProvisionRequest{ClaimNamespace: "ns", ClaimName: "d", ClaimUid: "u1", Claim: claim}, codes.InvalidArgument, "not the claim_namespace"},
 		"no class":      {&provisionerv1.ProvisionRequest{ClaimNamespace: "ns", ClaimName: "c", ClaimUid: "u1", Claim: claim}, codes.InvalidArgument, "storage_class is required"},
+		"wrong class":   {&provisionerv1.ProvisionRequest{ClaimNamespace: "ns", ClaimName: "c", ClaimUid: "u1", Claim: otherClaim, StorageClass: class}, codes.InvalidArgument, `claim asks for class "other"`},
+		"not served":    {&provisionerv1.ProvisionRequest{ClaimNamespace: "ns", ClaimName: "c", ClaimUid: "u1", Claim: claim, StorageClass: class}, codes.FailedPrecondition, "nobody.example.com"},
 	} {
-		_, err := s.Provision(ctx, tc.req)
-		if status.Code(err) != tc.code || !strings.Contains(status.Convert(err).Message(), tc.msg) {
-			t.Errorf("%s: got %v, want %v containing %q", name, err, tc.code, tc.msg)
-		}
+		t.Run(name, func(t *testing.T) {
+			_, err := s.Provision(ctx, tc.req)
+			if status.Code(err) != tc.code || !strings.Contains(status.Convert(err).Message(), tc.msg) {
+				t.Errorf("got %v, want %v containing %q", err, tc.code, tc.msg)
+			}
+		})
 	}
 	if _, err := s.DeleteVolume(ctx, &provisionerv1.DeleteVolumeRequest{}); status.Code(err) != codes.InvalidArgument {
 		t.Errorf("DeleteVolume without a name: %v", err)
 	}
-	pv, _ := kube.EncodeProto(&corev1.PersistentVolume{ObjectMeta: metav1.ObjectMeta{Name: "pv"}})
-	if _, err := s.DeleteVolume(ctx, &provisionerv1.DeleteVolumeRequest{VolumeName: "pv", Volume: pv}); status.Code(err) != codes.Unimplemented {
-		t.Errorf("valid DeleteVolume: %v, want Unimplemented until the reclaim issue", err)
+	hostPath, _ := kube.EncodeProto(&corev1.PersistentVolume{ObjectMeta: metav1.ObjectMeta{Name: "pv"}})
+	if _, err := s.DeleteVolume(ctx, &provisionerv1.DeleteVolumeRequest{VolumeName: "pv", Volume: hostPath}); status.Code(err) != codes.FailedPrecondition {
+		t.Errorf("DeleteVolume of a non-CSI volume: %v, want FailedPrecondition", err)
+	}
+	if _, err := s.DeleteVolume(ctx, &provisionerv1.DeleteVolumeRequest{VolumeName: "other", Volume: hostPath}); status.Code(err) != codes.InvalidArgument {
+		t.Errorf("DeleteVolume with mismatched names: %v", err)
+	}
+}
+
+func TestOptionErrorsNameTheFlag(t *testing.T) {
+	o := Options{CSIEndpoints: []string{"a=unix:///x", "a=unix:///y", " "}, VolumeNamePrefix: "Bad/Prefix", Timeout: -1}
+	err := o.validate()
+	for _, want := range []string{"--listen", "--etcd-endpoints", "mapped to two CSI endpoints", "has no address", "--volume-name-prefix", "--timeout"} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("error %v does not mention %q", err, want)
+		}
 	}
 }

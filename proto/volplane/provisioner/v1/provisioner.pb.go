@@ -93,10 +93,9 @@ type ProvisionRequest struct {
 	ClaimName string `protobuf:"bytes,2,opt,name=claim_name,json=claimName,proto3" json:"claim_name,omitempty"`
 	// UID of the claim; the volume name is derived from it.
 	ClaimUid string `protobuf:"bytes,3,opt,name=claim_uid,json=claimUid,proto3" json:"claim_uid,omitempty"`
-	// The claim as the caller saw it (Kubernetes protobuf), to save a read;
-	// optional.
+	// The claim as the caller saw it (Kubernetes protobuf); required.
 	Claim []byte `protobuf:"bytes,4,opt,name=claim,proto3" json:"claim,omitempty"`
-	// The claim's StorageClass (Kubernetes protobuf); optional.
+	// The claim's StorageClass (Kubernetes protobuf); required.
 	StorageClass  []byte `protobuf:"bytes,5,opt,name=storage_class,json=storageClass,proto3" json:"storage_class,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -175,7 +174,10 @@ type ProvisionResponse struct {
 	// Name of the PersistentVolume (known even before it exists).
 	VolumeName string `protobuf:"bytes,2,opt,name=volume_name,json=volumeName,proto3" json:"volume_name,omitempty"`
 	// Why, when the outcome is not FINISHED.
-	Message       string `protobuf:"bytes,3,opt,name=message,proto3" json:"message,omitempty"`
+	Message string `protobuf:"bytes,3,opt,name=message,proto3" json:"message,omitempty"`
+	// The PersistentVolume created (Kubernetes protobuf), when the outcome is
+	// FINISHED, so the caller can bind it without waiting for its watch.
+	Volume        []byte `protobuf:"bytes,4,opt,name=volume,proto3" json:"volume,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -229,6 +231,13 @@ func (x *ProvisionResponse) GetMessage() string {
 		return x.Message
 	}
 	return ""
+}
+
+func (x *ProvisionResponse) GetVolume() []byte {
+	if x != nil {
+		return x.Volume
+	}
+	return nil
 }
 
 // DeleteVolumeRequest names a PersistentVolume whose backing volume to delete.
@@ -543,8 +552,11 @@ type Operation struct {
 	LastError string `protobuf:"bytes,7,opt,name=last_error,json=lastError,proto3" json:"last_error,omitempty"`
 	// When the operation was journaled.
 	StartTime *timestamppb.Timestamp `protobuf:"bytes,8,opt,name=start_time,json=startTime,proto3" json:"start_time,omitempty"`
-	// The replica that owns it now.
-	Owner         string `protobuf:"bytes,9,opt,name=owner,proto3" json:"owner,omitempty"`
+	// The replica that owns it now; empty when its owner is gone and any
+	// replica may take it over.
+	Owner string `protobuf:"bytes,9,opt,name=owner,proto3" json:"owner,omitempty"`
+	// The StorageClass provisioner (CSI driver) name.
+	Provisioner   string `protobuf:"bytes,10,opt,name=provisioner,proto3" json:"provisioner,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -638,6 +650,13 @@ func (x *Operation) GetStartTime() *timestamppb.Timestamp {
 func (x *Operation) GetOwner() string {
 	if x != nil {
 		return x.Owner
+	}
+	return ""
+}
+
+func (x *Operation) GetProvisioner() string {
+	if x != nil {
+		return x.Provisioner
 	}
 	return ""
 }
@@ -736,12 +755,13 @@ const file_volplane_provisioner_v1_provisioner_proto_rawDesc = "" +
 	"claim_name\x18\x02 \x01(\tR\tclaimName\x12\x1b\n" +
 	"\tclaim_uid\x18\x03 \x01(\tR\bclaimUid\x12\x14\n" +
 	"\x05claim\x18\x04 \x01(\fR\x05claim\x12#\n" +
-	"\rstorage_class\x18\x05 \x01(\fR\fstorageClass\"\x8a\x01\n" +
+	"\rstorage_class\x18\x05 \x01(\fR\fstorageClass\"\xa2\x01\n" +
 	"\x11ProvisionResponse\x12:\n" +
 	"\aoutcome\x18\x01 \x01(\x0e2 .volplane.provisioner.v1.OutcomeR\aoutcome\x12\x1f\n" +
 	"\vvolume_name\x18\x02 \x01(\tR\n" +
 	"volumeName\x12\x18\n" +
-	"\amessage\x18\x03 \x01(\tR\amessage\"N\n" +
+	"\amessage\x18\x03 \x01(\tR\amessage\x12\x16\n" +
+	"\x06volume\x18\x04 \x01(\fR\x06volume\"N\n" +
 	"\x13DeleteVolumeRequest\x12\x1f\n" +
 	"\vvolume_name\x18\x01 \x01(\tR\n" +
 	"volumeName\x12\x16\n" +
@@ -760,7 +780,7 @@ const file_volplane_provisioner_v1_provisioner_proto_rawDesc = "" +
 	"\fcapabilities\x18\a \x03(\tR\fcapabilities\"\x14\n" +
 	"\x12ListDriversRequest\"P\n" +
 	"\x13ListDriversResponse\x129\n" +
-	"\adrivers\x18\x01 \x03(\v2\x1f.volplane.provisioner.v1.DriverR\adrivers\"\xb1\x02\n" +
+	"\adrivers\x18\x01 \x03(\v2\x1f.volplane.provisioner.v1.DriverR\adrivers\"\xd3\x02\n" +
 	"\tOperation\x12\x12\n" +
 	"\x04kind\x18\x01 \x01(\tR\x04kind\x12\x1f\n" +
 	"\vvolume_name\x18\x02 \x01(\tR\n" +
@@ -774,7 +794,9 @@ const file_volplane_provisioner_v1_provisioner_proto_rawDesc = "" +
 	"last_error\x18\a \x01(\tR\tlastError\x129\n" +
 	"\n" +
 	"start_time\x18\b \x01(\v2\x1a.google.protobuf.TimestampR\tstartTime\x12\x14\n" +
-	"\x05owner\x18\t \x01(\tR\x05owner\"\x17\n" +
+	"\x05owner\x18\t \x01(\tR\x05owner\x12 \n" +
+	"\vprovisioner\x18\n" +
+	" \x01(\tR\vprovisioner\"\x17\n" +
 	"\x15ListOperationsRequest\"\\\n" +
 	"\x16ListOperationsResponse\x12B\n" +
 	"\n" +

@@ -1,0 +1,243 @@
+package provisioner
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"sort"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	csi "github.com/container-storage-interface/spec/lib/go/csi"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/volplane/volplane/pkg/grpcutil"
+	provisionerv1 "github.com/volplane/volplane/proto/volplane/provisioner/v1"
+)
+
+// driver is one CSI driver the provisioner serves.
+type driver struct {
+	endpoint   string
+	configured string // provisioner name given in the configuration; "" = the driver's own name
+	identity   csi.IdentityClient
+	controller csi.ControllerClient
+	state      atomic.Pointer[driverState]
+}
+
+// driverState is what the last probe learnt.
+type driverState struct {
+	info     *provisionerv1.Driver
+	caps     map[csi.ControllerServiceCapability_RPC_Type]bool
+	topology bool // VOLUME_ACCESSIBILITY_CONSTRAINTS
+}
+
+func newDriver(endpoint, configured string, cc grpc.ClientConnInterface) *driver {
+	d := &driver{endpoint: endpoint, configured: configured, identity: csi.NewIdentityClient(cc), controller: csi.NewControllerClient(cc)}
+	d.state.Store(&driverState{info: &provisionerv1.Driver{Endpoint: endpoint, ProvisionerName: configured, Message: "not probed yet"}})
+	return d
+}
+
+func (d *driver) current() *driverState { return d.state.Load() }
+
+// name is the CSI driver name (what PVs carry in spec.csi.driver).
+func (d *driver) name() string { return d.current().info.GetDriverName() }
+
+// provisionerName is the StorageClass provisioner name it serves.
+func (d *driver) provisionerName() string {
+	if d.configured != "" {
+		return d.configured
+	}
+	return d.name()
+}
+
+func (d *driver) ready() bool { return d.current().info.GetReady() }
+
+func (d *driver) has(c csi.ControllerServiceCapability_RPC_Type) bool { return d.current().caps[c] }
+
+// probe asks the driver who it is, what it can do and whether it is ready
+// (GetPluginInfo, GetPluginCapabilities, ControllerGetCapabilities, Probe).
+func (d *driver) probe(ctx context.Context) *driverState {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	st := &driverState{info: &provisionerv1.Driver{Endpoint: d.endpoint, ProvisionerName: d.configured}, caps: map[csi.ControllerServiceCapability_RPC_Type]bool{}}
+	info := st.info
+	pi, err := d.identity.GetPluginInfo(ctx, &csi.GetPluginInfoRequest{})
+	if err != nil {
+		info.Message = fmt.Sprintf("GetPluginInfo: %v", err)
+		return st
+	}
+	info.DriverName, info.VendorVersion = pi.GetName(), pi.GetVendorVersion()
+	if info.ProvisionerName == "" {
+		info.ProvisionerName = pi.GetName()
+	}
+	pc, err := d.identity.GetPluginCapabilities(ctx, &csi.GetPluginCapabilitiesRequest{})
+	if err != nil {
+		info.Message = fmt.Sprintf("GetPluginCapabilities: %v", err)
+		return st
+	}
+	controller := false
+	for _, c := range pc.GetCapabilities() {
+		if svc := c.GetService(); svc != nil {
+			info.Capabilities = append(info.Capabilities, svc.GetType().String())
+			switch svc.GetType() {
+			case csi.PluginCapability_Service_CONTROLLER_SERVICE:
+				controller = true
+			case csi.PluginCapability_Service_VOLUME_ACCESSIBILITY_CONSTRAINTS:
+				st.topology = true
+			}
+		}
+		if ve := c.GetVolumeExpansion(); ve != nil {
+			info.Capabilities = append(info.Capabilities, "VOLUME_EXPANSION_"+ve.GetType().String())
+		}
+	}
+	if !controller {
+		info.Message = "the driver offers no CONTROLLER_SERVICE: it cannot create or delete volumes"
+		sort.Strings(info.Capabilities)
+		return st
+	}
+	cc, err := d.controller.ControllerGetCapabilities(ctx, &csi.ControllerGetCapabilitiesRequest{})
+	if err != nil {
+		info.Message = fmt.Sprintf("ControllerGetCapabilities: %v", err)
+		return st
+	}
+	for _, c := range cc.GetCapabilities() {
+		if r := c.GetRpc(); r != nil {
+			st.caps[r.GetType()] = true
+			info.Capabilities = append(info.Capabilities, r.GetType().String())
+		}
+	}
+	sort.Strings(info.Capabilities)
+	if !st.caps[csi.ControllerServiceCapability_RPC_CREATE_DELETE_VOLUME] {
+		info.Message = "the driver lacks the CREATE_DELETE_VOLUME controller capability"
+		return st
+	}
+	pr, err := d.identity.Probe(ctx, &csi.ProbeRequest{})
+	switch {
+	case err != nil:
+		info.Message = fmt.Sprintf("Probe: %v", err)
+	case pr.GetReady() != nil && !pr.GetReady().GetValue():
+		info.Message = "the driver reports it is not ready"
+	default:
+		info.Ready = true
+	}
+	return st
+}
+
+// registry holds the drivers and finds them by provisioner or driver name.
+type registry struct {
+	log     *slog.Logger
+	mu      sync.Mutex
+	drivers []*driver
+	probed  chan struct{} // closed after the first round of probes
+	once    sync.Once
+}
+
+func newRegistry(log *slog.Logger) *registry {
+	return &registry{log: log, probed: make(chan struct{})}
+}
+
+func (r *registry) add(d *driver) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.drivers = append(r.drivers, d)
+}
+
+func (r *registry) all() []*driver {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]*driver(nil), r.drivers...)
+}
+
+// byProvisioner is the driver serving StorageClass provisioner name, or nil.
+func (r *registry) byProvisioner(name string) *driver {
+	for _, d := range r.all() {
+		if d.provisionerName() == name {
+			return d
+		}
+	}
+	return nil
+}
+
+// byDriver is the driver whose CSI name is name (spec.csi.driver), or nil.
+func (r *registry) byDriver(name string) *driver {
+	for _, d := range r.all() {
+		if d.name() == name {
+			return d
+		}
+	}
+	return nil
+}
+
+// probeAll probes every driver once and logs readiness changes.
+func (r *registry) probeAll(ctx context.Context) {
+	for _, d := range r.all() {
+		st := d.probe(ctx)
+		if old := d.current().info; old.GetReady() != st.info.GetReady() || old.GetMessage() != st.info.GetMessage() {
+			r.log.Info("CSI driver", "endpoint", d.endpoint, "driver", st.info.DriverName, "provisioner", st.info.ProvisionerName,
+				"ready", st.info.Ready, "message", st.info.Message, "capabilities", st.info.Capabilities)
+		}
+		d.state.Store(st)
+	}
+	r.once.Do(func() { close(r.probed) })
+}
+
+// probeLoop probes every driver now and then every period; a driver that is
+// not ready is probed again after a second, so it is used as soon as it is.
+func (r *registry) probeLoop(ctx context.Context, period time.Duration) {
+	for {
+		r.probeAll(ctx)
+		wait := period
+		for _, d := range r.all() {
+			if !d.ready() {
+				wait = min(wait, time.Second)
+			}
+		}
+		select {
+		case <-time.After(wait):
+		case <-ctx.Done():
+			return
+		}
+	}
+}
+
+// list is the drivers as last probed.
+func (r *registry) list() []*provisionerv1.Driver {
+	var out []*provisionerv1.Driver
+	for _, d := range r.all() {
+		out = append(out, proto.Clone(d.current().info).(*provisionerv1.Driver))
+	}
+	return out
+}
+
+// parseEndpoint splits "name=endpoint" (a provisioner name mapped to an
+// endpoint) from a bare endpoint.
+func parseEndpoint(s string) (name, endpoint string) {
+	if i := strings.Index(s, "="); i > 0 && !strings.Contains(s[:i], "/") && !strings.Contains(s[:i], ":") {
+		return s[:i], s[i+1:]
+	}
+	return "", s
+}
+
+// csiLogger logs every CSI call with its code and duration, and at debug
+// level the request with every secret replaced by "***" (as
+// csi-lib-utils' protosanitizer does).
+func csiLogger(log *slog.Logger, endpoint string) grpc.UnaryClientInterceptor {
+	return func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+		start := time.Now()
+		err := invoker(ctx, method, req, reply, cc, opts...)
+		attrs := []any{"endpoint", endpoint, "method", method, "code", status.Code(err).String(), "duration", time.Since(start)}
+		if log.Enabled(ctx, slog.LevelDebug) {
+			attrs = append(attrs, "request", grpcutil.Sanitize(req))
+		}
+		if err != nil && !strings.HasSuffix(method, "/Probe") {
+			log.InfoContext(ctx, "CSI call failed", append(attrs, "error", err)...)
+		} else {
+			log.DebugContext(ctx, "CSI call", attrs...)
+		}
+		return err
+	}
+}

@@ -1,0 +1,291 @@
+package provisioner
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"time"
+
+	"golang.org/x/sync/errgroup"
+	"google.golang.org/grpc"
+	corev1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes/scheme"
+	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
+	corelisters "k8s.io/client-go/listers/core/v1"
+	storagelisters "k8s.io/client-go/listers/storage/v1"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/record"
+
+	"github.com/volplane/volplane/pkg/coord"
+	"github.com/volplane/volplane/pkg/grpcutil"
+	"github.com/volplane/volplane/pkg/kube"
+	provisionerv1 "github.com/volplane/volplane/proto/volplane/provisioner/v1"
+)
+
+// Service is the provisioner's name in etcd membership.
+const Service = "provisioner"
+
+// Defaults of Options.
+const (
+	DefaultVolumeNamePrefix = "pvc"
+	DefaultFSType           = "ext4"
+	DefaultTimeout          = 30 * time.Second
+	DefaultRecoveryPeriod   = 10 * time.Second
+	DefaultProbePeriod      = 30 * time.Second
+)
+
+// Options configures a provisioner replica.
+type Options struct {
+	// Kubeconfig is the kubeconfig path; empty means in-cluster config.
+	Kubeconfig string
+	// RESTConfig, when set, is used instead of Kubeconfig (tests).
+	RESTConfig *rest.Config
+	// KubeQPS limits API requests per second; 0 means no client-side limit.
+	KubeQPS float32
+	// KubeBurst is the burst allowed above KubeQPS.
+	KubeBurst int
+	// EtcdEndpoints are the etcd client URLs for membership and the journal.
+	EtcdEndpoints []string
+	// Listen is the gRPC listen address.
+	Listen string
+	// AdvertiseAddress is where peers reach this replica; default Listen.
+	AdvertiseAddress string
+	// MemberID names this replica in etcd; default hostname plus a random
+	// suffix.
+	MemberID string
+	// CSIEndpoints are the CSI drivers' gRPC addresses (unix:///path or
+	// host:port), each optionally as provisioner-name=endpoint to serve
+	// StorageClasses of that provisioner name; by default a driver serves
+	// the name it reports in GetPluginInfo.
+	CSIEndpoints []string
+	// VolumeNamePrefix names provisioned PVs <prefix>-<claim UID>.
+	VolumeNamePrefix string
+	// DefaultFSType is the filesystem of volumes whose class sets no
+	// csi.storage.k8s.io/fstype; "" leaves it to the driver.
+	DefaultFSType string
+	// ExtraCreateMetadata passes the claim's name and namespace and the PV
+	// name to CreateVolume as csi.storage.k8s.io/pvc/name,
+	// csi.storage.k8s.io/pvc/namespace and csi.storage.k8s.io/pv/name.
+	ExtraCreateMetadata bool
+	// Timeout bounds each CSI call; a call that runs out is retried with
+	// the same volume name.
+	Timeout time.Duration
+	// RecoveryPeriod is how often the journal is scanned for operations to
+	// finish or undo (this replica's that wait for a retry, and those of
+	// replicas that died).
+	RecoveryPeriod time.Duration
+	// ProbePeriod is how often the drivers are probed.
+	ProbePeriod time.Duration
+	// Logger; default slog.Default().
+	Logger *slog.Logger
+}
+
+func (o *Options) validate() error {
+	var errs []error
+	if o.Listen == "" {
+		errs = append(errs, errors.New("a listen address is required (--listen)"))
+	}
+	if len(o.EtcdEndpoints) == 0 {
+		errs = append(errs, errors.New("etcd endpoints are required for membership and the operation journal (--etcd-endpoints)"))
+	}
+	seen := map[string]bool{}
+	for _, e := range o.CSIEndpoints {
+		name, ep := parseEndpoint(strings.TrimSpace(e))
+		switch {
+		case ep == "":
+			errs = append(errs, fmt.Errorf("CSI endpoint %q has no address (--csi-endpoint [provisioner-name=]unix:///path or host:port)", e))
+		case name != "" && seen[name]:
+			errs = append(errs, fmt.Errorf("provisioner name %q is mapped to two CSI endpoints (--csi-endpoint)", name))
+		}
+		seen[name] = name != ""
+	}
+	if o.VolumeNamePrefix == "" {
+		o.VolumeNamePrefix = DefaultVolumeNamePrefix
+	} else if strings.ContainsAny(o.VolumeNamePrefix, "/ ") || strings.ToLower(o.VolumeNamePrefix) != o.VolumeNamePrefix {
+		errs = append(errs, fmt.Errorf("volume name prefix %q must be lower case with no '/' or spaces (--volume-name-prefix)", o.VolumeNamePrefix))
+	}
+	for _, d := range []struct {
+		v    *time.Duration
+		def  time.Duration
+		flag string
+	}{{&o.Timeout, DefaultTimeout, "--timeout"}, {&o.RecoveryPeriod, DefaultRecoveryPeriod, "--recovery-period"}, {&o.ProbePeriod, DefaultProbePeriod, "--probe-period"}} {
+		switch {
+		case *d.v < 0:
+			errs = append(errs, fmt.Errorf("%s must not be negative, got %s", d.flag, *d.v))
+		case *d.v == 0:
+			*d.v = d.def
+		}
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	if o.AdvertiseAddress == "" {
+		o.AdvertiseAddress = o.Listen
+	}
+	if o.MemberID == "" {
+		o.MemberID = coord.DefaultMemberID()
+	}
+	return errors.Join(errs...)
+}
+
+// Run runs a provisioner replica until ctx ends.
+func Run(ctx context.Context, o Options) error {
+	if err := o.validate(); err != nil {
+		return fmt.Errorf("provisioner options: %w", err)
+	}
+	log := o.Logger
+	cfg := o.RESTConfig
+	if cfg == nil {
+		var err error
+		if cfg, err = kube.RESTConfig(kube.ClientOptions{Kubeconfig: o.Kubeconfig}); err != nil {
+			return err
+		}
+	}
+	copts := kube.ClientOptions{QPS: o.KubeQPS, Burst: o.KubeBurst, UserAgent: "volplane-provisioner"}
+	client, err := kube.Client(cfg, copts)
+	if err != nil {
+		return err
+	}
+	dyn, err := dynamic.NewForConfig(kube.Tune(rest.CopyConfig(cfg), copts))
+	if err != nil {
+		return fmt.Errorf("kubernetes dynamic client: %w", err)
+	}
+	co, err := coord.New(ctx, coord.Options{Endpoints: o.EtcdEndpoints, Logger: log})
+	if err != nil {
+		return err
+	}
+	defer co.Close()
+	lis, err := grpcutil.Listen(o.Listen)
+	if err != nil {
+		return err
+	}
+
+	factory := informers.NewSharedInformerFactory(client, 0)
+	nodeLister := factory.Core().V1().Nodes().Lister()
+	csiNodeLister := factory.Storage().V1().CSINodes().Lister()
+
+	broadcaster := record.NewBroadcaster(record.WithContext(ctx))
+	broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: client.CoreV1().Events("")})
+	defer broadcaster.Shutdown()
+
+	reg := newRegistry(log)
+	for _, e := range o.CSIEndpoints {
+		name, ep := parseEndpoint(strings.TrimSpace(e))
+		cc, err := grpcutil.Dial(ep, grpc.WithChainUnaryInterceptor(csiLogger(log, ep)))
+		if err != nil {
+			return fmt.Errorf("CSI endpoint %s: %w", ep, err)
+		}
+		defer cc.Close()
+		reg.add(newDriver(ep, name, cc))
+	}
+	p := &provisioner{
+		log: log, member: o.MemberID, client: client, journal: co, drivers: reg,
+		nodes:   listers{nodeLister, csiNodeLister},
+		sources: sources{client: client, dynamic: dyn},
+		events:  recorders(broadcaster),
+		prefix:  o.VolumeNamePrefix, defaultFSType: o.DefaultFSType, extraMetadata: o.ExtraCreateMetadata,
+		timeout: o.Timeout, now: time.Now, inflight: map[string]bool{},
+	}
+	srv := grpcutil.NewServer(log)
+	provisionerv1.RegisterProvisionerServiceServer(srv.Server, &server{p: p})
+	if err := co.Register(ctx, Service, o.MemberID, o.AdvertiseAddress); err != nil {
+		return err
+	}
+	factory.Start(ctx.Done())
+	defer factory.Shutdown()
+	log.Info("provisioner starting", "member", o.MemberID, "listen", lis.Addr().String(), "csi_endpoints", o.CSIEndpoints)
+
+	g, gctx := errgroup.WithContext(ctx)
+	g.Go(func() error { return srv.Serve(gctx, lis, 10*time.Second) })
+	g.Go(func() error {
+		reg.probeLoop(gctx, o.ProbePeriod)
+		return nil
+	})
+	g.Go(func() error {
+		// Serving once the node caches are filled and every driver has
+		// been probed; NOT_SERVING while any driver is not ready.
+		for _, ok := range factory.WaitForCacheSync(gctx.Done()) {
+			if !ok {
+				return nil
+			}
+		}
+		select {
+		case <-reg.probed:
+		case <-gctx.Done():
+			return nil
+		}
+		t := time.NewTicker(time.Second)
+		defer t.Stop()
+		for {
+			ready := true
+			for _, d := range reg.all() {
+				ready = ready && d.ready()
+			}
+			srv.SetServing(ready, provisionerv1.ProvisionerService_ServiceDesc.ServiceName)
+			select {
+			case <-t.C:
+			case <-gctx.Done():
+				return nil
+			}
+		}
+	})
+	g.Go(func() error {
+		select {
+		case <-reg.probed:
+		case <-gctx.Done():
+			return nil
+		}
+		t := time.NewTicker(o.RecoveryPeriod)
+		defer t.Stop()
+		for {
+			p.recoverAll(gctx)
+			select {
+			case <-t.C:
+			case <-gctx.Done():
+				return nil
+			}
+		}
+	})
+	g.Go(func() error { return co.Wait(gctx) })
+	err = g.Wait()
+	log.Info("provisioner stopped")
+	return err
+}
+
+// listers answer topology questions from the informers' caches.
+type listers struct {
+	nodes    corelisters.NodeLister
+	csiNodes storagelisters.CSINodeLister
+}
+
+var _ nodes = listers{}
+
+func (l listers) Node(name string) (*corev1.Node, error) { return l.nodes.Get(name) }
+func (l listers) CSINode(name string) (*storagev1.CSINode, error) {
+	return l.csiNodes.Get(name)
+}
+func (l listers) CSINodes() ([]*storagev1.CSINode, error) { return l.csiNodes.List(labels.Everything()) }
+
+// recorders gives each provisioner name its own event source, as
+// external-provisioner's events carry the driver's name.
+func recorders(b record.EventBroadcaster) func(string) record.EventRecorder {
+	var mu sync.Mutex
+	m := map[string]record.EventRecorder{}
+	return func(name string) record.EventRecorder {
+		mu.Lock()
+		defer mu.Unlock()
+		r, ok := m[name]
+		if !ok {
+			r = b.NewRecorder(scheme.Scheme, corev1.EventSource{Component: name})
+			m[name] = r
+		}
+		return r
+	}
+}

@@ -1,0 +1,148 @@
+package provisioner
+
+import (
+	"context"
+	"fmt"
+
+	csi "github.com/container-storage-interface/spec/lib/go/csi"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/volplane/volplane/pkg/match"
+)
+
+const snapshotGroup = "snapshot.storage.k8s.io"
+
+var (
+	snapshotsResource        = schema.GroupVersionResource{Group: snapshotGroup, Version: "v1", Resource: "volumesnapshots"}
+	snapshotContentsResource = schema.GroupVersionResource{Group: snapshotGroup, Version: "v1", Resource: "volumesnapshotcontents"}
+)
+
+// sources resolves a claim's data source (a claim to clone or a
+// VolumeSnapshot to restore) into the CSI content source, reading the API.
+type sources struct {
+	client  kubernetes.Interface
+	dynamic dynamic.Interface // nil: no VolumeSnapshot support
+}
+
+// contentSource returns nil for a claim without a data source. Its errors
+// are final: the claim must change (or the source become ready) first.
+func (s sources) contentSource(ctx context.Context, claim *corev1.PersistentVolumeClaim, d *driver) (*csi.VolumeContentSource, error) {
+	var group, kind, name string
+	switch {
+	case claim.Spec.DataSourceRef != nil:
+		ref := claim.Spec.DataSourceRef
+		if ref.Namespace != nil && *ref.Namespace != "" && *ref.Namespace != claim.Namespace {
+			return nil, fmt.Errorf("dataSourceRef in another namespace (%q) is not supported", *ref.Namespace)
+		}
+		kind, name = ref.Kind, ref.Name
+		if ref.APIGroup != nil {
+			group = *ref.APIGroup
+		}
+	case claim.Spec.DataSource != nil:
+		kind, name = claim.Spec.DataSource.Kind, claim.Spec.DataSource.Name
+		if claim.Spec.DataSource.APIGroup != nil {
+			group = *claim.Spec.DataSource.APIGroup
+		}
+	default:
+		return nil, nil
+	}
+	switch {
+	case group == "" && kind == "PersistentVolumeClaim":
+		if !d.has(csi.ControllerServiceCapability_RPC_CLONE_VOLUME) {
+			return nil, fmt.Errorf("driver %q cannot clone volumes (no CLONE_VOLUME capability)", d.name())
+		}
+		return s.cloneSource(ctx, claim, name, d)
+	case group == snapshotGroup && kind == "VolumeSnapshot":
+		if !d.has(csi.ControllerServiceCapability_RPC_CREATE_DELETE_SNAPSHOT) {
+			return nil, fmt.Errorf("driver %q cannot restore snapshots (no CREATE_DELETE_SNAPSHOT capability)", d.name())
+		}
+		return s.snapshotSource(ctx, claim, name, d)
+	default:
+		return nil, fmt.Errorf("data source %s %q of group %q is not supported: only PersistentVolumeClaim and %s VolumeSnapshot", kind, name, group, snapshotGroup)
+	}
+}
+
+func (s sources) cloneSource(ctx context.Context, claim *corev1.PersistentVolumeClaim, name string, d *driver) (*csi.VolumeContentSource, error) {
+	src, err := s.client.CoreV1().PersistentVolumeClaims(claim.Namespace).Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("source claim %s/%s: %w", claim.Namespace, name, err)
+	}
+	if src.DeletionTimestamp != nil {
+		return nil, fmt.Errorf("source claim %s/%s is being deleted", claim.Namespace, name)
+	}
+	if src.Status.Phase != corev1.ClaimBound || src.Spec.VolumeName == "" {
+		return nil, fmt.Errorf("source claim %s/%s is not Bound yet", claim.Namespace, name)
+	}
+	if match.ClaimClass(src) != match.ClaimClass(claim) {
+		return nil, fmt.Errorf("source claim %s/%s is of StorageClass %q, not %q: a clone must be of the same class", claim.Namespace, name, match.ClaimClass(src), match.ClaimClass(claim))
+	}
+	want := claim.Spec.Resources.Requests[corev1.ResourceStorage]
+	if have, ok := src.Status.Capacity[corev1.ResourceStorage]; ok && want.Cmp(have) < 0 {
+		return nil, fmt.Errorf("the claim requests %s, less than its source claim %s/%s holds (%s)", want.String(), claim.Namespace, name, have.String())
+	}
+	pv, err := s.client.CoreV1().PersistentVolumes().Get(ctx, src.Spec.VolumeName, metav1.GetOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("volume %s of source claim %s/%s: %w", src.Spec.VolumeName, claim.Namespace, name, err)
+	}
+	if pv.Spec.CSI == nil || pv.Spec.CSI.Driver != d.name() {
+		return nil, fmt.Errorf("source claim %s/%s is not a volume of driver %q", claim.Namespace, name, d.name())
+	}
+	return &csi.VolumeContentSource{Type: &csi.VolumeContentSource_Volume{
+		Volume: &csi.VolumeContentSource_VolumeSource{VolumeId: pv.Spec.CSI.VolumeHandle},
+	}}, nil
+}
+
+func (s sources) snapshotSource(ctx context.Context, claim *corev1.PersistentVolumeClaim, name string, d *driver) (*csi.VolumeContentSource, error) {
+	if s.dynamic == nil {
+		return nil, fmt.Errorf("VolumeSnapshot data sources are not supported by this provisioner")
+	}
+	snap, err := s.dynamic.Resource(snapshotsResource).Namespace(claim.Namespace).Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		if apierrors.IsNotFound(err) && isMissingResource(err) {
+			return nil, fmt.Errorf("VolumeSnapshot %s/%s: the VolumeSnapshot CRDs (%s) are not installed", claim.Namespace, name, snapshotGroup)
+		}
+		return nil, fmt.Errorf("VolumeSnapshot %s/%s: %w", claim.Namespace, name, err)
+	}
+	if snap.GetDeletionTimestamp() != nil {
+		return nil, fmt.Errorf("VolumeSnapshot %s/%s is being deleted", claim.Namespace, name)
+	}
+	ready, _, _ := unstructured.NestedBool(snap.Object, "status", "readyToUse")
+	content, _, _ := unstructured.NestedString(snap.Object, "status", "boundVolumeSnapshotContentName")
+	if !ready || content == "" {
+		return nil, fmt.Errorf("VolumeSnapshot %s/%s is not ready to use yet", claim.Namespace, name)
+	}
+	c, err := s.dynamic.Resource(snapshotContentsResource).Get(ctx, content, metav1.GetOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("VolumeSnapshotContent %s of VolumeSnapshot %s/%s: %w", content, claim.Namespace, name, err)
+	}
+	drv, _, _ := unstructured.NestedString(c.Object, "spec", "driver")
+	handle, _, _ := unstructured.NestedString(c.Object, "status", "snapshotHandle")
+	if drv != d.name() {
+		return nil, fmt.Errorf("VolumeSnapshot %s/%s was taken by driver %q, not %q", claim.Namespace, name, drv, d.name())
+	}
+	if handle == "" {
+		return nil, fmt.Errorf("VolumeSnapshotContent %s has no snapshot handle yet", content)
+	}
+	return &csi.VolumeContentSource{Type: &csi.VolumeContentSource_Snapshot{
+		Snapshot: &csi.VolumeContentSource_SnapshotSource{SnapshotId: handle},
+	}}, nil
+}
+
+// isMissingResource tells "the resource type does not exist" (no CRD) from
+// "no such object".
+func isMissingResource(err error) bool {
+	var st apierrors.APIStatus
+	if se, ok := err.(apierrors.APIStatus); ok {
+		st = se
+	} else {
+		return false
+	}
+	d := st.Status().Details
+	return d == nil || d.Name == ""
+}
