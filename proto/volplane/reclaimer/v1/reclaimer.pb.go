@@ -37,8 +37,12 @@ const (
 	State_STATE_SUCCEEDED State = 4
 	// Failed; retried with backoff, or by RetryReclaim.
 	State_STATE_FAILED State = 5
-	// Left to another deleter (its provisioner is not served by volplane).
+	// Left to another deleter (its provisioner is not served by volplane) or
+	// to another reclaimer (a node-local volume of another node).
 	State_STATE_SKIPPED State = 6
+	// Stopped because it is no longer needed: the volume is gone, was
+	// recreated, or is no longer Released (e.g. bound again).
+	State_STATE_CANCELLED State = 7
 )
 
 // Enum value maps for State.
@@ -51,6 +55,7 @@ var (
 		4: "STATE_SUCCEEDED",
 		5: "STATE_FAILED",
 		6: "STATE_SKIPPED",
+		7: "STATE_CANCELLED",
 	}
 	State_value = map[string]int32{
 		"STATE_UNSPECIFIED": 0,
@@ -60,6 +65,7 @@ var (
 		"STATE_SUCCEEDED":   4,
 		"STATE_FAILED":      5,
 		"STATE_SKIPPED":     6,
+		"STATE_CANCELLED":   7,
 	}
 )
 
@@ -90,6 +96,73 @@ func (State) EnumDescriptor() ([]byte, []int) {
 	return file_volplane_reclaimer_v1_reclaimer_proto_rawDescGZIP(), []int{0}
 }
 
+// Method is how a reclaim policy is carried out.
+type Method int32
+
+const (
+	Method_METHOD_UNSPECIFIED Method = 0
+	// Nothing to do here: Retain, or left to someone else.
+	Method_METHOD_NONE Method = 1
+	// Delete: DeleteVolume through volplane's provisioner, then the
+	// PersistentVolume object is deleted.
+	Method_METHOD_PROVISIONER Method = 2
+	// Recycle: a recycler pod mounts the volume and deletes its contents.
+	Method_METHOD_RECYCLER_POD Method = 3
+	// Recycle: this replica deletes the contents of a hostPath or local
+	// volume's directory on its own node.
+	Method_METHOD_NODE_LOCAL Method = 4
+	// Delete or Recycle of a volume nothing can delete or recycle: the
+	// volume goes Failed.
+	Method_METHOD_UNSUPPORTED Method = 5
+)
+
+// Enum value maps for Method.
+var (
+	Method_name = map[int32]string{
+		0: "METHOD_UNSPECIFIED",
+		1: "METHOD_NONE",
+		2: "METHOD_PROVISIONER",
+		3: "METHOD_RECYCLER_POD",
+		4: "METHOD_NODE_LOCAL",
+		5: "METHOD_UNSUPPORTED",
+	}
+	Method_value = map[string]int32{
+		"METHOD_UNSPECIFIED":  0,
+		"METHOD_NONE":         1,
+		"METHOD_PROVISIONER":  2,
+		"METHOD_RECYCLER_POD": 3,
+		"METHOD_NODE_LOCAL":   4,
+		"METHOD_UNSUPPORTED":  5,
+	}
+)
+
+func (x Method) Enum() *Method {
+	p := new(Method)
+	*p = x
+	return p
+}
+
+func (x Method) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (Method) Descriptor() protoreflect.EnumDescriptor {
+	return file_volplane_reclaimer_v1_reclaimer_proto_enumTypes[1].Descriptor()
+}
+
+func (Method) Type() protoreflect.EnumType {
+	return &file_volplane_reclaimer_v1_reclaimer_proto_enumTypes[1]
+}
+
+func (x Method) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use Method.Descriptor instead.
+func (Method) EnumDescriptor() ([]byte, []int) {
+	return file_volplane_reclaimer_v1_reclaimer_proto_rawDescGZIP(), []int{1}
+}
+
 // Reclaim is the reclaim of one volume.
 type Reclaim struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -107,8 +180,31 @@ type Reclaim struct {
 	Attempts int32 `protobuf:"varint,6,opt,name=attempts,proto3" json:"attempts,omitempty"`
 	// When the state last changed.
 	UpdateTime *timestamppb.Timestamp `protobuf:"bytes,7,opt,name=update_time,json=updateTime,proto3" json:"update_time,omitempty"`
-	// The replica that owns it.
-	Owner         string `protobuf:"bytes,8,opt,name=owner,proto3" json:"owner,omitempty"`
+	// The replica that owns it; empty when nobody does (its owner stopped;
+	// another replica takes it over).
+	Owner string `protobuf:"bytes,8,opt,name=owner,proto3" json:"owner,omitempty"`
+	// Namespace of the released claim (the volume's claimRef).
+	ClaimNamespace string `protobuf:"bytes,9,opt,name=claim_namespace,json=claimNamespace,proto3" json:"claim_namespace,omitempty"`
+	// Name of the released claim.
+	ClaimName string `protobuf:"bytes,10,opt,name=claim_name,json=claimName,proto3" json:"claim_name,omitempty"`
+	// UID of the released claim: a volume recycled, bound and released
+	// again is a new reclaim.
+	ClaimUid string `protobuf:"bytes,11,opt,name=claim_uid,json=claimUid,proto3" json:"claim_uid,omitempty"`
+	// How the policy is carried out.
+	Method Method `protobuf:"varint,12,opt,name=method,proto3,enum=volplane.reclaimer.v1.Method" json:"method,omitempty"`
+	// The CSI driver of the volume (METHOD_PROVISIONER).
+	Driver string `protobuf:"bytes,13,opt,name=driver,proto3" json:"driver,omitempty"`
+	// The recycler pod, namespace/name, while it runs (METHOD_RECYCLER_POD).
+	RecyclerPod string `protobuf:"bytes,14,opt,name=recycler_pod,json=recyclerPod,proto3" json:"recycler_pod,omitempty"`
+	// UID of the recycler pod.
+	RecyclerPodUid string `protobuf:"bytes,15,opt,name=recycler_pod_uid,json=recyclerPodUid,proto3" json:"recycler_pod_uid,omitempty"`
+	// The backing volume is deleted (Delete) or its data scrubbed (Recycle):
+	// only the PersistentVolume's own update is left.
+	DataRemoved bool `protobuf:"varint,16,opt,name=data_removed,json=dataRemoved,proto3" json:"data_removed,omitempty"`
+	// When the next attempt is due, for a reclaim waiting on a backoff.
+	NextAttemptTime *timestamppb.Timestamp `protobuf:"bytes,17,opt,name=next_attempt_time,json=nextAttemptTime,proto3" json:"next_attempt_time,omitempty"`
+	// When the reclaim started.
+	CreateTime    *timestamppb.Timestamp `protobuf:"bytes,18,opt,name=create_time,json=createTime,proto3" json:"create_time,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -199,6 +295,76 @@ func (x *Reclaim) GetOwner() string {
 	return ""
 }
 
+func (x *Reclaim) GetClaimNamespace() string {
+	if x != nil {
+		return x.ClaimNamespace
+	}
+	return ""
+}
+
+func (x *Reclaim) GetClaimName() string {
+	if x != nil {
+		return x.ClaimName
+	}
+	return ""
+}
+
+func (x *Reclaim) GetClaimUid() string {
+	if x != nil {
+		return x.ClaimUid
+	}
+	return ""
+}
+
+func (x *Reclaim) GetMethod() Method {
+	if x != nil {
+		return x.Method
+	}
+	return Method_METHOD_UNSPECIFIED
+}
+
+func (x *Reclaim) GetDriver() string {
+	if x != nil {
+		return x.Driver
+	}
+	return ""
+}
+
+func (x *Reclaim) GetRecyclerPod() string {
+	if x != nil {
+		return x.RecyclerPod
+	}
+	return ""
+}
+
+func (x *Reclaim) GetRecyclerPodUid() string {
+	if x != nil {
+		return x.RecyclerPodUid
+	}
+	return ""
+}
+
+func (x *Reclaim) GetDataRemoved() bool {
+	if x != nil {
+		return x.DataRemoved
+	}
+	return false
+}
+
+func (x *Reclaim) GetNextAttemptTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.NextAttemptTime
+	}
+	return nil
+}
+
+func (x *Reclaim) GetCreateTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.CreateTime
+	}
+	return nil
+}
+
 // ReclaimRequest names a Released volume.
 type ReclaimRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -207,7 +373,8 @@ type ReclaimRequest struct {
 	// UID of the PersistentVolume, so a volume recreated under the same name
 	// is never reclaimed by mistake; optional.
 	VolumeUid string `protobuf:"bytes,2,opt,name=volume_uid,json=volumeUid,proto3" json:"volume_uid,omitempty"`
-	// The PersistentVolume (Kubernetes protobuf), to save a read; optional.
+	// The PersistentVolume (Kubernetes protobuf), to save a read; optional:
+	// without it the reclaimer reads the volume from the API server.
 	Volume        []byte `protobuf:"bytes,3,opt,name=volume,proto3" json:"volume,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -590,7 +757,7 @@ var File_volplane_reclaimer_v1_reclaimer_proto protoreflect.FileDescriptor
 
 const file_volplane_reclaimer_v1_reclaimer_proto_rawDesc = "" +
 	"\n" +
-	"%volplane/reclaimer/v1/reclaimer.proto\x12\x15volplane.reclaimer.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\x9e\x02\n" +
+	"%volplane/reclaimer/v1/reclaimer.proto\x12\x15volplane.reclaimer.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\xc7\x05\n" +
 	"\aReclaim\x12\x1f\n" +
 	"\vvolume_name\x18\x01 \x01(\tR\n" +
 	"volumeName\x12\x1d\n" +
@@ -602,7 +769,20 @@ const file_volplane_reclaimer_v1_reclaimer_proto_rawDesc = "" +
 	"\battempts\x18\x06 \x01(\x05R\battempts\x12;\n" +
 	"\vupdate_time\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\n" +
 	"updateTime\x12\x14\n" +
-	"\x05owner\x18\b \x01(\tR\x05owner\"h\n" +
+	"\x05owner\x18\b \x01(\tR\x05owner\x12'\n" +
+	"\x0fclaim_namespace\x18\t \x01(\tR\x0eclaimNamespace\x12\x1d\n" +
+	"\n" +
+	"claim_name\x18\n" +
+	" \x01(\tR\tclaimName\x12\x1b\n" +
+	"\tclaim_uid\x18\v \x01(\tR\bclaimUid\x125\n" +
+	"\x06method\x18\f \x01(\x0e2\x1d.volplane.reclaimer.v1.MethodR\x06method\x12\x16\n" +
+	"\x06driver\x18\r \x01(\tR\x06driver\x12!\n" +
+	"\frecycler_pod\x18\x0e \x01(\tR\vrecyclerPod\x12(\n" +
+	"\x10recycler_pod_uid\x18\x0f \x01(\tR\x0erecyclerPodUid\x12!\n" +
+	"\fdata_removed\x18\x10 \x01(\bR\vdataRemoved\x12F\n" +
+	"\x11next_attempt_time\x18\x11 \x01(\v2\x1a.google.protobuf.TimestampR\x0fnextAttemptTime\x12;\n" +
+	"\vcreate_time\x18\x12 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
+	"createTime\"h\n" +
 	"\x0eReclaimRequest\x12\x1f\n" +
 	"\vvolume_name\x18\x01 \x01(\tR\n" +
 	"volumeName\x12\x1d\n" +
@@ -624,7 +804,7 @@ const file_volplane_reclaimer_v1_reclaimer_proto_rawDesc = "" +
 	"\vvolume_name\x18\x01 \x01(\tR\n" +
 	"volumeName\"P\n" +
 	"\x14RetryReclaimResponse\x128\n" +
-	"\areclaim\x18\x01 \x01(\v2\x1e.volplane.reclaimer.v1.ReclaimR\areclaim*\x92\x01\n" +
+	"\areclaim\x18\x01 \x01(\v2\x1e.volplane.reclaimer.v1.ReclaimR\areclaim*\xa7\x01\n" +
 	"\x05State\x12\x15\n" +
 	"\x11STATE_UNSPECIFIED\x10\x00\x12\x11\n" +
 	"\rSTATE_PENDING\x10\x01\x12\x11\n" +
@@ -632,7 +812,15 @@ const file_volplane_reclaimer_v1_reclaimer_proto_rawDesc = "" +
 	"\x0eSTATE_RETAINED\x10\x03\x12\x13\n" +
 	"\x0fSTATE_SUCCEEDED\x10\x04\x12\x10\n" +
 	"\fSTATE_FAILED\x10\x05\x12\x11\n" +
-	"\rSTATE_SKIPPED\x10\x062\xa1\x03\n" +
+	"\rSTATE_SKIPPED\x10\x06\x12\x13\n" +
+	"\x0fSTATE_CANCELLED\x10\a*\x91\x01\n" +
+	"\x06Method\x12\x16\n" +
+	"\x12METHOD_UNSPECIFIED\x10\x00\x12\x0f\n" +
+	"\vMETHOD_NONE\x10\x01\x12\x16\n" +
+	"\x12METHOD_PROVISIONER\x10\x02\x12\x17\n" +
+	"\x13METHOD_RECYCLER_POD\x10\x03\x12\x15\n" +
+	"\x11METHOD_NODE_LOCAL\x10\x04\x12\x16\n" +
+	"\x12METHOD_UNSUPPORTED\x10\x052\xa1\x03\n" +
 	"\x10ReclaimerService\x12X\n" +
 	"\aReclaim\x12%.volplane.reclaimer.v1.ReclaimRequest\x1a&.volplane.reclaimer.v1.ReclaimResponse\x12a\n" +
 	"\n" +
@@ -652,42 +840,46 @@ func file_volplane_reclaimer_v1_reclaimer_proto_rawDescGZIP() []byte {
 	return file_volplane_reclaimer_v1_reclaimer_proto_rawDescData
 }
 
-var file_volplane_reclaimer_v1_reclaimer_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
+var file_volplane_reclaimer_v1_reclaimer_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
 var file_volplane_reclaimer_v1_reclaimer_proto_msgTypes = make([]protoimpl.MessageInfo, 9)
 var file_volplane_reclaimer_v1_reclaimer_proto_goTypes = []any{
 	(State)(0),                    // 0: volplane.reclaimer.v1.State
-	(*Reclaim)(nil),               // 1: volplane.reclaimer.v1.Reclaim
-	(*ReclaimRequest)(nil),        // 2: volplane.reclaimer.v1.ReclaimRequest
-	(*ReclaimResponse)(nil),       // 3: volplane.reclaimer.v1.ReclaimResponse
-	(*GetReclaimRequest)(nil),     // 4: volplane.reclaimer.v1.GetReclaimRequest
-	(*GetReclaimResponse)(nil),    // 5: volplane.reclaimer.v1.GetReclaimResponse
-	(*ListReclaimsRequest)(nil),   // 6: volplane.reclaimer.v1.ListReclaimsRequest
-	(*ListReclaimsResponse)(nil),  // 7: volplane.reclaimer.v1.ListReclaimsResponse
-	(*RetryReclaimRequest)(nil),   // 8: volplane.reclaimer.v1.RetryReclaimRequest
-	(*RetryReclaimResponse)(nil),  // 9: volplane.reclaimer.v1.RetryReclaimResponse
-	(*timestamppb.Timestamp)(nil), // 10: google.protobuf.Timestamp
+	(Method)(0),                   // 1: volplane.reclaimer.v1.Method
+	(*Reclaim)(nil),               // 2: volplane.reclaimer.v1.Reclaim
+	(*ReclaimRequest)(nil),        // 3: volplane.reclaimer.v1.ReclaimRequest
+	(*ReclaimResponse)(nil),       // 4: volplane.reclaimer.v1.ReclaimResponse
+	(*GetReclaimRequest)(nil),     // 5: volplane.reclaimer.v1.GetReclaimRequest
+	(*GetReclaimResponse)(nil),    // 6: volplane.reclaimer.v1.GetReclaimResponse
+	(*ListReclaimsRequest)(nil),   // 7: volplane.reclaimer.v1.ListReclaimsRequest
+	(*ListReclaimsResponse)(nil),  // 8: volplane.reclaimer.v1.ListReclaimsResponse
+	(*RetryReclaimRequest)(nil),   // 9: volplane.reclaimer.v1.RetryReclaimRequest
+	(*RetryReclaimResponse)(nil),  // 10: volplane.reclaimer.v1.RetryReclaimResponse
+	(*timestamppb.Timestamp)(nil), // 11: google.protobuf.Timestamp
 }
 var file_volplane_reclaimer_v1_reclaimer_proto_depIdxs = []int32{
 	0,  // 0: volplane.reclaimer.v1.Reclaim.state:type_name -> volplane.reclaimer.v1.State
-	10, // 1: volplane.reclaimer.v1.Reclaim.update_time:type_name -> google.protobuf.Timestamp
-	1,  // 2: volplane.reclaimer.v1.ReclaimResponse.reclaim:type_name -> volplane.reclaimer.v1.Reclaim
-	1,  // 3: volplane.reclaimer.v1.GetReclaimResponse.reclaim:type_name -> volplane.reclaimer.v1.Reclaim
-	0,  // 4: volplane.reclaimer.v1.ListReclaimsRequest.state:type_name -> volplane.reclaimer.v1.State
-	1,  // 5: volplane.reclaimer.v1.ListReclaimsResponse.reclaims:type_name -> volplane.reclaimer.v1.Reclaim
-	1,  // 6: volplane.reclaimer.v1.RetryReclaimResponse.reclaim:type_name -> volplane.reclaimer.v1.Reclaim
-	2,  // 7: volplane.reclaimer.v1.ReclaimerService.Reclaim:input_type -> volplane.reclaimer.v1.ReclaimRequest
-	4,  // 8: volplane.reclaimer.v1.ReclaimerService.GetReclaim:input_type -> volplane.reclaimer.v1.GetReclaimRequest
-	6,  // 9: volplane.reclaimer.v1.ReclaimerService.ListReclaims:input_type -> volplane.reclaimer.v1.ListReclaimsRequest
-	8,  // 10: volplane.reclaimer.v1.ReclaimerService.RetryReclaim:input_type -> volplane.reclaimer.v1.RetryReclaimRequest
-	3,  // 11: volplane.reclaimer.v1.ReclaimerService.Reclaim:output_type -> volplane.reclaimer.v1.ReclaimResponse
-	5,  // 12: volplane.reclaimer.v1.ReclaimerService.GetReclaim:output_type -> volplane.reclaimer.v1.GetReclaimResponse
-	7,  // 13: volplane.reclaimer.v1.ReclaimerService.ListReclaims:output_type -> volplane.reclaimer.v1.ListReclaimsResponse
-	9,  // 14: volplane.reclaimer.v1.ReclaimerService.RetryReclaim:output_type -> volplane.reclaimer.v1.RetryReclaimResponse
-	11, // [11:15] is the sub-list for method output_type
-	7,  // [7:11] is the sub-list for method input_type
-	7,  // [7:7] is the sub-list for extension type_name
-	7,  // [7:7] is the sub-list for extension extendee
-	0,  // [0:7] is the sub-list for field type_name
+	11, // 1: volplane.reclaimer.v1.Reclaim.update_time:type_name -> google.protobuf.Timestamp
+	1,  // 2: volplane.reclaimer.v1.Reclaim.method:type_name -> volplane.reclaimer.v1.Method
+	11, // 3: volplane.reclaimer.v1.Reclaim.next_attempt_time:type_name -> google.protobuf.Timestamp
+	11, // 4: volplane.reclaimer.v1.Reclaim.create_time:type_name -> google.protobuf.Timestamp
+	2,  // 5: volplane.reclaimer.v1.ReclaimResponse.reclaim:type_name -> volplane.reclaimer.v1.Reclaim
+	2,  // 6: volplane.reclaimer.v1.GetReclaimResponse.reclaim:type_name -> volplane.reclaimer.v1.Reclaim
+	0,  // 7: volplane.reclaimer.v1.ListReclaimsRequest.state:type_name -> volplane.reclaimer.v1.State
+	2,  // 8: volplane.reclaimer.v1.ListReclaimsResponse.reclaims:type_name -> volplane.reclaimer.v1.Reclaim
+	2,  // 9: volplane.reclaimer.v1.RetryReclaimResponse.reclaim:type_name -> volplane.reclaimer.v1.Reclaim
+	3,  // 10: volplane.reclaimer.v1.ReclaimerService.Reclaim:input_type -> volplane.reclaimer.v1.ReclaimRequest
+	5,  // 11: volplane.reclaimer.v1.ReclaimerService.GetReclaim:input_type -> volplane.reclaimer.v1.GetReclaimRequest
+	7,  // 12: volplane.reclaimer.v1.ReclaimerService.ListReclaims:input_type -> volplane.reclaimer.v1.ListReclaimsRequest
+	9,  // 13: volplane.reclaimer.v1.ReclaimerService.RetryReclaim:input_type -> volplane.reclaimer.v1.RetryReclaimRequest
+	4,  // 14: volplane.reclaimer.v1.ReclaimerService.Reclaim:output_type -> volplane.reclaimer.v1.ReclaimResponse
+	6,  // 15: volplane.reclaimer.v1.ReclaimerService.GetReclaim:output_type -> volplane.reclaimer.v1.GetReclaimResponse
+	8,  // 16: volplane.reclaimer.v1.ReclaimerService.ListReclaims:output_type -> volplane.reclaimer.v1.ListReclaimsResponse
+	10, // 17: volplane.reclaimer.v1.ReclaimerService.RetryReclaim:output_type -> volplane.reclaimer.v1.RetryReclaimResponse
+	14, // [14:18] is the sub-list for method output_type
+	10, // [10:14] is the sub-list for method input_type
+	10, // [10:10] is the sub-list for extension type_name
+	10, // [10:10] is the sub-list for extension extendee
+	0,  // [0:10] is the sub-list for field type_name
 }
 
 func init() { file_volplane_reclaimer_v1_reclaimer_proto_init() }
@@ -700,7 +892,7 @@ func file_volplane_reclaimer_v1_reclaimer_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_volplane_reclaimer_v1_reclaimer_proto_rawDesc), len(file_volplane_reclaimer_v1_reclaimer_proto_rawDesc)),
-			NumEnums:      1,
+			NumEnums:      2,
 			NumMessages:   9,
 			NumExtensions: 0,
 			NumServices:   1,

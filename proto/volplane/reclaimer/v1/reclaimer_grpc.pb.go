@@ -31,16 +31,28 @@ const (
 //
 // ReclaimerService runs the reclaim policy (Retain, Recycle, Delete) of
 // Released PersistentVolumes. The binder calls Reclaim when a volume becomes
-// Released; tooling reads reclaim state and retries failed reclaims.
+// Released (and again on every sync while it stays Released or Failed);
+// tooling reads reclaim state and retries failed reclaims.
+//
+// A reclaim that acts (Recycle, Delete) is journaled in etcd and owned by
+// one replica at a time; a replica that is not the owner answers with the
+// owner's state and does nothing.
 type ReclaimerServiceClient interface {
-	// Reclaim starts (or joins) the reclaim of a Released volume. It returns
-	// at once; the reclaim runs in the background.
+	// Reclaim starts (or joins) the reclaim of a Released or Failed volume.
+	// It returns at once; the reclaim runs in the background. Errors:
+	// InvalidArgument for a malformed request, NotFound when the volume does
+	// not exist, FailedPrecondition when it is not Released or Failed or its
+	// reclaim policy is unknown.
 	Reclaim(ctx context.Context, in *ReclaimRequest, opts ...grpc.CallOption) (*ReclaimResponse, error)
-	// GetReclaim returns the reclaim state of one volume.
+	// GetReclaim returns the reclaim state of one volume: an active reclaim
+	// from the etcd journal (whichever replica owns it), or one this replica
+	// finished, retained or skipped recently.
 	GetReclaim(ctx context.Context, in *GetReclaimRequest, opts ...grpc.CallOption) (*GetReclaimResponse, error)
-	// ListReclaims lists the reclaims known.
+	// ListReclaims lists the active reclaims in the journal and the ones this
+	// replica finished, retained or skipped recently, by volume name.
 	ListReclaims(ctx context.Context, in *ListReclaimsRequest, opts ...grpc.CallOption) (*ListReclaimsResponse, error)
-	// RetryReclaim retries a Failed reclaim now.
+	// RetryReclaim retries a FAILED reclaim now instead of after its backoff
+	// (FailedPrecondition for any other state).
 	RetryReclaim(ctx context.Context, in *RetryReclaimRequest, opts ...grpc.CallOption) (*RetryReclaimResponse, error)
 }
 
@@ -98,16 +110,28 @@ func (c *reclaimerServiceClient) RetryReclaim(ctx context.Context, in *RetryRecl
 //
 // ReclaimerService runs the reclaim policy (Retain, Recycle, Delete) of
 // Released PersistentVolumes. The binder calls Reclaim when a volume becomes
-// Released; tooling reads reclaim state and retries failed reclaims.
+// Released (and again on every sync while it stays Released or Failed);
+// tooling reads reclaim state and retries failed reclaims.
+//
+// A reclaim that acts (Recycle, Delete) is journaled in etcd and owned by
+// one replica at a time; a replica that is not the owner answers with the
+// owner's state and does nothing.
 type ReclaimerServiceServer interface {
-	// Reclaim starts (or joins) the reclaim of a Released volume. It returns
-	// at once; the reclaim runs in the background.
+	// Reclaim starts (or joins) the reclaim of a Released or Failed volume.
+	// It returns at once; the reclaim runs in the background. Errors:
+	// InvalidArgument for a malformed request, NotFound when the volume does
+	// not exist, FailedPrecondition when it is not Released or Failed or its
+	// reclaim policy is unknown.
 	Reclaim(context.Context, *ReclaimRequest) (*ReclaimResponse, error)
-	// GetReclaim returns the reclaim state of one volume.
+	// GetReclaim returns the reclaim state of one volume: an active reclaim
+	// from the etcd journal (whichever replica owns it), or one this replica
+	// finished, retained or skipped recently.
 	GetReclaim(context.Context, *GetReclaimRequest) (*GetReclaimResponse, error)
-	// ListReclaims lists the reclaims known.
+	// ListReclaims lists the active reclaims in the journal and the ones this
+	// replica finished, retained or skipped recently, by volume name.
 	ListReclaims(context.Context, *ListReclaimsRequest) (*ListReclaimsResponse, error)
-	// RetryReclaim retries a Failed reclaim now.
+	// RetryReclaim retries a FAILED reclaim now instead of after its backoff
+	// (FailedPrecondition for any other state).
 	RetryReclaim(context.Context, *RetryReclaimRequest) (*RetryReclaimResponse, error)
 	mustEmbedUnimplementedReclaimerServiceServer()
 }
