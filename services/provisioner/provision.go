@@ -128,8 +128,10 @@ var errNotServed = errors.New("not served by this provisioner")
 
 // provision makes one attempt at the volume of claim: CreateVolume with the
 // journaled request, then the PV. It is safe to call again at any time;
-// every attempt uses the same volume name.
-func (p *provisioner) provision(ctx context.Context, claim *corev1.PersistentVolumeClaim, class *storagev1.StorageClass) (result, error) {
+// every attempt uses the same volume name. With journaledOnly (recovery),
+// it acts only if the operation is still journaled once its lock is held:
+// an attempt that finished meanwhile is not started again.
+func (p *provisioner) provision(ctx context.Context, claim *corev1.PersistentVolumeClaim, class *storagev1.StorageClass, journaledOnly bool) (result, error) {
 	d := p.drivers.byProvisioner(class.Provisioner)
 	if d == nil {
 		return result{}, fmt.Errorf("provisioner %q of StorageClass %q is %w", class.Provisioner, class.Name, errNotServed)
@@ -154,6 +156,12 @@ func (p *provisioner) provision(ctx context.Context, claim *corev1.PersistentVol
 	rec, found, err := p.journal.Get(ctx, kindProvision, name)
 	if err != nil {
 		return result{}, err
+	}
+	if journaledOnly && !found {
+		if err := p.journal.Unlock(ctx, kindProvision, name, p.member); err != nil {
+			p.log.Warn("unlock provisioning", "volume", name, "error", err)
+		}
+		return result{outcome: provisionerv1.Outcome_OUTCOME_NO_CHANGE, message: "finished meanwhile"}, nil
 	}
 	var op provisionOp
 	spec := volumeSpec{name: name, provisioner: class.Provisioner, claim: claim, class: class, fsType: fsType(class, claim, p.defaultFSType)}
@@ -504,7 +512,7 @@ func (p *provisioner) recoverProvision(ctx context.Context, r coord.Record) erro
 		if err != nil {
 			return fmt.Errorf("class %q of claim %s/%s: %w", op.Class, op.ClaimNamespace, op.ClaimName, err)
 		}
-		res, err := p.provision(ctx, claim, class)
+		res, err := p.provision(ctx, claim, class, true)
 		if err != nil {
 			return err
 		}

@@ -34,7 +34,7 @@ func (s *server) Provision(ctx context.Context, req *provisionerv1.ProvisionRequ
 	if want := match.ClaimClass(claim); want != class.Name {
 		return nil, status.Errorf(codes.InvalidArgument, "storage_class is %q but the claim asks for class %q", class.Name, want)
 	}
-	res, err := s.p.provision(ctx, claim, class)
+	res, err := s.p.provision(ctx, claim, class, false)
 	if err != nil {
 		return nil, toStatus(err)
 	}
