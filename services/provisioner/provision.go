@@ -498,6 +498,10 @@ func (p *provisioner) recoverProvision(ctx context.Context, r coord.Record) erro
 	if err := json.Unmarshal(r.Value, &op); err != nil {
 		return fmt.Errorf("journal record: %w", err)
 	}
+	d := p.drivers.byProvisioner(op.Provisioner)
+	if d == nil {
+		return nil // another provisioner's operation
+	}
 	claim, err := p.client.CoreV1().PersistentVolumeClaims(op.ClaimNamespace).Get(ctx, op.ClaimName, metav1.GetOptions{})
 	switch {
 	case apierrors.IsNotFound(err):
@@ -536,9 +540,12 @@ func (p *provisioner) recoverProvision(ctx context.Context, r coord.Record) erro
 	} else if !apierrors.IsNotFound(err) {
 		return err
 	}
-	d := p.drivers.byProvisioner(op.Provisioner)
-	if d == nil || !d.ready() {
-		return fmt.Errorf("CSI driver %q is not available to undo provisioning %s", op.Provisioner, r.Name)
+	if !d.ready() {
+		// Let a replica whose driver is ready take it.
+		if err := p.journal.Unlock(ctx, kindProvision, r.Name, p.member); err != nil {
+			p.log.Warn("unlock provisioning", "volume", r.Name, "error", err)
+		}
+		return fmt.Errorf("CSI driver %q is not ready to undo provisioning %s", op.Provisioner, r.Name)
 	}
 	req := &csi.CreateVolumeRequest{}
 	if err := proto.Unmarshal(op.Request, req); err != nil {
@@ -578,6 +585,14 @@ func (p *provisioner) recoverProvision(ctx context.Context, r coord.Record) erro
 // the PV exists the reclaimer asks again; only a deletion whose PV is
 // already gone needs finishing here.
 func (p *provisioner) recoverDelete(ctx context.Context, r coord.Record) error {
+	var op deleteOp
+	if err := json.Unmarshal(r.Value, &op); err != nil {
+		return fmt.Errorf("journal record: %w", err)
+	}
+	d := p.drivers.byDriver(op.Driver)
+	if d == nil {
+		return nil // another provisioner's operation
+	}
 	if !p.begin(kindDelete, r.Name) {
 		return nil // running here now
 	}
@@ -591,13 +606,8 @@ func (p *provisioner) recoverDelete(ctx context.Context, r coord.Record) error {
 	} else if !apierrors.IsNotFound(err) {
 		return err
 	}
-	var op deleteOp
-	if err := json.Unmarshal(r.Value, &op); err != nil {
-		return fmt.Errorf("journal record: %w", err)
-	}
-	d := p.drivers.byDriver(op.Driver)
-	if d == nil || !d.ready() {
-		return fmt.Errorf("CSI driver %q is not available to finish deleting %s", op.Driver, r.Name)
+	if !d.ready() {
+		return fmt.Errorf("CSI driver %q is not ready to finish deleting %s", op.Driver, r.Name)
 	}
 	if err := p.journal.Acquire(ctx, kindDelete, r.Name, p.member); err != nil {
 		if errors.Is(err, coord.ErrReserved) {
