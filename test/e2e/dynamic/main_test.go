@@ -1,0 +1,272 @@
+// Package dynamic tests dynamic provisioning and the reclaim of provisioned
+// volumes end to end: a real kube-apiserver and etcd, the watcher, binder,
+// provisioner and reclaimer services, and volplane's dev CSI driver, all in
+// this process.
+package dynamic
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	csi "github.com/container-storage-interface/spec/lib/go/csi"
+	"google.golang.org/grpc"
+	"google.golang.org/protobuf/proto"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/volplane/volplane/internal/devcsi"
+	"github.com/volplane/volplane/internal/devenv"
+	"github.com/volplane/volplane/pkg/grpcutil"
+	"github.com/volplane/volplane/pkg/kube"
+	"github.com/volplane/volplane/services/binder"
+	"github.com/volplane/volplane/services/provisioner"
+	"github.com/volplane/volplane/services/reclaimer"
+	"github.com/volplane/volplane/services/watcher"
+)
+
+// cluster is what every test shares.
+var cluster struct {
+	env             *devenv.Env
+	client          kubernetes.Interface
+	driver          *devcsi.Driver
+	csi             csi.ControllerClient
+	csiEndpoint     string
+	requests        *recorder
+	provisionerAddr string
+	reclaimerAddr   string
+	binderAddr      string
+	etcd            []string
+	logs            string
+}
+
+// Timeouts the services run with here: short, so that retries and recovery
+// show within a test's patience.
+const (
+	csiTimeout     = 2 * time.Second
+	recoveryPeriod = 500 * time.Millisecond
+)
+
+func TestMain(m *testing.M) {
+	flag.Parse()
+	if testing.Short() {
+		fmt.Println("e2e/dynamic: skipped in -short mode")
+		os.Exit(0)
+	}
+	os.Exit(run(m))
+}
+
+func run(m *testing.M) int {
+	dir, err := os.MkdirTemp("", "volplane-e2e-dynamic-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer os.RemoveAll(dir)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+
+	start := time.Now()
+	env, err := devenv.Start(ctx, devenv.Options{Dir: dir})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "e2e/dynamic: start kube-apiserver and etcd:", err)
+		return 1
+	}
+	defer env.Stop()
+	fmt.Printf("e2e/dynamic: kube-apiserver and etcd ready in %s\n", time.Since(start).Round(time.Millisecond))
+	cluster.env = env
+	cluster.etcd = env.EtcdEndpoints
+	cluster.client = kubernetes.NewForConfigOrDie(kube.Tune(env.RESTConfig, kube.ClientOptions{UserAgent: "volplane-e2e"}))
+
+	cluster.logs = filepath.Join(dir, "services.log")
+	lf, err := os.Create(cluster.logs)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer lf.Close()
+	logger := func(name string) *slog.Logger {
+		return slog.New(slog.NewTextHandler(lf, &slog.HandlerOptions{Level: slog.LevelDebug})).With("component", name)
+	}
+	testLogger = logger
+
+	// The dev CSI driver, behind a recorder of the requests it gets and
+	// its fault injector.
+	drv, err := devcsi.New(devcsi.Options{RootDir: filepath.Join(dir, "csi"), NodeID: "node-a", Logger: logger("csi")})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "e2e/dynamic: dev CSI driver:", err)
+		return 1
+	}
+	cluster.driver, cluster.requests = drv, &recorder{}
+	sock := "unix://" + filepath.Join(dir, "csi.sock")
+	cluster.csiEndpoint = sock
+	lis, err := grpcutil.Listen(sock)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	csiSrv := grpcutil.NewServer(logger("csi"), grpc.ChainUnaryInterceptor(cluster.requests.intercept, drv.Faults().UnaryServerInterceptor()))
+	drv.Register(csiSrv.Server)
+	csiSrv.SetServing(true)
+	csiConn, err := grpcutil.Dial(sock)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer csiConn.Close()
+	cluster.csi = csi.NewControllerClient(csiConn)
+
+	watcherAddr := freeAddr()
+	cluster.provisionerAddr = freeAddr()
+	cluster.reclaimerAddr = freeAddr()
+	cluster.binderAddr = freeAddr()
+	errc := make(chan error, 5)
+	go func() { errc <- csiSrv.Serve(ctx, lis, 10*time.Second) }()
+	go func() {
+		errc <- watcher.Run(ctx, watcher.Options{Kubeconfig: env.Kubeconfig, Listen: watcherAddr, Logger: logger("watcher")})
+	}()
+	go func() {
+		errc <- provisioner.Run(ctx, provisioner.Options{
+			Kubeconfig: env.Kubeconfig, EtcdEndpoints: env.EtcdEndpoints, Listen: cluster.provisionerAddr,
+			CSIEndpoints: []string{sock}, Timeout: csiTimeout, RecoveryPeriod: recoveryPeriod,
+			ExtraCreateMetadata: true, Logger: logger("provisioner"),
+		})
+	}()
+	go func() {
+		errc <- reclaimer.Run(ctx, reclaimer.Options{Kubeconfig: env.Kubeconfig, EtcdEndpoints: env.EtcdEndpoints,
+			Listen: cluster.reclaimerAddr, ProvisionerAddress: cluster.provisionerAddr, Logger: logger("reclaimer")})
+	}()
+	if err := devenv.WaitServing(ctx, cluster.provisionerAddr, "", 2*time.Minute); err != nil {
+		fmt.Fprintln(os.Stderr, "e2e/dynamic: provisioner did not start:", err)
+		dumpLogs(os.Stderr)
+		return 1
+	}
+	go func() {
+		errc <- binder.Run(ctx, binder.Options{
+			Kubeconfig: env.Kubeconfig, EtcdEndpoints: env.EtcdEndpoints, Listen: cluster.binderAddr,
+			WatcherAddress: watcherAddr, ReclaimerAddress: cluster.reclaimerAddr, ProvisionerAddress: cluster.provisionerAddr,
+			// Every test below proves the event-driven path and the
+			// binder's own retries, not the periodic resync.
+			ResyncPeriod: 10 * time.Minute,
+			Logger:       logger("binder"),
+		})
+	}()
+	if err := devenv.WaitServing(ctx, cluster.binderAddr, "", 2*time.Minute); err != nil {
+		fmt.Fprintln(os.Stderr, "e2e/dynamic: binder did not start:", err)
+		dumpLogs(os.Stderr)
+		return 1
+	}
+	code := m.Run()
+	if code != 0 {
+		dumpLogs(os.Stderr)
+	}
+	cancel()
+	for range 5 {
+		select {
+		case err := <-errc:
+			if err != nil {
+				fmt.Fprintln(os.Stderr, "e2e/dynamic: service stopped with:", err)
+				code = 1
+			}
+		case <-time.After(30 * time.Second):
+			fmt.Fprintln(os.Stderr, "e2e/dynamic: a service did not stop within 30s")
+			return 1
+		}
+	}
+	return code
+}
+
+// testLogger makes a logger into the services' log for services tests
+// start themselves.
+var testLogger func(name string) *slog.Logger
+
+func freeAddr() string {
+	a, err := devenv.FreeAddr()
+	if err != nil {
+		panic(err)
+	}
+	return a
+}
+
+func readLogs() ([]byte, error) { return os.ReadFile(cluster.logs) }
+
+func dumpLogs(w io.Writer) {
+	b, err := readLogs()
+	if err != nil {
+		return
+	}
+	const max = 96 << 10
+	if len(b) > max {
+		b = b[len(b)-max:]
+	}
+	fmt.Fprintf(w, "---- service logs (last %d bytes) ----\n%s\n", len(b), b)
+}
+
+// recorder keeps every CreateVolume and DeleteVolume request the driver
+// gets, so tests can check what the provisioner asked for.
+type recorder struct {
+	mu      sync.Mutex
+	creates []*csi.CreateVolumeRequest
+	deletes []*csi.DeleteVolumeRequest
+	ids     map[string]string // volume name -> id, from CreateVolume answers
+}
+
+func (r *recorder) intercept(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
+	r.mu.Lock()
+	switch q := req.(type) {
+	case *csi.CreateVolumeRequest:
+		r.creates = append(r.creates, proto.Clone(q).(*csi.CreateVolumeRequest))
+	case *csi.DeleteVolumeRequest:
+		r.deletes = append(r.deletes, proto.Clone(q).(*csi.DeleteVolumeRequest))
+	}
+	r.mu.Unlock()
+	resp, err := h(ctx, req)
+	if cv, ok := resp.(*csi.CreateVolumeResponse); ok && err == nil {
+		r.mu.Lock()
+		if r.ids == nil {
+			r.ids = map[string]string{}
+		}
+		r.ids[req.(*csi.CreateVolumeRequest).GetName()] = cv.GetVolume().GetVolumeId()
+		r.mu.Unlock()
+	}
+	return resp, err
+}
+
+// idOf is the volume id the driver gave name, "" if it never answered.
+func (r *recorder) idOf(name string) string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.ids[name]
+}
+
+// createsFor returns the CreateVolume requests for a volume name.
+func (r *recorder) createsFor(name string) []*csi.CreateVolumeRequest {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var out []*csi.CreateVolumeRequest
+	for _, q := range r.creates {
+		if q.GetName() == name {
+			out = append(out, q)
+		}
+	}
+	return out
+}
+
+// deletesOf returns the DeleteVolume requests for a volume id.
+func (r *recorder) deletesOf(id string) []*csi.DeleteVolumeRequest {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var out []*csi.DeleteVolumeRequest
+	for _, q := range r.deletes {
+		if q.GetVolumeId() == id {
+			out = append(out, q)
+		}
+	}
+	return out
+}
