@@ -271,7 +271,9 @@ func (l listers) Node(name string) (*corev1.Node, error) { return l.nodes.Get(na
 func (l listers) CSINode(name string) (*storagev1.CSINode, error) {
 	return l.csiNodes.Get(name)
 }
-func (l listers) CSINodes() ([]*storagev1.CSINode, error) { return l.csiNodes.List(labels.Everything()) }
+func (l listers) CSINodes() ([]*storagev1.CSINode, error) {
+	return l.csiNodes.List(labels.Everything())
+}
 
 // recorders gives each provisioner name its own event source, as
 // external-provisioner's events carry the driver's name.
