@@ -1,0 +1,525 @@
+package reclaimer
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/client-go/tools/record"
+	"k8s.io/client-go/util/workqueue"
+
+	"github.com/volplane/volplane/pkg/coord"
+	"github.com/volplane/volplane/pkg/kube"
+	reclaimerv1 "github.com/volplane/volplane/proto/volplane/reclaimer/v1"
+)
+
+// journalTimeout bounds one etcd call.
+const journalTimeout = 10 * time.Second
+
+// config is what the controller needs of the Options.
+type config struct {
+	mode       RecycleMode
+	nodeName   string
+	template   *corev1.Pod
+	image      string
+	namespace  string
+	minTimeout time.Duration
+	increment  time.Duration
+	ttl        time.Duration
+}
+
+// entry is one volume's reclaim as this replica knows it.
+type entry struct {
+	rec *reclaimerv1.Reclaim
+	// held: this replica holds the reclaim's journal lock and carries it
+	// out; rec is what the journal holds.
+	held bool
+	// expires is when an entry that is not held (RETAINED, SKIPPED,
+	// SUCCEEDED, CANCELLED) is forgotten.
+	expires time.Time
+}
+
+// controller carries out reclaims: a rate-limited work queue of volume
+// names feeds the workers; each sync re-reads the volume and takes the
+// next step of its reclaim.
+type controller struct {
+	log      *slog.Logger
+	member   string
+	kube     cluster
+	journal  journal
+	drivers  *drivers
+	prov     provisioner // nil: no CSI volume is served
+	recorder record.EventRecorder
+	cfg      config
+	limiter  workqueue.TypedRateLimiter[string]
+	queue    workqueue.TypedRateLimitingInterface[string]
+	now      func() time.Time
+	// lost is closed when this replica's etcd session is gone: then no
+	// step starts any more.
+	lost  <-chan struct{}
+	scrub func(dir string) error
+
+	mu      sync.Mutex
+	entries map[string]*entry
+}
+
+func newController(log *slog.Logger, member string, kc cluster, j journal, drv *drivers, prov provisioner,
+	recorder record.EventRecorder, cfg config, retryStart, retryMax time.Duration, lost <-chan struct{}) *controller {
+	limiter := workqueue.NewTypedItemExponentialFailureRateLimiter[string](retryStart, retryMax)
+	return &controller{
+		log: log, member: member, kube: kc, journal: j, drivers: drv, prov: prov, recorder: recorder, cfg: cfg,
+		limiter: limiter,
+		queue:   workqueue.NewTypedRateLimitingQueueWithConfig(limiter, workqueue.TypedRateLimitingQueueConfig[string]{Name: "reclaims"}),
+		now:     time.Now, lost: lost, scrub: scrubDir,
+		entries: map[string]*entry{},
+	}
+}
+
+// preconditionError is a request that does not fit the volume's state
+// (gRPC FailedPrecondition).
+type preconditionError struct{ msg string }
+
+func (e *preconditionError) Error() string { return e.msg }
+
+// errVolumeNotFound: the volume named does not exist (gRPC NotFound).
+var errVolumeNotFound = errors.New("volume not found")
+
+// errJournal wraps failures to reach etcd (gRPC Unavailable).
+var errJournal = errors.New("reclaim journal in etcd")
+
+// errSuperseded: while a step ran, the record was replaced by a newer
+// reclaim of the same volume, or this replica lost its lock.
+var errSuperseded = errors.New("the reclaim record was superseded")
+
+// recorded marks an error whose message the sync already wrote into the
+// record, so the retry keeps it.
+type recorded struct{ err error }
+
+func (e recorded) Error() string { return e.err.Error() }
+func (e recorded) Unwrap() error { return e.err }
+
+func clone(r *reclaimerv1.Reclaim) *reclaimerv1.Reclaim { return proto.Clone(r).(*reclaimerv1.Reclaim) }
+
+// sameReclaim: two records of one reclaim of one release of one volume.
+func sameReclaim(a, b *reclaimerv1.Reclaim) bool {
+	return a.VolumeUid == b.VolumeUid && a.ClaimUid == b.ClaimUid && proto.Equal(a.CreateTime, b.CreateTime)
+}
+
+func claimUID(v *corev1.PersistentVolume) string {
+	if v.Spec.ClaimRef == nil {
+		return ""
+	}
+	return string(v.Spec.ClaimRef.UID)
+}
+
+// reclaim starts (or joins) the reclaim of a Released volume and returns
+// where it stands.
+func (c *controller) reclaim(ctx context.Context, v *corev1.PersistentVolume) (*reclaimerv1.Reclaim, error) {
+	switch v.Status.Phase {
+	case corev1.VolumeReleased, corev1.VolumeFailed:
+	default:
+		return nil, &preconditionError{fmt.Sprintf("volume %q is %s: only a Released or Failed volume is reclaimed", v.Name, phaseName(v.Status.Phase))}
+	}
+	if claimUID(v) == "" {
+		return nil, &preconditionError{fmt.Sprintf("volume %q has no claimRef with a UID: no claim was released", v.Name)}
+	}
+	switch v.Spec.PersistentVolumeReclaimPolicy {
+	case corev1.PersistentVolumeReclaimRetain, corev1.PersistentVolumeReclaimDelete, corev1.PersistentVolumeReclaimRecycle:
+	default:
+		return nil, &preconditionError{fmt.Sprintf("volume %q has reclaim policy %q: set spec.persistentVolumeReclaimPolicy to Retain, Recycle or Delete",
+			v.Name, v.Spec.PersistentVolumeReclaimPolicy)}
+	}
+	if r := c.current(v); r != nil {
+		return r, nil
+	}
+	p := c.plan(ctx, v)
+	if !p.acts() {
+		r := c.newRecord(v, p)
+		c.remember(r)
+		return r, nil
+	}
+	return c.own(ctx, v, p)
+}
+
+func phaseName(p corev1.PersistentVolumePhase) string {
+	if p == "" {
+		return "without a phase"
+	}
+	return string(p)
+}
+
+// current returns this replica's record of the volume's present release,
+// or nil when there is none worth returning (a new reclaim must start).
+func (c *controller) current(v *corev1.PersistentVolume) *reclaimerv1.Reclaim {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	e := c.entries[v.Name]
+	if e == nil || e.rec.VolumeUid != string(v.UID) || e.rec.ClaimUid != claimUID(v) {
+		return nil
+	}
+	policy := string(v.Spec.PersistentVolumeReclaimPolicy)
+	if e.held {
+		if e.rec.Policy != policy {
+			c.queue.Add(v.Name) // the policy changed: plan again now
+		}
+		return clone(e.rec)
+	}
+	if e.rec.Policy != policy || !c.now().Before(e.expires) || e.rec.State == reclaimerv1.State_STATE_CANCELLED {
+		return nil
+	}
+	return clone(e.rec)
+}
+
+func (c *controller) newRecord(v *corev1.PersistentVolume, p plan) *reclaimerv1.Reclaim {
+	now := timestamppb.New(c.now())
+	r := &reclaimerv1.Reclaim{
+		VolumeName: v.Name, VolumeUid: string(v.UID), Policy: string(v.Spec.PersistentVolumeReclaimPolicy),
+		State: p.state, Message: p.message, Method: p.method, Driver: p.driver, Owner: c.member,
+		CreateTime: now, UpdateTime: now,
+	}
+	if ref := v.Spec.ClaimRef; ref != nil {
+		r.ClaimNamespace, r.ClaimName, r.ClaimUid = ref.Namespace, ref.Name, string(ref.UID)
+	}
+	if p.acts() {
+		r.State = reclaimerv1.State_STATE_PENDING
+	}
+	return r
+}
+
+// remember keeps a record that needs no work (RETAINED, SKIPPED) for
+// RecordTTL. A reclaim this replica holds is never overwritten: its worker
+// is asked to look again and finishes it.
+func (c *controller) remember(r *reclaimerv1.Reclaim) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if e := c.entries[r.VolumeName]; e != nil && e.held {
+		c.queue.Add(r.VolumeName)
+		return
+	}
+	c.entries[r.VolumeName] = &entry{rec: clone(r), expires: c.now().Add(c.cfg.ttl)}
+	c.log.Info("reclaim recorded", "volume", r.VolumeName, "policy", r.Policy, "state", r.State, "message", r.Message)
+}
+
+// own takes the reclaim's journal lock, records it and queues it. When
+// another replica holds the lock, its record is returned and nothing is
+// done here.
+func (c *controller) own(ctx context.Context, v *corev1.PersistentVolume, p plan) (*reclaimerv1.Reclaim, error) {
+	jctx, cancel := context.WithTimeout(ctx, journalTimeout)
+	defer cancel()
+	err := c.journal.Acquire(jctx, journalKind, v.Name, c.member)
+	if errors.Is(err, coord.ErrReserved) {
+		return c.othersReclaim(jctx, v, p)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("%w: lock the reclaim of %s: %w", errJournal, v.Name, err)
+	}
+	var r *reclaimerv1.Reclaim
+	if old, ok, err := c.journal.Get(jctx, journalKind, v.Name); err == nil && ok {
+		// A record left by a replica that stopped: resume it when it is
+		// this very release, so no step is done twice.
+		if d, err := decodeRecord(old); err == nil && d.VolumeUid == string(v.UID) && d.ClaimUid == claimUID(v) {
+			r = d
+			c.log.Info("resuming a journaled reclaim", "volume", v.Name, "state", d.State, "owner", old.Holder)
+		}
+	}
+	if r == nil {
+		r = c.newRecord(v, p)
+	}
+	if err := c.hold(jctx, r); err != nil {
+		return nil, err
+	}
+	c.log.Info("reclaim started", "volume", v.Name, "policy", r.Policy, "method", r.Method, "claim", r.ClaimNamespace+"/"+r.ClaimName)
+	return clone(r), nil
+}
+
+// hold makes r a reclaim this replica carries out: written to the journal
+// (whose lock the caller holds), kept in memory, queued. A reclaim of the
+// same release already held is kept instead.
+func (c *controller) hold(ctx context.Context, r *reclaimerv1.Reclaim) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if e := c.entries[r.VolumeName]; e != nil && e.held && e.rec.VolumeUid == r.VolumeUid && e.rec.ClaimUid == r.ClaimUid {
+		proto.Reset(r)
+		proto.Merge(r, e.rec)
+		return nil
+	}
+	r.Owner, r.UpdateTime = c.member, timestamppb.New(c.now())
+	b, err := encodeRecord(r)
+	if err != nil {
+		return err
+	}
+	if err := c.journal.Put(ctx, journalKind, r.VolumeName, c.member, b); err != nil {
+		return fmt.Errorf("%w: record the reclaim of %s: %w", errJournal, r.VolumeName, err)
+	}
+	c.entries[r.VolumeName] = &entry{rec: clone(r), held: true}
+	c.queue.Add(r.VolumeName)
+	return nil
+}
+
+// othersReclaim is the answer for a volume another replica holds: its
+// record, or a PENDING one while the holder has not written it yet.
+func (c *controller) othersReclaim(ctx context.Context, v *corev1.PersistentVolume, p plan) (*reclaimerv1.Reclaim, error) {
+	rec, ok, err := c.journal.Get(ctx, journalKind, v.Name)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", errJournal, err)
+	}
+	if ok {
+		if r, err := decodeRecord(rec); err == nil {
+			return r, nil
+		}
+	}
+	r := c.newRecord(v, p)
+	r.Owner, r.Message = "", "another reclaimer replica is starting this reclaim"
+	return r, nil
+}
+
+// heldRecord returns a copy of the reclaim this replica holds for the
+// volume, or nil.
+func (c *controller) heldRecord(name string) *reclaimerv1.Reclaim {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if e := c.entries[name]; e != nil && e.held {
+		return clone(e.rec)
+	}
+	return nil
+}
+
+// save writes a held reclaim's new state to the journal (fenced on its
+// lock: a replica that lost the lock writes nothing) and to memory.
+func (c *controller) save(ctx context.Context, r *reclaimerv1.Reclaim) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	e := c.entries[r.VolumeName]
+	if e == nil || !e.held || !sameReclaim(e.rec, r) {
+		return errSuperseded
+	}
+	r.Owner, r.UpdateTime = c.member, timestamppb.New(c.now())
+	b, err := encodeRecord(r)
+	if err != nil {
+		return err
+	}
+	jctx, cancel := context.WithTimeout(ctx, journalTimeout)
+	defer cancel()
+	if err := c.journal.Put(jctx, journalKind, r.VolumeName, c.member, b); err != nil {
+		if errors.Is(err, coord.ErrNotOwner) {
+			delete(c.entries, r.VolumeName)
+			return fmt.Errorf("%w: %w", errSuperseded, err)
+		}
+		return fmt.Errorf("%w: %w", errJournal, err)
+	}
+	e.rec = clone(r)
+	return nil
+}
+
+// finish ends a held reclaim: its journal record and lock go in one
+// transaction, and its final state stays visible in memory for RecordTTL.
+func (c *controller) finish(ctx context.Context, r *reclaimerv1.Reclaim, state reclaimerv1.State, msg string) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	e := c.entries[r.VolumeName]
+	if e == nil || !e.held || !sameReclaim(e.rec, r) {
+		return errSuperseded
+	}
+	jctx, cancel := context.WithTimeout(ctx, journalTimeout)
+	defer cancel()
+	if err := c.journal.Finish(jctx, journalKind, r.VolumeName, c.member); err != nil {
+		if errors.Is(err, coord.ErrNotOwner) {
+			delete(c.entries, r.VolumeName)
+			return fmt.Errorf("%w: %w", errSuperseded, err)
+		}
+		return fmt.Errorf("%w: %w", errJournal, err)
+	}
+	r.State, r.Message, r.NextAttemptTime = state, msg, nil
+	r.RecyclerPod, r.RecyclerPodUid = "", ""
+	r.Owner, r.UpdateTime = c.member, timestamppb.New(c.now())
+	*e = entry{rec: clone(r), expires: c.now().Add(c.cfg.ttl)}
+	c.log.Info("reclaim finished", "volume", r.VolumeName, "policy", r.Policy, "state", state, "message", msg, "attempts", r.Attempts)
+	return nil
+}
+
+// plan decides the reclaim of the volume as it is now.
+func (c *controller) plan(ctx context.Context, v *corev1.PersistentVolume) plan {
+	s := served{known: true}
+	if v.Spec.PersistentVolumeReclaimPolicy == corev1.PersistentVolumeReclaimDelete {
+		var names []string
+		if v.Spec.CSI != nil {
+			names = append(names, v.Spec.CSI.Driver)
+		}
+		s = c.drivers.get(ctx, append(names, v.Annotations[kube.AnnDynamicallyProvisioned])...)
+	}
+	n := node{name: c.cfg.nodeName}
+	if c.cfg.mode == RecycleNodeLocal && v.Spec.Local != nil && v.Spec.PersistentVolumeReclaimPolicy == corev1.PersistentVolumeReclaimRecycle {
+		n.labels = c.nodeLabels(ctx)
+	}
+	return decide(v, s, c.cfg.mode, n)
+}
+
+// nodeLabels are the labels of this replica's Node; without a Node object,
+// only the hostname label Kubernetes sets to the node name.
+func (c *controller) nodeLabels(ctx context.Context) map[string]string {
+	n, err := c.kube.GetNode(ctx, c.cfg.nodeName)
+	if err != nil {
+		if !apierrors.IsNotFound(err) {
+			c.log.Warn("cannot read this replica's node; matching local volumes by its hostname label only", "node", c.cfg.nodeName, "err", err)
+		}
+		return map[string]string{corev1.LabelHostname: c.cfg.nodeName}
+	}
+	return n.Labels
+}
+
+// run runs the workers, the takeover of orphaned reclaims and the pruning
+// of old records until ctx ends.
+func (c *controller) run(ctx context.Context, workers int, takeover time.Duration) {
+	var wg sync.WaitGroup
+	for range workers {
+		wg.Go(func() {
+			for c.processNext(ctx) {
+			}
+		})
+	}
+	wg.Go(func() {
+		t := time.NewTicker(takeover)
+		defer t.Stop()
+		for {
+			c.takeOver(ctx)
+			c.prune()
+			select {
+			case <-ctx.Done():
+				return
+			case <-c.lost:
+				return
+			case <-t.C:
+			}
+		}
+	})
+	select {
+	case <-ctx.Done():
+	case <-c.lost:
+	}
+	c.queue.ShutDown()
+	wg.Wait()
+}
+
+func (c *controller) processNext(ctx context.Context) bool {
+	key, quit := c.queue.Get()
+	if quit {
+		return false
+	}
+	defer c.queue.Done(key)
+	c.handle(ctx, key)
+	return true
+}
+
+func (c *controller) stopping(ctx context.Context) bool {
+	select {
+	case <-c.lost:
+		return true
+	default:
+		return ctx.Err() != nil
+	}
+}
+
+// handle runs one sync of a held reclaim; a failed step is retried after
+// the volume's exponential backoff.
+func (c *controller) handle(ctx context.Context, key string) {
+	r := c.heldRecord(key)
+	if r == nil || c.stopping(ctx) {
+		c.queue.Forget(key)
+		return
+	}
+	err := c.sync(ctx, r)
+	switch {
+	case err == nil:
+		c.queue.Forget(key)
+	case c.stopping(ctx):
+	case errors.Is(err, errSuperseded):
+		c.queue.Forget(key)
+		c.log.Info("reclaim step dropped", "volume", key, "why", err)
+	default:
+		d := c.limiter.When(key)
+		c.noteRetry(ctx, key, d, err)
+		c.queue.AddAfter(key, d)
+	}
+}
+
+// noteRetry records when the next attempt is due (and why, unless the
+// sync recorded it).
+func (c *controller) noteRetry(ctx context.Context, key string, d time.Duration, err error) {
+	r := c.heldRecord(key)
+	if r == nil {
+		return
+	}
+	if !errors.As(err, new(recorded)) {
+		r.Message = err.Error()
+	}
+	r.NextAttemptTime = timestamppb.New(c.now().Add(d))
+	if serr := c.save(ctx, r); serr != nil {
+		c.log.Warn("cannot record the reclaim's retry", "volume", key, "err", serr)
+	}
+	c.log.Info("reclaim step failed; retrying", "volume", key, "state", r.State, "after", d, "err", err)
+}
+
+// prune forgets finished records older than RecordTTL.
+func (c *controller) prune() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	now := c.now()
+	for name, e := range c.entries {
+		if !e.held && !now.Before(e.expires) {
+			delete(c.entries, name)
+		}
+	}
+}
+
+// takeOver takes the reclaims whose replica stopped (their lock has no
+// holder) and resumes them. In node-local mode a reclaim of another
+// node's volume is left for that node's reclaimer.
+func (c *controller) takeOver(ctx context.Context) {
+	jctx, cancel := context.WithTimeout(ctx, journalTimeout)
+	defer cancel()
+	recs, err := c.journal.List(jctx, journalKind)
+	if err != nil {
+		if ctx.Err() == nil {
+			c.log.Warn("cannot list the reclaim journal", "err", err)
+		}
+		return
+	}
+	for _, rec := range recs {
+		if rec.Holder != "" && rec.Holder != c.member || c.heldRecord(rec.Name) != nil || c.stopping(ctx) {
+			continue
+		}
+		if err := c.adopt(ctx, rec); err != nil && !errors.Is(err, coord.ErrReserved) {
+			c.log.Warn("cannot take over a reclaim", "volume", rec.Name, "err", err)
+		}
+	}
+}
+
+// adopt takes over one orphaned journal record.
+func (c *controller) adopt(ctx context.Context, rec coord.Record) error {
+	r, err := decodeRecord(rec)
+	if err != nil {
+		return err
+	}
+	v, err := c.kube.GetVolume(ctx, rec.Name)
+	switch {
+	case apierrors.IsNotFound(err):
+	case err != nil:
+		return err
+	case string(v.UID) == r.VolumeUid && !c.plan(ctx, v).acts():
+		return nil // another reclaimer's (e.g. a local volume of another node)
+	}
+	jctx, cancel := context.WithTimeout(ctx, journalTimeout)
+	defer cancel()
+	if err := c.journal.Acquire(jctx, journalKind, rec.Name, c.member); err != nil {
+		return err
+	}
+	c.log.Info("taking over a journaled reclaim", "volume", rec.Name, "state", r.State, "method", r.Method)
+	return c.hold(jctx, r)
+}

@@ -1,0 +1,518 @@
+package reclaimer
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/volplane/volplane/pkg/kube"
+	provisionerv1 "github.com/volplane/volplane/proto/volplane/provisioner/v1"
+	reclaimerv1 "github.com/volplane/volplane/proto/volplane/reclaimer/v1"
+)
+
+const devDriver = "dev.csi.volplane.io"
+
+func servedDev() *fakeProvisioner {
+	return &fakeProvisioner{drivers: []*provisionerv1.Driver{{DriverName: devDriver, ProvisionerName: devDriver, Ready: true}}}
+}
+
+// start hands the volume to the replica as the binder does.
+func (r *replica) start(t *testing.T, v *corev1.PersistentVolume) *reclaimerv1.Reclaim {
+	t.Helper()
+	rec, err := r.reclaim(t.Context(), v)
+	if err != nil {
+		t.Fatalf("reclaim %s: %v", v.Name, err)
+	}
+	return rec
+}
+
+// step runs one sync of the volume, as a worker would, and returns the
+// record afterwards.
+func (r *replica) step(t *testing.T, name string) *reclaimerv1.Reclaim {
+	t.Helper()
+	r.handle(t.Context(), name)
+	rec, err := r.lookup(t.Context(), name)
+	if err != nil || rec == nil {
+		t.Fatalf("no record of %s after a step: %v", name, err)
+	}
+	return rec
+}
+
+func hasEvent(events []string, want string) bool {
+	return slices.ContainsFunc(events, func(e string) bool { return strings.HasPrefix(e, want) })
+}
+
+func TestRetainTouchesNothing(t *testing.T) {
+	kc, j := newFakeCluster(), newFakeJournal()
+	r := newReplica(t, "me", kc, j, nil, config{})
+	v := releasedPV("keep", corev1.PersistentVolumeReclaimRetain)
+	kc.addPV(v)
+	rec := r.start(t, v)
+	if rec.State != reclaimerv1.State_STATE_RETAINED || rec.Method != reclaimerv1.Method_METHOD_NONE || rec.ClaimUid != "claim-uid" {
+		t.Fatalf("record %v", rec)
+	}
+	if j.len() != 0 || r.queue.Len() != 0 || len(r.drain()) != 0 {
+		t.Errorf("Retain journaled, queued or reported something: journal %d, queue %d", j.len(), r.queue.Len())
+	}
+	if got := kc.pv("keep"); got.Status.Phase != corev1.VolumeReleased || got.Spec.ClaimRef == nil {
+		t.Errorf("volume changed: %+v", got)
+	}
+	// The binder asks again on every sync: the same answer.
+	if again := r.start(t, v); !sameReclaim(again, rec) {
+		t.Errorf("a second call started another reclaim: %v", again)
+	}
+}
+
+func TestDeleteThroughTheProvisioner(t *testing.T) {
+	for _, tc := range []struct {
+		name       string
+		resp       *provisionerv1.DeleteVolumeResponse
+		err        error
+		state      reclaimerv1.State
+		phase      corev1.PersistentVolumePhase // "" means the volume is gone
+		event      string
+		retried    bool
+		messageHas string
+	}{
+		{name: "finished", resp: &provisionerv1.DeleteVolumeResponse{Outcome: provisionerv1.Outcome_OUTCOME_FINISHED},
+			state: reclaimerv1.State_STATE_SUCCEEDED, messageHas: "deleted"},
+		{name: "in background", resp: &provisionerv1.DeleteVolumeResponse{Outcome: provisionerv1.Outcome_OUTCOME_IN_BACKGROUND, Message: "driver timed out"},
+			state: reclaimerv1.State_STATE_RUNNING, phase: corev1.VolumeReleased, retried: true, messageHas: "driver timed out"},
+		{name: "final driver error", resp: &provisionerv1.DeleteVolumeResponse{Outcome: provisionerv1.Outcome_OUTCOME_NO_CHANGE, Message: "rpc error: code = Internal desc = disk busy"},
+			state: reclaimerv1.State_STATE_FAILED, phase: corev1.VolumeFailed, retried: true,
+			event: "Warning VolumeFailedDelete rpc error: code = Internal desc = disk busy", messageHas: "disk busy"},
+		{name: "not deletable", err: status.Error(codes.FailedPrecondition, "volume has no CSI source"),
+			state: reclaimerv1.State_STATE_FAILED, phase: corev1.VolumeFailed, retried: true,
+			event: "Warning VolumeFailedDelete volume has no CSI source", messageHas: "no CSI source"},
+		{name: "provisioner unreachable", err: status.Error(codes.Unavailable, "connection refused"),
+			state: reclaimerv1.State_STATE_RUNNING, phase: corev1.VolumeReleased, retried: true, messageHas: "connection refused"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			kc, j, p := newFakeCluster(), newFakeJournal(), servedDev()
+			p.answer(tc.resp, tc.err)
+			r := newReplica(t, "me", kc, j, p, config{})
+			v := releasedPV("pvc-1", corev1.PersistentVolumeReclaimDelete, withCSI(devDriver), withProvisionedBy(devDriver),
+				func(v *corev1.PersistentVolume) { v.Finalizers = []string{kube.FinalizerExternalProvisioner} })
+			kc.addPV(v)
+			if rec := r.start(t, v); rec.State != reclaimerv1.State_STATE_PENDING || rec.Method != reclaimerv1.Method_METHOD_PROVISIONER || rec.Driver != devDriver {
+				t.Fatalf("started as %v", rec)
+			}
+			rec := r.step(t, "pvc-1")
+			if rec.State != tc.state || !strings.Contains(rec.Message, tc.messageHas) || p.calls() != 1 {
+				t.Fatalf("after the step: %v (DeleteVolume calls %d), want %s with %q", rec, p.calls(), tc.state, tc.messageHas)
+			}
+			got := kc.pv("pvc-1")
+			switch {
+			case tc.phase == "" && got != nil:
+				t.Errorf("the volume is still there: %+v", got)
+			case tc.phase != "" && (got == nil || got.Status.Phase != tc.phase):
+				t.Errorf("volume %+v, want phase %s", got, tc.phase)
+			}
+			events := r.drain()
+			if tc.event == "" && len(events) > 0 || tc.event != "" && !hasEvent(events, tc.event) {
+				t.Errorf("events %q, want %q", events, tc.event)
+			}
+			if tc.retried != (rec.NextAttemptTime != nil) || tc.retried != (j.len() == 1) {
+				t.Errorf("retried: next attempt %v, journal records %d; want retried %v", rec.NextAttemptTime, j.len(), tc.retried)
+			}
+			if !tc.retried {
+				return
+			}
+			// The driver recovers: the retry finishes the job.
+			p.answer(&provisionerv1.DeleteVolumeResponse{Outcome: provisionerv1.Outcome_OUTCOME_FINISHED}, nil)
+			if rec := r.step(t, "pvc-1"); rec.State != reclaimerv1.State_STATE_SUCCEEDED || rec.Attempts != 2 {
+				t.Fatalf("after the retry: %v", rec)
+			}
+			if kc.pv("pvc-1") != nil || j.len() != 0 {
+				t.Errorf("volume left, or journal not finished (%d records)", j.len())
+			}
+		})
+	}
+}
+
+// A volume whose object was deleted first (Terminating, held by the
+// external-provisioner finalizer) still gets its backing volume deleted;
+// then the finalizer goes and with it the object.
+func TestDeleteOfAVolumeDeletedFirst(t *testing.T) {
+	kc, j, p := newFakeCluster(), newFakeJournal(), servedDev()
+	p.answer(&provisionerv1.DeleteVolumeResponse{Outcome: provisionerv1.Outcome_OUTCOME_FINISHED}, nil)
+	r := newReplica(t, "me", kc, j, p, config{})
+	now := metav1.Now()
+	v := releasedPV("pvc-2", corev1.PersistentVolumeReclaimDelete, withCSI(devDriver), withProvisionedBy(devDriver), func(v *corev1.PersistentVolume) {
+		v.Finalizers = []string{"kubernetes.io/pv-protection", kube.FinalizerExternalProvisioner}
+		v.DeletionTimestamp = &now
+	})
+	kc.addPV(v)
+	r.start(t, v)
+	if rec := r.step(t, "pvc-2"); rec.State != reclaimerv1.State_STATE_SUCCEEDED || p.calls() != 1 {
+		t.Fatalf("%v, DeleteVolume calls %d", rec, p.calls())
+	}
+	got := kc.pv("pvc-2")
+	if got == nil || !slices.Equal(got.Finalizers, []string{"kubernetes.io/pv-protection"}) {
+		t.Fatalf("only the external-provisioner finalizer goes: %+v", got)
+	}
+}
+
+// Volumes of provisioners volplane does not serve are another deleter's:
+// nothing is journaled, nothing reported, the volume stays Released.
+func TestDeleteLeftToOtherDeleters(t *testing.T) {
+	for name, v := range map[string]*corev1.PersistentVolume{
+		"other provisioner": releasedPV("a", corev1.PersistentVolumeReclaimDelete, withProvisionedBy("example.com/csi")),
+		"other CSI driver":  releasedPV("b", corev1.PersistentVolumeReclaimDelete, withCSI("ebs.csi.aws.com")),
+	} {
+		t.Run(name, func(t *testing.T) {
+			kc, j, p := newFakeCluster(), newFakeJournal(), servedDev()
+			r := newReplica(t, "me", kc, j, p, config{})
+			kc.addPV(v)
+			rec := r.start(t, v)
+			if rec.State != reclaimerv1.State_STATE_SKIPPED || j.len() != 0 || r.queue.Len() != 0 || len(r.drain()) != 0 || p.calls() != 0 {
+				t.Errorf("record %v, journal %d, queue %d, DeleteVolume calls %d", rec, j.len(), r.queue.Len(), p.calls())
+			}
+		})
+	}
+}
+
+func TestDeleteOfAStaticHostPathFails(t *testing.T) {
+	kc, j := newFakeCluster(), newFakeJournal()
+	r := newReplica(t, "me", kc, j, nil, config{})
+	v := releasedPV("static", corev1.PersistentVolumeReclaimDelete)
+	kc.addPV(v)
+	r.start(t, v)
+	rec := r.step(t, "static")
+	want := `error getting deleter volume plugin for volume "static": no deletable volume plugin matched`
+	if rec.State != reclaimerv1.State_STATE_FAILED || rec.Message != want || rec.Method != reclaimerv1.Method_METHOD_UNSUPPORTED {
+		t.Fatalf("record %v", rec)
+	}
+	if got := kc.pv("static"); got.Status.Phase != corev1.VolumeFailed || got.Status.Message != want {
+		t.Errorf("volume status %+v", got.Status)
+	}
+	if events := r.drain(); !slices.Equal(events, []string{"Warning VolumeFailedDelete " + want}) {
+		t.Errorf("events %q", events)
+	}
+	// Retried, but the Event is not repeated while nothing changes.
+	r.step(t, "static")
+	if events := r.drain(); len(events) != 0 {
+		t.Errorf("repeated events %q", events)
+	}
+	// An administrator switches to Retain: the reclaim ends.
+	kc.mu.Lock()
+	kc.pvs["static"].Spec.PersistentVolumeReclaimPolicy = corev1.PersistentVolumeReclaimRetain
+	kc.mu.Unlock()
+	if rec := r.step(t, "static"); rec.State != reclaimerv1.State_STATE_RETAINED || j.len() != 0 {
+		t.Errorf("after the policy changed: %v, journal %d", rec, j.len())
+	}
+}
+
+func files(t *testing.T, dir string) []string {
+	t.Helper()
+	var out []string
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range entries {
+		out = append(out, e.Name())
+	}
+	return out
+}
+
+// Node-local Recycle scrubs the directory, then makes the volume
+// Available. Before that the guard refuses while a live claim points at
+// the volume or a pod uses the released claim; data is never touched then.
+func TestNodeLocalRecycleAndItsGuard(t *testing.T) {
+	kc, j := newFakeCluster(), newFakeJournal()
+	r := newReplica(t, "me", kc, j, nil, config{mode: RecycleNodeLocal, nodeName: "node-a"})
+	dir := t.TempDir()
+	write(t, filepath.Join(dir, ".hidden"), "x")
+	write(t, filepath.Join(dir, "a", "b", "c"), "x")
+	v := releasedPV("hp", corev1.PersistentVolumeReclaimRecycle, withHostPath(dir))
+	kc.addPV(v)
+
+	steps := []struct {
+		name   string
+		setup  func()
+		refuse string
+		event  string
+	}{
+		{"the claim still exists", func() { kc.addPVC(claim("ns", "data", "claim-uid", "hp")) }, "claim ns/data (uid claim-uid) still exists", ""},
+		{"a claim recreated with the same name asks for the volume", func() { kc.addPVC(claim("ns", "data", "new-uid", "hp")) }, "claim ns/data (uid new-uid) asks for this volume", ""},
+		{"another claim asks for the volume", func() { kc.deletePVC("ns", "data"); kc.addPVC(claim("other", "wants-it", "x-uid", "hp")) }, "claim other/wants-it", ""},
+		{"a pod uses the released claim", func() {
+			kc.deletePVC("other", "wants-it")
+			kc.addPod(podUsing("ns", "app", "data", corev1.PodRunning))
+		}, "Volume is used by pods: ns/app", "Normal VolumeFailedRecycle Volume is used by pods: ns/app"},
+	}
+	r.start(t, v)
+	for _, s := range steps {
+		t.Run(s.name, func(t *testing.T) {
+			s.setup()
+			rec := r.step(t, "hp")
+			if rec.State != reclaimerv1.State_STATE_PENDING || !strings.Contains(rec.Message, s.refuse) || rec.NextAttemptTime == nil {
+				t.Errorf("record %v, want a refusal with %q", rec, s.refuse)
+			}
+			if len(r.scrubs) != 0 || len(files(t, dir)) != 2 {
+				t.Fatalf("scrubbed while refused: %v", r.scrubs)
+			}
+			if events := r.drain(); s.event != "" && !hasEvent(events, s.event) || s.event == "" && len(events) > 0 {
+				t.Errorf("events %q, want %q", events, s.event)
+			}
+		})
+	}
+	// A terminated pod no longer counts.
+	kc.setPodPhase("ns", "app", corev1.PodSucceeded)
+	rec := r.step(t, "hp")
+	if rec.State != reclaimerv1.State_STATE_SUCCEEDED || len(r.scrubs) != 1 || len(files(t, dir)) != 0 {
+		t.Fatalf("record %v, scrubs %v, files %v", rec, r.scrubs, files(t, dir))
+	}
+	got := kc.pv("hp")
+	if got.Spec.ClaimRef != nil || got.Status.Phase != corev1.VolumeAvailable || got.Annotations[kube.AnnBoundByController] != "" {
+		t.Errorf("volume %+v / %+v", got.Spec.ClaimRef, got.Status)
+	}
+	if events := r.drain(); !slices.Equal(events, []string{"Normal VolumeRecycled Volume recycled"}) {
+		t.Errorf("events %q", events)
+	}
+	if j.len() != 0 {
+		t.Error("the journal record outlived the reclaim")
+	}
+}
+
+// A volume a user pre-bound to a claim keeps the claim's name when
+// recycled (only the UID goes), as Kubernetes does.
+func TestRecycleKeepsAUsersPreBind(t *testing.T) {
+	kc, j := newFakeCluster(), newFakeJournal()
+	r := newReplica(t, "me", kc, j, nil, config{mode: RecycleNodeLocal, nodeName: "node-a"})
+	v := releasedPV("pre", corev1.PersistentVolumeReclaimRecycle, withHostPath(t.TempDir()), func(v *corev1.PersistentVolume) { v.Annotations = map[string]string{} })
+	kc.addPV(v)
+	r.start(t, v)
+	if rec := r.step(t, "pre"); rec.State != reclaimerv1.State_STATE_SUCCEEDED {
+		t.Fatalf("record %v", rec)
+	}
+	got := kc.pv("pre")
+	if got.Spec.ClaimRef == nil || got.Spec.ClaimRef.Name != "data" || got.Spec.ClaimRef.UID != "" || got.Status.Phase != corev1.VolumeAvailable {
+		t.Errorf("volume %+v %+v", got.Spec.ClaimRef, got.Status)
+	}
+}
+
+func TestNodeLocalScrubFailureFailsTheVolume(t *testing.T) {
+	kc, j := newFakeCluster(), newFakeJournal()
+	r := newReplica(t, "me", kc, j, nil, config{mode: RecycleNodeLocal, nodeName: "node-a"})
+	v := releasedPV("gone-dir", corev1.PersistentVolumeReclaimRecycle, withHostPath(filepath.Join(t.TempDir(), "missing")))
+	kc.addPV(v)
+	r.start(t, v)
+	rec := r.step(t, "gone-dir")
+	if rec.State != reclaimerv1.State_STATE_FAILED || !strings.HasPrefix(rec.Message, "Recycle failed: ") {
+		t.Fatalf("record %v", rec)
+	}
+	if got := kc.pv("gone-dir"); got.Status.Phase != corev1.VolumeFailed || got.Spec.ClaimRef == nil {
+		t.Errorf("volume %+v", got)
+	}
+	if events := r.drain(); !hasEvent(events, "Warning VolumeFailedRecycle Recycle failed: ") {
+		t.Errorf("events %q", events)
+	}
+}
+
+// Recycler-pod mode: the pod is created once, then its status decides.
+func TestRecyclerPodLifecycle(t *testing.T) {
+	kc, j := newFakeCluster(), newFakeJournal()
+	r := newReplica(t, "me", kc, j, nil, config{namespace: "default"})
+	v := releasedPV("nfs-1", corev1.PersistentVolumeReclaimRecycle, withNFS())
+	kc.addPV(v)
+	r.start(t, v)
+
+	rec := r.step(t, "nfs-1")
+	if rec.State != reclaimerv1.State_STATE_RUNNING || rec.RecyclerPod != "default/recycler-for-nfs-1" || rec.RecyclerPodUid == "" {
+		t.Fatalf("record %v", rec)
+	}
+	// Syncs while the pod runs change nothing.
+	r.step(t, "nfs-1")
+	if len(kc.created) != 1 || kc.pv("nfs-1").Status.Phase != corev1.VolumeReleased {
+		t.Fatalf("pods created %v", kc.created)
+	}
+
+	// The pod fails: the volume goes Failed, the pod is deleted.
+	kc.setPodPhase("default", "recycler-for-nfs-1", corev1.PodFailed)
+	kc.mu.Lock()
+	kc.pods["default/recycler-for-nfs-1"].Status.Message = "scrub: permission denied"
+	kc.mu.Unlock()
+	rec = r.step(t, "nfs-1")
+	if rec.State != reclaimerv1.State_STATE_FAILED || !strings.Contains(rec.Message, "permission denied") || rec.RecyclerPod != "" {
+		t.Fatalf("record %v", rec)
+	}
+	if kc.pod("default", "recycler-for-nfs-1") != nil || kc.pv("nfs-1").Status.Phase != corev1.VolumeFailed {
+		t.Fatal("the failed pod was kept, or the volume is not Failed")
+	}
+	if events := r.drain(); !hasEvent(events, "Warning VolumeFailedRecycle Recycle failed: recycler pod default/recycler-for-nfs-1 failed") {
+		t.Errorf("events %q", events)
+	}
+
+	// The retry starts a new pod; this one succeeds.
+	rec = r.step(t, "nfs-1")
+	if len(kc.created) != 2 || rec.State != reclaimerv1.State_STATE_RUNNING {
+		t.Fatalf("record %v, pods created %v", rec, kc.created)
+	}
+	kc.setPodPhase("default", "recycler-for-nfs-1", corev1.PodSucceeded)
+	rec = r.step(t, "nfs-1")
+	if rec.State != reclaimerv1.State_STATE_SUCCEEDED || kc.pod("default", "recycler-for-nfs-1") != nil {
+		t.Fatalf("record %v", rec)
+	}
+	if got := kc.pv("nfs-1"); got.Status.Phase != corev1.VolumeAvailable || got.Spec.ClaimRef != nil {
+		t.Errorf("volume %+v", got)
+	}
+	if events := r.drain(); !hasEvent(events, "Normal VolumeRecycled Volume recycled") {
+		t.Errorf("events %q", events)
+	}
+}
+
+// A claim appearing while the recycler pod runs keeps the claimRef: the
+// volume is not made Available under it.
+func TestRecyclerPodClaimAppearsWhileItRuns(t *testing.T) {
+	kc, j := newFakeCluster(), newFakeJournal()
+	r := newReplica(t, "me", kc, j, nil, config{})
+	v := releasedPV("nfs-2", corev1.PersistentVolumeReclaimRecycle, withNFS())
+	kc.addPV(v)
+	r.start(t, v)
+	r.step(t, "nfs-2")
+	kc.addPVC(claim("ns", "data", "new-uid", "nfs-2"))
+	kc.setPodPhase("default", "recycler-for-nfs-2", corev1.PodSucceeded)
+	rec := r.step(t, "nfs-2")
+	if rec.State != reclaimerv1.State_STATE_PENDING || !rec.DataRemoved || !strings.Contains(rec.Message, "asks for this volume") {
+		t.Fatalf("record %v", rec)
+	}
+	if got := kc.pv("nfs-2"); got.Spec.ClaimRef == nil || got.Status.Phase != corev1.VolumeReleased {
+		t.Fatalf("volume %+v", got)
+	}
+	kc.deletePVC("ns", "data")
+	if rec := r.step(t, "nfs-2"); rec.State != reclaimerv1.State_STATE_SUCCEEDED || len(kc.created) != 1 {
+		t.Fatalf("record %v, pods %v", rec, kc.created)
+	}
+}
+
+// Two replicas asked for the same volume: one acts, the other answers with
+// its state.
+func TestTwoReplicasActOnce(t *testing.T) {
+	kc, j := newFakeCluster(), newFakeJournal()
+	a := newReplica(t, "a", kc, j, nil, config{})
+	b := newReplica(t, "b", kc, j, nil, config{})
+	v := releasedPV("shared", corev1.PersistentVolumeReclaimRecycle, withNFS())
+	kc.addPV(v)
+	ra, rb := a.start(t, v), b.start(t, v)
+	if ra.Owner != "a" || rb.Owner != "a" {
+		t.Fatalf("owners %q and %q, want a for both", ra.Owner, rb.Owner)
+	}
+	a.step(t, "shared")
+	b.handle(t.Context(), "shared")
+	if rb := b.start(t, v); rb.Owner != "a" || rb.State != reclaimerv1.State_STATE_RUNNING || rb.RecyclerPod == "" {
+		t.Fatalf("b sees %v", rb)
+	}
+	if len(kc.created) != 1 || b.queue.Len() != 0 {
+		t.Fatalf("pods created %v", kc.created)
+	}
+}
+
+// A replica that stops leaves its reclaim in the journal; another one takes
+// it over and resumes from the recorded step: the recycler pod is watched,
+// not created again.
+func TestTakeoverResumes(t *testing.T) {
+	kc, j := newFakeCluster(), newFakeJournal()
+	a := newReplica(t, "a", kc, j, nil, config{})
+	v := releasedPV("resume", corev1.PersistentVolumeReclaimRecycle, withNFS())
+	kc.addPV(v)
+	a.start(t, v)
+	a.step(t, "resume")
+	j.expire("a") // a's lease is gone
+
+	b := newReplica(t, "b", kc, j, nil, config{})
+	b.takeOver(t.Context())
+	rec := b.heldRecord("resume")
+	if rec == nil || rec.Owner != "b" || rec.RecyclerPod != "default/recycler-for-resume" {
+		t.Fatalf("b holds %v", rec)
+	}
+	b.step(t, "resume")
+	if len(kc.created) != 1 {
+		t.Fatalf("pods created %v", kc.created)
+	}
+	// Were a still running, its writes would be fenced off (and it stops
+	// when its session is lost).
+	if err := a.save(t.Context(), a.heldRecord("resume")); !errors.Is(err, errSuperseded) || a.heldRecord("resume") != nil {
+		t.Errorf("a's write after losing the lock: %v", err)
+	}
+	kc.setPodPhase("default", "recycler-for-resume", corev1.PodSucceeded)
+	if rec := b.step(t, "resume"); rec.State != reclaimerv1.State_STATE_SUCCEEDED {
+		t.Fatalf("record %v", rec)
+	}
+	if len(kc.created) != 1 || kc.pv("resume").Status.Phase != corev1.VolumeAvailable {
+		t.Error("not recycled exactly once")
+	}
+}
+
+// A node-local replica leaves the orphaned reclaim of another node's local
+// volume to that node's reclaimer.
+func TestTakeoverLeavesOtherNodesVolumes(t *testing.T) {
+	kc, j := newFakeCluster(), newFakeJournal()
+	onB := newReplica(t, "on-b", kc, j, nil, config{mode: RecycleNodeLocal, nodeName: "node-b"})
+	v := releasedPV("local-b", corev1.PersistentVolumeReclaimRecycle, withLocal(t.TempDir(), "node-b"))
+	kc.addPV(v)
+	if rec := onB.start(t, v); rec.Method != reclaimerv1.Method_METHOD_NODE_LOCAL {
+		t.Fatalf("record %v", rec)
+	}
+	j.expire("on-b")
+	onA := newReplica(t, "on-a", kc, j, nil, config{mode: RecycleNodeLocal, nodeName: "node-a"})
+	onA.takeOver(t.Context())
+	if onA.heldRecord("local-b") != nil || j.len() != 1 {
+		t.Fatal("node-a took over node-b's local volume")
+	}
+}
+
+// A volume released again (recycled, bound, released) is a new reclaim;
+// a recreated volume is another one too.
+func TestNewReleaseIsANewReclaim(t *testing.T) {
+	kc, j := newFakeCluster(), newFakeJournal()
+	r := newReplica(t, "me", kc, j, nil, config{mode: RecycleNodeLocal, nodeName: "n"})
+	v := releasedPV("again", corev1.PersistentVolumeReclaimRecycle, withHostPath(t.TempDir()))
+	kc.addPV(v)
+	r.start(t, v)
+	if rec := r.step(t, "again"); rec.State != reclaimerv1.State_STATE_SUCCEEDED {
+		t.Fatal(rec)
+	}
+	// Bound to another claim and released again.
+	next := kc.pv("again")
+	next.Spec.ClaimRef = &corev1.ObjectReference{Namespace: "ns", Name: "second", UID: "second-uid"}
+	next.Annotations = map[string]string{kube.AnnBoundByController: "yes"}
+	next.Status.Phase = corev1.VolumeReleased
+	kc.addPV(next)
+	rec := r.start(t, next)
+	if rec.State != reclaimerv1.State_STATE_PENDING || rec.ClaimUid != "second-uid" {
+		t.Fatalf("record %v", rec)
+	}
+	if rec := r.step(t, "again"); rec.State != reclaimerv1.State_STATE_SUCCEEDED || len(r.scrubs) != 2 {
+		t.Fatalf("record %v, scrubs %v", rec, r.scrubs)
+	}
+}
+
+// A reclaim whose volume is bound again, or gone, is cancelled.
+func TestReclaimCancelled(t *testing.T) {
+	kc, j := newFakeCluster(), newFakeJournal()
+	r := newReplica(t, "me", kc, j, nil, config{})
+	v := releasedPV("c", corev1.PersistentVolumeReclaimRecycle, withNFS())
+	kc.addPV(v)
+	r.start(t, v)
+	r.step(t, "c")
+	kc.mu.Lock()
+	kc.pvs["c"].Status.Phase = corev1.VolumeBound
+	kc.mu.Unlock()
+	rec := r.step(t, "c")
+	if rec.State != reclaimerv1.State_STATE_CANCELLED || !strings.Contains(rec.Message, "Bound") || j.len() != 0 {
+		t.Fatalf("record %v", rec)
+	}
+	if kc.pod("default", "recycler-for-c") != nil {
+		t.Error("the recycler pod of a cancelled reclaim was kept")
+	}
+}

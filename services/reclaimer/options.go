@@ -1,0 +1,218 @@
+package reclaimer
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/util/yaml"
+	"k8s.io/client-go/rest"
+
+	"github.com/volplane/volplane/pkg/coord"
+)
+
+// Service is the reclaimer's name in etcd membership.
+const Service = "reclaimer"
+
+// RecycleMode is how a volume with policy Recycle is scrubbed.
+type RecycleMode string
+
+const (
+	// RecyclePod runs a recycler pod that mounts the volume and deletes its
+	// contents, as kube-controller-manager does (hostPath and NFS volumes).
+	RecyclePod RecycleMode = "pod"
+	// RecycleNodeLocal deletes the contents of hostPath volumes, and of
+	// local volumes whose node affinity admits NodeName, from this process:
+	// the reclaimer runs on that node (e.g. as a DaemonSet) with the
+	// directories mounted at the same paths. Other volumes are left to
+	// another reclaimer (SKIPPED).
+	RecycleNodeLocal RecycleMode = "node-local"
+)
+
+// Defaults of the Options.
+const (
+	DefaultRecyclerImage            = "docker.io/library/busybox:1.37"
+	DefaultRecyclerNamespace        = "default"
+	DefaultRecyclerMinimumTimeout   = 60 * time.Second
+	DefaultRecyclerTimeoutIncrement = 30 * time.Second
+	DefaultWorkers                  = 4
+	DefaultRetryIntervalStart       = time.Second
+	DefaultRetryIntervalMax         = 5 * time.Minute
+	DefaultDriversRefreshPeriod     = time.Minute
+	DefaultTakeoverPeriod           = 10 * time.Second
+	DefaultRecordTTL                = 10 * time.Minute
+)
+
+// Options configures a reclaimer replica.
+type Options struct {
+	// Kubeconfig is the kubeconfig path; empty means in-cluster config.
+	Kubeconfig string
+	// RESTConfig, when set, is used instead of Kubeconfig (tests).
+	RESTConfig *rest.Config
+	// KubeQPS limits API requests per second; 0 means no client-side limit.
+	KubeQPS float32
+	// KubeBurst is the burst allowed above KubeQPS.
+	KubeBurst int
+	// EtcdEndpoints are the etcd client URLs for membership and the
+	// reclaim journal.
+	EtcdEndpoints []string
+	// Listen is the gRPC listen address.
+	Listen string
+	// AdvertiseAddress is where peers reach this replica; default Listen.
+	AdvertiseAddress string
+	// MemberID names this replica in etcd; default hostname plus a random
+	// suffix.
+	MemberID string
+	// ProvisionerAddress is the provisioner service's gRPC address. Delete
+	// of a CSI volume whose driver it serves goes through its DeleteVolume;
+	// empty means it serves nothing, and such volumes are left to their own
+	// deleters.
+	ProvisionerAddress string
+	// DriversRefreshPeriod is how often the provisioner's list of served
+	// drivers (ListDrivers) is read again; default 1m.
+	DriversRefreshPeriod time.Duration
+	// RecycleMode is how Recycle scrubs a volume; default RecyclePod.
+	RecycleMode RecycleMode
+	// NodeName is the node this replica runs on; required in
+	// RecycleNodeLocal mode.
+	NodeName string
+	// RecyclerPodTemplate is a file holding a Pod (YAML or JSON) to use as
+	// the recycler pod; it must have a volume named "vol", whose source is
+	// replaced by the volume's. Empty: a pod running RecyclerImage.
+	RecyclerPodTemplate string
+	// RecyclerImage is the image of the default recycler pod; default
+	// DefaultRecyclerImage. Exclusive with RecyclerPodTemplate.
+	RecyclerImage string
+	// RecyclerNamespace is where recycler pods run; default "default".
+	RecyclerNamespace string
+	// RecyclerMinimumTimeout is the least activeDeadlineSeconds of a
+	// recycler pod; default 60s (kube-controller-manager's
+	// --pv-recycler-minimum-timeout-hostpath).
+	RecyclerMinimumTimeout time.Duration
+	// RecyclerTimeoutIncrement is added to a recycler pod's deadline per GiB
+	// of the volume's capacity, when that exceeds the minimum; default 30s
+	// (--pv-recycler-increment-timeout-hostpath).
+	RecyclerTimeoutIncrement time.Duration
+	// Workers is the number of reclaims carried out at once; default 4.
+	Workers int
+	// RetryIntervalStart is the first delay before a failed step is retried;
+	// it doubles per failure of the same volume; default 1s.
+	RetryIntervalStart time.Duration
+	// RetryIntervalMax caps the retry delay; default 5m.
+	RetryIntervalMax time.Duration
+	// TakeoverPeriod is how often the journal is scanned for reclaims whose
+	// replica stopped; default 10s.
+	TakeoverPeriod time.Duration
+	// RecordTTL is how long a finished, retained or skipped reclaim stays
+	// visible in the API; default 10m.
+	RecordTTL time.Duration
+	// DebugAddress serves /metrics and /debug/pprof over HTTP; empty
+	// disables.
+	DebugAddress string
+	// Logger; default slog.Default().
+	Logger *slog.Logger
+
+	template *corev1.Pod // parsed RecyclerPodTemplate
+}
+
+func (o *Options) validate() error {
+	var errs []error
+	if o.Listen == "" {
+		errs = append(errs, errors.New("a listen address is required (--listen)"))
+	}
+	if len(o.EtcdEndpoints) == 0 {
+		errs = append(errs, errors.New("etcd endpoints are required for membership and the reclaim journal (--etcd-endpoints)"))
+	}
+	switch o.RecycleMode {
+	case "":
+		o.RecycleMode = RecyclePod
+	case RecyclePod, RecycleNodeLocal:
+	default:
+		errs = append(errs, fmt.Errorf("recycle mode must be %q or %q, got %q (--recycle-mode)", RecyclePod, RecycleNodeLocal, o.RecycleMode))
+	}
+	if o.RecycleMode == RecycleNodeLocal && o.NodeName == "" {
+		errs = append(errs, errors.New("node-local recycling needs the name of this node (--node-name)"))
+	}
+	if o.RecyclerPodTemplate != "" && o.RecyclerImage != "" {
+		errs = append(errs, errors.New("a recycler pod template and a recycler image are exclusive: set the image in the template (--recycler-pod-template, --recycler-image)"))
+	}
+	if o.RecyclerPodTemplate != "" {
+		t, err := loadPodTemplate(o.RecyclerPodTemplate)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("recycler pod template %s: %w (--recycler-pod-template)", o.RecyclerPodTemplate, err))
+		}
+		o.template = t
+	}
+	for _, d := range []struct {
+		v    *time.Duration
+		def  time.Duration
+		flag string
+	}{
+		{&o.DriversRefreshPeriod, DefaultDriversRefreshPeriod, "drivers-refresh-period"},
+		{&o.RecyclerMinimumTimeout, DefaultRecyclerMinimumTimeout, "recycler-minimum-timeout"},
+		{&o.RecyclerTimeoutIncrement, DefaultRecyclerTimeoutIncrement, "recycler-timeout-increment"},
+		{&o.RetryIntervalStart, DefaultRetryIntervalStart, "retry-interval-start"},
+		{&o.RetryIntervalMax, DefaultRetryIntervalMax, "retry-interval-max"},
+		{&o.TakeoverPeriod, DefaultTakeoverPeriod, "takeover-period"},
+		{&o.RecordTTL, DefaultRecordTTL, "record-ttl"},
+	} {
+		switch {
+		case *d.v < 0:
+			errs = append(errs, fmt.Errorf("%s must not be negative, got %s (--%s)", d.flag, *d.v, d.flag))
+		case *d.v == 0:
+			*d.v = d.def
+		}
+	}
+	if o.RetryIntervalMax < o.RetryIntervalStart {
+		errs = append(errs, fmt.Errorf("retry-interval-max %s is below retry-interval-start %s (--retry-interval-max)", o.RetryIntervalMax, o.RetryIntervalStart))
+	}
+	if o.Workers < 0 {
+		errs = append(errs, fmt.Errorf("workers must be at least 1, got %d (--workers)", o.Workers))
+	}
+	if o.Workers == 0 {
+		o.Workers = DefaultWorkers
+	}
+	if o.RecyclerImage == "" && o.template == nil {
+		o.RecyclerImage = DefaultRecyclerImage
+	}
+	if o.RecyclerNamespace == "" {
+		o.RecyclerNamespace = DefaultRecyclerNamespace
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	if o.AdvertiseAddress == "" {
+		o.AdvertiseAddress = o.Listen
+	}
+	if o.MemberID == "" {
+		o.MemberID = coord.DefaultMemberID()
+	}
+	return errors.Join(errs...)
+}
+
+// loadPodTemplate reads a recycler pod template: one Pod, YAML or JSON,
+// with at least one container and a volume named "vol".
+func loadPodTemplate(path string) (*corev1.Pod, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	var pod corev1.Pod
+	if err := yaml.NewYAMLOrJSONDecoder(f, 4096).Decode(&pod); err != nil {
+		return nil, fmt.Errorf("not a Pod in YAML or JSON: %w", err)
+	}
+	if pod.Kind != "" && pod.Kind != "Pod" {
+		return nil, fmt.Errorf("kind is %q, want Pod", pod.Kind)
+	}
+	if len(pod.Spec.Containers) == 0 {
+		return nil, errors.New("the pod has no containers")
+	}
+	if recyclerVolume(&pod) == nil {
+		return nil, fmt.Errorf("the pod has no volume named %q (its source is replaced by the recycled volume's)", recyclerVolumeName)
+	}
+	return &pod, nil
+}

@@ -1,0 +1,199 @@
+package reclaimer
+
+import (
+	"fmt"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/selection"
+
+	"github.com/volplane/volplane/pkg/kube"
+	reclaimerv1 "github.com/volplane/volplane/proto/volplane/reclaimer/v1"
+)
+
+// served is what volplane's provisioner serves, from its ListDrivers.
+type served struct {
+	// known is false while a configured provisioner has not answered yet:
+	// then no CSI volume can be judged ours or another deleter's.
+	known bool
+	// why the list is not known.
+	err error
+	// drivers are the CSI driver names (Driver.driver_name).
+	drivers map[string]bool
+	// provisioners are the StorageClass provisioner names
+	// (Driver.provisioner_name), as in pv.kubernetes.io/provisioned-by.
+	provisioners map[string]bool
+}
+
+// node is the node this replica runs on, for node-local recycling.
+type node struct {
+	name   string
+	labels map[string]string
+}
+
+// plan is what the reclaim of a volume in its current state comes to.
+type plan struct {
+	method reclaimerv1.Method
+	// state is RETAINED or SKIPPED when nothing is to be done, PENDING when
+	// the method acts, FAILED for METHOD_UNSUPPORTED.
+	state  reclaimerv1.State
+	driver string
+	// reason is the Event reason of METHOD_UNSUPPORTED.
+	reason  string
+	message string
+}
+
+// acts reports whether the plan does anything to the volume (and so is
+// journaled and owned by one replica).
+func (p plan) acts() bool {
+	return p.state != reclaimerv1.State_STATE_RETAINED && p.state != reclaimerv1.State_STATE_SKIPPED
+}
+
+// Messages, as kube-controller-manager words them where it has them.
+const (
+	msgRetained    = "policy Retain: the volume stays Released with its data until an administrator deletes or reuses it"
+	msgNoRecycler  = "No recycler plugin found for the volume!"
+	msgUnknown     = "Volume has unrecognized PersistentVolumeReclaimPolicy"
+	msgNoDeleterFm = "error getting deleter volume plugin for volume %q: no deletable volume plugin matched"
+)
+
+// decide is the whole policy decision for a volume, from the volume alone
+// and what this replica can do. It reads nothing and writes nothing.
+func decide(v *corev1.PersistentVolume, s served, mode RecycleMode, n node) plan {
+	switch v.Spec.PersistentVolumeReclaimPolicy {
+	case corev1.PersistentVolumeReclaimRetain:
+		return plan{method: reclaimerv1.Method_METHOD_NONE, state: reclaimerv1.State_STATE_RETAINED, message: msgRetained}
+	case corev1.PersistentVolumeReclaimDelete:
+		return decideDelete(v, s)
+	case corev1.PersistentVolumeReclaimRecycle:
+		return decideRecycle(v, mode, n)
+	}
+	return unsupported(kube.EventVolumeUnknownReclaim, msgUnknown)
+}
+
+func unsupported(reason, message string) plan {
+	return plan{method: reclaimerv1.Method_METHOD_UNSUPPORTED, state: reclaimerv1.State_STATE_FAILED, reason: reason, message: message}
+}
+
+func skipped(format string, args ...any) plan {
+	return plan{method: reclaimerv1.Method_METHOD_NONE, state: reclaimerv1.State_STATE_SKIPPED, message: fmt.Sprintf(format, args...)}
+}
+
+// undecided is a plan that cannot be made until the provisioner answers.
+func undecided(s served) plan {
+	return plan{method: reclaimerv1.Method_METHOD_UNSPECIFIED, state: reclaimerv1.State_STATE_PENDING,
+		message: fmt.Sprintf("waiting for the provisioner's list of drivers to tell whether volplane deletes this volume: %v", s.err)}
+}
+
+// decideDelete: a volume provisioned by a provisioner volplane does not
+// serve belongs to that provisioner's deleter (as external-provisioner
+// ignores volumes of other provisioners); a CSI volume of a served driver
+// is deleted through the provisioner; anything else cannot be deleted.
+func decideDelete(v *corev1.PersistentVolume, s served) plan {
+	by := v.Annotations[kube.AnnDynamicallyProvisioned]
+	csi := v.Spec.CSI
+	if (by != "" || csi != nil) && !s.known {
+		return undecided(s)
+	}
+	switch {
+	case by != "" && !s.provisioners[by]:
+		return skipped("provisioned by %q, which volplane's provisioner does not serve: its own deleter deletes it", by)
+	case csi != nil && s.drivers[csi.Driver]:
+		return plan{method: reclaimerv1.Method_METHOD_PROVISIONER, state: reclaimerv1.State_STATE_PENDING, driver: csi.Driver,
+			message: "the backing volume is deleted through volplane's provisioner"}
+	case csi != nil:
+		return skipped("CSI driver %q is not served by volplane's provisioner: its own deleter deletes it", csi.Driver)
+	case by != "":
+		// Provisioned by a served provisioner, yet not a CSI volume: the
+		// provisioner says what it can do with it.
+		return plan{method: reclaimerv1.Method_METHOD_PROVISIONER, state: reclaimerv1.State_STATE_PENDING,
+			message: "the backing volume is deleted through volplane's provisioner"}
+	}
+	return unsupported(kube.EventVolumeFailedDelete, fmt.Sprintf(msgNoDeleterFm, v.Name))
+}
+
+// decideRecycle: a recycler pod mounts hostPath and NFS volumes, as
+// Kubernetes' recycler plugins do; node-local mode scrubs hostPath volumes
+// and the local volumes of its node, and leaves every other volume to a
+// reclaimer that can reach it.
+func decideRecycle(v *corev1.PersistentVolume, mode RecycleMode, n node) plan {
+	src := v.Spec.PersistentVolumeSource
+	if mode == RecyclePod {
+		if src.HostPath != nil || src.NFS != nil {
+			return plan{method: reclaimerv1.Method_METHOD_RECYCLER_POD, state: reclaimerv1.State_STATE_PENDING,
+				message: "a recycler pod scrubs the volume"}
+		}
+		return unsupported(kube.EventVolumeFailedRecycle, msgNoRecycler)
+	}
+	switch {
+	case src.HostPath != nil:
+		return plan{method: reclaimerv1.Method_METHOD_NODE_LOCAL, state: reclaimerv1.State_STATE_PENDING,
+			message: fmt.Sprintf("the directory is scrubbed on node %s", n.name)}
+	case src.Local != nil:
+		ok, err := nodeMatches(v.Spec.NodeAffinity, n)
+		if err != nil {
+			return unsupported(kube.EventVolumeFailedRecycle, fmt.Sprintf("Recycle failed: node affinity: %v", err))
+		}
+		if !ok {
+			return skipped("a local volume of another node: the reclaimer running there (--node-name) recycles it, not the one on node %s", n.name)
+		}
+		return plan{method: reclaimerv1.Method_METHOD_NODE_LOCAL, state: reclaimerv1.State_STATE_PENDING,
+			message: fmt.Sprintf("the directory is scrubbed on node %s", n.name)}
+	}
+	return skipped("node-local recycling scrubs only hostPath and local volumes: a reclaimer in --recycle-mode=pod recycles this one")
+}
+
+// nodeMatches reports whether a volume's required node affinity admits the
+// node: its terms are ORed, the requirements of one term ANDed, as the
+// scheduler evaluates them. No affinity admits every node.
+func nodeMatches(a *corev1.VolumeNodeAffinity, n node) (bool, error) {
+	if a == nil || a.Required == nil {
+		return true, nil
+	}
+	for _, term := range a.Required.NodeSelectorTerms {
+		ok, err := termMatches(term, n)
+		if err != nil {
+			return false, err
+		}
+		if ok {
+			return true, nil
+		}
+	}
+	return false, nil
+}
+
+var operators = map[corev1.NodeSelectorOperator]selection.Operator{
+	corev1.NodeSelectorOpIn:           selection.In,
+	corev1.NodeSelectorOpNotIn:        selection.NotIn,
+	corev1.NodeSelectorOpExists:       selection.Exists,
+	corev1.NodeSelectorOpDoesNotExist: selection.DoesNotExist,
+	corev1.NodeSelectorOpGt:           selection.GreaterThan,
+	corev1.NodeSelectorOpLt:           selection.LessThan,
+}
+
+// termMatches: an empty term matches no node.
+func termMatches(term corev1.NodeSelectorTerm, n node) (bool, error) {
+	if len(term.MatchExpressions) == 0 && len(term.MatchFields) == 0 {
+		return false, nil
+	}
+	match := func(reqs []corev1.NodeSelectorRequirement, set labels.Set) (bool, error) {
+		for _, r := range reqs {
+			op, ok := operators[r.Operator]
+			if !ok {
+				return false, fmt.Errorf("unknown operator %q", r.Operator)
+			}
+			req, err := labels.NewRequirement(r.Key, op, r.Values)
+			if err != nil {
+				return false, err
+			}
+			if !req.Matches(set) {
+				return false, nil
+			}
+		}
+		return true, nil
+	}
+	if ok, err := match(term.MatchExpressions, n.labels); !ok || err != nil {
+		return false, err
+	}
+	return match(term.MatchFields, labels.Set{"metadata.name": n.name})
+}

@@ -1,0 +1,101 @@
+package reclaimer
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"golang.org/x/sync/errgroup"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/client-go/kubernetes/scheme"
+	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
+	"k8s.io/client-go/tools/record"
+
+	"github.com/volplane/volplane/pkg/coord"
+	"github.com/volplane/volplane/pkg/grpcutil"
+	"github.com/volplane/volplane/pkg/kube"
+	"github.com/volplane/volplane/pkg/metrics"
+	provisionerv1 "github.com/volplane/volplane/proto/volplane/provisioner/v1"
+	reclaimerv1 "github.com/volplane/volplane/proto/volplane/reclaimer/v1"
+)
+
+// Run runs a reclaimer replica until ctx ends (or its etcd session is
+// lost), then shuts down gracefully: its journal locks go with its lease,
+// so another replica takes its reclaims over.
+func Run(ctx context.Context, o Options) error {
+	if err := o.validate(); err != nil {
+		return fmt.Errorf("reclaimer options: %w", err)
+	}
+	log := o.Logger
+	client, err := kube.Client(o.RESTConfig, kube.ClientOptions{Kubeconfig: o.Kubeconfig, QPS: o.KubeQPS, Burst: o.KubeBurst, UserAgent: "volplane-reclaimer"})
+	if err != nil {
+		return err
+	}
+	co, err := coord.New(ctx, coord.Options{Endpoints: o.EtcdEndpoints, Logger: log})
+	if err != nil {
+		return err
+	}
+	defer co.Close()
+
+	var prov provisioner
+	if o.ProvisionerAddress != "" {
+		cc, err := grpcutil.Dial(o.ProvisionerAddress)
+		if err != nil {
+			return err
+		}
+		defer cc.Close()
+		prov = provisionerv1.NewProvisionerServiceClient(cc)
+	}
+
+	broadcaster := record.NewBroadcaster(record.WithContext(ctx))
+	broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: client.CoreV1().Events("")})
+	defer broadcaster.Shutdown()
+	recorder := broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: kube.ControllerComponent})
+
+	metrics.RegisterWorkqueueMetrics()
+	cfg := config{
+		mode: o.RecycleMode, nodeName: o.NodeName, template: o.template, image: o.RecyclerImage, namespace: o.RecyclerNamespace,
+		minTimeout: o.RecyclerMinimumTimeout, increment: o.RecyclerTimeoutIncrement, ttl: o.RecordTTL,
+	}
+	c := newController(log, o.MemberID, kubeCluster{client}, co, newDrivers(prov, o.DriversRefreshPeriod, log), prov,
+		recorder, cfg, o.RetryIntervalStart, o.RetryIntervalMax, co.Done())
+
+	lis, err := grpcutil.Listen(o.Listen)
+	if err != nil {
+		return err
+	}
+	srv := grpcutil.NewServer(log)
+	reclaimerv1.RegisterReclaimerServiceServer(srv.Server, &server{c: c, peer: func(ctx context.Context, id string) (string, error) {
+		ms, err := co.Members(ctx, Service)
+		if err != nil {
+			return "", err
+		}
+		for _, m := range ms {
+			if m.ID == id {
+				return m.Address, nil
+			}
+		}
+		return "", nil
+	}})
+	if err := co.Register(ctx, Service, o.MemberID, o.AdvertiseAddress); err != nil {
+		return err
+	}
+	log.Info("reclaimer starting", "member", o.MemberID, "listen", lis.Addr().String(), "recycleMode", o.RecycleMode,
+		"node", o.NodeName, "provisioner", o.ProvisionerAddress)
+
+	g, gctx := errgroup.WithContext(ctx)
+	g.Go(func() error { return srv.Serve(gctx, lis, 10*time.Second) })
+	g.Go(func() error { return metrics.Serve(gctx, o.DebugAddress, log) })
+	g.Go(func() error { return co.Wait(gctx) })
+	g.Go(func() error {
+		c.run(gctx, o.Workers, o.TakeoverPeriod)
+		return nil
+	})
+	if o.RecycleMode == RecyclePod {
+		g.Go(func() error { return c.watchRecyclers(gctx, client) })
+	}
+	srv.SetServing(true, reclaimerv1.ReclaimerService_ServiceDesc.ServiceName)
+	err = g.Wait()
+	log.Info("reclaimer stopped")
+	return err
+}

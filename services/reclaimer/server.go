@@ -1,0 +1,259 @@
+package reclaimer
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/timestamppb"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+
+	"github.com/volplane/volplane/pkg/coord"
+	"github.com/volplane/volplane/pkg/grpcutil"
+	"github.com/volplane/volplane/pkg/kube"
+	reclaimerv1 "github.com/volplane/volplane/proto/volplane/reclaimer/v1"
+)
+
+// forwardedHeader marks a RetryReclaim one replica passed to the holder
+// of the reclaim, so it is never passed on again.
+const forwardedHeader = "volplane-forwarded-by"
+
+// server is ReclaimerService over the controller. Errors become gRPC
+// status codes here, and only here.
+type server struct {
+	reclaimerv1.UnimplementedReclaimerServiceServer
+	c *controller
+	// peer returns the address of a live replica, "" when it has none.
+	peer func(ctx context.Context, member string) (string, error)
+}
+
+var _ reclaimerv1.ReclaimerServiceServer = (*server)(nil)
+
+// grpcError turns the controller's errors into status codes with messages
+// that say what to fix.
+func grpcError(err error) error {
+	var pre *preconditionError
+	switch {
+	case err == nil:
+		return nil
+	case errors.As(err, &pre):
+		return status.Error(codes.FailedPrecondition, pre.msg)
+	case errors.Is(err, errVolumeNotFound):
+		return status.Error(codes.NotFound, err.Error())
+	case errors.Is(err, context.Canceled):
+		return status.Error(codes.Canceled, err.Error())
+	case errors.Is(err, context.DeadlineExceeded):
+		return status.Error(codes.DeadlineExceeded, err.Error())
+	case errors.Is(err, errJournal), errors.Is(err, coord.ErrSessionLost):
+		return status.Error(codes.Unavailable, err.Error())
+	}
+	if _, ok := status.FromError(err); ok {
+		return err
+	}
+	return status.Error(codes.Internal, err.Error())
+}
+
+// Reclaim implements ReclaimerService.
+func (s *server) Reclaim(ctx context.Context, req *reclaimerv1.ReclaimRequest) (*reclaimerv1.ReclaimResponse, error) {
+	if req.GetVolumeName() == "" {
+		return nil, status.Error(codes.InvalidArgument, "volume_name is required: the name of a Released PersistentVolume")
+	}
+	var v *corev1.PersistentVolume
+	if len(req.GetVolume()) > 0 {
+		var err error
+		if v, err = kube.DecodeVolume(req.GetVolume()); err != nil {
+			return nil, status.Errorf(codes.InvalidArgument, "volume: not a PersistentVolume in Kubernetes protobuf encoding: %v", err)
+		}
+		if v.Name != req.GetVolumeName() {
+			return nil, status.Errorf(codes.InvalidArgument, "volume_name %q does not match the volume's metadata.name %q", req.GetVolumeName(), v.Name)
+		}
+		if req.GetVolumeUid() != "" && string(v.UID) != req.GetVolumeUid() {
+			return nil, status.Errorf(codes.InvalidArgument, "volume_uid %q does not match the volume's metadata.uid %q", req.GetVolumeUid(), v.UID)
+		}
+	} else {
+		var err error
+		v, err = s.c.kube.GetVolume(ctx, req.GetVolumeName())
+		switch {
+		case apierrors.IsNotFound(err):
+			return nil, status.Errorf(codes.NotFound, "volume %q does not exist", req.GetVolumeName())
+		case err != nil:
+			return nil, status.Errorf(codes.Unavailable, "read volume %q: %v", req.GetVolumeName(), err)
+		case req.GetVolumeUid() != "" && string(v.UID) != req.GetVolumeUid():
+			return nil, status.Errorf(codes.FailedPrecondition, "volume %q has uid %s, not volume_uid %s: it was recreated", v.Name, v.UID, req.GetVolumeUid())
+		}
+	}
+	r, err := s.c.reclaim(ctx, v)
+	if err != nil {
+		return nil, grpcError(err)
+	}
+	return &reclaimerv1.ReclaimResponse{Reclaim: r}, nil
+}
+
+// lookup finds a volume's reclaim: in the journal (an active reclaim,
+// whoever holds it; this replica's own state when it holds it), else this
+// replica's recent records.
+func (c *controller) lookup(ctx context.Context, name string) (*reclaimerv1.Reclaim, error) {
+	if r := c.heldRecord(name); r != nil {
+		return r, nil
+	}
+	rec, ok, err := c.journal.Get(ctx, journalKind, name)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", errJournal, err)
+	}
+	if ok {
+		return decodeRecord(rec)
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if e := c.entries[name]; e != nil && c.now().Before(e.expires) {
+		return clone(e.rec), nil
+	}
+	return nil, nil
+}
+
+// GetReclaim implements ReclaimerService.
+func (s *server) GetReclaim(ctx context.Context, req *reclaimerv1.GetReclaimRequest) (*reclaimerv1.GetReclaimResponse, error) {
+	if req.GetVolumeName() == "" {
+		return nil, status.Error(codes.InvalidArgument, "volume_name is required")
+	}
+	r, err := s.c.lookup(ctx, req.GetVolumeName())
+	if err != nil {
+		return nil, grpcError(err)
+	}
+	if r == nil {
+		return nil, status.Errorf(codes.NotFound, "no reclaim of volume %q is in the journal or known to this replica: the binder starts one when the volume is Released (or start it with Reclaim)", req.GetVolumeName())
+	}
+	return &reclaimerv1.GetReclaimResponse{Reclaim: r}, nil
+}
+
+// ListReclaims implements ReclaimerService.
+func (s *server) ListReclaims(ctx context.Context, req *reclaimerv1.ListReclaimsRequest) (*reclaimerv1.ListReclaimsResponse, error) {
+	if _, ok := reclaimerv1.State_name[int32(req.GetState())]; !ok {
+		return nil, status.Errorf(codes.InvalidArgument, "state %d is unknown: use one of STATE_PENDING, STATE_RUNNING, STATE_RETAINED, STATE_SUCCEEDED, STATE_FAILED, STATE_SKIPPED, STATE_CANCELLED, or none for all", req.GetState())
+	}
+	recs, err := s.c.journal.List(ctx, journalKind)
+	if err != nil {
+		return nil, grpcError(fmt.Errorf("%w: %w", errJournal, err))
+	}
+	byName := map[string]*reclaimerv1.Reclaim{}
+	s.c.mu.Lock()
+	now := s.c.now()
+	for name, e := range s.c.entries {
+		if e.held || now.Before(e.expires) {
+			byName[name] = clone(e.rec)
+		}
+	}
+	s.c.mu.Unlock()
+	for _, rec := range recs {
+		if mine := byName[rec.Name]; mine != nil && rec.Holder == s.c.member {
+			continue // this replica's memory is the same, and current
+		}
+		if r, err := decodeRecord(rec); err == nil {
+			byName[rec.Name] = r
+		}
+	}
+	out := &reclaimerv1.ListReclaimsResponse{}
+	for _, r := range byName {
+		if req.GetState() == reclaimerv1.State_STATE_UNSPECIFIED || r.State == req.GetState() {
+			out.Reclaims = append(out.Reclaims, r)
+		}
+	}
+	sort.Slice(out.Reclaims, func(i, j int) bool { return out.Reclaims[i].VolumeName < out.Reclaims[j].VolumeName })
+	return out, nil
+}
+
+// RetryReclaim implements ReclaimerService. A reclaim another replica
+// holds is passed to it; one whose replica stopped is taken over first.
+func (s *server) RetryReclaim(ctx context.Context, req *reclaimerv1.RetryReclaimRequest) (*reclaimerv1.RetryReclaimResponse, error) {
+	name := req.GetVolumeName()
+	if name == "" {
+		return nil, status.Error(codes.InvalidArgument, "volume_name is required")
+	}
+	if r, err := s.c.retryNow(ctx, name); r != nil || err != nil {
+		return retried(r, err)
+	}
+	rec, ok, err := s.c.journal.Get(ctx, journalKind, name)
+	if err != nil {
+		return nil, grpcError(fmt.Errorf("%w: %w", errJournal, err))
+	}
+	if !ok {
+		r, err := s.c.lookup(ctx, name)
+		if err != nil {
+			return nil, grpcError(err)
+		}
+		if r == nil {
+			return nil, status.Errorf(codes.NotFound, "no reclaim of volume %q is in the journal or known to this replica: nothing to retry", name)
+		}
+		return nil, status.Errorf(codes.FailedPrecondition, "the reclaim of volume %q is %s (%s): only a FAILED reclaim can be retried", name, r.State, r.Message)
+	}
+	if rec.Holder == "" {
+		if err := s.c.adopt(ctx, rec); err != nil && !errors.Is(err, coord.ErrReserved) {
+			return nil, grpcError(err)
+		}
+		if r, err := s.c.retryNow(ctx, name); r != nil || err != nil {
+			return retried(r, err)
+		}
+		if rec, _, err = s.c.journal.Get(ctx, journalKind, name); err != nil {
+			return nil, grpcError(fmt.Errorf("%w: %w", errJournal, err))
+		}
+	}
+	return s.forward(ctx, rec, req)
+}
+
+func retried(r *reclaimerv1.Reclaim, err error) (*reclaimerv1.RetryReclaimResponse, error) {
+	if err != nil {
+		return nil, grpcError(err)
+	}
+	return &reclaimerv1.RetryReclaimResponse{Reclaim: r}, nil
+}
+
+// forward passes a retry to the replica holding the reclaim.
+func (s *server) forward(ctx context.Context, rec coord.Record, req *reclaimerv1.RetryReclaimRequest) (*reclaimerv1.RetryReclaimResponse, error) {
+	if md, ok := metadata.FromIncomingContext(ctx); ok && len(md.Get(forwardedHeader)) > 0 {
+		return nil, status.Errorf(codes.Unavailable, "the reclaim of volume %q is held by replica %q, which this replica was told holds it too: ownership is changing, retry shortly", rec.Name, rec.Holder)
+	}
+	addr := ""
+	if s.peer != nil && rec.Holder != "" {
+		var err error
+		if addr, err = s.peer(ctx, rec.Holder); err != nil {
+			return nil, grpcError(fmt.Errorf("%w: %w", errJournal, err))
+		}
+	}
+	if addr == "" {
+		return nil, status.Errorf(codes.Unavailable, "the reclaim of volume %q is held by replica %q, whose address is not known: retry shortly", rec.Name, rec.Holder)
+	}
+	cc, err := grpcutil.Dial(addr)
+	if err != nil {
+		return nil, status.Errorf(codes.Unavailable, "reach reclaimer replica %s at %s: %v", rec.Holder, addr, err)
+	}
+	defer cc.Close()
+	ctx = metadata.AppendToOutgoingContext(ctx, forwardedHeader, s.c.member)
+	return reclaimerv1.NewReclaimerServiceClient(cc).RetryReclaim(ctx, req)
+}
+
+// retryNow retries a FAILED reclaim this replica holds at once, resetting
+// its backoff. It returns nil, nil when this replica does not hold the
+// reclaim.
+func (c *controller) retryNow(ctx context.Context, name string) (*reclaimerv1.Reclaim, error) {
+	r := c.heldRecord(name)
+	if r == nil {
+		return nil, nil
+	}
+	if r.State != reclaimerv1.State_STATE_FAILED {
+		return nil, &preconditionError{fmt.Sprintf("the reclaim of volume %q is %s (%s): only a FAILED reclaim can be retried", name, r.State, r.Message)}
+	}
+	r.State, r.Message, r.NextAttemptTime = reclaimerv1.State_STATE_PENDING, "retry requested", nil
+	if err := c.save(ctx, r); err != nil {
+		return nil, err
+	}
+	c.queue.Forget(name)
+	c.queue.Add(name)
+	c.log.Info("reclaim retry requested", "volume", name)
+	r.UpdateTime = timestamppb.New(c.now())
+	return r, nil
+}
