@@ -51,6 +51,44 @@ func (c *Coordinator) Acquire(ctx context.Context, kind, name, holder string) er
 	return c.Reserve(ctx, lockResource(kind, name), holder)
 }
 
+// AcquireGet is Acquire and Get in one etcd transaction: it takes the lock
+// of operation kind/name for holder (ErrReserved when another holder has
+// it) and returns the operation's record, if any.
+func (c *Coordinator) AcquireGet(ctx context.Context, kind, name, holder string) (r Record, ok bool, err error) {
+	if err := validJournalName(kind, name); err != nil {
+		return Record{}, false, err
+	}
+	select {
+	case <-c.session.Done():
+		return Record{}, false, ErrSessionLost
+	default:
+	}
+	lock := c.reservationKey(lockResource(kind, name))
+	rec := c.journalKey(kind, name)
+	resp, err := c.client.Txn(ctx).
+		If(clientv3.Compare(clientv3.CreateRevision(lock), "=", 0)).
+		Then(clientv3.OpPut(lock, holder, clientv3.WithLease(c.session.Lease())), clientv3.OpGet(rec)).
+		Else(clientv3.OpGet(lock), clientv3.OpGet(rec)).
+		Commit()
+	if err != nil {
+		if strings.Contains(err.Error(), "requested lease not found") {
+			return Record{}, false, ErrSessionLost
+		}
+		return Record{}, false, fmt.Errorf("acquire %s/%s in etcd: %w", kind, name, err)
+	}
+	if !resp.Succeeded {
+		kvs := resp.Responses[0].GetResponseRange().Kvs
+		if len(kvs) == 1 && string(kvs[0].Value) != holder {
+			return Record{}, false, fmt.Errorf("%s: %w %q", lockResource(kind, name), ErrReserved, string(kvs[0].Value))
+		}
+	}
+	kvs := resp.Responses[1].GetResponseRange().Kvs
+	if len(kvs) == 0 {
+		return Record{}, false, nil
+	}
+	return Record{Kind: kind, Name: name, Value: kvs[0].Value, Holder: holder}, true, nil
+}
+
 // Unlock drops holder's lock of operation kind/name and keeps its record,
 // so that another replica (or this one, later) carries it on.
 func (c *Coordinator) Unlock(ctx context.Context, kind, name, holder string) error {

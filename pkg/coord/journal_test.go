@@ -92,3 +92,20 @@ func TestJournalRejectsBadNames(t *testing.T) {
 		})
 	}
 }
+
+func TestAcquireGetTakesTheLockAndReadsTheRecord(t *testing.T) {
+	ctx := t.Context()
+	a, b := newCoord(t, "/j4", 0), newCoord(t, "/j4", 0)
+	if _, ok, err := a.AcquireGet(ctx, "provision", "pv-1", "a"); err != nil || ok {
+		t.Fatalf("first: ok=%v err=%v, want the lock and no record", ok, err)
+	}
+	if err := a.Put(ctx, "provision", "pv-1", "a", []byte("v")); err != nil {
+		t.Fatal(err)
+	}
+	if r, ok, err := a.AcquireGet(ctx, "provision", "pv-1", "a"); err != nil || !ok || string(r.Value) != "v" {
+		t.Fatalf("again by the holder: %+v %v %v", r, ok, err)
+	}
+	if _, _, err := b.AcquireGet(ctx, "provision", "pv-1", "b"); !errors.Is(err, coord.ErrReserved) {
+		t.Fatalf("another holder: %v, want ErrReserved", err)
+	}
+}

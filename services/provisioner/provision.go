@@ -29,6 +29,7 @@ import (
 // on per-operation locks (pkg/coord).
 type journal interface {
 	Acquire(ctx context.Context, kind, name, holder string) error
+	AcquireGet(ctx context.Context, kind, name, holder string) (coord.Record, bool, error)
 	Unlock(ctx context.Context, kind, name, holder string) error
 	Put(ctx context.Context, kind, name, holder string, value []byte) error
 	Finish(ctx context.Context, kind, name, holder string) error
@@ -147,13 +148,10 @@ func (p *provisioner) provision(ctx context.Context, claim *corev1.PersistentVol
 		return result{outcome: provisionerv1.Outcome_OUTCOME_IN_BACKGROUND, message: "an attempt to provision " + name + " is running"}, nil
 	}
 	defer p.end(kindProvision, name)
-	if err := p.journal.Acquire(ctx, kindProvision, name, p.member); err != nil {
-		if errors.Is(err, coord.ErrReserved) {
-			return result{outcome: provisionerv1.Outcome_OUTCOME_IN_BACKGROUND, message: fmt.Sprintf("%s is being provisioned by another replica (%v)", name, err)}, nil
-		}
-		return result{}, err
+	rec, found, err := p.journal.AcquireGet(ctx, kindProvision, name, p.member)
+	if errors.Is(err, coord.ErrReserved) {
+		return result{outcome: provisionerv1.Outcome_OUTCOME_IN_BACKGROUND, message: fmt.Sprintf("%s is being provisioned by another replica (%v)", name, err)}, nil
 	}
-	rec, found, err := p.journal.Get(ctx, kindProvision, name)
 	if err != nil {
 		return result{}, err
 	}
@@ -378,16 +376,15 @@ func (p *provisioner) deleteVolume(ctx context.Context, pv *corev1.PersistentVol
 		return result{outcome: provisionerv1.Outcome_OUTCOME_IN_BACKGROUND, message: "an attempt to delete " + pv.Name + " is running"}, nil
 	}
 	defer p.end(kindDelete, pv.Name)
-	if err := p.journal.Acquire(ctx, kindDelete, pv.Name, p.member); err != nil {
-		if errors.Is(err, coord.ErrReserved) {
-			return result{outcome: provisionerv1.Outcome_OUTCOME_IN_BACKGROUND, message: fmt.Sprintf("%s is being deleted by another replica (%v)", pv.Name, err)}, nil
-		}
+	rec, ok, err := p.journal.AcquireGet(ctx, kindDelete, pv.Name, p.member)
+	if errors.Is(err, coord.ErrReserved) {
+		return result{outcome: provisionerv1.Outcome_OUTCOME_IN_BACKGROUND, message: fmt.Sprintf("%s is being deleted by another replica (%v)", pv.Name, err)}, nil
+	}
+	if err != nil {
 		return result{}, err
 	}
 	op := deleteOp{Driver: d.name(), VolumeHandle: pv.Spec.CSI.VolumeHandle, Start: p.now()}
-	if rec, ok, err := p.journal.Get(ctx, kindDelete, pv.Name); err != nil {
-		return result{}, err
-	} else if ok {
+	if ok {
 		_ = json.Unmarshal(rec.Value, &op)
 	}
 	op.Secret = p.deletionSecret(ctx, pv)
