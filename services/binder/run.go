@@ -70,8 +70,9 @@ type Options struct {
 
 // DefaultWorkers is the default number of workers per queue: enough
 // requests in flight to keep the API server busy, since each bind is four
-// sequential writes.
-const DefaultWorkers = 64
+// sequential writes, and a claim being provisioned holds its worker through
+// the CSI call and about eight sequential round trips.
+const DefaultWorkers = 128
 
 // DefaultResyncPeriod is how often every object is synced again, as in
 // kube-controller-manager.
