@@ -165,10 +165,13 @@ func loadState(root string, log *slog.Logger) (*state, error) {
 	return st, nil
 }
 
-// save writes the state atomically: a temporary file, synced, renamed over
-// the old one.
+// save writes the state atomically: a temporary file renamed over the old
+// one, so a crashed driver finds the old state or the new, never half of
+// one. It is not fsynced: a dev driver survives its own crash, not the
+// machine's, and a sync per call would make it the slowest part of every
+// provisioning benchmark.
 func (s *state) save(root string) error {
-	b, err := json.MarshalIndent(s, "", "  ")
+	b, err := json.Marshal(s)
 	if err != nil {
 		return fmt.Errorf("encode state: %w", err)
 	}
@@ -179,9 +182,6 @@ func (s *state) save(root string) error {
 		return fmt.Errorf("save state: %w", err)
 	}
 	_, err = f.Write(append(b, '\n'))
-	if err == nil {
-		err = f.Sync()
-	}
 	if cerr := f.Close(); err == nil {
 		err = cerr
 	}
