@@ -68,8 +68,13 @@ test-unit: ## Run the tests that need no kube-apiserver.
 	$(GO) test -count=1 -short ./...
 
 .PHONY: bench
-bench: build kube-apiserver ## Measure binds/s and create-to-Bound latency (N=1000; N=10000 for the big run).
+bench: build kube-apiserver ## Measure static binds/s, then dynamically provisioned volumes/s, with create-to-Bound latency (N=1000; N=10000 for the big run).
 	$(BIN)/volplane-bench --bin-dir $(BIN) --kube-apiserver $(KUBE_APISERVER) -n $(N)
+	$(BIN)/volplane-bench --bin-dir $(BIN) --kube-apiserver $(KUBE_APISERVER) -n $(N) --dynamic
+
+.PHONY: bench-dynamic
+bench-dynamic: build kube-apiserver ## Measure dynamic provisioning only (volumes/s through the dev CSI driver).
+	$(BIN)/volplane-bench --bin-dir $(BIN) --kube-apiserver $(KUBE_APISERVER) -n $(N) --dynamic
 
 .PHONY: bench-kcm
 bench-kcm: build kube-apiserver kube-controller-manager ## The same benchmark with kube-controller-manager's PV binder (KCM_QPS=1000).

@@ -1,7 +1,10 @@
 // Command volplane-bench measures how fast volplane binds: it starts a
 // local kube-apiserver and etcd, the watcher and the binder, creates N
 // volumes and then N claims, and prints binds/s, create-to-Bound latency
-// percentiles and the binder's peak RSS. `make bench` runs it.
+// percentiles and the binder's peak RSS. With --dynamic it measures
+// dynamic provisioning instead: the dev CSI driver and the provisioner
+// run too, no volumes are made up front, and it prints volumes/s.
+// `make bench` runs both.
 package main
 
 import (
@@ -25,6 +28,7 @@ func main() {
 	flag.StringVar(&o.ProfileDir, "profile-dir", "", "save CPU profiles of the binder and the watcher taken while claims are bound into this directory")
 	flag.StringVar(&o.KCM, "kube-controller-manager", "", "compare: bind with this kube-controller-manager binary's PV binder instead of volplane (make kube-controller-manager)")
 	flag.IntVar(&o.KCMQPS, "kcm-qps", 20, "kube-controller-manager's --kube-api-qps and burst (its default is 20)")
+	flag.BoolVar(&o.Dynamic, "dynamic", false, "measure dynamic provisioning: N claims of a class of the dev CSI driver, no volumes up front (volumes/s)")
 	flag.Parse()
 	o.Out = os.Stderr
 

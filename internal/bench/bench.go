@@ -15,6 +15,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/watch"
@@ -22,6 +23,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 	watchtools "k8s.io/client-go/tools/watch"
 
+	"github.com/volplane/volplane/internal/devcsi"
 	"github.com/volplane/volplane/internal/devenv"
 	"github.com/volplane/volplane/pkg/kube"
 )
@@ -48,6 +50,11 @@ type Options struct {
 	KCM string
 	// KCMQPS is kube-controller-manager's --kube-api-qps (and burst).
 	KCMQPS int
+	// Dynamic measures dynamic provisioning instead of static binding: no
+	// volumes are made up front; the claims are of a class of volplane's
+	// dev CSI driver, provisioned by the provisioner service (the
+	// volplane-csi and provisioner binaries run as processes too).
+	Dynamic bool
 	// Out receives the report.
 	Out io.Writer
 }
@@ -56,6 +63,7 @@ type Options struct {
 type Result struct {
 	N                  int
 	Binder             string        // what bound: "volplane" or "kube-controller-manager"
+	Dynamic            bool          // claims were provisioned, not bound to existing volumes
 	Elapsed            time.Duration // first claim created to last claim Bound
 	BindsPerSecond     float64
 	P50, P99, Max      time.Duration // create-to-Bound latency
@@ -64,6 +72,9 @@ type Result struct {
 	WatcherCPU         time.Duration
 	WatcherPeakRSS     int64         // bytes
 	CreateClaimsWindow time.Duration // how long creating the N claims took
+	ProvisionerCPU     time.Duration // dynamic only
+	ProvisionerPeakRSS int64         // bytes; dynamic only
+	DriverCPU          time.Duration // the dev CSI driver's; dynamic only
 }
 
 // Run runs the benchmark once.
@@ -76,6 +87,9 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 	}
 	if o.Out == nil {
 		o.Out = os.Stdout
+	}
+	if o.Dynamic && o.KCM != "" {
+		return nil, errors.New("kube-controller-manager provisions nothing itself: compare static binding only")
 	}
 	dir, err := os.MkdirTemp("", "volplane-bench-")
 	if err != nil {
@@ -90,8 +104,15 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 	}
 	defer env.Stop()
 
-	var binder, watcher *devenv.Process
-	var binderAddr, watcherDebug, binderDebug string
+	var binder, watcher, provisioner, driver *devenv.Process
+	var binderAddr, watcherDebug, binderDebug, provisionerAddr string
+	if o.Dynamic {
+		if driver, provisioner, provisionerAddr, err = startProvisioning(ctx, dir, o.BinDir, env); err != nil {
+			return nil, err
+		}
+		defer driver.Stop()
+		defer provisioner.Stop()
+	}
 	if o.KCM != "" {
 		if binder, err = startKCM(dir, o.KCM, env.Kubeconfig, o.KCMQPS); err != nil {
 			return nil, err
@@ -125,6 +146,9 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 		if o.Workers > 0 {
 			args = append(args, "--workers", strconv.Itoa(o.Workers))
 		}
+		if provisionerAddr != "" {
+			args = append(args, "--provisioner-address", provisionerAddr)
+		}
 		if binderDebug != "" {
 			args = append(args, "--debug-address", binderDebug)
 		}
@@ -143,16 +167,27 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 		return nil, err
 	}
 
-	fmt.Fprintf(o.Out, "creating %d volumes...\n", o.N)
-	if err := parallel(ctx, o.N, o.Clients, func(i int) error {
-		_, err := client.CoreV1().PersistentVolumes().Create(ctx, volume(i), metav1.CreateOptions{})
-		return err
-	}); err != nil {
-		return nil, fmt.Errorf("create volumes: %w", err)
-	}
-	// Let the binder make every volume Available before claims arrive.
-	if err := waitVolumesAvailable(ctx, client, o.N); err != nil {
-		return nil, fmt.Errorf("%w (binder log: %s)", err, binder.LogPath)
+	if o.Dynamic {
+		policy := corev1.PersistentVolumeReclaimDelete
+		mode := storagev1.VolumeBindingImmediate
+		if _, err := client.StorageV1().StorageClasses().Create(ctx, &storagev1.StorageClass{
+			ObjectMeta: metav1.ObjectMeta{Name: "bench"}, Provisioner: devcsi.DefaultName,
+			ReclaimPolicy: &policy, VolumeBindingMode: &mode,
+		}, metav1.CreateOptions{}); err != nil {
+			return nil, err
+		}
+	} else {
+		fmt.Fprintf(o.Out, "creating %d volumes...\n", o.N)
+		if err := parallel(ctx, o.N, o.Clients, func(i int) error {
+			_, err := client.CoreV1().PersistentVolumes().Create(ctx, volume(i), metav1.CreateOptions{})
+			return err
+		}); err != nil {
+			return nil, fmt.Errorf("create volumes: %w", err)
+		}
+		// Let the binder make every volume Available before claims arrive.
+		if err := waitVolumesAvailable(ctx, client, o.N); err != nil {
+			return nil, fmt.Errorf("%w (binder log: %s)", err, binder.LogPath)
+		}
 	}
 
 	// The apiserver may close a watch under load (a slow reader); the retry
@@ -260,15 +295,30 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 	if watcher != nil {
 		r.WatcherPeakRSS, r.WatcherCPU = watcher.Usage()
 	}
+	if o.Dynamic {
+		r.Dynamic = true
+		r.ProvisionerPeakRSS, r.ProvisionerCPU = provisioner.Usage()
+		_, r.DriverCPU = driver.Usage()
+	}
 	return r, nil
 }
 
 // Print writes the result as the README shows it.
 func (r *Result) Print(w io.Writer) {
 	fmt.Fprintf(w, "binder:                %s\n", r.Binder)
-	fmt.Fprintf(w, "pairs:                 %d\n", r.N)
+	if r.Dynamic {
+		fmt.Fprintf(w, "mode:                  dynamic provisioning (dev CSI driver)\n")
+		fmt.Fprintf(w, "claims:                %d\n", r.N)
+	} else {
+		fmt.Fprintf(w, "mode:                  static binding\n")
+		fmt.Fprintf(w, "pairs:                 %d\n", r.N)
+	}
 	fmt.Fprintf(w, "elapsed:               %s (claims created within %s)\n", r.Elapsed.Round(time.Millisecond), r.CreateClaimsWindow.Round(time.Millisecond))
-	fmt.Fprintf(w, "binds/s:               %.1f\n", r.BindsPerSecond)
+	if r.Dynamic {
+		fmt.Fprintf(w, "volumes/s:             %.1f\n", r.BindsPerSecond)
+	} else {
+		fmt.Fprintf(w, "binds/s:               %.1f\n", r.BindsPerSecond)
+	}
 	fmt.Fprintf(w, "create-to-Bound p50:   %s\n", r.P50.Round(time.Millisecond))
 	fmt.Fprintf(w, "create-to-Bound p99:   %s\n", r.P99.Round(time.Millisecond))
 	fmt.Fprintf(w, "create-to-Bound max:   %s\n", r.Max.Round(time.Millisecond))
@@ -278,6 +328,39 @@ func (r *Result) Print(w io.Writer) {
 		fmt.Fprintf(w, "watcher CPU time:      %s\n", r.WatcherCPU.Round(time.Millisecond))
 		fmt.Fprintf(w, "watcher peak RSS:      %.1f MiB\n", float64(r.WatcherPeakRSS)/(1<<20))
 	}
+	if r.Dynamic {
+		fmt.Fprintf(w, "provisioner CPU time:  %s\n", r.ProvisionerCPU.Round(time.Millisecond))
+		fmt.Fprintf(w, "provisioner peak RSS:  %.1f MiB\n", float64(r.ProvisionerPeakRSS)/(1<<20))
+		fmt.Fprintf(w, "CSI driver CPU time:   %s\n", r.DriverCPU.Round(time.Millisecond))
+	}
+}
+
+// startProvisioning runs the dev CSI driver and a provisioner serving it,
+// and waits until the provisioner is ready (its driver probed).
+func startProvisioning(ctx context.Context, dir, binDir string, env *devenv.Env) (driver, provisioner *devenv.Process, addr string, err error) {
+	sock := "unix://" + filepath.Join(dir, "csi.sock")
+	driver, err = devenv.StartProcess(dir, "volplane-csi", filepath.Join(binDir, "volplane-csi"),
+		"--endpoint", sock, "--root-dir", filepath.Join(dir, "csi"), "--node-id", "bench-node", "--log-level", "warn")
+	if err != nil {
+		return nil, nil, "", err
+	}
+	if addr, err = devenv.FreeAddr(); err != nil {
+		driver.Stop()
+		return nil, nil, "", err
+	}
+	provisioner, err = devenv.StartProcess(dir, "provisioner", filepath.Join(binDir, "provisioner"),
+		"--kubeconfig", env.Kubeconfig, "--etcd-endpoints", strings.Join(env.EtcdEndpoints, ","),
+		"--listen", addr, "--csi-endpoint", sock, "--log-level", "warn")
+	if err != nil {
+		driver.Stop()
+		return nil, nil, "", err
+	}
+	if err := devenv.WaitServing(ctx, addr, "", 2*time.Minute); err != nil {
+		provisioner.Stop()
+		driver.Stop()
+		return nil, nil, "", fmt.Errorf("provisioner: %w (logs: %s, %s)", err, provisioner.LogPath, driver.LogPath)
+	}
+	return driver, provisioner, addr, nil
 }
 
 func volume(i int) *corev1.PersistentVolume {
