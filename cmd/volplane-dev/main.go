@@ -112,7 +112,8 @@ func run(ctx context.Context, binDir, apiserver, dir, gatewayListen string, work
 		{name: "watcher", addr: watcher, args: []string{"--kubeconfig", kc, "--listen", watcher}},
 		{name: "provisioner", addr: provisioner, args: []string{"--kubeconfig", kc, "--etcd-endpoints", etcd, "--listen", provisioner,
 			"--csi-endpoint", csiEndpoint}},
-		{name: "reclaimer", addr: reclaimer, args: []string{"--kubeconfig", kc, "--etcd-endpoints", etcd, "--listen", reclaimer}},
+		{name: "reclaimer", addr: reclaimer, args: []string{"--kubeconfig", kc, "--etcd-endpoints", etcd, "--listen", reclaimer,
+			"--provisioner-address", provisioner}},
 		{name: "binder", addr: binder, args: []string{"--kubeconfig", kc, "--etcd-endpoints", etcd, "--listen", binder,
 			"--watcher-address", watcher, "--reclaimer-address", reclaimer, "--provisioner-address", provisioner,
 			"--workers", strconv.Itoa(workers)}},
@@ -155,8 +156,10 @@ volplane is up.
 Try:
   export KUBECONFIG=%[1]s
   kubectl apply -f deploy/examples/static-binding.yaml
+  kubectl apply -f deploy/examples/dynamic-provisioning.yaml
   kubectl get pv,pvc
   curl -s http://%[2]s/v1/namespaces/default/claims/demo-claim
+  curl -s http://%[2]s/v1/drivers
 
 Ctrl-C stops everything.
 `, kc, gatewayListen, dir)
