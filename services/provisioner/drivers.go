@@ -225,11 +225,16 @@ func parseEndpoint(s string) (name, endpoint string) {
 // csiLogger logs every CSI call with its code and duration, and at debug
 // level the request with every secret replaced by "***" (as
 // csi-lib-utils' protosanitizer does).
-func csiLogger(log *slog.Logger, endpoint string) grpc.UnaryClientInterceptor {
+//
+// It also times every call in csi_sidecar_operations_seconds; driver names
+// the driver once it has said who it is.
+func csiLogger(log *slog.Logger, endpoint string, driver func() string) grpc.UnaryClientInterceptor {
 	return func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
 		start := time.Now()
 		err := invoker(ctx, method, req, reply, cc, opts...)
-		attrs := []any{"endpoint", endpoint, "method", method, "code", status.Code(err).String(), "duration", time.Since(start)}
+		took := time.Since(start)
+		csiOperations.WithLabelValues(driver(), method, status.Code(err).String()).Observe(took.Seconds())
+		attrs := []any{"endpoint", endpoint, "method", method, "code", status.Code(err).String(), "duration", took}
 		if log.Enabled(ctx, slog.LevelDebug) {
 			attrs = append(attrs, "request", grpcutil.Sanitize(req))
 		}

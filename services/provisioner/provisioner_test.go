@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	csi "github.com/container-storage-interface/spec/lib/go/csi"
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	corev1 "k8s.io/api/core/v1"
@@ -20,6 +21,7 @@ import (
 	"github.com/volplane/volplane/internal/devcsi"
 	"github.com/volplane/volplane/pkg/grpcutil"
 	"github.com/volplane/volplane/pkg/kube"
+	"github.com/volplane/volplane/pkg/metrics"
 	provisionerv1 "github.com/volplane/volplane/proto/volplane/provisioner/v1"
 )
 
@@ -410,4 +412,38 @@ func TestOptionErrorsNameTheFlag(t *testing.T) {
 			t.Errorf("error %v does not mention %q", err, want)
 		}
 	}
+}
+
+func TestCSICallsAreTimedWithExternalProvisionersMetric(t *testing.T) {
+	registerMetrics()
+	_, ep := startDriver(t)
+	_, addr := parseEndpoint(ep)
+	cc, err := grpcutil.Dial(addr, grpc.WithChainUnaryInterceptor(csiLogger(discard, addr, func() string { return devcsi.DefaultName })))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cc.Close()
+	if _, err := csi.NewIdentityClient(cc).Probe(t.Context(), &csi.ProbeRequest{}); err != nil {
+		t.Fatal(err)
+	}
+	families, err := metrics.Registry.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range families {
+		if f.GetName() != "csi_sidecar_operations_seconds" {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			labels := map[string]string{}
+			for _, l := range m.GetLabel() {
+				labels[l.GetName()] = l.GetValue()
+			}
+			if labels["driver_name"] == devcsi.DefaultName && labels["method_name"] == "/csi.v1.Identity/Probe" &&
+				labels["grpc_status_code"] == "OK" && m.GetHistogram().GetSampleCount() > 0 {
+				return
+			}
+		}
+	}
+	t.Fatal("no csi_sidecar_operations_seconds sample for the Probe call")
 }

@@ -26,6 +26,7 @@ import (
 	"github.com/volplane/volplane/pkg/coord"
 	"github.com/volplane/volplane/pkg/grpcutil"
 	"github.com/volplane/volplane/pkg/kube"
+	"github.com/volplane/volplane/pkg/metrics"
 	provisionerv1 "github.com/volplane/volplane/proto/volplane/provisioner/v1"
 )
 
@@ -83,6 +84,9 @@ type Options struct {
 	RecoveryPeriod time.Duration
 	// ProbePeriod is how often the drivers are probed.
 	ProbePeriod time.Duration
+	// DebugAddress serves /metrics and /debug/pprof over HTTP; empty
+	// disables.
+	DebugAddress string
 	// Logger; default slog.Default().
 	Logger *slog.Logger
 }
@@ -167,6 +171,7 @@ func Run(ctx context.Context, o Options) error {
 		return err
 	}
 
+	registerMetrics()
 	factory := informers.NewSharedInformerFactory(client, 0)
 	nodeLister := factory.Core().V1().Nodes().Lister()
 	csiNodeLister := factory.Storage().V1().CSINodes().Lister()
@@ -178,12 +183,19 @@ func Run(ctx context.Context, o Options) error {
 	reg := newRegistry(log)
 	for _, e := range o.CSIEndpoints {
 		name, ep := parseEndpoint(strings.TrimSpace(e))
-		cc, err := grpcutil.Dial(ep, grpc.WithChainUnaryInterceptor(csiLogger(log, ep)))
+		var d *driver
+		cc, err := grpcutil.Dial(ep, grpc.WithChainUnaryInterceptor(csiLogger(log, ep, func() string {
+			if d == nil {
+				return ""
+			}
+			return d.name()
+		})))
 		if err != nil {
 			return fmt.Errorf("CSI endpoint %s: %w", ep, err)
 		}
 		defer cc.Close()
-		reg.add(newDriver(ep, name, cc))
+		d = newDriver(ep, name, cc)
+		reg.add(d)
 	}
 	p := &provisioner{
 		log: log, member: o.MemberID, client: client, journal: co, drivers: reg,
@@ -204,6 +216,7 @@ func Run(ctx context.Context, o Options) error {
 
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return srv.Serve(gctx, lis, 10*time.Second) })
+	g.Go(func() error { return metrics.Serve(gctx, o.DebugAddress, log) })
 	g.Go(func() error {
 		reg.probeLoop(gctx, o.ProbePeriod)
 		return nil

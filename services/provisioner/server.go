@@ -38,6 +38,7 @@ func (s *server) Provision(ctx context.Context, req *provisionerv1.ProvisionRequ
 	if err != nil {
 		return nil, toStatus(err)
 	}
+	outcomes.WithLabelValues(kindProvision, res.outcome.String()).Inc()
 	out := &provisionerv1.ProvisionResponse{Outcome: res.outcome, VolumeName: VolumeName(s.p.prefix, claim), Message: res.message}
 	if res.volume != nil {
 		if out.Volume, err = kube.EncodeProto(res.volume); err != nil {
@@ -66,6 +67,7 @@ func (s *server) DeleteVolume(ctx context.Context, req *provisionerv1.DeleteVolu
 	if err != nil {
 		return nil, toStatus(err)
 	}
+	outcomes.WithLabelValues(kindDelete, res.outcome.String()).Inc()
 	return &provisionerv1.DeleteVolumeResponse{Outcome: res.outcome, Message: res.message}, nil
 }
 

@@ -27,6 +27,7 @@ func main() {
 	flag.DurationVar(&o.Timeout, "timeout", provisioner.DefaultTimeout, "timeout of each CSI call; a call that times out is retried with the same volume name")
 	flag.DurationVar(&o.RecoveryPeriod, "recovery-period", provisioner.DefaultRecoveryPeriod, "how often the journal is scanned to finish or undo interrupted operations")
 	flag.DurationVar(&o.ProbePeriod, "probe-period", provisioner.DefaultProbePeriod, "how often the CSI drivers are probed")
+	flag.StringVar(&o.DebugAddress, "debug-address", "", "HTTP address serving /metrics (Prometheus) and /debug/pprof; empty disables")
 	logging := cmdutil.LogFlags()
 	flag.Parse()
 	os.Exit(cmdutil.Run(provisioner.Service, logging, func(ctx context.Context, log *slog.Logger) error {
