@@ -44,6 +44,9 @@ type entry struct {
 	// expires is when an entry that is not held (RETAINED, SKIPPED,
 	// SUCCEEDED, CANCELLED) is forgotten.
 	expires time.Time
+	// wake: sync at once, even before the backoff ends (the volume's
+	// policy changed).
+	wake bool
 }
 
 // controller carries out reclaims: a rate-limited work queue of volume
@@ -167,7 +170,8 @@ func (c *controller) current(v *corev1.PersistentVolume) *reclaimerv1.Reclaim {
 	policy := string(v.Spec.PersistentVolumeReclaimPolicy)
 	if e.held {
 		if e.rec.Policy != policy {
-			c.queue.Add(v.Name) // the policy changed: plan again now
+			e.wake = true // the policy changed: plan again now
+			c.queue.Add(v.Name)
 		}
 		return clone(e.rec)
 	}
@@ -264,15 +268,23 @@ func (c *controller) hold(ctx context.Context, r *reclaimerv1.Reclaim) error {
 }
 
 // othersReclaim is the answer for a volume another replica holds: its
-// record, or a PENDING one while the holder has not written it yet.
+// record (which the holder writes right after taking the lock, so it is
+// waited for briefly), or a PENDING one without an owner.
 func (c *controller) othersReclaim(ctx context.Context, v *corev1.PersistentVolume, p plan) (*reclaimerv1.Reclaim, error) {
-	rec, ok, err := c.journal.Get(ctx, journalKind, v.Name)
-	if err != nil {
-		return nil, fmt.Errorf("%w: %w", errJournal, err)
-	}
-	if ok {
-		if r, err := decodeRecord(rec); err == nil {
-			return r, nil
+	for range 50 {
+		rec, ok, err := c.journal.Get(ctx, journalKind, v.Name)
+		if err != nil {
+			return nil, fmt.Errorf("%w: %w", errJournal, err)
+		}
+		if ok {
+			if r, err := decodeRecord(rec); err == nil {
+				return r, nil
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(20 * time.Millisecond):
 		}
 	}
 	r := c.newRecord(v, p)
@@ -434,6 +446,11 @@ func (c *controller) handle(ctx context.Context, key string) {
 		c.queue.Forget(key)
 		return
 	}
+	if c.backingOff(key, r) {
+		// A change (e.g. of the recycler pod) arrived during the backoff:
+		// the attempt already scheduled comes when it is due.
+		return
+	}
 	err := c.sync(ctx, r)
 	switch {
 	case err == nil:
@@ -448,6 +465,21 @@ func (c *controller) handle(ctx context.Context, key string) {
 		c.queue.AddAfter(key, d)
 	}
 }
+
+// backingOff reports whether the reclaim waits for its next attempt.
+func (c *controller) backingOff(key string, r *reclaimerv1.Reclaim) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if e := c.entries[key]; e != nil && e.wake {
+		e.wake = false
+		return false
+	}
+	due := r.GetNextAttemptTime()
+	return due != nil && c.now().Add(retrySlack).Before(due.AsTime())
+}
+
+// retrySlack lets an attempt scheduled for a time start a little early.
+const retrySlack = 10 * time.Millisecond
 
 // noteRetry records when the next attempt is due (and why, unless the
 // sync recorded it).

@@ -7,11 +7,13 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/util/workqueue"
 
 	"github.com/volplane/volplane/pkg/kube"
 	provisionerv1 "github.com/volplane/volplane/proto/volplane/provisioner/v1"
@@ -514,5 +516,46 @@ func TestReclaimCancelled(t *testing.T) {
 	}
 	if kc.pod("default", "recycler-for-c") != nil {
 		t.Error("the recycler pod of a cancelled reclaim was kept")
+	}
+}
+
+// Changes that arrive while a failed reclaim backs off (a recycler pod
+// deleted, the binder's resync) do not bring the next attempt forward;
+// RetryReclaim does.
+func TestBackoffIsKept(t *testing.T) {
+	kc, j, p := newFakeCluster(), newFakeJournal(), servedDev()
+	p.answer(&provisionerv1.DeleteVolumeResponse{Outcome: provisionerv1.Outcome_OUTCOME_NO_CHANGE, Message: "disk busy"}, nil)
+	r := newReplica(t, "me", kc, j, p, config{})
+	r.limiter = workqueue.NewTypedItemExponentialFailureRateLimiter[string](time.Hour, time.Hour)
+	r.queue = workqueue.NewTypedRateLimitingQueue(r.limiter)
+	v := releasedPV("slow", corev1.PersistentVolumeReclaimDelete, withCSI(devDriver))
+	kc.addPV(v)
+	r.start(t, v)
+	if rec := r.step(t, "slow"); rec.State != reclaimerv1.State_STATE_FAILED || rec.NextAttemptTime.AsTime().Before(time.Now().Add(50*time.Minute)) {
+		t.Fatalf("record %v", rec)
+	}
+	r.step(t, "slow")
+	if p.calls() != 1 {
+		t.Fatalf("DeleteVolume called %d times during the backoff", p.calls())
+	}
+	// The policy changes: planned again at once.
+	kc.mu.Lock()
+	kc.pvs["slow"].Spec.PersistentVolumeReclaimPolicy = corev1.PersistentVolumeReclaimRetain
+	kc.mu.Unlock()
+	r.start(t, kc.pv("slow"))
+	if rec := r.step(t, "slow"); rec.State != reclaimerv1.State_STATE_RETAINED {
+		t.Fatalf("after the policy changed: %v", rec)
+	}
+
+	v2 := releasedPV("slow-2", corev1.PersistentVolumeReclaimDelete, withCSI(devDriver))
+	kc.addPV(v2)
+	r.start(t, v2)
+	r.step(t, "slow-2")
+	p.answer(&provisionerv1.DeleteVolumeResponse{Outcome: provisionerv1.Outcome_OUTCOME_FINISHED}, nil)
+	if _, err := r.retryNow(t.Context(), "slow-2"); err != nil {
+		t.Fatal(err)
+	}
+	if rec := r.step(t, "slow-2"); rec.State != reclaimerv1.State_STATE_SUCCEEDED {
+		t.Fatalf("after RetryReclaim: %v", rec)
 	}
 }

@@ -415,7 +415,9 @@ func newReplica(t *testing.T, member string, kc *fakeCluster, j *fakeJournal, p 
 		prov = p
 	}
 	events := record.NewFakeRecorder(100)
-	c := newController(log, member, kc, j, newDrivers(prov, time.Minute, log), prov, events, cfg, time.Millisecond, 10*time.Millisecond, make(chan struct{}))
+	// Backoffs stay under retrySlack: a step right after a failure is the
+	// retry.
+	c := newController(log, member, kc, j, newDrivers(prov, time.Minute, log), prov, events, cfg, time.Millisecond, retrySlack/2, make(chan struct{}))
 	t.Cleanup(c.queue.ShutDown)
 	r := &replica{controller: c, events: events}
 	c.scrub = func(dir string) error {
