@@ -22,14 +22,19 @@ import (
 )
 
 // cluster is the environment every test shares: one apiserver, one etcd,
-// one watcher, one reclaimer and one binder.
+// one watcher, one reclaimer (node-local Recycle, as if on node e2eNode)
+// and one binder.
 var cluster struct {
-	env         *devenv.Env
-	client      kubernetes.Interface
-	watcherAddr string
-	binderAddr  string
-	logs        string
+	env           *devenv.Env
+	client        kubernetes.Interface
+	watcherAddr   string
+	binderAddr    string
+	reclaimerAddr string
+	logs          string
 }
+
+// e2eNode is the node the shared reclaimer scrubs hostPath volumes on.
+const e2eNode = "e2e-node"
 
 func freeAddr() string {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
@@ -85,12 +90,15 @@ func run(m *testing.M) int {
 	cluster.watcherAddr = freeAddr()
 	cluster.binderAddr = freeAddr()
 	reclaimerAddr := freeAddr()
+	cluster.reclaimerAddr = reclaimerAddr
 	errc := make(chan error, 3)
 	go func() {
 		errc <- watcher.Run(ctx, watcher.Options{Kubeconfig: env.Kubeconfig, Listen: cluster.watcherAddr, Logger: logger("watcher")})
 	}()
 	go func() {
-		errc <- reclaimer.Run(ctx, reclaimer.Options{Kubeconfig: env.Kubeconfig, EtcdEndpoints: env.EtcdEndpoints, Listen: reclaimerAddr, Logger: logger("reclaimer")})
+		errc <- reclaimer.Run(ctx, reclaimer.Options{Kubeconfig: env.Kubeconfig, EtcdEndpoints: env.EtcdEndpoints, Listen: reclaimerAddr,
+			RecycleMode: reclaimer.RecycleNodeLocal, NodeName: e2eNode, RetryIntervalStart: 100 * time.Millisecond, RetryIntervalMax: 2 * time.Second,
+			Logger: logger("reclaimer")})
 	}()
 	go func() {
 		errc <- binder.Run(ctx, binder.Options{
