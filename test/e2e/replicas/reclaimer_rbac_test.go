@@ -1,0 +1,148 @@
+package replicas
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/rest"
+
+	"github.com/volplane/volplane/internal/devenv"
+	"github.com/volplane/volplane/pkg/grpcutil"
+	"github.com/volplane/volplane/pkg/kube"
+	reclaimerv1 "github.com/volplane/volplane/proto/volplane/reclaimer/v1"
+	"github.com/volplane/volplane/services/reclaimer"
+)
+
+// releasedVolume creates a volume of claim ns/gone (which does not exist)
+// and sets it Released, as the binder would.
+func releasedVolume(t *testing.T, name string, src corev1.PersistentVolumeSource, affinity *corev1.VolumeNodeAffinity) *corev1.PersistentVolume {
+	t.Helper()
+	v := &corev1.PersistentVolume{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Annotations: map[string]string{kube.AnnBoundByController: "yes"}},
+		Spec: corev1.PersistentVolumeSpec{
+			Capacity:                      corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")},
+			AccessModes:                   []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
+			PersistentVolumeReclaimPolicy: corev1.PersistentVolumeReclaimRecycle,
+			PersistentVolumeSource:        src,
+			NodeAffinity:                  affinity,
+			ClaimRef:                      &corev1.ObjectReference{Kind: "PersistentVolumeClaim", Namespace: "rbac-reclaim", Name: "gone", UID: "uid-gone"},
+		},
+	}
+	ctx := context.Background()
+	v, err := client.CoreV1().PersistentVolumes().Create(ctx, v, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = client.CoreV1().PersistentVolumes().Delete(context.Background(), name, metav1.DeleteOptions{}) })
+	v.Status.Phase = corev1.VolumeReleased
+	if v, err = client.CoreV1().PersistentVolumes().UpdateStatus(ctx, v, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	return v
+}
+
+func runReclaimer(t *testing.T, o reclaimer.Options) reclaimerv1.ReclaimerServiceClient {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	addr, _ := devenv.FreeAddr()
+	o.EtcdEndpoints, o.Listen = env.EtcdEndpoints, addr
+	errc := make(chan error, 1)
+	go func() { errc <- reclaimer.Run(ctx, o) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-errc; err != nil {
+			t.Errorf("reclaimer %s: %v", o.MemberID, err)
+		}
+	})
+	if err := devenv.WaitServing(ctx, addr, "", time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	cc, err := grpcutil.Dial(addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cc.Close() })
+	return reclaimerv1.NewReclaimerServiceClient(cc)
+}
+
+func recycled(t *testing.T, c reclaimerv1.ReclaimerServiceClient, name string) {
+	t.Helper()
+	eventually(t, 30*time.Second, func() string {
+		v, err := client.CoreV1().PersistentVolumes().Get(context.Background(), name, metav1.GetOptions{})
+		if err != nil {
+			return err.Error()
+		}
+		if v.Status.Phase != corev1.VolumeAvailable || v.Spec.ClaimRef != nil {
+			r, _ := c.GetReclaim(context.Background(), &reclaimerv1.GetReclaimRequest{VolumeName: name})
+			return "not recycled yet: " + string(v.Status.Phase) + "; " + r.GetReclaim().GetMessage()
+		}
+		return ""
+	})
+}
+
+// The reclaimer needs no more than deploy/kubernetes/rbac.yaml grants: as
+// its ServiceAccount it runs (and watches, and deletes) a recycler pod,
+// repeats the pod's Events, reads the claims and pods it checks before a
+// scrub, reads its Node, and updates the volume.
+func TestReclaimerRunsWithTheDeployedRBAC(t *testing.T) {
+	applyRBAC(t)
+	sa := rest.CopyConfig(env.RESTConfig)
+	sa.Impersonate = rest.ImpersonationConfig{UserName: "system:serviceaccount:volplane-system:volplane"}
+	ctx := context.Background()
+
+	t.Run("recycler pod", func(t *testing.T) {
+		ns := newNamespace(t, "rbac-recyclers")
+		if _, err := client.CoreV1().ServiceAccounts(ns).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "default"}}, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		c := runReclaimer(t, reclaimer.Options{RESTConfig: sa, RecyclerNamespace: ns, MemberID: "reclaimer-rbac-pod", Logger: logger("reclaimer-rbac-pod")})
+		v := releasedVolume(t, "rbac-nfs", corev1.PersistentVolumeSource{NFS: &corev1.NFSVolumeSource{Server: "nfs.example", Path: "/x"}}, nil)
+		if _, err := c.Reclaim(ctx, &reclaimerv1.ReclaimRequest{VolumeName: v.Name}); err != nil {
+			t.Fatal(err)
+		}
+		var pod *corev1.Pod
+		eventually(t, 30*time.Second, func() string {
+			var err error
+			if pod, err = client.CoreV1().Pods(ns).Get(ctx, "recycler-for-rbac-nfs", metav1.GetOptions{}); err != nil {
+				return err.Error()
+			}
+			return ""
+		})
+		pod.Status.Phase = corev1.PodSucceeded
+		if _, err := client.CoreV1().Pods(ns).UpdateStatus(ctx, pod, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		recycled(t, c, v.Name)
+	})
+
+	t.Run("node-local", func(t *testing.T) {
+		dir := t.TempDir()
+		if err := os.WriteFile(filepath.Join(dir, ".data"), []byte("x"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		c := runReclaimer(t, reclaimer.Options{RESTConfig: sa, RecycleMode: reclaimer.RecycleNodeLocal, NodeName: "rbac-node",
+			MemberID: "reclaimer-rbac-node", Logger: logger("reclaimer-rbac-node")})
+		affinity := &corev1.VolumeNodeAffinity{Required: &corev1.NodeSelector{NodeSelectorTerms: []corev1.NodeSelectorTerm{{
+			MatchExpressions: []corev1.NodeSelectorRequirement{{Key: corev1.LabelHostname, Operator: corev1.NodeSelectorOpIn, Values: []string{"rbac-node"}}},
+		}}}}
+		v := releasedVolume(t, "rbac-local", corev1.PersistentVolumeSource{Local: &corev1.LocalVolumeSource{Path: dir}}, affinity)
+		if _, err := c.Reclaim(ctx, &reclaimerv1.ReclaimRequest{VolumeName: v.Name}); err != nil {
+			t.Fatal(err)
+		}
+		recycled(t, c, v.Name)
+		if es, _ := os.ReadDir(dir); len(es) != 0 {
+			t.Errorf("left after the scrub: %v", es)
+		}
+		// Its Node was read (here: found missing), not refused.
+		if b, _ := os.ReadFile(logs.Name()); strings.Contains(string(b), "cannot read this replica's node") {
+			t.Error("the reclaimer may not read its Node")
+		}
+	})
+}
