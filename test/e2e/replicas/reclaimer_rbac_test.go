@@ -40,7 +40,9 @@ func releasedVolume(t *testing.T, name string, src corev1.PersistentVolumeSource
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = client.CoreV1().PersistentVolumes().Delete(context.Background(), name, metav1.DeleteOptions{}) })
+	t.Cleanup(func() {
+		_ = client.CoreV1().PersistentVolumes().Delete(context.Background(), name, metav1.DeleteOptions{})
+	})
 	v.Status.Phase = corev1.VolumeReleased
 	if v, err = client.CoreV1().PersistentVolumes().UpdateStatus(ctx, v, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
