@@ -227,11 +227,17 @@ func TestFinalErrorReportsAndRetriesWithBackoff(t *testing.T) {
 		if _, err := cluster.client.CoreV1().PersistentVolumes().Get(t.Context(), pvName(c), metav1.GetOptions{}); err == nil {
 			return "a PV exists after a final error"
 		}
-		if ops := operations(t, pvName(c)); len(ops) > 0 {
-			return fmt.Sprintf("a final error left a journal record %v", ops)
+		// An attempt journals itself before calling the driver and its
+		// final error removes the record: a record seen here is always a
+		// fresh attempt, never one left behind by an earlier attempt.
+		for _, op := range operations(t, pvName(c)) {
+			if op.GetAttempts() != 1 || op.GetLastError() != "" {
+				return fmt.Sprintf("a final error left a journal record %v", op)
+			}
 		}
 		return noneAdded(t, before)
 	})
+	noJournal(t, pvName(c)) // between attempts, while the driver still fails
 	calls := f.Calls("CreateVolume")
 	if calls < 2 || calls > 20 {
 		t.Errorf("%d CreateVolume calls in 2s: want retries with backoff", calls)
