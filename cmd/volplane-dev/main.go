@@ -112,8 +112,10 @@ func run(ctx context.Context, binDir, apiserver, dir, gatewayListen string, work
 		{name: "watcher", addr: watcher, args: []string{"--kubeconfig", kc, "--listen", watcher}},
 		{name: "provisioner", addr: provisioner, args: []string{"--kubeconfig", kc, "--etcd-endpoints", etcd, "--listen", provisioner,
 			"--csi-endpoint", csiEndpoint}},
+		// No kubelet runs recycler pods here: the reclaimer scrubs hostPath
+		// volumes of Recycle policy itself, on this machine.
 		{name: "reclaimer", addr: reclaimer, args: []string{"--kubeconfig", kc, "--etcd-endpoints", etcd, "--listen", reclaimer,
-			"--provisioner-address", provisioner}},
+			"--provisioner-address", provisioner, "--recycle-mode", "node-local", "--node-name", nodeID}},
 		{name: "binder", addr: binder, args: []string{"--kubeconfig", kc, "--etcd-endpoints", etcd, "--listen", binder,
 			"--watcher-address", watcher, "--reclaimer-address", reclaimer, "--provisioner-address", provisioner,
 			"--workers", strconv.Itoa(workers)}},
