@@ -416,6 +416,12 @@ func makeNode(t *testing.T, name string) string {
 	if err != nil && !strings.Contains(err.Error(), "already exists") {
 		t.Fatal(err)
 	}
+	// Later tests provision without a node: every CSINode of the driver
+	// would take part in their topology.
+	t.Cleanup(func() {
+		_ = cluster.client.StorageV1().CSINodes().Delete(context.Background(), name, metav1.DeleteOptions{})
+		_ = cluster.client.CoreV1().Nodes().Delete(context.Background(), name, metav1.DeleteOptions{})
+	})
 	return name
 }
 
