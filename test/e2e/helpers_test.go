@@ -15,6 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/volplane/volplane/internal/e2e"
 	"github.com/volplane/volplane/pkg/grpcutil"
 )
 
@@ -48,50 +49,19 @@ func waitServing(ctx context.Context, addr string, errc <-chan error) error {
 // then fails with the last reason.
 func eventually(t *testing.T, timeout time.Duration, cond func() string) {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
-	last := ""
-	for {
-		if last = cond(); last == "" {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("condition not met within %s: %s", timeout, last)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	e2e.Eventually(t, timeout, cond)
 }
 
-// consistently checks cond stays met ("" ) for the duration.
+// consistently checks cond stays met ("") for the duration.
 func consistently(t *testing.T, d time.Duration, cond func() string) {
 	t.Helper()
-	deadline := time.Now().Add(d)
-	for time.Now().Before(deadline) {
-		if why := cond(); why != "" {
-			t.Fatalf("condition broke: %s", why)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	e2e.Consistently(t, d, cond)
 }
 
-// ns creates a namespace for one test and deletes it afterwards.
+// ns creates a namespace for one test; its claims are deleted afterwards.
 func ns(t *testing.T) string {
 	t.Helper()
-	name := strings.ToLower(strings.NewReplacer("/", "-", "_", "-").Replace(t.Name()))
-	if len(name) > 50 {
-		name = name[:50]
-	}
-	name = strings.Trim(name, "-") + fmt.Sprintf("-%d", time.Now().UnixNano()%100000)
-	_, err := cluster.client.CoreV1().Namespaces().Create(t.Context(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	// Without kube-controller-manager nobody empties a deleted namespace:
-	// delete the claims, or a claim left Lost would rightly take a later
-	// volume created with its old volume's name.
-	t.Cleanup(func() {
-		_ = cluster.client.CoreV1().PersistentVolumeClaims(name).DeleteCollection(context.Background(), metav1.DeleteOptions{}, metav1.ListOptions{})
-	})
-	return name
+	return e2e.Namespace(t, cluster.client)
 }
 
 type pvOpt func(*corev1.PersistentVolume)
@@ -170,20 +140,11 @@ func blockMode() pvcOpt {
 
 // newPVC builds a ReadWriteOnce claim of class cls.
 func newPVC(namespace, name, size, cls string, opts ...pvcOpt) *corev1.PersistentVolumeClaim {
-	c := &corev1.PersistentVolumeClaim{
-		ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name},
-		Spec: corev1.PersistentVolumeClaimSpec{
-			AccessModes:      []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
-			StorageClassName: &cls,
-			Resources: corev1.VolumeResourceRequirements{
-				Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse(size)},
-			},
-		},
+	fs := make([]func(*corev1.PersistentVolumeClaim), len(opts))
+	for i, o := range opts {
+		fs[i] = o
 	}
-	for _, o := range opts {
-		o(c)
-	}
-	return c
+	return e2e.Claim(namespace, name, size, cls, fs...)
 }
 
 // createPVC creates a ReadWriteOnce claim of class cls.
