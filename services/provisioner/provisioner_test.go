@@ -17,6 +17,7 @@ import (
 	storagev1 "k8s.io/api/storage/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes/fake"
 
 	"github.com/volplane/volplane/internal/devcsi"
 	"github.com/volplane/volplane/pkg/grpcutil"
@@ -367,7 +368,14 @@ func TestBuildVolume(t *testing.T) {
 }
 
 func TestRequestValidation(t *testing.T) {
-	s := &server{p: &provisioner{drivers: newRegistry(discard), prefix: "pvc"}}
+	gold := "gold"
+	none := ""
+	api := fake.NewClientset(
+		&corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "orphan", UID: "u2"}, Spec: corev1.PersistentVolumeClaimSpec{StorageClassName: &gold}},
+		&corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "classless", UID: "u3"}, Spec: corev1.PersistentVolumeClaimSpec{StorageClassName: &none}},
+		&corev1.PersistentVolume{ObjectMeta: metav1.ObjectMeta{Name: "hostpath"}},
+	)
+	s := &server{p: &provisioner{client: api, drivers: newRegistry(discard), prefix: "pvc"}}
 	ctx := t.Context()
 	claim, _ := kube.EncodeProto(&corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "c", UID: "u1"}})
 	other := "other"
@@ -378,12 +386,16 @@ func TestRequestValidation(t *testing.T) {
 		code codes.Code
 		msg  string
 	}{
-		"empty":         {&provisionerv1.ProvisionRequest{}, codes.InvalidArgument, "claim_namespace is required"},
-		"garbage claim": {&provisionerv1.ProvisionRequest{ClaimNamespace: "ns", ClaimName: "c", ClaimUid: "u1", Claim: []byte{0xff, 0x01}}, codes.InvalidArgument, "claim: decode"},
-		"other claim":   {&provisionerv1.ProvisionRequest{ClaimNamespace: "ns", ClaimName: "d", ClaimUid: "u1", Claim: claim}, codes.InvalidArgument, "not the claim_namespace"},
-		"no class":      {&provisionerv1.ProvisionRequest{ClaimNamespace: "ns", ClaimName: "c", ClaimUid: "u1", Claim: claim}, codes.InvalidArgument, "storage_class is required"},
-		"wrong class":   {&provisionerv1.ProvisionRequest{ClaimNamespace: "ns", ClaimName: "c", ClaimUid: "u1", Claim: otherClaim, StorageClass: class}, codes.InvalidArgument, `claim asks for class "other"`},
-		"not served":    {&provisionerv1.ProvisionRequest{ClaimNamespace: "ns", ClaimName: "c", ClaimUid: "u1", Claim: claim, StorageClass: class}, codes.FailedPrecondition, "nobody.example.com"},
+		"empty":             {&provisionerv1.ProvisionRequest{}, codes.InvalidArgument, "claim_namespace is required"},
+		"garbage claim":     {&provisionerv1.ProvisionRequest{ClaimNamespace: "ns", ClaimName: "c", ClaimUid: "u1", Claim: []byte{0xff, 0x01}}, codes.InvalidArgument, "claim: decode"},
+		"claim without uid": {&provisionerv1.ProvisionRequest{ClaimNamespace: "ns", ClaimName: "c", Claim: claim}, codes.InvalidArgument, "claim_uid is required with claim"},
+		"other claim":       {&provisionerv1.ProvisionRequest{ClaimNamespace: "ns", ClaimName: "d", ClaimUid: "u1", Claim: claim}, codes.InvalidArgument, "not the claim_namespace"},
+		"wrong class":       {&provisionerv1.ProvisionRequest{ClaimNamespace: "ns", ClaimName: "c", ClaimUid: "u1", Claim: otherClaim, StorageClass: class}, codes.InvalidArgument, `claim asks for class "other"`},
+		"not served":        {&provisionerv1.ProvisionRequest{ClaimNamespace: "ns", ClaimName: "c", ClaimUid: "u1", Claim: claim, StorageClass: class}, codes.FailedPrecondition, "nobody.example.com"},
+		"no such claim":     {&provisionerv1.ProvisionRequest{ClaimNamespace: "ns", ClaimName: "ghost"}, codes.NotFound, "claim ns/ghost not found"},
+		"recreated claim":   {&provisionerv1.ProvisionRequest{ClaimNamespace: "ns", ClaimName: "orphan", ClaimUid: "old"}, codes.FailedPrecondition, "it was recreated"},
+		"no such class":     {&provisionerv1.ProvisionRequest{ClaimNamespace: "ns", ClaimName: "orphan"}, codes.NotFound, "StorageClass gold not found"},
+		"classless claim":   {&provisionerv1.ProvisionRequest{ClaimNamespace: "ns", ClaimName: "classless"}, codes.FailedPrecondition, "names no StorageClass"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			_, err := s.Provision(ctx, tc.req)
@@ -392,15 +404,24 @@ func TestRequestValidation(t *testing.T) {
 			}
 		})
 	}
-	if _, err := s.DeleteVolume(ctx, &provisionerv1.DeleteVolumeRequest{}); status.Code(err) != codes.InvalidArgument {
-		t.Errorf("DeleteVolume without a name: %v", err)
-	}
 	hostPath, _ := kube.EncodeProto(&corev1.PersistentVolume{ObjectMeta: metav1.ObjectMeta{Name: "pv"}})
-	if _, err := s.DeleteVolume(ctx, &provisionerv1.DeleteVolumeRequest{VolumeName: "pv", Volume: hostPath}); status.Code(err) != codes.FailedPrecondition {
-		t.Errorf("DeleteVolume of a non-CSI volume: %v, want FailedPrecondition", err)
-	}
-	if _, err := s.DeleteVolume(ctx, &provisionerv1.DeleteVolumeRequest{VolumeName: "other", Volume: hostPath}); status.Code(err) != codes.InvalidArgument {
-		t.Errorf("DeleteVolume with mismatched names: %v", err)
+	for name, tc := range map[string]struct {
+		req  *provisionerv1.DeleteVolumeRequest
+		code codes.Code
+		msg  string
+	}{
+		"no name":           {&provisionerv1.DeleteVolumeRequest{}, codes.InvalidArgument, "volume_name is required"},
+		"non-CSI volume":    {&provisionerv1.DeleteVolumeRequest{VolumeName: "pv", Volume: hostPath}, codes.FailedPrecondition, "not a CSI volume"},
+		"read from the API": {&provisionerv1.DeleteVolumeRequest{VolumeName: "hostpath"}, codes.FailedPrecondition, "not a CSI volume"},
+		"no such volume":    {&provisionerv1.DeleteVolumeRequest{VolumeName: "ghost"}, codes.NotFound, "PersistentVolume ghost not found"},
+		"mismatched names":  {&provisionerv1.DeleteVolumeRequest{VolumeName: "other", Volume: hostPath}, codes.InvalidArgument, "does not match"},
+	} {
+		t.Run("delete "+name, func(t *testing.T) {
+			_, err := s.DeleteVolume(ctx, tc.req)
+			if status.Code(err) != tc.code || !strings.Contains(status.Convert(err).Message(), tc.msg) {
+				t.Errorf("got %v, want %v containing %q", err, tc.code, tc.msg)
+			}
+		})
 	}
 }
 

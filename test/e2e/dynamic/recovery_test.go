@@ -114,3 +114,31 @@ func provision(t *testing.T, addr string, c *corev1.PersistentVolumeClaim, sc *s
 	}
 	return resp
 }
+
+// Platform tooling can ask for a claim's volume by name alone (as over
+// REST): the provisioner reads the claim and its class from the API.
+func TestProvisionByNameReadsTheClaimAndClass(t *testing.T) {
+	ns := e2e.Namespace(t, cluster.client)
+	const name = "byname.volplane.io"
+	sc := class(t, func(sc *storagev1.StorageClass) { sc.Provisioner = name })
+	c := createClaim(t, ns, "data", "1Gi", sc.Name)
+	addr, _ := startProvisioner(t, "byname", name)
+	cc, err := grpcutil.Dial(addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cc.Close()
+	resp, err := provisionerv1.NewProvisionerServiceClient(cc).Provision(t.Context(),
+		&provisionerv1.ProvisionRequest{ClaimNamespace: ns, ClaimName: "data"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp.GetOutcome() != provisionerv1.Outcome_OUTCOME_FINISHED || resp.GetVolumeName() != pvName(c) {
+		t.Fatalf("Provision: %v", resp)
+	}
+	pv, err := kube.DecodeVolume(resp.GetVolume())
+	if err != nil || pv.Spec.ClaimRef.UID != c.UID || pv.Annotations[kube.AnnDynamicallyProvisioned] != name {
+		t.Fatalf("volume %v, %v", pv, err)
+	}
+	bound(t, ns, "data")
+}

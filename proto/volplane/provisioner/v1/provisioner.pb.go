@@ -91,11 +91,14 @@ type ProvisionRequest struct {
 	ClaimNamespace string `protobuf:"bytes,1,opt,name=claim_namespace,json=claimNamespace,proto3" json:"claim_namespace,omitempty"`
 	// Name of the claim.
 	ClaimName string `protobuf:"bytes,2,opt,name=claim_name,json=claimName,proto3" json:"claim_name,omitempty"`
-	// UID of the claim; the volume name is derived from it.
+	// UID of the claim; the volume name is derived from it. Optional: when
+	// set, the claim must have this UID.
 	ClaimUid string `protobuf:"bytes,3,opt,name=claim_uid,json=claimUid,proto3" json:"claim_uid,omitempty"`
-	// The claim as the caller saw it (Kubernetes protobuf); required.
+	// The claim as the caller saw it (Kubernetes protobuf), to save a read;
+	// optional: without it the claim is read from the API.
 	Claim []byte `protobuf:"bytes,4,opt,name=claim,proto3" json:"claim,omitempty"`
-	// The claim's StorageClass (Kubernetes protobuf); required.
+	// The claim's StorageClass (Kubernetes protobuf), to save a read;
+	// optional: without it the class is read from the API.
 	StorageClass  []byte `protobuf:"bytes,5,opt,name=storage_class,json=storageClass,proto3" json:"storage_class,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -245,7 +248,8 @@ type DeleteVolumeRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Name of the PersistentVolume.
 	VolumeName string `protobuf:"bytes,1,opt,name=volume_name,json=volumeName,proto3" json:"volume_name,omitempty"`
-	// The PersistentVolume (Kubernetes protobuf), to save a read; optional.
+	// The PersistentVolume (Kubernetes protobuf), to save a read; optional:
+	// without it the volume is read from the API.
 	Volume        []byte `protobuf:"bytes,2,opt,name=volume,proto3" json:"volume,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
