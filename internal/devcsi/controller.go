@@ -273,7 +273,7 @@ func (s *controllerServer) CreateVolume(ctx context.Context, req *csi.CreateVolu
 		return nil, status.Errorf(codes.Internal, "create volume directory: %v", err)
 	}
 	d.st.Volumes[v.ID] = v
-	if err := d.st.save(d.root); err != nil {
+	if err := d.st.saveVolume(d.root, v.ID); err != nil {
 		delete(d.st.Volumes, v.ID)
 		_ = os.RemoveAll(dir)
 		return nil, status.Errorf(codes.Internal, "%v", err)
@@ -303,9 +303,12 @@ func (s *controllerServer) DeleteVolume(ctx context.Context, req *csi.DeleteVolu
 			return nil, status.Errorf(codes.FailedPrecondition, "volume %s is published at %s; unpublish it first", id, target)
 		}
 		delete(d.st.Publications, target) // stale: nothing there any more
+		if err := d.st.savePublication(d.root, target); err != nil {
+			d.log.Warn("could not drop the record of a stale publication", "target", target, "error", err)
+		}
 	}
 	delete(d.st.Volumes, id)
-	if err := d.st.save(d.root); err != nil {
+	if err := d.st.saveVolume(d.root, id); err != nil {
 		d.st.Volumes[id] = v
 		return nil, status.Errorf(codes.Internal, "%v", err)
 	}
@@ -460,7 +463,7 @@ func (s *controllerServer) ControllerExpandVolume(ctx context.Context, req *csi.
 	}
 	old := v.CapacityBytes
 	v.CapacityBytes = want
-	if err := d.st.save(d.root); err != nil {
+	if err := d.st.saveVolume(d.root, v.ID); err != nil {
 		v.CapacityBytes = old
 		return nil, status.Errorf(codes.Internal, "%v", err)
 	}
@@ -510,7 +513,7 @@ func (s *controllerServer) CreateSnapshot(ctx context.Context, req *csi.CreateSn
 		return nil, status.Errorf(codes.Internal, "%v", err)
 	}
 	d.st.Snapshots[sn.ID] = sn
-	if err := d.st.save(d.root); err != nil {
+	if err := d.st.saveSnapshot(d.root, sn.ID); err != nil {
 		delete(d.st.Snapshots, sn.ID)
 		_ = os.RemoveAll(dir)
 		return nil, status.Errorf(codes.Internal, "%v", err)
@@ -532,7 +535,7 @@ func (s *controllerServer) DeleteSnapshot(ctx context.Context, req *csi.DeleteSn
 		return &csi.DeleteSnapshotResponse{}, nil
 	}
 	delete(d.st.Snapshots, id)
-	if err := d.st.save(d.root); err != nil {
+	if err := d.st.saveSnapshot(d.root, id); err != nil {
 		d.st.Snapshots[id] = sn
 		return nil, status.Errorf(codes.Internal, "%v", err)
 	}

@@ -432,3 +432,22 @@ func TestExpandVolume(t *testing.T) {
 	_, err = d.ControllerExpandVolume(t.Context(), &csi.ControllerExpandVolumeRequest{VolumeId: "vol-none", CapacityRange: &csi.CapacityRange{RequiredBytes: 1}})
 	wantCode(t, err, codes.NotFound)
 }
+
+// A root written by the older single-file layout keeps its volumes.
+func TestLegacyStateFileIsConverted(t *testing.T) {
+	root := t.TempDir()
+	id := "vol-00112233445566778899aabbccddeeff"
+	writeFile(t, filepath.Join(root, "state.json"), `{"volumes":{"`+id+`":{"id":"`+id+`","name":"old","capacityBytes":1073741824,"node":"node-a"}},"snapshots":{},"publications":{}}`)
+	writeFile(t, filepath.Join(root, "volumes", id, "data"), "kept")
+	d := start(t, devcsi.Options{RootDir: root, NodeID: "node-a", PublishMode: devcsi.PublishSymlink})
+	resp, err := d.ListVolumes(t.Context(), &csi.ListVolumesRequest{})
+	if err != nil || len(resp.GetEntries()) != 1 || resp.GetEntries()[0].GetVolume().GetVolumeId() != id {
+		t.Fatalf("volumes after conversion: %v %v", resp, err)
+	}
+	if _, err := os.Stat(filepath.Join(root, "state.json")); !os.IsNotExist(err) {
+		t.Errorf("state.json still there: %v", err)
+	}
+	if b, err := os.ReadFile(filepath.Join(d.VolumePath(id), "data")); err != nil || string(b) != "kept" {
+		t.Errorf("volume content %q %v", b, err)
+	}
+}

@@ -12,8 +12,11 @@
 // snapshot a copy of one in <root>/snapshots/<id>/; cloning a volume or
 // restoring a snapshot copies the directory. IDs derive from names
 // ("vol-" or "snap-" and 32 hex digits of a SHA-256), so one name always
-// gets one ID. What exists is recorded in <root>/state.json, written
-// atomically after every change under one mutex, so a restarted driver
+// gets one ID. What exists is recorded one JSON file per object under
+// <root>/state/ (volumes/, snapshots/, publications/), the changed object
+// written atomically under one mutex (so a call costs the same with ten
+// volumes or ten thousand; an older <root>/state.json is converted at
+// start), so a restarted driver
 // keeps its volumes, snapshots and publications; directories the state does
 // not know (an interrupted copy or delete) are removed at start.
 //

@@ -154,13 +154,13 @@ func (s *nodeServer) NodePublishVolume(ctx context.Context, req *csi.NodePublish
 	// publication that is not in place (repaired by publishing again), never
 	// a mount nobody knows about.
 	d.st.Publications[target] = p
-	if err := d.st.save(d.root); err != nil {
+	if err := d.st.savePublication(d.root, target); err != nil {
 		delete(d.st.Publications, target)
 		return nil, status.Errorf(codes.Internal, "%v", err)
 	}
 	if err := d.place(p); err != nil {
 		delete(d.st.Publications, target)
-		if serr := d.st.save(d.root); serr != nil {
+		if serr := d.st.savePublication(d.root, target); serr != nil {
 			d.log.Warn("could not drop the record of a failed publication", "target", target, "error", serr)
 		}
 		return nil, status.Errorf(codes.Internal, "publish volume %s at %s: %v", id, target, err)
@@ -195,7 +195,7 @@ func (s *nodeServer) NodeUnpublishVolume(ctx context.Context, req *csi.NodeUnpub
 		return nil, status.Errorf(codes.Internal, "unpublish volume %s from %s: %v", id, target, err)
 	}
 	delete(d.st.Publications, target)
-	if err := d.st.save(d.root); err != nil {
+	if err := d.st.savePublication(d.root, target); err != nil {
 		d.st.Publications[target] = p
 		return nil, status.Errorf(codes.Internal, "%v", err)
 	}

@@ -17,12 +17,18 @@ import (
 	"time"
 )
 
-// The layout under Options.RootDir.
+// The layout under Options.RootDir. The state is one small JSON file per
+// object under state/ (volumes/<id>.json, snapshots/<id>.json,
+// publications/<hash of the target>.json), so a change writes one object,
+// whatever the number of volumes. state.json is the older single-file
+// layout, still read (and converted) at start.
 const (
-	stateFile    = "state.json"
-	volumesDir   = "volumes"
-	snapshotsDir = "snapshots"
-	tmpSuffix    = ".tmp"
+	legacyStateFile = "state.json"
+	stateDir        = "state"
+	volumesDir      = "volumes"
+	snapshotsDir    = "snapshots"
+	publicationsDir = "publications"
+	tmpSuffix       = ".tmp"
 )
 
 // volume is one volume as the state file records it.
@@ -57,8 +63,9 @@ type publication struct {
 	AccessMode int32       `json:"accessMode"` // csi.VolumeCapability_AccessMode_Mode
 }
 
-// state is everything the driver keeps, persisted as JSON after every
-// change. Driver.mu guards it.
+// state is everything the driver keeps, each object persisted as JSON when
+// it changes (saveVolume, saveSnapshot, savePublication). Driver.mu guards
+// it.
 type state struct {
 	Volumes      map[string]*volume      `json:"volumes"`      // by ID
 	Snapshots    map[string]*snapshot    `json:"snapshots"`    // by ID
@@ -116,24 +123,22 @@ func loadState(root string, log *slog.Logger) (*state, error) {
 		}
 	}
 	st := newState()
-	b, err := os.ReadFile(filepath.Join(root, stateFile))
-	switch {
-	case errors.Is(err, fs.ErrNotExist):
-	case err != nil:
-		return nil, fmt.Errorf("read state: %w", err)
-	default:
-		if err := json.Unmarshal(b, st); err != nil {
-			return nil, fmt.Errorf("read state %s: %w", filepath.Join(root, stateFile), err)
+	for _, kind := range []string{volumesDir, snapshotsDir, publicationsDir} {
+		if err := os.MkdirAll(filepath.Join(root, stateDir, kind), 0o755); err != nil {
+			return nil, fmt.Errorf("create %s/%s: %w", stateDir, kind, err)
 		}
-		if st.Volumes == nil {
-			st.Volumes = map[string]*volume{}
-		}
-		if st.Snapshots == nil {
-			st.Snapshots = map[string]*snapshot{}
-		}
-		if st.Publications == nil {
-			st.Publications = map[string]*publication{}
-		}
+	}
+	if err := loadRecords(root, volumesDir, func(v *volume) { st.Volumes[v.ID] = v }); err != nil {
+		return nil, err
+	}
+	if err := loadRecords(root, snapshotsDir, func(sn *snapshot) { st.Snapshots[sn.ID] = sn }); err != nil {
+		return nil, err
+	}
+	if err := loadRecords(root, publicationsDir, func(p *publication) { st.Publications[p.TargetPath] = p }); err != nil {
+		return nil, err
+	}
+	if err := st.convertLegacy(root); err != nil {
+		return nil, err
 	}
 	for _, d := range []struct {
 		dir   string
@@ -165,30 +170,106 @@ func loadState(root string, log *slog.Logger) (*state, error) {
 	return st, nil
 }
 
-// save writes the state atomically: a temporary file renamed over the old
-// one, so a crashed driver finds the old state or the new, never half of
-// one. It is not fsynced: a dev driver survives its own crash, not the
-// machine's, and a sync per call would make it the slowest part of every
-// provisioning benchmark.
-func (s *state) save(root string) error {
-	b, err := json.Marshal(s)
+// convertLegacy folds a single-file state.json of an older driver into the
+// per-object layout and removes it.
+func (s *state) convertLegacy(root string) error {
+	p := filepath.Join(root, legacyStateFile)
+	b, err := os.ReadFile(p)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("read state: %w", err)
+	}
+	old := newState()
+	if err := json.Unmarshal(b, old); err != nil {
+		return fmt.Errorf("read state %s: %w", p, err)
+	}
+	for id, v := range old.Volumes {
+		s.Volumes[id] = v
+		if err := s.saveVolume(root, id); err != nil {
+			return err
+		}
+	}
+	for id, sn := range old.Snapshots {
+		s.Snapshots[id] = sn
+		if err := s.saveSnapshot(root, id); err != nil {
+			return err
+		}
+	}
+	for t, pub := range old.Publications {
+		s.Publications[t] = pub
+		if err := s.savePublication(root, t); err != nil {
+			return err
+		}
+	}
+	return os.Remove(p)
+}
+
+// loadRecords reads every <kind>/*.json under the state directory into put;
+// temporary files of a write cut short are removed.
+func loadRecords[T any](root, kind string, put func(*T)) error {
+	dir := filepath.Join(root, stateDir, kind)
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return fmt.Errorf("read %s: %w", dir, err)
+	}
+	for _, e := range entries {
+		p := filepath.Join(dir, e.Name())
+		if !strings.HasSuffix(e.Name(), ".json") {
+			_ = os.Remove(p)
+			continue
+		}
+		b, err := os.ReadFile(p)
+		if err != nil {
+			return fmt.Errorf("read state: %w", err)
+		}
+		v := new(T)
+		if err := json.Unmarshal(b, v); err != nil {
+			return fmt.Errorf("read state %s: %w", p, err)
+		}
+		put(v)
+	}
+	return nil
+}
+
+// saveVolume, saveSnapshot and savePublication persist one object as it is
+// in the state now: written when present, removed when gone.
+func (s *state) saveVolume(root, id string) error {
+	return saveRecord(root, volumesDir, id, s.Volumes[id])
+}
+
+func (s *state) saveSnapshot(root, id string) error {
+	return saveRecord(root, snapshotsDir, id, s.Snapshots[id])
+}
+
+func (s *state) savePublication(root, target string) error {
+	return saveRecord(root, publicationsDir, hashID("pub-", target), s.Publications[target])
+}
+
+// saveRecord writes v atomically (a temporary file renamed over the old
+// one, so a crashed driver finds the old object or the new, never half of
+// one), or removes the file when v is nil. It is not fsynced: a dev driver
+// survives its own crash, not the machine's, and a sync per call would make
+// it the slowest part of every provisioning benchmark.
+func saveRecord[T any](root, kind, key string, v *T) error {
+	p := filepath.Join(root, stateDir, kind, key+".json")
+	if v == nil {
+		if err := os.Remove(p); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return fmt.Errorf("save state: %w", err)
+		}
+		return nil
+	}
+	b, err := json.Marshal(v)
 	if err != nil {
 		return fmt.Errorf("encode state: %w", err)
 	}
-	p := filepath.Join(root, stateFile)
 	tmp := p + tmpSuffix
-	f, err := os.Create(tmp)
-	if err != nil {
+	if err := os.WriteFile(tmp, append(b, '\n'), 0o644); err != nil {
+		_ = os.Remove(tmp)
 		return fmt.Errorf("save state: %w", err)
 	}
-	_, err = f.Write(append(b, '\n'))
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(tmp, p)
-	}
-	if err != nil {
+	if err := os.Rename(tmp, p); err != nil {
 		_ = os.Remove(tmp)
 		return fmt.Errorf("save state: %w", err)
 	}
