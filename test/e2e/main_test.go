@@ -8,14 +8,13 @@ import (
 	"log/slog"
 	"net"
 	"os"
-	"path/filepath"
 	"testing"
 	"time"
 
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/volplane/volplane/internal/devenv"
-	"github.com/volplane/volplane/pkg/kube"
+	"github.com/volplane/volplane/internal/e2e"
 	"github.com/volplane/volplane/services/binder"
 	"github.com/volplane/volplane/services/reclaimer"
 	"github.com/volplane/volplane/services/watcher"
@@ -55,37 +54,21 @@ func TestMain(m *testing.M) {
 }
 
 func run(m *testing.M) int {
-	dir, err := os.MkdirTemp("", "volplane-e2e-")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	defer os.RemoveAll(dir)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-
-	start := time.Now()
-	env, err := devenv.Start(ctx, devenv.Options{Dir: dir})
+	c, err := e2e.StartCluster(ctx, "e2e")
 	if err != nil {
-		fmt.Fprintln(os.Stderr, "e2e: start kube-apiserver and etcd:", err)
+		fmt.Fprintln(os.Stderr, "e2e:", err)
 		return 1
 	}
-	defer env.Stop()
-	fmt.Printf("e2e: kube-apiserver and etcd ready in %s\n", time.Since(start).Round(time.Millisecond))
+	defer c.Stop()
+	env := c.Env
 	cluster.env = env
-	cluster.client = kubernetes.NewForConfigOrDie(kube.Tune(env.RESTConfig, kube.ClientOptions{UserAgent: "volplane-e2e"}))
-
+	cluster.client = c.Client
 	// Service logs go to a file, printed when a test fails.
-	cluster.logs = filepath.Join(dir, "services.log")
-	lf, err := os.Create(cluster.logs)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	defer lf.Close()
-	logger := func(name string) *slog.Logger {
-		return slog.New(slog.NewTextHandler(lf, &slog.HandlerOptions{Level: slog.LevelInfo})).With("component", name)
-	}
+	cluster.logs = c.LogPath
+	logger := func(name string) *slog.Logger { return c.Logger(name, slog.LevelInfo) }
+	dumpLogs = c.DumpLogs
 
 	cluster.watcherAddr = freeAddr()
 	cluster.binderAddr = freeAddr()
@@ -138,14 +121,5 @@ func run(m *testing.M) int {
 	return code
 }
 
-func dumpLogs(w io.Writer) {
-	b, err := os.ReadFile(cluster.logs)
-	if err != nil {
-		return
-	}
-	const max = 64 << 10
-	if len(b) > max {
-		b = b[len(b)-max:]
-	}
-	fmt.Fprintf(w, "---- service logs (last %d bytes) ----\n%s\n", len(b), b)
-}
+// dumpLogs prints the services' log (set by run).
+var dumpLogs func(w io.Writer)

@@ -23,8 +23,8 @@ import (
 
 	"github.com/volplane/volplane/internal/devcsi"
 	"github.com/volplane/volplane/internal/devenv"
+	"github.com/volplane/volplane/internal/e2e"
 	"github.com/volplane/volplane/pkg/grpcutil"
-	"github.com/volplane/volplane/pkg/kube"
 	"github.com/volplane/volplane/services/binder"
 	"github.com/volplane/volplane/services/provisioner"
 	"github.com/volplane/volplane/services/reclaimer"
@@ -63,38 +63,22 @@ func TestMain(m *testing.M) {
 }
 
 func run(m *testing.M) int {
-	dir, err := os.MkdirTemp("", "volplane-e2e-dynamic-")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	defer os.RemoveAll(dir)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-
-	start := time.Now()
-	env, err := devenv.Start(ctx, devenv.Options{Dir: dir})
+	c, err := e2e.StartCluster(ctx, "e2e/dynamic")
 	if err != nil {
-		fmt.Fprintln(os.Stderr, "e2e/dynamic: start kube-apiserver and etcd:", err)
+		fmt.Fprintln(os.Stderr, "e2e/dynamic:", err)
 		return 1
 	}
-	defer env.Stop()
-	fmt.Printf("e2e/dynamic: kube-apiserver and etcd ready in %s\n", time.Since(start).Round(time.Millisecond))
+	defer c.Stop()
+	env, dir := c.Env, c.Dir()
 	cluster.env = env
 	cluster.etcd = env.EtcdEndpoints
-	cluster.client = kubernetes.NewForConfigOrDie(kube.Tune(env.RESTConfig, kube.ClientOptions{UserAgent: "volplane-e2e"}))
-
-	cluster.logs = filepath.Join(dir, "services.log")
-	lf, err := os.Create(cluster.logs)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	defer lf.Close()
-	logger := func(name string) *slog.Logger {
-		return slog.New(slog.NewTextHandler(lf, &slog.HandlerOptions{Level: slog.LevelDebug})).With("component", name)
-	}
+	cluster.client = c.Client
+	cluster.logs = c.LogPath
+	logger := func(name string) *slog.Logger { return c.Logger(name, slog.LevelDebug) }
 	testLogger = logger
+	dumpLogs = c.DumpLogs
 
 	// The dev CSI driver, behind a recorder of the requests it gets and
 	// its fault injector.
@@ -196,17 +180,8 @@ func freeAddr() string {
 
 func readLogs() ([]byte, error) { return os.ReadFile(cluster.logs) }
 
-func dumpLogs(w io.Writer) {
-	b, err := readLogs()
-	if err != nil {
-		return
-	}
-	const max = 96 << 10
-	if len(b) > max {
-		b = b[len(b)-max:]
-	}
-	fmt.Fprintf(w, "---- service logs (last %d bytes) ----\n%s\n", len(b), b)
-}
+// dumpLogs prints the services' log (set by run).
+var dumpLogs func(w io.Writer)
 
 // recorder keeps every CreateVolume and DeleteVolume request the driver
 // gets, so tests can check what the provisioner asked for.
