@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"k8s.io/client-go/kubernetes"
@@ -32,7 +33,7 @@ type Cluster struct {
 // StartCluster starts kube-apiserver and etcd for package name and says
 // how long they took. Stop undoes it.
 func StartCluster(ctx context.Context, name string) (*Cluster, error) {
-	dir, err := os.MkdirTemp("", "volplane-"+name+"-")
+	dir, err := os.MkdirTemp("", "volplane-"+strings.ReplaceAll(name, "/", "-")+"-")
 	if err != nil {
 		return nil, err
 	}
