@@ -176,12 +176,14 @@ func (f *fakeCluster) GetClaim(_ context.Context, ns, name string) (*corev1.Pers
 	return nil, notFound("persistentvolumeclaims", name)
 }
 
-func (f *fakeCluster) ListClaims(context.Context) ([]corev1.PersistentVolumeClaim, error) {
+func (f *fakeCluster) ClaimsNaming(_ context.Context, volume string) ([]corev1.PersistentVolumeClaim, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	var out []corev1.PersistentVolumeClaim
 	for _, c := range f.pvcs {
-		out = append(out, *c.DeepCopy())
+		if c.Spec.VolumeName == volume {
+			out = append(out, *c.DeepCopy())
+		}
 	}
 	return out, nil
 }

@@ -7,8 +7,11 @@ import (
 
 	"golang.org/x/sync/errgroup"
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes/scheme"
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
+	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
 
 	"github.com/volplane/volplane/pkg/coord"
@@ -57,7 +60,25 @@ func Run(ctx context.Context, o Options) error {
 		mode: o.RecycleMode, nodeName: o.NodeName, template: o.template, image: o.RecyclerImage, namespace: o.RecyclerNamespace,
 		minTimeout: o.RecyclerMinimumTimeout, increment: o.RecyclerTimeoutIncrement, ttl: o.RecordTTL,
 	}
-	c := newController(log, o.MemberID, kubeCluster{client}, co, newDrivers(prov, o.DriversRefreshPeriod, log), prov,
+	// Claims by the volume they ask for, so the guard before a destructive
+	// step reads only those claims from the API (managedFields dropped:
+	// most of a cached claim's bytes).
+	claimInformers := informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithTransform(func(obj any) (any, error) {
+		if m, ok := obj.(metav1.Object); ok {
+			m.SetManagedFields(nil)
+		}
+		return obj, nil
+	}))
+	claimInformer := claimInformers.Core().V1().PersistentVolumeClaims().Informer()
+	if err := claimInformer.AddIndexers(cache.Indexers{byVolumeName: indexByVolumeName}); err != nil {
+		return fmt.Errorf("index claims: %w", err)
+	}
+	claimInformers.Start(ctx.Done())
+	defer claimInformers.Shutdown()
+	if !cache.WaitForCacheSync(ctx.Done(), claimInformer.HasSynced) {
+		return ctx.Err()
+	}
+	c := newController(log, o.MemberID, kubeCluster{c: client, claims: claimInformer.GetIndexer()}, co, newDrivers(prov, o.DriversRefreshPeriod, log), prov,
 		recorder, cfg, o.RetryIntervalStart, o.RetryIntervalMax, co.Done())
 
 	lis, err := grpcutil.Listen(o.Listen)

@@ -197,12 +197,12 @@ func (c *controller) guard(ctx context.Context, r *reclaimerv1.Reclaim, pods boo
 	case claim.UID == ref.UID:
 		return nil, &refusal{reason: fmt.Sprintf("claim %s/%s (uid %s) still exists: the volume is not released", ref.Namespace, ref.Name, ref.UID)}
 	}
-	claims, err := c.kube.ListClaims(ctx)
+	claims, err := c.kube.ClaimsNaming(ctx, v.Name)
 	if err != nil {
-		return nil, fmt.Errorf("list claims: %w", err)
+		return nil, fmt.Errorf("find claims asking for volume %s: %w", v.Name, err)
 	}
 	for _, cl := range claims {
-		if cl.Spec.VolumeName == v.Name && cl.DeletionTimestamp == nil {
+		if cl.DeletionTimestamp == nil {
 			return nil, &refusal{reason: fmt.Sprintf("claim %s/%s (uid %s) asks for this volume (spec.volumeName)", cl.Namespace, cl.Name, cl.UID)}
 		}
 	}
