@@ -164,5 +164,16 @@ func bindAndRelease(t *testing.T, namespace, volume, cls string) {
 	if err := cluster.client.CoreV1().PersistentVolumeClaims(namespace).Delete(t.Context(), "data", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	pvPhase(t, volume, corev1.VolumeReleased)
+	// Released, or already past it: a node-local recycle can make the
+	// volume Available again between two polls. Callers check the end state.
+	eventually(t, 30*time.Second, func() string {
+		v := getPV(t, volume)
+		if v == nil {
+			return "PV " + volume + " not found"
+		}
+		if v.Status.Phase == corev1.VolumeBound || v.Status.Phase == corev1.VolumePending {
+			return fmt.Sprintf("PV %s is still %s", volume, v.Status.Phase)
+		}
+		return ""
+	})
 }
