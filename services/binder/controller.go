@@ -56,6 +56,7 @@ type controller struct {
 	reservations reservations // nil: this replica's memory only
 	reclaimer    reclaimer    // nil: Released volumes wait for another reclaimer
 	provisioner  provisioner  // nil: every class is left to external provisioners
+	provisions   *provisions  // the provisioner's calls in flight and finished
 	owns         func(key string) bool
 
 	store       *store
@@ -92,8 +93,9 @@ func newController(log *slog.Logger, client kubernetes.Interface, recorder recor
 			workqueue.TypedRateLimitingQueueConfig[string]{Name: "claims"}),
 		volumeQueue: workqueue.NewTypedRateLimitingQueueWithConfig(limiter(),
 			workqueue.TypedRateLimitingQueueConfig[string]{Name: "volumes"}),
-		syncedCh: make(chan struct{}),
-		releases: make(chan [2]string, 4096),
+		syncedCh:   make(chan struct{}),
+		provisions: newProvisions(DefaultProvisionCalls),
+		releases:   make(chan [2]string, 4096),
 	}
 }
 
@@ -213,6 +215,7 @@ func (c *controller) volumeDeleted(name string) {
 }
 
 func (c *controller) claimDeleted(key string) {
+	c.provisions.forget(key)
 	old := c.store.deleteClaim(key)
 	if old != nil && old.Spec.VolumeName != "" {
 		// The volume is Released now rather than at the next resync.
@@ -289,7 +292,7 @@ func (c *controller) worker(ctx context.Context, q workqueue.TypedRateLimitingIn
 			q.Forget(key)
 		default:
 			lvl := slog.LevelWarn
-			if apierrors.IsConflict(err) || errors.Is(err, errReserved) || errors.Is(err, errProvisioning) {
+			if apierrors.IsConflict(err) || errors.Is(err, errReserved) {
 				lvl = slog.LevelDebug // expected under concurrency: sync again
 			}
 			c.log.Log(ctx, lvl, "sync failed, retrying with backoff", "key", key, "error", err, "retries", q.NumRequeues(key))

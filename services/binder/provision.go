@@ -8,6 +8,8 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/util/workqueue"
 
 	"github.com/volplane/volplane/pkg/kube"
 	provisionerv1 "github.com/volplane/volplane/proto/volplane/provisioner/v1"
@@ -81,4 +83,91 @@ func (p *provisionerClient) Provision(ctx context.Context, claim *corev1.Persist
 		}
 	}
 	return res, nil
+}
+
+// provisions runs the provisioner's calls off the claim workers: a CSI
+// driver that is slow or hangs (each call may take the provisioner's whole
+// timeout) then holds at most a bounded number of these goroutines, never
+// the workers that bind, as in Kubernetes where the external provisioner is
+// a process of its own. A finished call leaves its result for the claim's
+// next sync, which a worker runs, so one claim is still never synced by two
+// at once.
+type provisions struct {
+	slots   chan struct{}                      // bounds the calls in flight
+	backoff workqueue.TypedRateLimiter[string] // per claim, between attempts
+
+	mu      sync.Mutex
+	running map[string]bool
+	results map[string]provisionOutcome
+}
+
+// provisionOutcome is a finished call for one claim (by UID: a claim
+// recreated under the same name never gets the old one's volume).
+type provisionOutcome struct {
+	uid types.UID
+	res provisionResult
+	err error
+}
+
+func newProvisions(slots int) *provisions {
+	return &provisions{
+		slots:   make(chan struct{}, slots),
+		backoff: workqueue.NewTypedItemExponentialFailureRateLimiter[string](100*time.Millisecond, 5*time.Minute),
+		running: map[string]bool{},
+		results: map[string]provisionOutcome{},
+	}
+}
+
+// take returns the finished call of claim key with uid, if there is one.
+func (p *provisions) take(key string, uid types.UID) (provisionOutcome, bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	out, ok := p.results[key]
+	if !ok {
+		return provisionOutcome{}, false
+	}
+	delete(p.results, key)
+	return out, out.uid == uid
+}
+
+// busy reports whether a call for key is in flight.
+func (p *provisions) busy(key string) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.running[key]
+}
+
+// start runs call for claim key in the background unless one is running,
+// and then calls done(key) so the claim is synced again.
+func (p *provisions) start(ctx context.Context, key string, uid types.UID, call func(context.Context) (provisionResult, error), done func(string)) {
+	p.mu.Lock()
+	if p.running[key] {
+		p.mu.Unlock()
+		return
+	}
+	p.running[key] = true
+	p.mu.Unlock()
+	go func() {
+		out := provisionOutcome{uid: uid}
+		select {
+		case p.slots <- struct{}{}:
+			out.res, out.err = call(ctx)
+			<-p.slots
+		case <-ctx.Done():
+			out.err = ctx.Err()
+		}
+		p.mu.Lock()
+		delete(p.running, key)
+		p.results[key] = out
+		p.mu.Unlock()
+		done(key)
+	}()
+}
+
+// forget drops what is kept of a deleted claim.
+func (p *provisions) forget(key string) {
+	p.mu.Lock()
+	delete(p.results, key)
+	p.mu.Unlock()
+	p.backoff.Forget(key)
 }

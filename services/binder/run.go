@@ -56,6 +56,9 @@ type Options struct {
 	ProvisionerAddress string
 	// Workers is the number of claim workers (and of volume workers).
 	Workers int
+	// ProvisionCalls bounds the provisioner calls in flight (they run off
+	// the workers, so a hanging driver never holds a worker).
+	ProvisionCalls int
 	// ResyncPeriod is how often every object is synced again; 0 disables.
 	ResyncPeriod time.Duration
 	// MemberID names this replica in etcd; defaults to hostname plus a
@@ -70,9 +73,13 @@ type Options struct {
 
 // DefaultWorkers is the default number of workers per queue: enough
 // requests in flight to keep the API server busy, since each bind is four
-// sequential writes, and a claim being provisioned holds its worker through
-// the CSI call and about eight sequential round trips.
+// sequential writes.
 const DefaultWorkers = 128
+
+// DefaultProvisionCalls is the default bound on provisioner calls in
+// flight: each holds its slot through a CSI call and the provisioner's
+// journal and PV writes.
+const DefaultProvisionCalls = 128
 
 // DefaultResyncPeriod is how often every object is synced again, as in
 // kube-controller-manager.
@@ -97,6 +104,12 @@ func (o *Options) validate() error {
 	}
 	if o.Workers == 0 {
 		o.Workers = DefaultWorkers
+	}
+	if o.ProvisionCalls < 0 {
+		errs = append(errs, fmt.Errorf("provision calls must be at least 1, got %d (--provision-calls)", o.ProvisionCalls))
+	}
+	if o.ProvisionCalls == 0 {
+		o.ProvisionCalls = DefaultProvisionCalls
 	}
 	if o.Logger == nil {
 		o.Logger = slog.Default()
@@ -145,6 +158,7 @@ func Run(ctx context.Context, o Options) error {
 
 	metrics.RegisterWorkqueueMetrics()
 	c := newController(log, client, recorder)
+	c.provisions = newProvisions(o.ProvisionCalls)
 	// One binder per process in production; tests running several share
 	// the registry, and the first one reports.
 	col := collector{c}

@@ -259,22 +259,40 @@ func (c *controller) provisionClaim(ctx context.Context, claim *corev1.Persisten
 		}
 		claim = c.store.putClaim(updated)
 	}
+	served := c.provisioner != nil && c.provisioner.Serves(ctx, provisioner)
+	key := claimKey(claim)
+	if served {
+		if out, ok := c.provisions.take(key, claim.UID); ok {
+			return c.provisioned(ctx, claim, out)
+		}
+		if c.provisions.busy(key) {
+			return nil // its end syncs the claim again
+		}
+	}
 	c.recorder.Event(claim, corev1.EventTypeNormal, kube.EventExternalProvisioning,
 		fmt.Sprintf("Waiting for a volume to be created either by the external provisioner '%s' or manually by the system administrator. If volume creation is delayed, please verify that the provisioner is running and correctly registered.", provisioner))
-	if c.provisioner == nil || !c.provisioner.Serves(ctx, provisioner) {
-		return nil
+	if served {
+		c.provisions.start(ctx, key, claim.UID, func(ctx context.Context) (provisionResult, error) {
+			return c.provisioner.Provision(ctx, claim, class)
+		}, c.claimQueue.Add)
 	}
-	res, err := c.provisioner.Provision(ctx, claim, class)
-	if err != nil {
-		return fmt.Errorf("provision claim %s: %w", claimKey(claim), err)
-	}
-	switch res.outcome {
-	case provisionerv1.Outcome_OUTCOME_FINISHED:
-		if res.volume == nil {
+	return nil
+}
+
+// provisioned acts on a finished provisioning call, in the claim's sync: a
+// new volume is bound at once; RESCHEDULE removes the selected node; any
+// other outcome is tried again after the claim's own backoff.
+func (c *controller) provisioned(ctx context.Context, claim *corev1.PersistentVolumeClaim, out provisionOutcome) error {
+	key := claimKey(claim)
+	if out.err == nil && out.res.outcome == provisionerv1.Outcome_OUTCOME_FINISHED {
+		c.provisions.backoff.Forget(key)
+		if out.res.volume == nil {
 			return nil // its watch event brings it
 		}
-		return c.bind(ctx, c.store.putVolume(res.volume), claim)
-	case provisionerv1.Outcome_OUTCOME_RESCHEDULE:
+		return c.bind(ctx, c.store.putVolume(out.res.volume), claim)
+	}
+	if out.err == nil && out.res.outcome == provisionerv1.Outcome_OUTCOME_RESCHEDULE {
+		c.provisions.backoff.Forget(key)
 		// The selected node cannot take the volume: let the scheduler
 		// choose another by removing its choice.
 		if _, ok := claim.Annotations[kube.AnnSelectedNode]; !ok {
@@ -284,15 +302,21 @@ func (c *controller) provisionClaim(ctx context.Context, claim *corev1.Persisten
 		delete(clone.Annotations, kube.AnnSelectedNode)
 		updated, err := c.client.CoreV1().PersistentVolumeClaims(claim.Namespace).Update(ctx, clone, metav1.UpdateOptions{})
 		if err != nil {
-			return fmt.Errorf("remove selected node of claim %s: %w", claimKey(claim), err)
+			return fmt.Errorf("remove selected node of claim %s: %w", key, err)
 		}
 		c.store.putClaim(updated)
 		return nil
-	default:
-		// In background (same name again) or a final error (the
-		// provisioner sent ProvisioningFailed): retry with backoff.
-		return fmt.Errorf("claim %s: %w: %s", claimKey(claim), errProvisioning, res.message)
 	}
+	// In background (same name again), a final error (the provisioner sent
+	// ProvisioningFailed) or the provisioner unreachable: retry with backoff.
+	delay := c.provisions.backoff.When(key)
+	if out.err != nil {
+		c.log.Warn("provisioning call failed, retrying", "claim", key, "error", out.err, "after", delay)
+	} else {
+		c.log.Debug("provisioning not finished, retrying", "claim", key, "outcome", out.res.outcome, "message", out.res.message, "after", delay)
+	}
+	c.claimQueue.AddAfter(key, delay)
+	return nil
 }
 
 // reclaimVolume runs the reclaim policy of a Released volume by handing it
@@ -317,10 +341,6 @@ func (c *controller) reclaimVolume(ctx context.Context, volume *corev1.Persisten
 	}
 	return nil
 }
-
-// errProvisioning says a provisioning attempt did not finish; the claim is
-// synced again with backoff.
-var errProvisioning = errors.New("provisioning not finished")
 
 // errReserved says another claim (of this or another replica) is binding
 // the volume; the claim is synced again later.

@@ -24,6 +24,7 @@ func main() {
 	flag.StringVar(&o.ReclaimerAddress, "reclaimer-address", "", "gRPC address of the reclaimer service; empty leaves Released volumes alone")
 	flag.StringVar(&o.ProvisionerAddress, "provisioner-address", "", "gRPC address of the provisioner service")
 	flag.IntVar(&o.Workers, "workers", binder.DefaultWorkers, "number of claim workers and of volume workers")
+	flag.IntVar(&o.ProvisionCalls, "provision-calls", binder.DefaultProvisionCalls, "provisioner calls in flight at most (they run off the workers, so a hanging CSI driver never holds one)")
 	flag.DurationVar(&o.ResyncPeriod, "resync-period", binder.DefaultResyncPeriod, "how often every claim and volume is synced again; 0 disables")
 	flag.StringVar(&o.DebugAddress, "debug-address", "", "HTTP address serving /metrics (Prometheus) and /debug/pprof; empty disables")
 	logging := cmdutil.LogFlags()

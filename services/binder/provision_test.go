@@ -1,0 +1,133 @@
+package binder
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes/fake"
+	"k8s.io/client-go/tools/record"
+
+	"github.com/volplane/volplane/pkg/kube"
+	provisionerv1 "github.com/volplane/volplane/proto/volplane/provisioner/v1"
+)
+
+// hangingProvisioner serves every class and answers a call only when the
+// test releases it, with a new volume for the claim.
+type hangingProvisioner struct {
+	release chan struct{}
+	calls   atomic.Int32
+}
+
+var _ provisioner = (*hangingProvisioner)(nil)
+
+func (h *hangingProvisioner) Serves(context.Context, string) bool { return true }
+
+func (h *hangingProvisioner) Provision(ctx context.Context, c *corev1.PersistentVolumeClaim, _ *storagev1.StorageClass) (provisionResult, error) {
+	h.calls.Add(1)
+	select {
+	case <-h.release:
+	case <-ctx.Done():
+		return provisionResult{}, ctx.Err()
+	}
+	v := testVolume("pvc-" + string(c.UID))
+	v.Spec.ClaimRef = &corev1.ObjectReference{Namespace: c.Namespace, Name: c.Name, UID: c.UID}
+	return provisionResult{outcome: provisionerv1.Outcome_OUTCOME_FINISHED, volume: v}, nil
+}
+
+func TestProvisioningRunsOffTheWorkers(t *testing.T) {
+	ctx := t.Context()
+	mode := storagev1.VolumeBindingImmediate
+	class := &storagev1.StorageClass{ObjectMeta: metav1.ObjectMeta{Name: "c"}, Provisioner: "p", VolumeBindingMode: &mode}
+	claim := testClaim("data")
+	pvName := "pvc-" + string(claim.UID)
+	client := fake.NewClientset(claim, class)
+	recorder := record.NewFakeRecorder(100)
+	c := newController(slog.New(slog.NewTextHandler(io.Discard, nil)), client, recorder)
+	hp := &hangingProvisioner{release: make(chan struct{})}
+	c.provisioner = hp
+	c.store.putClass(class)
+	c.store.putClaim(claim.DeepCopy())
+
+	sync := func() {
+		t.Helper()
+		done := make(chan error, 1)
+		go func() { done <- c.syncClaim(ctx, c.store.claim(claimKey(claim))) }()
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Fatal(err)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatal("the claim's sync waits for the provisioner")
+		}
+	}
+	sync()
+	for deadline := time.Now().Add(10 * time.Second); hp.calls.Load() == 0; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the provisioner was not called")
+		}
+	}
+	sync() // while the call hangs: no second call, no second event
+	if n := hp.calls.Load(); n != 1 {
+		t.Fatalf("%d provisioner calls, want 1", n)
+	}
+	if n := countEvents(recorder, kube.EventExternalProvisioning); n != 1 {
+		t.Fatalf("%d ExternalProvisioning events, want 1", n)
+	}
+
+	// The volume the provisioner makes appears in the API as it would.
+	pv := testVolume(pvName)
+	pv.Spec.ClaimRef = &corev1.ObjectReference{Namespace: claim.Namespace, Name: claim.Name, UID: claim.UID}
+	if _, err := client.CoreV1().PersistentVolumes().Create(ctx, pv, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	close(hp.release)
+	key, _ := c.claimQueue.Get() // the finished call queues the claim
+	if key != claimKey(claim) {
+		t.Fatalf("queued %q", key)
+	}
+	c.claimQueue.Done(key)
+	sync()
+	got, err := client.CoreV1().PersistentVolumeClaims(claim.Namespace).Get(ctx, claim.Name, metav1.GetOptions{})
+	if err != nil || got.Spec.VolumeName != pvName || got.Status.Phase != corev1.ClaimBound {
+		t.Fatalf("claim after the call: %v %v", got, err)
+	}
+}
+
+func TestAProvisioningResultIsForItsClaimUIDOnly(t *testing.T) {
+	p := newProvisions(1)
+	done := make(chan string, 1)
+	p.start(t.Context(), "ns/data", types.UID("old"), func(context.Context) (provisionResult, error) {
+		return provisionResult{outcome: provisionerv1.Outcome_OUTCOME_FINISHED}, nil
+	}, func(k string) { done <- k })
+	<-done
+	if _, ok := p.take("ns/data", types.UID("new")); ok {
+		t.Fatal("a claim recreated under the same name got the old claim's result")
+	}
+	if _, ok := p.take("ns/data", types.UID("old")); ok {
+		t.Fatal("a result was taken twice")
+	}
+}
+
+func countEvents(r *record.FakeRecorder, reason string) int {
+	n := 0
+	for {
+		select {
+		case e := <-r.Events:
+			if strings.Contains(e, reason) {
+				n++
+			}
+		default:
+			return n
+		}
+	}
+}
