@@ -25,9 +25,11 @@ type provisionerClient struct {
 	c   provisionerv1.ProvisionerServiceClient
 	log *slog.Logger
 
-	mu      sync.Mutex
-	served  map[string]bool
-	fetched time.Time
+	mu         sync.Mutex
+	served     map[string]bool
+	fetched    time.Time
+	known      bool // the provisioner has answered once
+	refreshing bool
 }
 
 var _ provisioner = (*provisionerClient)(nil)
@@ -36,28 +38,45 @@ func newProvisionerClient(c provisionerv1.ProvisionerServiceClient, log *slog.Lo
 	return &provisionerClient{c: c, log: log}
 }
 
-// Serves asks the provisioner's ListDrivers at most every servedTTL; when
-// the provisioner cannot be reached it keeps the last answer.
+// Serves answers from the provisioner's last ListDrivers. Until it has
+// answered once, the caller waits for an answer (at most 5s); after that
+// the list is refreshed in the background when older than servedTTL, so
+// no worker waits on the provisioner, which may be down.
 func (p *provisionerClient) Serves(ctx context.Context, name string) bool {
 	p.mu.Lock()
+	known, stale := p.known, time.Since(p.fetched) > servedTTL
+	if known && stale && !p.refreshing {
+		p.refreshing = true
+		go p.refresh(context.WithoutCancel(ctx))
+	}
+	p.mu.Unlock()
+	if !known {
+		p.refresh(ctx)
+	}
+	p.mu.Lock()
 	defer p.mu.Unlock()
-	if time.Since(p.fetched) > servedTTL {
-		cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		resp, err := p.c.ListDrivers(cctx, &provisionerv1.ListDriversRequest{})
-		cancel()
-		if err != nil {
-			p.log.Warn("list the provisioner's drivers", "error", err)
-		} else {
-			p.served = map[string]bool{}
-			for _, d := range resp.GetDrivers() {
-				if d.GetProvisionerName() != "" {
-					p.served[d.GetProvisionerName()] = true
-				}
-			}
-			p.fetched = time.Now()
+	return p.served[name]
+}
+
+func (p *provisionerClient) refresh(ctx context.Context) {
+	cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	resp, err := p.c.ListDrivers(cctx, &provisionerv1.ListDriversRequest{})
+	cancel()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.refreshing = false
+	if err != nil {
+		p.log.Warn("list the provisioner's drivers", "error", err)
+		p.fetched = time.Now() // keep the last answer for another servedTTL
+		return
+	}
+	p.served = map[string]bool{}
+	for _, d := range resp.GetDrivers() {
+		if d.GetProvisionerName() != "" {
+			p.served[d.GetProvisionerName()] = true
 		}
 	}
-	return p.served[name]
+	p.fetched, p.known = time.Now(), true
 }
 
 func (p *provisionerClient) Provision(ctx context.Context, claim *corev1.PersistentVolumeClaim, class *storagev1.StorageClass) (provisionResult, error) {

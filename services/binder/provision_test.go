@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/grpc"
 	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -128,6 +129,57 @@ func countEvents(r *record.FakeRecorder, reason string) int {
 			}
 		default:
 			return n
+		}
+	}
+}
+
+// listDrivers is a provisioner client whose ListDrivers answers from a
+// channel, so a test controls when it answers.
+type listDrivers struct {
+	provisionerv1.ProvisionerServiceClient
+	answers chan []string
+	calls   atomic.Int32
+}
+
+func (l *listDrivers) ListDrivers(ctx context.Context, _ *provisionerv1.ListDriversRequest, _ ...grpc.CallOption) (*provisionerv1.ListDriversResponse, error) {
+	l.calls.Add(1)
+	select {
+	case names := <-l.answers:
+		out := &provisionerv1.ListDriversResponse{}
+		for _, n := range names {
+			out.Drivers = append(out.Drivers, &provisionerv1.Driver{ProvisionerName: n})
+		}
+		return out, nil
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
+func TestServesWaitsOnlyForTheFirstAnswer(t *testing.T) {
+	l := &listDrivers{answers: make(chan []string, 1)}
+	p := newProvisionerClient(l, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	l.answers <- []string{"a"}
+	if !p.Serves(t.Context(), "a") || p.Serves(t.Context(), "b") {
+		t.Fatal("first answer not used")
+	}
+	if n := l.calls.Load(); n != 1 {
+		t.Fatalf("%d ListDrivers calls within the TTL, want 1", n)
+	}
+	// Stale: the old answer comes back at once, a refresh runs behind it.
+	p.mu.Lock()
+	p.fetched = time.Now().Add(-2 * servedTTL)
+	p.mu.Unlock()
+	start := time.Now()
+	if !p.Serves(t.Context(), "a") {
+		t.Fatal("stale answer not used while refreshing")
+	}
+	if d := time.Since(start); d > time.Second {
+		t.Fatalf("Serves waited %s for a refresh", d)
+	}
+	l.answers <- []string{"b"}
+	for deadline := time.Now().Add(10 * time.Second); !p.Serves(t.Context(), "b"); time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the background refresh was not used")
 		}
 	}
 }
