@@ -82,3 +82,28 @@ func (c *Cluster) Stop() {
 	c.Env.Stop()
 	os.RemoveAll(c.dir)
 }
+
+// RunTests runs the package's tests, prints the services' log when they
+// fail, then stops the services (stop) and waits for each of the services
+// to report on errc how it ended: a service that ends with an error, or
+// not within 30s, fails the run. It returns the exit code.
+func (c *Cluster) RunTests(m interface{ Run() int }, name string, stop func(), errc <-chan error, services int) int {
+	code := m.Run()
+	if code != 0 {
+		c.DumpLogs(os.Stderr)
+	}
+	stop()
+	for range services {
+		select {
+		case err := <-errc:
+			if err != nil {
+				fmt.Fprintf(os.Stderr, "%s: service stopped with: %v\n", name, err)
+				code = 1
+			}
+		case <-time.After(30 * time.Second):
+			fmt.Fprintf(os.Stderr, "%s: a service did not stop within 30s\n", name)
+			return 1
+		}
+	}
+	return code
+}

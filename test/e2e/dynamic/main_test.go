@@ -146,24 +146,7 @@ func run(m *testing.M) int {
 		dumpLogs(os.Stderr)
 		return 1
 	}
-	code := m.Run()
-	if code != 0 {
-		dumpLogs(os.Stderr)
-	}
-	cancel()
-	for range 5 {
-		select {
-		case err := <-errc:
-			if err != nil {
-				fmt.Fprintln(os.Stderr, "e2e/dynamic: service stopped with:", err)
-				code = 1
-			}
-		case <-time.After(30 * time.Second):
-			fmt.Fprintln(os.Stderr, "e2e/dynamic: a service did not stop within 30s")
-			return 1
-		}
-	}
-	return code
+	return c.RunTests(m, "e2e/dynamic", cancel, errc, 5)
 }
 
 // testLogger makes a logger into the services' log for services tests
