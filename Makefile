@@ -19,8 +19,10 @@ KUBE_VERSION            := v1.36.3
 # Where heavy builds are cached across clones (git-ignored, outside the tree).
 VOLPLANE_CACHE          ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/volplane
 KUBE_APISERVER          := $(VOLPLANE_CACHE)/kube-apiserver-$(KUBE_VERSION)
-# Only for the comparison benchmark (make bench-kcm).
+# Only for the comparison benchmarks (make bench-kcm, bench-external-provisioner).
 KUBE_CONTROLLER_MANAGER := $(VOLPLANE_CACHE)/kube-controller-manager-$(KUBE_VERSION)
+EXTERNAL_PROVISIONER_VERSION := v6.3.0
+CSI_PROVISIONER         := $(VOLPLANE_CACHE)/csi-provisioner-$(EXTERNAL_PROVISIONER_VERSION)
 export VOLPLANE_KUBE_APISERVER := $(KUBE_APISERVER)
 export VOLPLANE_CSI_SANITY := $(BIN)/csi-sanity
 
@@ -52,6 +54,11 @@ kube-apiserver: $(KUBE_APISERVER) ## Build the pinned kube-apiserver once into t
 $(KUBE_APISERVER):
 	hack/build-kube.sh $(KUBE_VERSION) $@
 
+.PHONY: external-provisioner
+external-provisioner: $(CSI_PROVISIONER) ## Build the pinned CSI external-provisioner (csi-provisioner) into the cache (for bench-external-provisioner).
+$(CSI_PROVISIONER):
+	hack/build-external-provisioner.sh $(EXTERNAL_PROVISIONER_VERSION) $@
+
 .PHONY: kube-controller-manager
 kube-controller-manager: $(KUBE_CONTROLLER_MANAGER) ## Build the pinned kube-controller-manager into the cache (for bench-kcm).
 $(KUBE_CONTROLLER_MANAGER):
@@ -71,6 +78,11 @@ test-unit: ## Run the tests that need no kube-apiserver.
 bench: build kube-apiserver ## Measure static binds/s, then dynamically provisioned volumes/s, with create-to-Bound latency (N=1000; N=10000 for the big run).
 	$(BIN)/volplane-bench --bin-dir $(BIN) --kube-apiserver $(KUBE_APISERVER) -n $(N)
 	$(BIN)/volplane-bench --bin-dir $(BIN) --kube-apiserver $(KUBE_APISERVER) -n $(N) --dynamic
+
+.PHONY: bench-external-provisioner
+bench-external-provisioner: build kube-apiserver kube-controller-manager external-provisioner ## Dynamic provisioning with kube-controller-manager's PV binder and the upstream external-provisioner, same dev CSI driver (KCM_QPS for both).
+	$(BIN)/volplane-bench --bin-dir $(BIN) --kube-apiserver $(KUBE_APISERVER) -n $(N) --dynamic \
+		--kube-controller-manager $(KUBE_CONTROLLER_MANAGER) --external-provisioner $(CSI_PROVISIONER) --kcm-qps $(KCM_QPS)
 
 .PHONY: bench-dynamic
 bench-dynamic: build kube-apiserver ## Measure dynamic provisioning only (volumes/s through the dev CSI driver).

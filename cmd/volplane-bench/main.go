@@ -28,6 +28,7 @@ func main() {
 	flag.StringVar(&o.ProfileDir, "profile-dir", "", "save CPU profiles of the binder and the watcher taken while claims are bound into this directory")
 	flag.StringVar(&o.KCM, "kube-controller-manager", "", "compare: bind with this kube-controller-manager binary's PV binder instead of volplane (make kube-controller-manager)")
 	flag.IntVar(&o.KCMQPS, "kcm-qps", 20, "kube-controller-manager's --kube-api-qps and burst (its default is 20)")
+	flag.StringVar(&o.ExternalProvisioner, "external-provisioner", "", "compare dynamic provisioning: with --dynamic and --kube-controller-manager, provision with this csi-provisioner binary (make external-provisioner) through the same dev CSI driver")
 	flag.BoolVar(&o.Dynamic, "dynamic", false, "measure dynamic provisioning: N claims of a class of the dev CSI driver, no volumes up front (volumes/s)")
 	flag.Parse()
 	o.Out = os.Stderr

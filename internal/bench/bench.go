@@ -50,6 +50,11 @@ type Options struct {
 	KCM string
 	// KCMQPS is kube-controller-manager's --kube-api-qps (and burst).
 	KCMQPS int
+	// ExternalProvisioner, with KCM and Dynamic, is a csi-provisioner
+	// binary (the CSI external-provisioner): it provisions through the
+	// same dev CSI driver instead of volplane's provisioner, for a
+	// comparison on the same machine, apiserver and driver.
+	ExternalProvisioner string
 	// Dynamic measures dynamic provisioning instead of static binding: no
 	// volumes are made up front; the claims are of a class of volplane's
 	// dev CSI driver, provisioned by the provisioner service (the
@@ -88,8 +93,11 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 	if o.Out == nil {
 		o.Out = os.Stdout
 	}
-	if o.Dynamic && o.KCM != "" {
-		return nil, errors.New("kube-controller-manager provisions nothing itself: compare static binding only")
+	if o.Dynamic && o.KCM != "" && o.ExternalProvisioner == "" {
+		return nil, errors.New("kube-controller-manager provisions nothing itself: compare dynamic provisioning with --external-provisioner too")
+	}
+	if o.ExternalProvisioner != "" && (!o.Dynamic || o.KCM == "") {
+		return nil, errors.New("--external-provisioner goes with --dynamic and --kube-controller-manager")
 	}
 	dir, err := os.MkdirTemp("", "volplane-bench-")
 	if err != nil {
@@ -107,7 +115,7 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 	var binder, watcher, provisioner, driver *devenv.Process
 	var binderAddr, watcherDebug, binderDebug, provisionerAddr string
 	if o.Dynamic {
-		if driver, provisioner, provisionerAddr, err = startProvisioning(ctx, dir, o.BinDir, env); err != nil {
+		if driver, provisioner, provisionerAddr, err = startProvisioning(ctx, dir, o.BinDir, env, o.ExternalProvisioner, o.KCMQPS); err != nil {
 			return nil, err
 		}
 		defer driver.Stop()
@@ -168,6 +176,18 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 	}
 
 	if o.Dynamic {
+		// The driver's node, registered as its kubelet would: external-
+		// provisioner refuses to provision for a topology-aware driver
+		// that no CSINode lists, and both provisioners should see the same.
+		if _, err := client.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "bench-node",
+			Labels: map[string]string{devcsi.TopologyKey: "bench-node"}}}, metav1.CreateOptions{}); err != nil {
+			return nil, err
+		}
+		if _, err := client.StorageV1().CSINodes().Create(ctx, &storagev1.CSINode{ObjectMeta: metav1.ObjectMeta{Name: "bench-node"},
+			Spec: storagev1.CSINodeSpec{Drivers: []storagev1.CSINodeDriver{{Name: devcsi.DefaultName, NodeID: "bench-node",
+				TopologyKeys: []string{devcsi.TopologyKey}}}}}, metav1.CreateOptions{}); err != nil {
+			return nil, err
+		}
 		policy := corev1.PersistentVolumeReclaimDelete
 		mode := storagev1.VolumeBindingImmediate
 		if _, err := client.StorageV1().StorageClasses().Create(ctx, &storagev1.StorageClass{
@@ -291,6 +311,9 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 	if o.KCM != "" {
 		r.Binder = "kube-controller-manager"
 	}
+	if o.ExternalProvisioner != "" {
+		r.Binder = "kube-controller-manager + external-provisioner"
+	}
 	r.BinderPeakRSS, r.BinderCPU = binder.Usage()
 	if watcher != nil {
 		r.WatcherPeakRSS, r.WatcherCPU = watcher.Usage()
@@ -335,14 +358,34 @@ func (r *Result) Print(w io.Writer) {
 	}
 }
 
-// startProvisioning runs the dev CSI driver and a provisioner serving it,
-// and waits until the provisioner is ready (its driver probed).
-func startProvisioning(ctx context.Context, dir, binDir string, env *devenv.Env) (driver, provisioner *devenv.Process, addr string, err error) {
-	sock := "unix://" + filepath.Join(dir, "csi.sock")
+// startProvisioning runs the dev CSI driver and a provisioner serving it
+// (volplane's, or csi-provisioner when externalProvisioner names its
+// binary, with client QPS qps), and waits until the provisioner is ready.
+// addr is volplane's provisioner's address, "" for csi-provisioner.
+func startProvisioning(ctx context.Context, dir, binDir string, env *devenv.Env, externalProvisioner string, qps int) (driver, provisioner *devenv.Process, addr string, err error) {
+	path := filepath.Join(dir, "csi.sock")
+	sock := "unix://" + path
 	driver, err = devenv.StartProcess(dir, "volplane-csi", filepath.Join(binDir, "volplane-csi"),
 		"--endpoint", sock, "--root-dir", filepath.Join(dir, "csi"), "--node-id", "bench-node", "--log-level", "warn")
 	if err != nil {
 		return nil, nil, "", err
+	}
+	if err := devenv.WaitServing(ctx, sock, "", time.Minute); err != nil {
+		driver.Stop()
+		return nil, nil, "", fmt.Errorf("dev CSI driver: %w (log: %s)", err, driver.LogPath)
+	}
+	if externalProvisioner != "" {
+		if qps <= 0 {
+			qps = 5 // csi-provisioner's default
+		}
+		provisioner, err = devenv.StartProcess(dir, "csi-provisioner", externalProvisioner,
+			"--csi-address", path, "--kubeconfig", env.Kubeconfig, "--leader-election=false",
+			"--kube-api-qps", strconv.Itoa(qps), "--kube-api-burst", strconv.Itoa(qps), "--v=1")
+		if err != nil {
+			driver.Stop()
+			return nil, nil, "", err
+		}
+		return driver, provisioner, "", nil
 	}
 	if addr, err = devenv.FreeAddr(); err != nil {
 		driver.Stop()
