@@ -33,7 +33,6 @@ type journal interface {
 	Unlock(ctx context.Context, kind, name, holder string) error
 	Put(ctx context.Context, kind, name, holder string, value []byte) error
 	Finish(ctx context.Context, kind, name, holder string) error
-	Get(ctx context.Context, kind, name string) (coord.Record, bool, error)
 	List(ctx context.Context, kind string) ([]coord.Record, error)
 }
 
@@ -324,7 +323,7 @@ func (p *provisioner) secrets(ctx context.Context, ref *secretRef) (map[string]s
 	if err != nil {
 		return nil, fmt.Errorf("read secret %s/%s: %w", ref.Namespace, ref.Name, err)
 	}
-	out := make(map[string]string, len(s.Data)+len(s.StringData))
+	out := make(map[string]string, len(s.Data))
 	for k, v := range s.Data {
 		out[k] = string(v)
 	}

@@ -137,12 +137,10 @@ func (s sources) snapshotSource(ctx context.Context, claim *corev1.PersistentVol
 // isMissingResource tells "the resource type does not exist" (no CRD) from
 // "no such object".
 func isMissingResource(err error) bool {
-	var st apierrors.APIStatus
-	if se, ok := err.(apierrors.APIStatus); ok {
-		st = se
-	} else {
+	se, ok := err.(apierrors.APIStatus)
+	if !ok {
 		return false
 	}
-	d := st.Status().Details
+	d := se.Status().Details
 	return d == nil || d.Name == ""
 }
