@@ -9,7 +9,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/rest"
 
 	"github.com/volplane/volplane/internal/devcsi"
 	"github.com/volplane/volplane/internal/devenv"
@@ -21,14 +20,12 @@ import (
 )
 
 // The provisioner needs no more than deploy/kubernetes/rbac.yaml grants: run
-// it (and the watcher and binder) as its ServiceAccount, and provision a
+// it (and the watcher and binder) as their own ServiceAccounts, and provision a
 // WaitForFirstConsumer claim whose class names a provisioner secret, which
 // reads the Secret, watches Nodes and CSINodes, creates the PV and sends
 // Events.
 func TestProvisionerRunsWithTheDeployedRBAC(t *testing.T) {
 	applyRBAC(t)
-	sa := rest.CopyConfig(env.RESTConfig)
-	sa.Impersonate = rest.ImpersonationConfig{UserName: "system:serviceaccount:volplane-system:volplane"}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 
@@ -48,17 +45,17 @@ func TestProvisionerRunsWithTheDeployedRBAC(t *testing.T) {
 	errc := make(chan error, 4)
 	go func() { errc <- drv.Run(ctx, lis) }()
 	go func() {
-		errc <- watcher.Run(ctx, watcher.Options{RESTConfig: sa, Listen: wAddr, Logger: logger("watcher-prov-rbac")})
+		errc <- watcher.Run(ctx, watcher.Options{RESTConfig: asComponent("watcher"), Listen: wAddr, Logger: logger("watcher-prov-rbac")})
 	}()
 	go func() {
-		errc <- provisioner.Run(ctx, provisioner.Options{RESTConfig: sa, EtcdEndpoints: env.EtcdEndpoints, Listen: pAddr,
+		errc <- provisioner.Run(ctx, provisioner.Options{RESTConfig: asComponent("provisioner"), EtcdEndpoints: env.EtcdEndpoints, Listen: pAddr,
 			MemberID: "provisioner-rbac", CSIEndpoints: []string{name + "=" + sock}, Logger: logger("provisioner-rbac")})
 	}()
 	if err := devenv.WaitServing(ctx, pAddr, "", time.Minute); err != nil {
 		t.Fatal(err)
 	}
 	go func() {
-		errc <- binder.Run(ctx, binder.Options{RESTConfig: sa, EtcdEndpoints: env.EtcdEndpoints, Listen: bAddr,
+		errc <- binder.Run(ctx, binder.Options{RESTConfig: asComponent("binder"), EtcdEndpoints: env.EtcdEndpoints, Listen: bAddr,
 			WatcherAddress: wAddr, ProvisionerAddress: pAddr, MemberID: "binder-prov-rbac", Logger: logger("binder-prov-rbac")})
 	}()
 	if err := devenv.WaitServing(ctx, bAddr, "", time.Minute); err != nil {

@@ -56,12 +56,20 @@ func applyRBAC(t *testing.T) {
 	}
 }
 
+// asComponent is an admin client config that impersonates the
+// ServiceAccount deploy/kubernetes/rbac.yaml gives component ("watcher",
+// "binder", "provisioner", "reclaimer", "gateway"): a service run with it
+// has exactly the rights its Deployment has.
+func asComponent(component string) *rest.Config {
+	sa := rest.CopyConfig(env.RESTConfig)
+	sa.Impersonate = rest.ImpersonationConfig{UserName: "system:serviceaccount:volplane-system:volplane-" + component}
+	return sa
+}
+
 // The watcher and the binder need no more than deploy/kubernetes/rbac.yaml
-// grants: run them as its ServiceAccount (by impersonation) and bind.
+// grants: run each as its own ServiceAccount (by impersonation) and bind.
 func TestServicesRunWithTheDeployedRBAC(t *testing.T) {
 	applyRBAC(t)
-	sa := rest.CopyConfig(env.RESTConfig)
-	sa.Impersonate = rest.ImpersonationConfig{UserName: "system:serviceaccount:volplane-system:volplane"}
 
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -69,10 +77,10 @@ func TestServicesRunWithTheDeployedRBAC(t *testing.T) {
 	bAddr, _ := devenv.FreeAddr()
 	errc := make(chan error, 2)
 	go func() {
-		errc <- watcher.Run(ctx, watcher.Options{RESTConfig: sa, Listen: wAddr, Logger: logger("watcher-rbac")})
+		errc <- watcher.Run(ctx, watcher.Options{RESTConfig: asComponent("watcher"), Listen: wAddr, Logger: logger("watcher-rbac")})
 	}()
 	go func() {
-		errc <- binder.Run(ctx, binder.Options{RESTConfig: sa, EtcdEndpoints: env.EtcdEndpoints, Listen: bAddr,
+		errc <- binder.Run(ctx, binder.Options{RESTConfig: asComponent("binder"), EtcdEndpoints: env.EtcdEndpoints, Listen: bAddr,
 			WatcherAddress: wAddr, MemberID: "binder-rbac", Logger: logger("binder-rbac")})
 	}()
 	if err := devenv.WaitServing(ctx, bAddr, "", time.Minute); err != nil {

@@ -11,7 +11,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/rest"
 
 	"github.com/volplane/volplane/internal/devenv"
 	"github.com/volplane/volplane/pkg/grpcutil"
@@ -95,8 +94,7 @@ func recycled(t *testing.T, c reclaimerv1.ReclaimerServiceClient, name string) {
 // scrub, reads its Node, and updates the volume.
 func TestReclaimerRunsWithTheDeployedRBAC(t *testing.T) {
 	applyRBAC(t)
-	sa := rest.CopyConfig(env.RESTConfig)
-	sa.Impersonate = rest.ImpersonationConfig{UserName: "system:serviceaccount:volplane-system:volplane"}
+	sa := asComponent("reclaimer")
 	ctx := context.Background()
 
 	t.Run("recycler pod", func(t *testing.T) {
