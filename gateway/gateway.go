@@ -36,6 +36,11 @@ type Options struct {
 	Listen string
 	// The backends' gRPC addresses.
 	WatcherAddress, BinderAddress, ProvisionerAddress, ReclaimerAddress string
+	// TLS is the gateway's mutual TLS with the backends (--tls-ca-file,
+	// --tls-cert-file, --tls-key-file): it verifies their certificates and
+	// presents its own. Required: name the files, or set InsecurePlaintext
+	// (--insecure-plaintext, local experiments only).
+	TLS grpcutil.TLSFiles
 	// Logger; default slog.Default().
 	Logger *slog.Logger
 }
@@ -47,6 +52,9 @@ func (o *Options) validate() error {
 	}
 	if o.BinderAddress == "" {
 		errs = append(errs, errors.New("the binder's address is required (--binder-address)"))
+	}
+	if err := o.TLS.Validate(); err != nil {
+		errs = append(errs, err)
 	}
 	if o.Logger == nil {
 		o.Logger = slog.Default()
@@ -94,7 +102,7 @@ func NewHandler(ctx context.Context, o Options) (http.Handler, func(), error) {
 		if b.addr == "" {
 			continue
 		}
-		cc, err := grpcutil.Dial(b.addr)
+		cc, err := grpcutil.Dial(b.addr, o.TLS)
 		if err != nil {
 			closeAll()
 			return nil, nil, fmt.Errorf("%s at %s: %w", b.name, b.addr, err)

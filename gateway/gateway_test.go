@@ -13,6 +13,7 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	"github.com/volplane/volplane/gateway"
+	"github.com/volplane/volplane/pkg/grpcutil"
 )
 
 func TestReadyzFollowsBackendHealth(t *testing.T) {
@@ -26,7 +27,7 @@ func TestReadyzFollowsBackendHealth(t *testing.T) {
 	go srv.Serve(lis)
 	defer srv.Stop()
 
-	h, closeAll, err := gateway.NewHandler(context.Background(), gateway.Options{BinderAddress: lis.Addr().String()})
+	h, closeAll, err := gateway.NewHandler(context.Background(), gateway.Options{BinderAddress: lis.Addr().String(), TLS: grpcutil.TLSFiles{InsecurePlaintext: true}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,13 +1,19 @@
 // Command volplane-dev runs the whole of volplane on this machine: an
 // embedded etcd, a real kube-apiserver, the dev CSI driver (volplane-csi),
 // the watcher, binder, provisioner and reclaimer services and the REST
-// gateway, all on loopback. It prints the kubeconfig path and the gateway
-// URL and runs until Ctrl-C, then stops everything in order. `make up` runs
-// it.
+// gateway, all on loopback. The services talk mutual TLS with certificates
+// it generates (<dir>/tls); the gateway serves HTTPS and authenticates its
+// callers against the apiserver, and volplane-dev mints a token for a
+// ServiceAccount bound to the volplane-operator ClusterRole
+// (<dir>/gateway-token). It prints the kubeconfig path, the gateway URL and
+// curl lines that use the token, and runs until Ctrl-C, then stops
+// everything in order. `make up` runs it.
 package main
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"flag"
 	"fmt"
@@ -15,12 +21,14 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
 	"time"
 
 	"github.com/volplane/volplane/internal/devenv"
+	"github.com/volplane/volplane/internal/pki"
 )
 
 func main() {
@@ -31,6 +39,7 @@ func main() {
 		gatewayURL = flag.String("gateway-listen", "127.0.0.1:8080", "the REST gateway's listen address")
 		workers    = flag.Int("workers", 0, "binder --workers; 0 keeps the binder's default")
 		logLevel   = flag.String("log-level", "info", "services' log level: debug, info, warn or error")
+		roles      = flag.String("roles", filepath.Join("deploy", "kubernetes", "roles.yaml"), "ClusterRoles to apply (volplane-viewer, volplane-operator); when the file is missing, the same two roles are made in code")
 	)
 	flag.Usage = func() {
 		fmt.Fprintf(flag.CommandLine.Output(), "Usage: %s [flags]\n\nRuns etcd, kube-apiserver and every volplane service on loopback until Ctrl-C.\n\nFlags:\n", os.Args[0])
@@ -51,7 +60,7 @@ func main() {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	if err := run(ctx, *binDir, *apiserver, *dir, *gatewayURL, *workers, *logLevel); err != nil {
+	if err := run(ctx, *binDir, *apiserver, *dir, *gatewayURL, *workers, *logLevel, *roles); err != nil {
 		fmt.Fprintln(os.Stderr, "volplane-dev:", err)
 		os.Exit(1)
 	}
@@ -64,7 +73,7 @@ type service struct {
 	p    *devenv.Process
 }
 
-func run(ctx context.Context, binDir, apiserver, dir, gatewayListen string, workers int, logLevel string) error {
+func run(ctx context.Context, binDir, apiserver, dir, gatewayListen string, workers int, logLevel, roles string) error {
 	dir, err := filepath.Abs(dir)
 	if err != nil {
 		return err
@@ -83,6 +92,18 @@ func run(ctx context.Context, binDir, apiserver, dir, gatewayListen string, work
 		return err
 	}
 	defer env.Stop()
+
+	// Mutual TLS between the services: a CA and a certificate per service
+	// (and one for volplane-dev's own health checks).
+	tlsDir := filepath.Join(dir, "tls")
+	certs, err := pki.Generate(tlsDir, append(pki.Services, "volplane-dev")...)
+	if err != nil {
+		return fmt.Errorf("generate certificates: %w", err)
+	}
+	tokenPath := filepath.Join(dir, "gateway-token")
+	if err := gatewayCredential(ctx, env, roles, tokenPath); err != nil {
+		return err
+	}
 
 	etcd := strings.Join(env.EtcdEndpoints, ",")
 	kc := env.Kubeconfig
@@ -110,6 +131,9 @@ func run(ctx context.Context, binDir, apiserver, dir, gatewayListen string, work
 		{name: "volplane-csi", addr: csiEndpoint, args: []string{"--endpoint", csiEndpoint,
 			"--root-dir", filepath.Join(dir, "csi", "root"), "--node-id", nodeID}},
 		{name: "watcher", addr: watcher, args: []string{"--kubeconfig", kc, "--listen", watcher}},
+		// The gateway serves HTTPS with its service certificate, checks
+		// bearer tokens and SubjectAccessReviews with the apiserver, and
+		// accepts client certificates of the same CA.
 		{name: "provisioner", addr: provisioner, args: []string{"--kubeconfig", kc, "--etcd-endpoints", etcd, "--listen", provisioner,
 			"--csi-endpoint", csiEndpoint}},
 		// No kubelet runs recycler pods here: the reclaimer scrubs hostPath
@@ -120,10 +144,18 @@ func run(ctx context.Context, binDir, apiserver, dir, gatewayListen string, work
 			"--watcher-address", watcher, "--reclaimer-address", reclaimer, "--provisioner-address", provisioner,
 			"--workers", strconv.Itoa(workers)}},
 		{name: "gateway", args: []string{"--listen", gatewayListen, "--watcher-address", watcher, "--binder-address", binder,
-			"--provisioner-address", provisioner, "--reclaimer-address", reclaimer}},
+			"--provisioner-address", provisioner, "--reclaimer-address", reclaimer, "--kubeconfig", kc,
+			"--client-ca-file", certs["gateway"].CAFile,
+			"--tls-serving-cert-file", certs["gateway"].CertFile, "--tls-serving-key-file", certs["gateway"].KeyFile}},
+	}
+	for _, s := range services {
+		if f, ok := certs[s.name]; ok {
+			s.args = append(s.args, devenv.TLSArgs(f)...)
+		}
 	}
 	if workers == 0 {
-		services[4].args = services[4].args[:len(services[4].args)-2]
+		b := services[4].args
+		services[4].args = slices.Delete(b, slices.Index(b, "--workers"), slices.Index(b, "--workers")+2)
 	}
 	defer func() {
 		// Stop in reverse order: the gateway first, the CSI driver last.
@@ -138,33 +170,42 @@ func run(ctx context.Context, binDir, apiserver, dir, gatewayListen string, work
 		if err != nil {
 			return err
 		}
+		wait := func() error { return devenv.WaitServing(ctx, s.addr, "", certs["volplane-dev"], 2*time.Minute) }
+		if s.name == "volplane-csi" {
+			wait = func() error { return devenv.WaitCSIServing(ctx, s.addr, 2*time.Minute) }
+		}
 		if s.addr != "" {
-			if err := devenv.WaitServing(ctx, s.addr, "", 2*time.Minute); err != nil {
+			if err := wait(); err != nil {
 				return fmt.Errorf("%s did not become ready: %w (log: %s)", s.name, err, s.p.LogPath)
 			}
 		}
 	}
-	if err := waitHTTP(ctx, "http://"+gatewayListen+"/readyz", time.Minute); err != nil {
+	if err := waitHTTP(ctx, "https://"+gatewayListen+"/readyz", certs["gateway"].CAFile, time.Minute); err != nil {
 		return fmt.Errorf("gateway: %w (log: %s)", err, services[5].p.LogPath)
 	}
 
 	fmt.Printf(`
 volplane is up.
 
-  kubeconfig:  %s
-  gateway:     http://%s   (OpenAPI: http://%[2]s/openapi.json)
-  logs:        %s/*.log
+  kubeconfig:  %[1]s
+  gateway:     https://%[2]s   (OpenAPI: https://%[2]s/openapi.json)
+  CA:          %[4]s   (signs the gateway's and the services' certificates)
+  token:       %[5]s   (ServiceAccount default/volplane-admin, ClusterRole volplane-operator, valid 24h)
+  logs:        %[3]s/*.log
 
 Try:
   export KUBECONFIG=%[1]s
   kubectl apply -f deploy/examples/static-binding.yaml
   kubectl apply -f deploy/examples/dynamic-provisioning.yaml
   kubectl get pv,pvc
-  curl -s http://%[2]s/v1/namespaces/default/claims/demo-claim
-  curl -s http://%[2]s/v1/drivers
+  curl -s --cacert %[4]s -H "Authorization: Bearer $(cat %[5]s)" https://%[2]s/v1/namespaces/default/claims/demo-claim
+  curl -s --cacert %[4]s -H "Authorization: Bearer $(cat %[5]s)" https://%[2]s/v1/drivers
+
+A client certificate of the same CA authenticates too (its CN is the user name):
+  curl -s --cacert %[4]s --cert %[6]s --key %[7]s https://%[2]s/v1/drivers
 
 Ctrl-C stops everything.
-`, kc, gatewayListen, dir)
+`, kc, gatewayListen, dir, certs["gateway"].CAFile, tokenPath, certs["volplane-dev"].CertFile, certs["volplane-dev"].KeyFile)
 
 	exited := make(chan *service, len(services))
 	for _, s := range services {
@@ -184,12 +225,23 @@ Ctrl-C stops everything.
 	}
 }
 
-func waitHTTP(ctx context.Context, url string, timeout time.Duration) error {
+// waitHTTP polls url until it answers 200, verifying the server against
+// the CA in caFile.
+func waitHTTP(ctx context.Context, url, caFile string, timeout time.Duration) error {
+	ca, err := os.ReadFile(caFile)
+	if err != nil {
+		return err
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(ca) {
+		return fmt.Errorf("%s holds no PEM certificate", caFile)
+	}
+	hc := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}}}
 	deadline := time.Now().Add(timeout)
 	last := "no answer"
 	for time.Now().Before(deadline) {
 		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-		resp, err := http.DefaultClient.Do(req)
+		resp, err := hc.Do(req)
 		if err == nil {
 			resp.Body.Close()
 			if resp.StatusCode == http.StatusOK {

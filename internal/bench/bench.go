@@ -25,6 +25,8 @@ import (
 
 	"github.com/volplane/volplane/internal/devcsi"
 	"github.com/volplane/volplane/internal/devenv"
+	"github.com/volplane/volplane/internal/pki"
+	"github.com/volplane/volplane/pkg/grpcutil"
 	"github.com/volplane/volplane/pkg/kube"
 )
 
@@ -111,11 +113,16 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 		return nil, err
 	}
 	defer env.Stop()
+	// Mutual TLS between the services, as in production.
+	certs, err := pki.Generate(filepath.Join(dir, "tls"), append(pki.Services, "bench")...)
+	if err != nil {
+		return nil, fmt.Errorf("generate certificates: %w", err)
+	}
 
 	var binder, watcher, provisioner, driver *devenv.Process
 	var binderAddr, watcherDebug, binderDebug, provisionerAddr string
 	if o.Dynamic {
-		if driver, provisioner, provisionerAddr, err = startProvisioning(ctx, dir, o.BinDir, env, o.ExternalProvisioner, o.KCMQPS); err != nil {
+		if driver, provisioner, provisionerAddr, err = startProvisioning(ctx, dir, o.BinDir, env, certs, o.ExternalProvisioner, o.KCMQPS); err != nil {
 			return nil, err
 		}
 		defer driver.Stop()
@@ -134,7 +141,7 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 		if binderAddr, err = devenv.FreeAddr(); err != nil {
 			return nil, err
 		}
-		watcherArgs := []string{"--kubeconfig", env.Kubeconfig, "--listen", watcherAddr, "--log-level", "warn"}
+		watcherArgs := append([]string{"--kubeconfig", env.Kubeconfig, "--listen", watcherAddr, "--log-level", "warn"}, devenv.TLSArgs(certs["watcher"])...)
 		if o.ProfileDir != "" {
 			if watcherDebug, err = devenv.FreeAddr(); err != nil {
 				return nil, err
@@ -151,6 +158,7 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 		defer watcher.Stop()
 		args := []string{"--kubeconfig", env.Kubeconfig, "--etcd-endpoints", strings.Join(env.EtcdEndpoints, ","),
 			"--listen", binderAddr, "--watcher-address", watcherAddr, "--log-level", "warn"}
+		args = append(args, devenv.TLSArgs(certs["binder"])...)
 		if o.Workers > 0 {
 			args = append(args, "--workers", strconv.Itoa(o.Workers))
 		}
@@ -165,7 +173,7 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 			return nil, err
 		}
 		defer binder.Stop()
-		if err := devenv.WaitServing(ctx, binderAddr, "", 2*time.Minute); err != nil {
+		if err := devenv.WaitServing(ctx, binderAddr, "", certs["bench"], 2*time.Minute); err != nil {
 			return nil, fmt.Errorf("binder: %w (log: %s)", err, binder.LogPath)
 		}
 	}
@@ -362,7 +370,7 @@ func (r *Result) Print(w io.Writer) {
 // (volplane's, or csi-provisioner when externalProvisioner names its
 // binary, with client QPS qps), and waits until the provisioner is ready.
 // addr is volplane's provisioner's address, "" for csi-provisioner.
-func startProvisioning(ctx context.Context, dir, binDir string, env *devenv.Env, externalProvisioner string, qps int) (driver, provisioner *devenv.Process, addr string, err error) {
+func startProvisioning(ctx context.Context, dir, binDir string, env *devenv.Env, certs map[string]grpcutil.TLSFiles, externalProvisioner string, qps int) (driver, provisioner *devenv.Process, addr string, err error) {
 	path := filepath.Join(dir, "csi.sock")
 	sock := "unix://" + path
 	driver, err = devenv.StartProcess(dir, "volplane-csi", filepath.Join(binDir, "volplane-csi"),
@@ -370,7 +378,7 @@ func startProvisioning(ctx context.Context, dir, binDir string, env *devenv.Env,
 	if err != nil {
 		return nil, nil, "", err
 	}
-	if err := devenv.WaitServing(ctx, sock, "", time.Minute); err != nil {
+	if err := devenv.WaitCSIServing(ctx, sock, time.Minute); err != nil {
 		driver.Stop()
 		return nil, nil, "", fmt.Errorf("dev CSI driver: %w (log: %s)", err, driver.LogPath)
 	}
@@ -392,13 +400,13 @@ func startProvisioning(ctx context.Context, dir, binDir string, env *devenv.Env,
 		return nil, nil, "", err
 	}
 	provisioner, err = devenv.StartProcess(dir, "provisioner", filepath.Join(binDir, "provisioner"),
-		"--kubeconfig", env.Kubeconfig, "--etcd-endpoints", strings.Join(env.EtcdEndpoints, ","),
-		"--listen", addr, "--csi-endpoint", sock, "--log-level", "warn")
+		append([]string{"--kubeconfig", env.Kubeconfig, "--etcd-endpoints", strings.Join(env.EtcdEndpoints, ","),
+			"--listen", addr, "--csi-endpoint", sock, "--log-level", "warn"}, devenv.TLSArgs(certs["provisioner"])...)...)
 	if err != nil {
 		driver.Stop()
 		return nil, nil, "", err
 	}
-	if err := devenv.WaitServing(ctx, addr, "", 2*time.Minute); err != nil {
+	if err := devenv.WaitServing(ctx, addr, "", certs["bench"], 2*time.Minute); err != nil {
 		provisioner.Stop()
 		driver.Stop()
 		return nil, nil, "", fmt.Errorf("provisioner: %w (logs: %s, %s)", err, provisioner.LogPath, driver.LogPath)

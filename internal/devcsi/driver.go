@@ -251,7 +251,7 @@ func (d *Driver) Register(s *grpc.Server) {
 // then stops gracefully: calls in flight get up to 10s. Every call passes
 // through the fault injector. Run closes lis.
 func (d *Driver) Run(ctx context.Context, lis net.Listener) error {
-	srv := grpcutil.NewServer(d.log, grpc.ChainUnaryInterceptor(d.faults.UnaryServerInterceptor()))
+	srv := grpcutil.NewCSIServer(d.log, grpc.ChainUnaryInterceptor(d.faults.UnaryServerInterceptor()))
 	d.Register(srv.Server)
 	srv.SetServing(true)
 	d.log.Info("CSI driver serving", "address", lis.Addr().String(), "driver", d.name, "node", d.nodeID,

@@ -60,7 +60,7 @@ func serve(t *testing.T, d *devcsi.Driver) *driver {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- d.Run(ctx, lis) }()
-	cc, err := grpcutil.Dial(addr)
+	cc, err := grpcutil.DialCSI(addr)
 	if err != nil {
 		t.Fatal(err)
 	}

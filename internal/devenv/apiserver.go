@@ -26,6 +26,9 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+
+	"github.com/volplane/volplane/internal/pki"
+	"github.com/volplane/volplane/pkg/coord"
 )
 
 // KubeVersion is the kube-apiserver version the Makefile builds and caches.
@@ -41,6 +44,12 @@ type Options struct {
 	KubeAPIServer string
 	// ExtraArgs are appended to kube-apiserver's command line.
 	ExtraArgs []string
+	// EtcdTLS runs etcd with client TLS and client certificates required:
+	// Start generates a CA and certificates under Dir/etcd-pki, gives
+	// kube-apiserver its --etcd-cafile, --etcd-certfile and --etcd-keyfile,
+	// and Env.EtcdSecurity holds the volplane services' client
+	// certificate.
+	EtcdTLS bool
 }
 
 // Env is a running control plane.
@@ -54,6 +63,9 @@ type Env struct {
 	// EtcdEndpoints are etcd's client URLs (kube-apiserver keeps its data
 	// under /registry, volplane its coordination under /volplane).
 	EtcdEndpoints []string
+	// EtcdSecurity is the etcd client TLS of volplane's services (the
+	// zero value without Options.EtcdTLS).
+	EtcdSecurity coord.Security
 	// RESTConfig is an admin client config.
 	RESTConfig *rest.Config
 	// APIServerLog is kube-apiserver's stdout and stderr.
@@ -106,7 +118,14 @@ func Start(ctx context.Context, o Options) (_ *Env, err error) {
 		}
 	}
 	e := &Env{Dir: o.Dir, Kubeconfig: filepath.Join(o.Dir, "kubeconfig"), APIServerLog: filepath.Join(o.Dir, "kube-apiserver.log"), done: make(chan struct{})}
-	e.etcd, err = StartEtcd(filepath.Join(o.Dir, "etcd"))
+	var etcdTLS *EtcdTLS
+	var etcdArgs []string
+	if o.EtcdTLS {
+		if etcdTLS, etcdArgs, e.EtcdSecurity, err = etcdCerts(filepath.Join(o.Dir, "etcd-pki")); err != nil {
+			return nil, err
+		}
+	}
+	e.etcd, err = StartEtcdTLS(filepath.Join(o.Dir, "etcd"), etcdTLS)
 	if err != nil {
 		return nil, err
 	}
@@ -161,7 +180,7 @@ func Start(ctx context.Context, o Options) (_ *Env, err error) {
 		"--profiling=false",
 		"--v=1",
 	}
-	args = append(args, o.ExtraArgs...)
+	args = append(append(args, etcdArgs...), o.ExtraArgs...)
 	logf, err := os.Create(e.APIServerLog)
 	if err != nil {
 		return nil, err
@@ -231,6 +250,30 @@ func (e *Env) Stop() {
 		e.etcd.Stop()
 		e.etcd = nil
 	}
+}
+
+// etcdCerts generates etcd's CA and serving certificate, and client
+// certificates for kube-apiserver and volplane's services, in dir.
+func etcdCerts(dir string) (*EtcdTLS, []string, coord.Security, error) {
+	ca, err := pki.NewCA(dir, "volplane-dev-etcd-ca")
+	if err != nil {
+		return nil, nil, coord.Security{}, fmt.Errorf("etcd CA: %w", err)
+	}
+	srv, err := ca.Issue("etcd")
+	if err != nil {
+		return nil, nil, coord.Security{}, err
+	}
+	api, err := ca.Issue("kube-apiserver-etcd-client")
+	if err != nil {
+		return nil, nil, coord.Security{}, err
+	}
+	vp, err := ca.Issue("volplane-etcd-client")
+	if err != nil {
+		return nil, nil, coord.Security{}, err
+	}
+	args := []string{"--etcd-cafile=" + ca.CertFile, "--etcd-certfile=" + api.CertFile, "--etcd-keyfile=" + api.KeyFile}
+	return &EtcdTLS{CAFile: ca.CertFile, CertFile: srv.CertFile, KeyFile: srv.KeyFile}, args,
+		coord.Security{CAFile: ca.CertFile, CertFile: vp.CertFile, KeyFile: vp.KeyFile}, nil
 }
 
 func writeKubeconfig(path, server string, caPEM []byte, token string) error {

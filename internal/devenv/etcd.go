@@ -6,23 +6,43 @@ import (
 	"net/url"
 	"time"
 
+	"go.etcd.io/etcd/client/pkg/v3/transport"
 	"go.etcd.io/etcd/server/v3/embed"
 	"go.uber.org/zap"
 )
 
 // Etcd is an etcd server embedded in this process.
 type Etcd struct {
-	// Endpoints are the client URLs, e.g. http://127.0.0.1:2379.
+	// Endpoints are the client URLs, e.g. http://127.0.0.1:2379 (https://
+	// with TLS).
 	Endpoints []string
 	e         *embed.Etcd
 }
 
+// EtcdTLS makes an embedded etcd serve its clients over TLS and require a
+// client certificate signed by CAFile, as a production etcd run with
+// --client-cert-auth does.
+type EtcdTLS struct {
+	// CAFile signs the client certificates etcd accepts.
+	CAFile string
+	// CertFile and KeyFile are etcd's serving certificate and key (for
+	// 127.0.0.1).
+	CertFile, KeyFile string
+}
+
 // StartEtcd starts an embedded etcd with its data in dir, on free loopback
-// ports, and waits until it is ready.
-func StartEtcd(dir string) (*Etcd, error) {
+// ports, without TLS, and waits until it is ready.
+func StartEtcd(dir string) (*Etcd, error) { return StartEtcdTLS(dir, nil) }
+
+// StartEtcdTLS is StartEtcd serving clients over mutual TLS when tls is
+// not nil.
+func StartEtcdTLS(dir string, tls *EtcdTLS) (*Etcd, error) {
 	clientURL, err := freeURL()
 	if err != nil {
 		return nil, err
+	}
+	if tls != nil {
+		clientURL.Scheme = "https"
 	}
 	peerURL, err := freeURL()
 	if err != nil {
@@ -42,6 +62,9 @@ func StartEtcd(dir string) (*Etcd, error) {
 	// A development and test server: losing the last writes on a machine
 	// crash is acceptable, fsync latency is not.
 	cfg.UnsafeNoFsync = true
+	if tls != nil {
+		cfg.ClientTLSInfo = transport.TLSInfo{CertFile: tls.CertFile, KeyFile: tls.KeyFile, TrustedCAFile: tls.CAFile, ClientCertAuth: true}
+	}
 	e, err := embed.StartEtcd(cfg)
 	if err != nil {
 		return nil, fmt.Errorf("start embedded etcd: %w", err)

@@ -12,6 +12,7 @@ import (
 	"syscall"
 	"time"
 
+	"google.golang.org/grpc"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	"github.com/volplane/volplane/pkg/grpcutil"
@@ -107,13 +108,27 @@ func FreeAddr() (string, error) {
 	return l.Addr().String(), nil
 }
 
-// WaitServing waits until the gRPC server at addr reports SERVING for
-// service ("" is the whole server).
-func WaitServing(ctx context.Context, addr, service string, timeout time.Duration) error {
-	cc, err := grpcutil.Dial(addr)
+// WaitServing waits until the volplane service at addr, dialled with tls,
+// reports SERVING for service ("" is the whole server).
+func WaitServing(ctx context.Context, addr, service string, tls grpcutil.TLSFiles, timeout time.Duration) error {
+	cc, err := grpcutil.Dial(addr, tls)
 	if err != nil {
 		return err
 	}
+	return waitServing(ctx, cc, addr, service, timeout)
+}
+
+// WaitCSIServing waits until the CSI driver at addr (plaintext, usually a
+// unix socket) reports SERVING on its health service.
+func WaitCSIServing(ctx context.Context, addr string, timeout time.Duration) error {
+	cc, err := grpcutil.DialCSI(addr)
+	if err != nil {
+		return err
+	}
+	return waitServing(ctx, cc, addr, "", timeout)
+}
+
+func waitServing(ctx context.Context, cc *grpc.ClientConn, addr, service string, timeout time.Duration) error {
 	defer cc.Close()
 	hc := healthpb.NewHealthClient(cc)
 	deadline := time.Now().Add(timeout)
@@ -141,3 +156,9 @@ func WaitServing(ctx context.Context, addr, service string, timeout time.Duratio
 
 // PID is the child's process ID (also its process group ID).
 func (p *Process) PID() int { return p.cmd.Process.Pid }
+
+// TLSArgs are the command-line flags that give a volplane service the
+// certificate files f.
+func TLSArgs(f grpcutil.TLSFiles) []string {
+	return []string{"--tls-ca-file", f.CAFile, "--tls-cert-file", f.CertFile, "--tls-key-file", f.KeyFile}
+}

@@ -10,35 +10,54 @@ import (
 	"strings"
 	"time"
 
+	"google.golang.org/grpc"
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/volplane/volplane/internal/devenv"
+	"github.com/volplane/volplane/internal/pki"
+	"github.com/volplane/volplane/pkg/grpcutil"
 	"github.com/volplane/volplane/pkg/kube"
 )
 
 // Cluster is what an end-to-end test package shares: a real kube-apiserver
-// and etcd in a temporary directory, a client, and one log file for the
-// services the package runs, printed when a test fails.
+// and etcd in a temporary directory, a client, the services' certificates,
+// and one log file for the services the package runs, printed when a test
+// fails.
 type Cluster struct {
 	*devenv.Env
 	// Client is an admin client (protobuf, no client-side throttling).
 	Client kubernetes.Interface
 	// LogPath is the services' log file.
 	LogPath string
+	// CA issues more certificates (a test's own client, a rotation).
+	CA *pki.CA
 
-	dir  string
-	logs *os.File
+	dir   string
+	logs  *os.File
+	certs map[string]grpcutil.TLSFiles
 }
 
-// StartCluster starts kube-apiserver and etcd for package name and says
-// how long they took. Stop undoes it.
-func StartCluster(ctx context.Context, name string) (*Cluster, error) {
+// Options configures StartCluster.
+type Options struct {
+	// EtcdTLS runs etcd with client TLS and client certificates required;
+	// the services then take Env.EtcdSecurity.
+	EtcdTLS bool
+}
+
+// Client is the name of the certificate the tests themselves use to call
+// the services (TLS(Client)).
+const Client = "e2e-client"
+
+// StartCluster starts kube-apiserver and etcd for package name, generates
+// a CA and a certificate per service (pki.Services) and for the tests
+// (Client), and says how long it took. Stop undoes it.
+func StartCluster(ctx context.Context, name string, o Options) (*Cluster, error) {
 	dir, err := os.MkdirTemp("", "volplane-"+strings.ReplaceAll(name, "/", "-")+"-")
 	if err != nil {
 		return nil, err
 	}
 	start := time.Now()
-	env, err := devenv.Start(ctx, devenv.Options{Dir: dir})
+	env, err := devenv.Start(ctx, devenv.Options{Dir: dir, EtcdTLS: o.EtcdTLS})
 	if err != nil {
 		os.RemoveAll(dir)
 		return nil, fmt.Errorf("start kube-apiserver and etcd: %w", err)
@@ -46,11 +65,37 @@ func StartCluster(ctx context.Context, name string) (*Cluster, error) {
 	fmt.Printf("%s: kube-apiserver and etcd ready in %s\n", name, time.Since(start).Round(time.Millisecond))
 	c := &Cluster{Env: env, dir: dir, LogPath: filepath.Join(dir, "services.log"),
 		Client: kubernetes.NewForConfigOrDie(kube.Tune(env.RESTConfig, kube.ClientOptions{UserAgent: "volplane-e2e"}))}
+	if c.CA, err = pki.NewCA(filepath.Join(dir, "tls"), "volplane-e2e-ca"); err != nil {
+		c.Stop()
+		return nil, err
+	}
+	c.certs = map[string]grpcutil.TLSFiles{}
+	for _, s := range append([]string{Client}, pki.Services...) {
+		if c.certs[s], err = c.CA.Issue(s); err != nil {
+			c.Stop()
+			return nil, err
+		}
+	}
 	if c.logs, err = os.Create(c.LogPath); err != nil {
 		c.Stop()
 		return nil, err
 	}
 	return c, nil
+}
+
+// TLS returns the certificate files of service (one of pki.Services, or
+// Client); the zero TLSFiles, which every service refuses, for another
+// name.
+func (c *Cluster) TLS(service string) grpcutil.TLSFiles { return c.certs[service] }
+
+// Dial connects to a volplane service at addr as the tests (Client).
+func (c *Cluster) Dial(addr string) (*grpc.ClientConn, error) {
+	return grpcutil.Dial(addr, c.TLS(Client))
+}
+
+// WaitServing waits until the service at addr reports SERVING.
+func (c *Cluster) WaitServing(ctx context.Context, addr string, timeout time.Duration) error {
+	return devenv.WaitServing(ctx, addr, "", c.TLS(Client), timeout)
 }
 
 // Dir is the cluster's temporary directory, for the tests' own files.

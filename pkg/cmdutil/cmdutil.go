@@ -1,5 +1,5 @@
 // Package cmdutil holds what every volplane command's main shares: the
-// common flags (logging, Kubernetes client, etcd) and running a service's
+// common flags (logging, Kubernetes client, etcd, TLS) and running a service's
 // Run under a signal context with a clear error and exit code.
 package cmdutil
 
@@ -14,6 +14,7 @@ import (
 	"strings"
 	"syscall"
 
+	"github.com/volplane/volplane/pkg/coord"
 	"github.com/volplane/volplane/pkg/grpcutil"
 )
 
@@ -43,6 +44,33 @@ func EtcdFlag(endpoints *[]string, purpose string) {
 	flag.Var(&listValue{p: endpoints}, "etcd-endpoints", "comma-separated etcd client URLs for "+purpose)
 }
 
+// EtcdSecurityFlags registers the etcd client's TLS and authentication
+// flags: --etcd-cacert, --etcd-cert, --etcd-key, --etcd-username and
+// --etcd-password-file (the password is read from a file, never given on
+// the command line).
+func EtcdSecurityFlags(s *coord.Security) {
+	flag.StringVar(&s.CAFile, "etcd-cacert", "", "CA certificates (PEM) that sign etcd's serving certificate; turns etcd TLS on (https:// endpoints)")
+	flag.StringVar(&s.CertFile, "etcd-cert", "", "client certificate (PEM) presented to etcd (etcd --client-cert-auth)")
+	flag.StringVar(&s.KeyFile, "etcd-key", "", "private key (PEM) of --etcd-cert")
+	flag.StringVar(&s.Username, "etcd-username", "", "etcd user, for an etcd with authentication enabled (needs --etcd-password-file)")
+	flag.StringVar(&s.PasswordFile, "etcd-password-file", "", "file holding the password of --etcd-username")
+}
+
+// TLSFlags registers the mutual TLS flags of a volplane service, used both
+// to serve and to dial other volplane services: --tls-ca-file,
+// --tls-cert-file, --tls-key-file, and --insecure-plaintext to turn TLS off.
+func TLSFlags(f *grpcutil.TLSFiles) {
+	flag.StringVar(&f.CAFile, "tls-ca-file", "", "CA certificates (PEM) that sign every volplane service's certificate: clients must present one, servers must have one (required, unless --insecure-plaintext)")
+	flag.StringVar(&f.CertFile, "tls-cert-file", "", "this service's certificate (PEM), for serving and as a client of other volplane services; reloaded when it changes")
+	flag.StringVar(&f.KeyFile, "tls-key-file", "", "private key (PEM) of --tls-cert-file; reloaded when it changes")
+	flag.BoolVar(&f.InsecurePlaintext, "insecure-plaintext", false, "serve and dial without TLS, letting anyone who reaches the port call every API: for local experiments only")
+}
+
+// ReflectionFlag registers --grpc-reflection.
+func ReflectionFlag(on *bool) {
+	flag.BoolVar(on, "grpc-reflection", false, "serve the gRPC reflection service (for grpcurl); it lists every method to whoever connects")
+}
+
 // ListFlag registers a repeatable, comma-separated flag.
 func ListFlag(list *[]string, name, usage string) {
 	flag.Var(&listValue{p: list}, name, usage)
@@ -60,6 +88,8 @@ func Run(component string, l *Logging, run func(ctx context.Context, log *slog.L
 		fmt.Fprintf(os.Stderr, "%s: %v\n", component, err)
 		return 2
 	}
+	// Packages without a logger of their own (TLS reloads) log here too.
+	slog.SetDefault(log)
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	if err := run(ctx, log); err != nil {

@@ -3,6 +3,7 @@ package coord
 import (
 	"context"
 	"crypto/rand"
+	"crypto/tls"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -13,6 +14,7 @@ import (
 	"time"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
+	"go.etcd.io/etcd/client/pkg/v3/transport"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/client/v3/concurrency"
 )
@@ -40,6 +42,67 @@ type Options struct {
 	DialTimeout time.Duration
 	// Logger receives warnings; default slog.Default().
 	Logger *slog.Logger
+	// Security is the client's TLS and etcd authentication; the zero value
+	// is plaintext without authentication.
+	Security Security
+}
+
+// Security is how the etcd client checks etcd and proves itself: TLS
+// (etcd's CA, and a client certificate for an etcd run with
+// --client-cert-auth) and etcd's own authentication (a user and its
+// password).
+type Security struct {
+	// CAFile holds the CA certificates, PEM, that sign etcd's serving
+	// certificate (--etcd-cacert). Setting it or CertFile turns TLS on;
+	// the endpoints must then be https:// URLs.
+	CAFile string
+	// CertFile and KeyFile are the client certificate and key presented to
+	// etcd (--etcd-cert, --etcd-key); they are read again at each new
+	// connection, so they rotate without a restart.
+	CertFile, KeyFile string
+	// Username is the etcd user (--etcd-username) for an etcd with
+	// authentication enabled.
+	Username string
+	// PasswordFile holds Username's password (--etcd-password-file); a
+	// file, never a flag, so the password shows in no process list. A
+	// trailing newline is ignored.
+	PasswordFile string
+}
+
+// TLS reports whether s turns TLS on.
+func (s Security) TLS() bool { return s.CAFile != "" || s.CertFile != "" || s.KeyFile != "" }
+
+// apply sets the TLS and authentication of cfg from s.
+func (s Security) apply(cfg *clientv3.Config) error {
+	if s.TLS() {
+		if (s.CertFile == "") != (s.KeyFile == "") {
+			return errors.New("coord: an etcd client certificate needs both --etcd-cert and --etcd-key")
+		}
+		for _, ep := range cfg.Endpoints {
+			if !strings.HasPrefix(ep, "https://") {
+				return fmt.Errorf("coord: etcd TLS (--etcd-cacert, --etcd-cert) needs https:// endpoints, got %q (--etcd-endpoints)", ep)
+			}
+		}
+		tc, err := transport.TLSInfo{TrustedCAFile: s.CAFile, CertFile: s.CertFile, KeyFile: s.KeyFile}.ClientConfig()
+		if err != nil {
+			return fmt.Errorf("coord: etcd TLS (--etcd-cacert, --etcd-cert, --etcd-key): %w", err)
+		}
+		tc.MinVersion = tls.VersionTLS12
+		cfg.TLS = tc
+	}
+	switch {
+	case s.Username == "" && s.PasswordFile != "":
+		return errors.New("coord: --etcd-password-file needs --etcd-username")
+	case s.Username != "" && s.PasswordFile == "":
+		return errors.New("coord: --etcd-username needs --etcd-password-file")
+	case s.Username != "":
+		b, err := os.ReadFile(s.PasswordFile)
+		if err != nil {
+			return fmt.Errorf("coord: etcd password (--etcd-password-file): %w", err)
+		}
+		cfg.Username, cfg.Password = s.Username, strings.TrimRight(string(b), "\r\n")
+	}
+	return nil
 }
 
 // Member is one live replica of a service.
@@ -77,12 +140,16 @@ func New(ctx context.Context, o Options) (*Coordinator, error) {
 	if o.Logger == nil {
 		o.Logger = slog.Default()
 	}
-	client, err := clientv3.New(clientv3.Config{
+	cfg := clientv3.Config{
 		Endpoints:   o.Endpoints,
 		DialTimeout: o.DialTimeout,
 		Context:     context.WithoutCancel(ctx),
 		Logger:      nil,
-	})
+	}
+	if err := o.Security.apply(&cfg); err != nil {
+		return nil, err
+	}
+	client, err := clientv3.New(cfg)
 	if err != nil {
 		return nil, fmt.Errorf("connect to etcd %s: %w", strings.Join(o.Endpoints, ","), err)
 	}

@@ -1,4 +1,20 @@
 // Package grpcutil is the gRPC plumbing every volplane service shares: a
-// server with the standard health service and one logging interceptor, a
-// Serve that drains gracefully when its context ends, and a client dialer.
+// server with the standard health service, a Serve that drains gracefully
+// when its context ends, and a client dialer.
+//
+// Services talk mutual TLS (TLSFiles): every server requires a client
+// certificate signed by the services' CA, every client verifies the
+// server's, and the files are reloaded when they change, so certificates
+// rotate without a restart. Plaintext exists only as an explicit choice
+// (TLSFiles.InsecurePlaintext, for local experiments and tests) and for
+// CSI drivers, whose unix sockets are plaintext by convention (NewCSIServer,
+// DialCSI).
+//
+// NewServer's interceptors log every call with its caller (the peer
+// certificate's common name and the end user the gateway passes in the
+// volplane-user, volplane-groups and volplane-uid metadata), writes at
+// info level and secrets stripped (Sanitize); turn a panic in a handler
+// into an Internal error, logged once with its stack; and the server sets
+// explicit message size limits and a handshake timeout. Reflection is off
+// unless asked for.
 package grpcutil

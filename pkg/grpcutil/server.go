@@ -11,14 +11,26 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/backoff"
-	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/reflection"
-	"google.golang.org/grpc/status"
 )
+
+// Message size limits of NewServer and Dial. A request is small (names and
+// a few objects); a response or a watch event carries Kubernetes objects,
+// each at most etcd's 1.5 MiB, so sends and client receives get room.
+const (
+	DefaultMaxRecvMsgSize = 16 << 20
+	DefaultMaxSendMsgSize = 64 << 20
+)
+
+// ConnectionTimeout bounds a new connection's TLS and HTTP/2 handshake, so
+// a client that opens connections and sends nothing (slowloris) holds
+// nothing for long.
+const ConnectionTimeout = 10 * time.Second
 
 // Server is a gRPC server with the health service registered.
 type Server struct {
@@ -27,18 +39,79 @@ type Server struct {
 	log    *slog.Logger
 }
 
-// NewServer returns a server that logs every call through log (at debug
-// level when it succeeds, warn when it fails) and serves grpc.health.v1.
-// Services start NOT_SERVING; call SetServing once ready.
-func NewServer(log *slog.Logger, opts ...grpc.ServerOption) *Server {
+// ServerOptions configures NewServer.
+type ServerOptions struct {
+	// TLS is the server's mutual TLS material (required: set the files, or
+	// choose InsecurePlaintext explicitly).
+	TLS TLSFiles
+	// Reflection registers the gRPC reflection service (--grpc-reflection),
+	// for grpcurl and the like; off by default, since it lists every method
+	// to whoever connects.
+	Reflection bool
+	// MaxRecvMsgSize is the largest request accepted; default
+	// DefaultMaxRecvMsgSize.
+	MaxRecvMsgSize int
+	// MaxSendMsgSize is the largest response or stream message sent;
+	// default DefaultMaxSendMsgSize.
+	MaxSendMsgSize int
+}
+
+// NewServer returns a volplane service's gRPC server: mutual TLS as
+// o.TLS says, panics in handlers turned into Internal errors, every call
+// logged through log (writes at info level with the caller's identity,
+// other successful calls at debug, failures at warn), explicit message
+// size limits, a handshake timeout and keepalive enforcement, and the
+// grpc.health.v1 service. Services start NOT_SERVING; call SetServing once
+// ready. opts are appended (interceptors given in opts run inside these).
+func NewServer(log *slog.Logger, o ServerOptions, opts ...grpc.ServerOption) (*Server, error) {
+	if err := o.TLS.Validate(); err != nil {
+		return nil, err
+	}
+	var creds credentials.TransportCredentials = insecure.NewCredentials()
+	if !o.TLS.InsecurePlaintext {
+		var err error
+		if creds, err = o.TLS.ServerCredentials(); err != nil {
+			return nil, err
+		}
+	}
+	if o.MaxRecvMsgSize == 0 {
+		o.MaxRecvMsgSize = DefaultMaxRecvMsgSize
+	}
+	if o.MaxSendMsgSize == 0 {
+		o.MaxSendMsgSize = DefaultMaxSendMsgSize
+	}
+	return newServer(log, o.Reflection, append([]grpc.ServerOption{
+		grpc.Creds(creds),
+		grpc.MaxRecvMsgSize(o.MaxRecvMsgSize),
+		grpc.MaxSendMsgSize(o.MaxSendMsgSize),
+	}, opts...)...), nil
+}
+
+// NewCSIServer returns a plaintext gRPC server for a CSI driver, which
+// serves its sidecars on a unix socket without TLS as every CSI driver
+// does (the socket's file permissions are its access control). It has
+// NewServer's interceptors, limits and health service. Never use it for a
+// volplane service.
+func NewCSIServer(log *slog.Logger, opts ...grpc.ServerOption) *Server {
+	return newServer(log, false, append([]grpc.ServerOption{
+		grpc.MaxRecvMsgSize(DefaultMaxRecvMsgSize),
+		grpc.MaxSendMsgSize(DefaultMaxSendMsgSize),
+	}, opts...)...)
+}
+
+func newServer(log *slog.Logger, reflect bool, opts ...grpc.ServerOption) *Server {
 	opts = append([]grpc.ServerOption{
-		grpc.ChainUnaryInterceptor(unaryLogger(log)),
-		grpc.ChainStreamInterceptor(streamLogger(log)),
+		// The logger sees what the caller gets: the recovery runs inside it.
+		grpc.ChainUnaryInterceptor(unaryLogger(log), unaryRecovery(log)),
+		grpc.ChainStreamInterceptor(streamLogger(log), streamRecovery(log)),
+		grpc.ConnectionTimeout(ConnectionTimeout),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}),
 	}, opts...)
 	s := &Server{Server: grpc.NewServer(opts...), Health: health.NewServer(), log: log}
 	healthpb.RegisterHealthServer(s.Server, s.Health)
-	reflection.Register(s.Server)
+	if reflect {
+		reflection.Register(s.Server)
+	}
 	s.Health.SetServingStatus("", healthpb.HealthCheckResponse_NOT_SERVING)
 	return s
 }
@@ -93,13 +166,34 @@ func Listen(addr string) (net.Listener, error) {
 }
 
 // Dial connects to a volplane service at target ("host:port", "dns:///..."
-// or "unix://..."), without TLS (services talk on a trusted network or
-// through a mesh).
-func Dial(target string, opts ...grpc.DialOption) (*grpc.ClientConn, error) {
+// or "unix://..."), with mutual TLS as tls says: the server's certificate
+// must be signed by tls.CAFile and name the target's host, and the client
+// presents tls.CertFile. Plaintext only with tls.InsecurePlaintext.
+func Dial(target string, tls TLSFiles, opts ...grpc.DialOption) (*grpc.ClientConn, error) {
+	if err := tls.Validate(); err != nil {
+		return nil, fmt.Errorf("dial %s: %w", target, err)
+	}
+	var creds credentials.TransportCredentials = insecure.NewCredentials()
+	if !tls.InsecurePlaintext {
+		var err error
+		if creds, err = tls.ClientCredentials(); err != nil {
+			return nil, fmt.Errorf("dial %s: %w", target, err)
+		}
+	}
+	return dial(target, append([]grpc.DialOption{grpc.WithTransportCredentials(creds)}, opts...)...)
+}
+
+// DialCSI connects to a CSI driver at target (usually "unix:///...csi.sock")
+// without TLS, as every CSI sidecar does. Never use it for a volplane
+// service.
+func DialCSI(target string, opts ...grpc.DialOption) (*grpc.ClientConn, error) {
+	return dial(target, append([]grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}, opts...)...)
+}
+
+func dial(target string, opts ...grpc.DialOption) (*grpc.ClientConn, error) {
 	opts = append([]grpc.DialOption{
-		grpc.WithTransportCredentials(insecure.NewCredentials()),
 		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: 30 * time.Second, Timeout: 10 * time.Second, PermitWithoutStream: true}),
-		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(64 << 20)),
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(DefaultMaxSendMsgSize)),
 		// Peers are other volplane services nearby: after a restart,
 		// reconnect within seconds, not gRPC's default two minutes.
 		grpc.WithConnectParams(grpc.ConnectParams{
@@ -112,45 +206,4 @@ func Dial(target string, opts ...grpc.DialOption) (*grpc.ClientConn, error) {
 		return nil, fmt.Errorf("dial %s: %w", target, err)
 	}
 	return cc, nil
-}
-
-func unaryLogger(log *slog.Logger) grpc.UnaryServerInterceptor {
-	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
-		start := time.Now()
-		resp, err := handler(ctx, req)
-		logCall(ctx, log, info.FullMethod, start, err, req)
-		return resp, err
-	}
-}
-
-func streamLogger(log *slog.Logger) grpc.StreamServerInterceptor {
-	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
-		start := time.Now()
-		err := handler(srv, ss)
-		logCall(ss.Context(), log, info.FullMethod, start, err, nil)
-		return err
-	}
-}
-
-func logCall(ctx context.Context, log *slog.Logger, method string, start time.Time, err error, req any) {
-	if method == "/grpc.health.v1.Health/Check" || method == "/grpc.health.v1.Health/Watch" {
-		return
-	}
-	code := status.Code(err)
-	attrs := []any{"method", method, "code", code.String(), "duration", time.Since(start)}
-	if req != nil && log.Enabled(ctx, slog.LevelDebug) {
-		attrs = append(attrs, "request", Sanitize(req))
-	}
-	switch code {
-	case codes.OK:
-	case codes.Canceled, codes.InvalidArgument, codes.NotFound, codes.AlreadyExists, codes.FailedPrecondition, codes.OutOfRange, codes.Unimplemented:
-		// The caller's doing (a closed stream, a bad request): the caller
-		// got the message; it is not this service's trouble.
-		log.InfoContext(ctx, "grpc call rejected", append(attrs, "error", err)...)
-		return
-	default:
-		log.WarnContext(ctx, "grpc call failed", append(attrs, "error", err)...)
-		return
-	}
-	log.DebugContext(ctx, "grpc call", attrs...)
 }

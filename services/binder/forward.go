@@ -28,10 +28,11 @@ type peers struct {
 	mu      sync.Mutex
 	members map[string]string // id -> address
 	conns   map[string]*grpc.ClientConn
+	tls     grpcutil.TLSFiles // to dial the other replicas
 }
 
-func newPeers(self string, ring func() *coord.Ring) *peers {
-	return &peers{self: self, ring: ring, members: map[string]string{}, conns: map[string]*grpc.ClientConn{}}
+func newPeers(self string, ring func() *coord.Ring, tls grpcutil.TLSFiles) *peers {
+	return &peers{self: self, ring: ring, members: map[string]string{}, conns: map[string]*grpc.ClientConn{}, tls: tls}
 }
 
 // update records the live members and closes connections to gone ones.
@@ -78,7 +79,7 @@ func (p *peers) owner(ctx context.Context, key string) (binderv1.BinderServiceCl
 	if !ok {
 		return nil, "", status.Errorf(codes.Unavailable, "%s is owned by binder replica %s, whose address is not known yet: retry shortly", key, id)
 	}
-	cc, err := grpcutil.Dial(addr)
+	cc, err := grpcutil.Dial(addr, p.tls)
 	if err != nil {
 		return nil, "", status.Errorf(codes.Unavailable, "reach binder replica %s at %s: %v", id, addr, err)
 	}

@@ -10,11 +10,12 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/volplane/volplane/pkg/coord"
+	"github.com/volplane/volplane/pkg/grpcutil"
 )
 
 func TestPeersPassRequestsToTheOwner(t *testing.T) {
 	ring := coord.NewRing([]string{"a", "b"})
-	p := newPeers("a", func() *coord.Ring { return ring })
+	p := newPeers("a", func() *coord.Ring { return ring }, grpcutil.TLSFiles{InsecurePlaintext: true})
 	defer p.close()
 	var mine, theirs string
 	for i := 0; mine == "" || theirs == ""; i++ {

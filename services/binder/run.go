@@ -41,11 +41,23 @@ type Options struct {
 	KubeBurst int
 	// EtcdEndpoints are the etcd client URLs for membership and reservations.
 	EtcdEndpoints []string
+	// Etcd is the etcd client's TLS and authentication (--etcd-cacert,
+	// --etcd-cert, --etcd-key, --etcd-username, --etcd-password-file).
+	Etcd coord.Security
 	// Listen is the gRPC listen address of BinderService.
 	Listen string
 	// AdvertiseAddress is the address other components reach this replica
-	// at; defaults to Listen.
+	// at; defaults to Listen. Its host must be in the replica's
+	// certificate.
 	AdvertiseAddress string
+	// TLS is the replica's mutual TLS with the other volplane services,
+	// for serving and for dialing them (--tls-ca-file, --tls-cert-file,
+	// --tls-key-file). Required: name the files, or set InsecurePlaintext
+	// (--insecure-plaintext, local experiments only).
+	TLS grpcutil.TLSFiles
+	// GRPCReflection serves the gRPC reflection service
+	// (--grpc-reflection); off by default.
+	GRPCReflection bool
 	// WatcherAddress is the watcher service's gRPC address (required).
 	WatcherAddress string
 	// ReclaimerAddress is the reclaimer service's gRPC address; empty means
@@ -96,6 +108,9 @@ func (o *Options) validate() error {
 	if o.Listen == "" {
 		errs = append(errs, errors.New("a listen address is required (--listen)"))
 	}
+	if err := o.TLS.Validate(); err != nil {
+		errs = append(errs, err)
+	}
 	if o.Workers < 0 {
 		errs = append(errs, fmt.Errorf("workers must be at least 1, got %d (--workers)", o.Workers))
 	}
@@ -134,13 +149,13 @@ func Run(ctx context.Context, o Options) error {
 		return err
 	}
 
-	co, err := coord.New(ctx, coord.Options{Endpoints: o.EtcdEndpoints, Logger: log})
+	co, err := coord.New(ctx, coord.Options{Endpoints: o.EtcdEndpoints, Security: o.Etcd, Logger: log})
 	if err != nil {
 		return err
 	}
 	defer co.Close()
 
-	watcherConn, err := grpcutil.Dial(o.WatcherAddress)
+	watcherConn, err := grpcutil.Dial(o.WatcherAddress, o.TLS)
 	if err != nil {
 		return err
 	}
@@ -167,7 +182,7 @@ func Run(ctx context.Context, o Options) error {
 	}
 	c.reservations = co
 	if o.ReclaimerAddress != "" {
-		cc, err := grpcutil.Dial(o.ReclaimerAddress)
+		cc, err := grpcutil.Dial(o.ReclaimerAddress, o.TLS)
 		if err != nil {
 			return err
 		}
@@ -175,7 +190,7 @@ func Run(ctx context.Context, o Options) error {
 		c.reclaimer = reclaimerClient{reclaimerv1.NewReclaimerServiceClient(cc)}
 	}
 	if o.ProvisionerAddress != "" {
-		cc, err := grpcutil.Dial(o.ProvisionerAddress)
+		cc, err := grpcutil.Dial(o.ProvisionerAddress, o.TLS)
 		if err != nil {
 			return err
 		}
@@ -191,9 +206,12 @@ func Run(ctx context.Context, o Options) error {
 	members.Store(&[]string{o.MemberID})
 	c.owns = func(key string) bool { return ring.Load().Owner(key) == o.MemberID }
 
-	peers := newPeers(o.MemberID, ring.Load)
+	peers := newPeers(o.MemberID, ring.Load, o.TLS)
 	defer peers.close()
-	srv := grpcutil.NewServer(log)
+	srv, err := grpcutil.NewServer(log, grpcutil.ServerOptions{TLS: o.TLS, Reflection: o.GRPCReflection})
+	if err != nil {
+		return err
+	}
 	binderv1.RegisterBinderServiceServer(srv.Server, &api{
 		c: c, memberID: o.MemberID, workers: o.Workers,
 		members: func() []string { return *members.Load() },

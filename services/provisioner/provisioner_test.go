@@ -52,7 +52,7 @@ func TestProbeFindsTheDriversAbilities(t *testing.T) {
 	reg := newRegistry(discard)
 	for _, e := range []string{ep, "other.example.com=unix:///nonexistent/csi.sock"} {
 		name, addr := parseEndpoint(e)
-		cc, err := grpcutil.Dial(addr)
+		cc, err := grpcutil.DialCSI(addr)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -439,7 +439,7 @@ func TestCSICallsAreTimedWithExternalProvisionersMetric(t *testing.T) {
 	registerMetrics()
 	_, ep := startDriver(t)
 	_, addr := parseEndpoint(ep)
-	cc, err := grpcutil.Dial(addr, grpc.WithChainUnaryInterceptor(csiLogger(discard, addr, func() string { return devcsi.DefaultName })))
+	cc, err := grpcutil.DialCSI(addr, grpc.WithChainUnaryInterceptor(csiLogger(discard, addr, func() string { return devcsi.DefaultName })))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -54,8 +54,19 @@ type Options struct {
 	KubeBurst int
 	// EtcdEndpoints are the etcd client URLs for membership and the journal.
 	EtcdEndpoints []string
+	// Etcd is the etcd client's TLS and authentication (--etcd-cacert,
+	// --etcd-cert, --etcd-key, --etcd-username, --etcd-password-file).
+	Etcd coord.Security
 	// Listen is the gRPC listen address.
 	Listen string
+	// TLS is the replica's mutual TLS with the other volplane services,
+	// for serving (--tls-ca-file, --tls-cert-file,
+	// --tls-key-file). Required: name the files, or set InsecurePlaintext
+	// (--insecure-plaintext, local experiments only).
+	TLS grpcutil.TLSFiles
+	// GRPCReflection serves the gRPC reflection service
+	// (--grpc-reflection); off by default.
+	GRPCReflection bool
 	// AdvertiseAddress is where peers reach this replica; default Listen.
 	AdvertiseAddress string
 	// MemberID names this replica in etcd; default hostname plus a random
@@ -64,7 +75,8 @@ type Options struct {
 	// CSIEndpoints are the CSI drivers' gRPC addresses (unix:///path or
 	// host:port), each optionally as provisioner-name=endpoint to serve
 	// StorageClasses of that provisioner name; by default a driver serves
-	// the name it reports in GetPluginInfo.
+	// the name it reports in GetPluginInfo. CSI is plaintext, as between
+	// every CSI driver and its sidecars: use unix sockets.
 	CSIEndpoints []string
 	// VolumeNamePrefix names provisioned PVs <prefix>-<claim UID>.
 	VolumeNamePrefix string
@@ -98,6 +110,9 @@ func (o *Options) validate() error {
 	}
 	if len(o.EtcdEndpoints) == 0 {
 		errs = append(errs, errors.New("etcd endpoints are required for membership and the operation journal (--etcd-endpoints)"))
+	}
+	if err := o.TLS.Validate(); err != nil {
+		errs = append(errs, err)
 	}
 	seen := map[string]bool{}
 	for _, e := range o.CSIEndpoints {
@@ -161,7 +176,7 @@ func Run(ctx context.Context, o Options) error {
 	if err != nil {
 		return fmt.Errorf("kubernetes dynamic client: %w", err)
 	}
-	co, err := coord.New(ctx, coord.Options{Endpoints: o.EtcdEndpoints, Logger: log})
+	co, err := coord.New(ctx, coord.Options{Endpoints: o.EtcdEndpoints, Security: o.Etcd, Logger: log})
 	if err != nil {
 		return err
 	}
@@ -184,7 +199,7 @@ func Run(ctx context.Context, o Options) error {
 	for _, e := range o.CSIEndpoints {
 		name, ep := parseEndpoint(strings.TrimSpace(e))
 		var d *driver
-		cc, err := grpcutil.Dial(ep, grpc.WithChainUnaryInterceptor(csiLogger(log, ep, func() string {
+		cc, err := grpcutil.DialCSI(ep, grpc.WithChainUnaryInterceptor(csiLogger(log, ep, func() string {
 			if d == nil {
 				return ""
 			}
@@ -205,7 +220,10 @@ func Run(ctx context.Context, o Options) error {
 		prefix:  o.VolumeNamePrefix, defaultFSType: o.DefaultFSType, extraMetadata: o.ExtraCreateMetadata,
 		timeout: o.Timeout, now: time.Now, inflight: map[string]bool{},
 	}
-	srv := grpcutil.NewServer(log)
+	srv, err := grpcutil.NewServer(log, grpcutil.ServerOptions{TLS: o.TLS, Reflection: o.GRPCReflection})
+	if err != nil {
+		return err
+	}
 	provisionerv1.RegisterProvisionerServiceServer(srv.Server, &server{p: p})
 	if err := co.Register(ctx, Service, o.MemberID, o.AdvertiseAddress); err != nil {
 		return err

@@ -12,6 +12,7 @@ import (
 	"k8s.io/client-go/rest"
 
 	"github.com/volplane/volplane/pkg/coord"
+	"github.com/volplane/volplane/pkg/grpcutil"
 )
 
 // Service is the reclaimer's name in etcd membership.
@@ -59,8 +60,19 @@ type Options struct {
 	// EtcdEndpoints are the etcd client URLs for membership and the
 	// reclaim journal.
 	EtcdEndpoints []string
+	// Etcd is the etcd client's TLS and authentication (--etcd-cacert,
+	// --etcd-cert, --etcd-key, --etcd-username, --etcd-password-file).
+	Etcd coord.Security
 	// Listen is the gRPC listen address.
 	Listen string
+	// TLS is the replica's mutual TLS with the other volplane services,
+	// for serving and for dialing them (--tls-ca-file, --tls-cert-file,
+	// --tls-key-file). Required: name the files, or set InsecurePlaintext
+	// (--insecure-plaintext, local experiments only).
+	TLS grpcutil.TLSFiles
+	// GRPCReflection serves the gRPC reflection service
+	// (--grpc-reflection); off by default.
+	GRPCReflection bool
 	// AdvertiseAddress is where peers reach this replica; default Listen.
 	AdvertiseAddress string
 	// MemberID names this replica in etcd; default hostname plus a random
@@ -125,6 +137,9 @@ func (o *Options) validate() error {
 	}
 	if len(o.EtcdEndpoints) == 0 {
 		errs = append(errs, errors.New("etcd endpoints are required for membership and the reclaim journal (--etcd-endpoints)"))
+	}
+	if err := o.TLS.Validate(); err != nil {
+		errs = append(errs, err)
 	}
 	switch o.RecycleMode {
 	case "":

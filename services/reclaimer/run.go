@@ -34,7 +34,7 @@ func Run(ctx context.Context, o Options) error {
 	if err != nil {
 		return err
 	}
-	co, err := coord.New(ctx, coord.Options{Endpoints: o.EtcdEndpoints, Logger: log})
+	co, err := coord.New(ctx, coord.Options{Endpoints: o.EtcdEndpoints, Security: o.Etcd, Logger: log})
 	if err != nil {
 		return err
 	}
@@ -42,7 +42,7 @@ func Run(ctx context.Context, o Options) error {
 
 	var prov provisioner
 	if o.ProvisionerAddress != "" {
-		cc, err := grpcutil.Dial(o.ProvisionerAddress)
+		cc, err := grpcutil.Dial(o.ProvisionerAddress, o.TLS)
 		if err != nil {
 			return err
 		}
@@ -85,8 +85,11 @@ func Run(ctx context.Context, o Options) error {
 	if err != nil {
 		return err
 	}
-	srv := grpcutil.NewServer(log)
-	reclaimerv1.RegisterReclaimerServiceServer(srv.Server, &server{c: c, peer: func(ctx context.Context, id string) (string, error) {
+	srv, err := grpcutil.NewServer(log, grpcutil.ServerOptions{TLS: o.TLS, Reflection: o.GRPCReflection})
+	if err != nil {
+		return err
+	}
+	reclaimerv1.RegisterReclaimerServiceServer(srv.Server, &server{c: c, tls: o.TLS, peer: func(ctx context.Context, id string) (string, error) {
 		ms, err := co.Members(ctx, Service)
 		if err != nil {
 			return "", err

@@ -30,6 +30,8 @@ type server struct {
 	c *controller
 	// peer returns the address of a live replica, "" when it has none.
 	peer func(ctx context.Context, member string) (string, error)
+	// tls dials the other replicas.
+	tls grpcutil.TLSFiles
 }
 
 var _ reclaimerv1.ReclaimerServiceServer = (*server)(nil)
@@ -227,7 +229,7 @@ func (s *server) forward(ctx context.Context, rec coord.Record, req *reclaimerv1
 	if addr == "" {
 		return nil, status.Errorf(codes.Unavailable, "the reclaim of volume %q is held by replica %q, whose address is not known: retry shortly", rec.Name, rec.Holder)
 	}
-	cc, err := grpcutil.Dial(addr)
+	cc, err := grpcutil.Dial(addr, s.tls)
 	if err != nil {
 		return nil, status.Errorf(codes.Unavailable, "reach reclaimer replica %s at %s: %v", rec.Holder, addr, err)
 	}

@@ -42,6 +42,14 @@ type Options struct {
 	KubeBurst int
 	// Listen is the gRPC listen address (host:port or unix:///path).
 	Listen string
+	// TLS is the replica's mutual TLS with its subscribers
+	// (they present certificates of the same CA) (--tls-ca-file, --tls-cert-file,
+	// --tls-key-file). Required: name the files, or set InsecurePlaintext
+	// (--insecure-plaintext, local experiments only).
+	TLS grpcutil.TLSFiles
+	// GRPCReflection serves the gRPC reflection service
+	// (--grpc-reflection); off by default.
+	GRPCReflection bool
 	// ResyncPeriod is the informers' resync period; 0 disables it. Resyncs
 	// deliver no events (nothing changed): subscribers resync on their own.
 	ResyncPeriod time.Duration
@@ -60,6 +68,9 @@ func (o *Options) validate() error {
 	var errs []error
 	if o.Listen == "" {
 		errs = append(errs, errors.New("a listen address is required (--listen)"))
+	}
+	if err := o.TLS.Validate(); err != nil {
+		errs = append(errs, err)
 	}
 	if o.HistorySize < 0 {
 		errs = append(errs, fmt.Errorf("history size must not be negative (0 means %d), got %d (--history-size)", DefaultHistorySize, o.HistorySize))
@@ -123,7 +134,10 @@ func serve(ctx context.Context, o Options, client kubernetes.Interface, lis net.
 		}
 	}
 
-	srv := grpcutil.NewServer(log)
+	srv, err := grpcutil.NewServer(log, grpcutil.ServerOptions{TLS: o.TLS, Reflection: o.GRPCReflection})
+	if err != nil {
+		return err
+	}
 	// NOT_SERVING (not "unknown service") for probes by service name until
 	// the informers have synced.
 	srv.SetServing(false, watcherv1.WatcherService_ServiceDesc.ServiceName)
@@ -150,7 +164,7 @@ func serve(ctx context.Context, o Options, client kubernetes.Interface, lis net.
 		log.Info("watcher synced", "persistent_volumes", pv, "persistent_volume_claims", pvc, "storage_classes", sc)
 		return nil
 	})
-	err := g.Wait()
+	err = g.Wait()
 	log.Info("watcher stopped")
 	return err
 }

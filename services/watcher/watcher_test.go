@@ -24,6 +24,7 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
 
+	"github.com/volplane/volplane/pkg/grpcutil"
 	"github.com/volplane/volplane/pkg/kube"
 	watcherv1 "github.com/volplane/volplane/proto/volplane/watcher/v1"
 )
@@ -45,7 +46,8 @@ func startWith(t *testing.T, client *fake.Clientset, history int) (watcherv1.Wat
 		t.Fatal(err)
 	}
 	done := make(chan error, 1)
-	o := Options{Listen: "unused", HistorySize: history, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	// Plaintext: the unit tests are about the stream; TLS is grpcutil's.
+	o := Options{Listen: "unused", HistorySize: history, TLS: grpcutil.TLSFiles{InsecurePlaintext: true}, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}
 	if err := o.validate(); err != nil {
 		t.Fatal(err)
 	}

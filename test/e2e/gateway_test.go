@@ -33,7 +33,7 @@ func getJSON(t *testing.T, url string) (int, map[string]any) {
 // with its volume; errors carry the right status.
 func TestGatewayServesBindingState(t *testing.T) {
 	h, closeAll, err := gateway.NewHandler(context.Background(), gateway.Options{
-		BinderAddress: cluster.binderAddr, WatcherAddress: cluster.watcherAddr,
+		BinderAddress: cluster.binderAddr, WatcherAddress: cluster.watcherAddr, TLS: cluster.e2e.TLS("gateway"),
 	})
 	if err != nil {
 		t.Fatal(err)

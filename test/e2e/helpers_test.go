@@ -16,12 +16,11 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/volplane/volplane/internal/e2e"
-	"github.com/volplane/volplane/pkg/grpcutil"
 )
 
 // waitServing polls a gRPC server's health until it is SERVING.
 func waitServing(ctx context.Context, addr string, errc <-chan error) error {
-	cc, err := grpcutil.Dial(addr)
+	cc, err := cluster.e2e.Dial(addr)
 	if err != nil {
 		return err
 	}

@@ -30,6 +30,8 @@ var cluster struct {
 	binderAddr    string
 	reclaimerAddr string
 	logs          string
+	// e2e dials the services and hands out their certificates.
+	e2e *e2e.Cluster
 }
 
 // e2eNode is the node the shared reclaimer scrubs hostPath volumes on.
@@ -56,7 +58,7 @@ func TestMain(m *testing.M) {
 func run(m *testing.M) int {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	c, err := e2e.StartCluster(ctx, "e2e")
+	c, err := e2e.StartCluster(ctx, "e2e", e2e.Options{})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "e2e:", err)
 		return 1
@@ -67,6 +69,7 @@ func run(m *testing.M) int {
 	cluster.client = c.Client
 	// Service logs go to a file, printed when a test fails.
 	cluster.logs = c.LogPath
+	cluster.e2e = c
 	logger := func(name string) *slog.Logger { return c.Logger(name, slog.LevelInfo) }
 	dumpLogs = c.DumpLogs
 
@@ -76,12 +79,12 @@ func run(m *testing.M) int {
 	cluster.reclaimerAddr = reclaimerAddr
 	errc := make(chan error, 3)
 	go func() {
-		errc <- watcher.Run(ctx, watcher.Options{Kubeconfig: env.Kubeconfig, Listen: cluster.watcherAddr, Logger: logger("watcher")})
+		errc <- watcher.Run(ctx, watcher.Options{Kubeconfig: env.Kubeconfig, Listen: cluster.watcherAddr, TLS: c.TLS("watcher"), Logger: logger("watcher")})
 	}()
 	go func() {
 		errc <- reclaimer.Run(ctx, reclaimer.Options{Kubeconfig: env.Kubeconfig, EtcdEndpoints: env.EtcdEndpoints, Listen: reclaimerAddr,
 			RecycleMode: reclaimer.RecycleNodeLocal, NodeName: e2eNode, RetryIntervalStart: 100 * time.Millisecond, RetryIntervalMax: 2 * time.Second,
-			Logger: logger("reclaimer")})
+			TLS: c.TLS("reclaimer"), Logger: logger("reclaimer")})
 	}()
 	go func() {
 		errc <- binder.Run(ctx, binder.Options{
@@ -93,6 +96,7 @@ func run(m *testing.M) int {
 			// Long enough that every test below proves the event-driven
 			// path, not the periodic resync.
 			ResyncPeriod: 10 * time.Minute,
+			TLS:          c.TLS("binder"),
 			Logger:       logger("binder"),
 		})
 	}()

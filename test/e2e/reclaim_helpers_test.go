@@ -14,7 +14,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/volplane/volplane/pkg/grpcutil"
 	reclaimerv1 "github.com/volplane/volplane/proto/volplane/reclaimer/v1"
 	"github.com/volplane/volplane/services/reclaimer"
 )
@@ -22,7 +21,7 @@ import (
 // reclaimerClient dials a reclaimer's gRPC API.
 func reclaimerClient(t *testing.T, addr string) reclaimerv1.ReclaimerServiceClient {
 	t.Helper()
-	cc, err := grpcutil.Dial(addr)
+	cc, err := cluster.e2e.Dial(addr)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -47,7 +46,7 @@ func startReclaimer(t *testing.T, name string, o reclaimer.Options) *testReclaim
 		t.Fatal(err)
 	}
 	o.Kubeconfig, o.EtcdEndpoints, o.Listen = cluster.env.Kubeconfig, cluster.env.EtcdEndpoints, freeAddr()
-	o.MemberID = name
+	o.MemberID, o.TLS = name, cluster.e2e.TLS("reclaimer")
 	o.Logger = slog.New(slog.NewTextHandler(lf, &slog.HandlerOptions{Level: slog.LevelInfo})).With("component", name)
 	ctx, cancel := context.WithCancel(context.Background())
 	errc := make(chan error, 1)

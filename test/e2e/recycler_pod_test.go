@@ -168,7 +168,7 @@ func TestRecyclerPod(t *testing.T) {
 func TestRecyclerPodRetryThroughTheGateway(t *testing.T) {
 	n := recyclerNamespace(t)
 	r := startReclaimer(t, "reclaimer-retry-"+n, reclaimer.Options{RecyclerNamespace: n, RetryIntervalStart: time.Hour, RetryIntervalMax: time.Hour})
-	h, closeAll, err := gateway.NewHandler(context.Background(), gateway.Options{BinderAddress: cluster.binderAddr, ReclaimerAddress: r.addr})
+	h, closeAll, err := gateway.NewHandler(context.Background(), gateway.Options{BinderAddress: cluster.binderAddr, ReclaimerAddress: r.addr, TLS: cluster.e2e.TLS("gateway")})
 	if err != nil {
 		t.Fatal(err)
 	}

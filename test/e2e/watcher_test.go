@@ -9,7 +9,6 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/volplane/volplane/pkg/grpcutil"
 	"github.com/volplane/volplane/pkg/kube"
 	watcherv1 "github.com/volplane/volplane/proto/volplane/watcher/v1"
 )
@@ -17,7 +16,7 @@ import (
 // openWatch opens a raw stream on the real watcher.
 func openWatch(t *testing.T, ctx context.Context, req *watcherv1.WatchRequest) watcherv1.WatcherService_WatchClient {
 	t.Helper()
-	cc, err := grpcutil.Dial(cluster.watcherAddr)
+	cc, err := cluster.e2e.Dial(cluster.watcherAddr)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -19,6 +19,7 @@ func main() {
 	flag.StringVar(&o.BinderAddress, "binder-address", "127.0.0.1:7702", "gRPC address of the binder (required)")
 	flag.StringVar(&o.ProvisionerAddress, "provisioner-address", "127.0.0.1:7703", "gRPC address of the provisioner; empty leaves its routes out")
 	flag.StringVar(&o.ReclaimerAddress, "reclaimer-address", "127.0.0.1:7704", "gRPC address of the reclaimer; empty leaves its routes out")
+	cmdutil.TLSFlags(&o.TLS)
 	logging := cmdutil.LogFlags()
 	flag.Parse()
 	os.Exit(cmdutil.Run("gateway", logging, func(ctx context.Context, log *slog.Logger) error {

@@ -16,7 +16,6 @@ import (
 
 	"github.com/volplane/volplane/internal/devcsi"
 	"github.com/volplane/volplane/internal/e2e"
-	"github.com/volplane/volplane/pkg/grpcutil"
 	provisionerv1 "github.com/volplane/volplane/proto/volplane/provisioner/v1"
 )
 
@@ -107,7 +106,7 @@ func noneAdded(t *testing.T, before map[string]bool) string {
 // operations lists the provisioner's journal for a volume name.
 func operations(t *testing.T, volume string) []*provisionerv1.Operation {
 	t.Helper()
-	cc, err := grpcutil.Dial(cluster.provisionerAddr)
+	cc, err := cluster.e2e.Dial(cluster.provisionerAddr)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -44,6 +44,8 @@ var cluster struct {
 	binderAddr      string
 	etcd            []string
 	logs            string
+	// e2e dials the services and hands out their certificates.
+	e2e *e2e.Cluster
 }
 
 // Timeouts the services run with here: short, so that retries and recovery
@@ -65,7 +67,7 @@ func TestMain(m *testing.M) {
 func run(m *testing.M) int {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	c, err := e2e.StartCluster(ctx, "e2e/dynamic")
+	c, err := e2e.StartCluster(ctx, "e2e/dynamic", e2e.Options{})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "e2e/dynamic:", err)
 		return 1
@@ -76,6 +78,7 @@ func run(m *testing.M) int {
 	cluster.etcd = env.EtcdEndpoints
 	cluster.client = c.Client
 	cluster.logs = c.LogPath
+	cluster.e2e = c
 	logger := func(name string) *slog.Logger { return c.Logger(name, slog.LevelDebug) }
 	testLogger = logger
 	dumpLogs = c.DumpLogs
@@ -95,10 +98,10 @@ func run(m *testing.M) int {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
-	csiSrv := grpcutil.NewServer(logger("csi"), grpc.ChainUnaryInterceptor(cluster.requests.intercept, drv.Faults().UnaryServerInterceptor()))
+	csiSrv := grpcutil.NewCSIServer(logger("csi"), grpc.ChainUnaryInterceptor(cluster.requests.intercept, drv.Faults().UnaryServerInterceptor()))
 	drv.Register(csiSrv.Server)
 	csiSrv.SetServing(true)
-	csiConn, err := grpcutil.Dial(sock)
+	csiConn, err := grpcutil.DialCSI(sock)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
@@ -113,20 +116,20 @@ func run(m *testing.M) int {
 	errc := make(chan error, 5)
 	go func() { errc <- csiSrv.Serve(ctx, lis, 10*time.Second) }()
 	go func() {
-		errc <- watcher.Run(ctx, watcher.Options{Kubeconfig: env.Kubeconfig, Listen: watcherAddr, Logger: logger("watcher")})
+		errc <- watcher.Run(ctx, watcher.Options{Kubeconfig: env.Kubeconfig, Listen: watcherAddr, TLS: c.TLS("watcher"), Logger: logger("watcher")})
 	}()
 	go func() {
 		errc <- provisioner.Run(ctx, provisioner.Options{
 			Kubeconfig: env.Kubeconfig, EtcdEndpoints: env.EtcdEndpoints, Listen: cluster.provisionerAddr,
 			CSIEndpoints: []string{sock}, Timeout: csiTimeout, RecoveryPeriod: recoveryPeriod,
-			ExtraCreateMetadata: true, Logger: logger("provisioner"),
+			ExtraCreateMetadata: true, TLS: c.TLS("provisioner"), Logger: logger("provisioner"),
 		})
 	}()
 	go func() {
 		errc <- reclaimer.Run(ctx, reclaimer.Options{Kubeconfig: env.Kubeconfig, EtcdEndpoints: env.EtcdEndpoints,
-			Listen: cluster.reclaimerAddr, ProvisionerAddress: cluster.provisionerAddr, Logger: logger("reclaimer")})
+			Listen: cluster.reclaimerAddr, ProvisionerAddress: cluster.provisionerAddr, TLS: c.TLS("reclaimer"), Logger: logger("reclaimer")})
 	}()
-	if err := devenv.WaitServing(ctx, cluster.provisionerAddr, "", 2*time.Minute); err != nil {
+	if err := c.WaitServing(ctx, cluster.provisionerAddr, 2*time.Minute); err != nil {
 		fmt.Fprintln(os.Stderr, "e2e/dynamic: provisioner did not start:", err)
 		dumpLogs(os.Stderr)
 		return 1
@@ -138,10 +141,11 @@ func run(m *testing.M) int {
 			// Every test below proves the event-driven path and the
 			// binder's own retries, not the periodic resync.
 			ResyncPeriod: 10 * time.Minute,
+			TLS:          c.TLS("binder"),
 			Logger:       logger("binder"),
 		})
 	}()
-	if err := devenv.WaitServing(ctx, cluster.binderAddr, "", 2*time.Minute); err != nil {
+	if err := c.WaitServing(ctx, cluster.binderAddr, 2*time.Minute); err != nil {
 		fmt.Fprintln(os.Stderr, "e2e/dynamic: binder did not start:", err)
 		dumpLogs(os.Stderr)
 		return 1

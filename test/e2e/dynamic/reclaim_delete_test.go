@@ -11,7 +11,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/volplane/volplane/internal/e2e"
-	"github.com/volplane/volplane/pkg/grpcutil"
 	"github.com/volplane/volplane/pkg/kube"
 	reclaimerv1 "github.com/volplane/volplane/proto/volplane/reclaimer/v1"
 )
@@ -20,7 +19,7 @@ import (
 // none).
 func reclaimOf(t *testing.T, volume string) *reclaimerv1.Reclaim {
 	t.Helper()
-	cc, err := grpcutil.Dial(cluster.reclaimerAddr)
+	cc, err := cluster.e2e.Dial(cluster.reclaimerAddr)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -10,9 +10,7 @@ import (
 	storagev1 "k8s.io/api/storage/v1"
 
 	"github.com/volplane/volplane/internal/devcsi"
-	"github.com/volplane/volplane/internal/devenv"
 	"github.com/volplane/volplane/internal/e2e"
-	"github.com/volplane/volplane/pkg/grpcutil"
 	"github.com/volplane/volplane/pkg/kube"
 	provisionerv1 "github.com/volplane/volplane/proto/volplane/provisioner/v1"
 	"github.com/volplane/volplane/services/provisioner"
@@ -30,7 +28,7 @@ func startProvisioner(t *testing.T, member, name string) (addr string, stop func
 		done <- provisioner.Run(ctx, provisioner.Options{
 			Kubeconfig: cluster.env.Kubeconfig, EtcdEndpoints: cluster.etcd, Listen: addr, MemberID: member,
 			CSIEndpoints: []string{name + "=" + cluster.csiEndpoint}, Timeout: csiTimeout, RecoveryPeriod: recoveryPeriod,
-			Logger: testLogger(member),
+			TLS: cluster.e2e.TLS("provisioner"), Logger: testLogger(member),
 		})
 	}()
 	stopped := false
@@ -50,7 +48,7 @@ func startProvisioner(t *testing.T, member, name string) (addr string, stop func
 		}
 	}
 	t.Cleanup(stop)
-	if err := devenv.WaitServing(ctx, addr, "", time.Minute); err != nil {
+	if err := cluster.e2e.WaitServing(ctx, addr, time.Minute); err != nil {
 		t.Fatalf("provisioner %s: %v", member, err)
 	}
 	return addr, stop
@@ -100,7 +98,7 @@ func TestAnotherReplicaFinishesOrUndoesADeadReplicasWork(t *testing.T) {
 
 func provision(t *testing.T, addr string, c *corev1.PersistentVolumeClaim, sc *storagev1.StorageClass) *provisionerv1.ProvisionResponse {
 	t.Helper()
-	cc, err := grpcutil.Dial(addr)
+	cc, err := cluster.e2e.Dial(addr)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -123,7 +121,7 @@ func TestProvisionByNameReadsTheClaimAndClass(t *testing.T) {
 	sc := class(t, func(sc *storagev1.StorageClass) { sc.Provisioner = name })
 	c := createClaim(t, ns, "data", "1Gi", sc.Name)
 	addr, _ := startProvisioner(t, "byname", name)
-	cc, err := grpcutil.Dial(addr)
+	cc, err := cluster.e2e.Dial(addr)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -36,12 +36,14 @@ func TestKilledBinderIsFinishedByTheNextOne(t *testing.T) {
 		}
 		p, err := devenv.StartProcess(dir, name, bin, "--kubeconfig", env.Kubeconfig,
 			"--etcd-endpoints", strings.Join(env.EtcdEndpoints, ","), "--listen", addr,
-			"--watcher-address", watcherAddr, "--member-id", name, "--resync-period", "2s")
+			"--watcher-address", watcherAddr, "--member-id", name, "--resync-period", "2s",
+			"--etcd-cacert", env.EtcdSecurity.CAFile, "--etcd-cert", env.EtcdSecurity.CertFile, "--etcd-key", env.EtcdSecurity.KeyFile,
+			"--tls-ca-file", cl.TLS("binder").CAFile, "--tls-cert-file", cl.TLS("binder").CertFile, "--tls-key-file", cl.TLS("binder").KeyFile)
 		if err != nil {
 			t.Fatal(err)
 		}
 		t.Cleanup(p.Stop)
-		if err := devenv.WaitServing(context.Background(), addr, "", time.Minute); err != nil {
+		if err := cl.WaitServing(context.Background(), addr, time.Minute); err != nil {
 			b, _ := os.ReadFile(p.LogPath)
 			t.Fatalf("%s: %v\n%s", name, err, b)
 		}

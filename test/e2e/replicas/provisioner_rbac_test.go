@@ -45,20 +45,20 @@ func TestProvisionerRunsWithTheDeployedRBAC(t *testing.T) {
 	errc := make(chan error, 4)
 	go func() { errc <- drv.Run(ctx, lis) }()
 	go func() {
-		errc <- watcher.Run(ctx, watcher.Options{RESTConfig: asComponent("watcher"), Listen: wAddr, Logger: logger("watcher-prov-rbac")})
+		errc <- watcher.Run(ctx, watcher.Options{RESTConfig: asComponent("watcher"), Listen: wAddr, TLS: cl.TLS("watcher"), Logger: logger("watcher-prov-rbac")})
 	}()
 	go func() {
-		errc <- provisioner.Run(ctx, provisioner.Options{RESTConfig: asComponent("provisioner"), EtcdEndpoints: env.EtcdEndpoints, Listen: pAddr,
+		errc <- provisioner.Run(ctx, provisioner.Options{RESTConfig: asComponent("provisioner"), EtcdEndpoints: env.EtcdEndpoints, Etcd: env.EtcdSecurity, Listen: pAddr, TLS: cl.TLS("provisioner"),
 			MemberID: "provisioner-rbac", CSIEndpoints: []string{name + "=" + sock}, Logger: logger("provisioner-rbac")})
 	}()
-	if err := devenv.WaitServing(ctx, pAddr, "", time.Minute); err != nil {
+	if err := cl.WaitServing(ctx, pAddr, time.Minute); err != nil {
 		t.Fatal(err)
 	}
 	go func() {
-		errc <- binder.Run(ctx, binder.Options{RESTConfig: asComponent("binder"), EtcdEndpoints: env.EtcdEndpoints, Listen: bAddr,
+		errc <- binder.Run(ctx, binder.Options{RESTConfig: asComponent("binder"), EtcdEndpoints: env.EtcdEndpoints, Etcd: env.EtcdSecurity, Listen: bAddr, TLS: cl.TLS("binder"),
 			WatcherAddress: wAddr, ProvisionerAddress: pAddr, MemberID: "binder-prov-rbac", Logger: logger("binder-prov-rbac")})
 	}()
-	if err := devenv.WaitServing(ctx, bAddr, "", time.Minute); err != nil {
+	if err := cl.WaitServing(ctx, bAddr, time.Minute); err != nil {
 		t.Fatal(err)
 	}
 

@@ -77,13 +77,13 @@ func TestServicesRunWithTheDeployedRBAC(t *testing.T) {
 	bAddr, _ := devenv.FreeAddr()
 	errc := make(chan error, 2)
 	go func() {
-		errc <- watcher.Run(ctx, watcher.Options{RESTConfig: asComponent("watcher"), Listen: wAddr, Logger: logger("watcher-rbac")})
+		errc <- watcher.Run(ctx, watcher.Options{RESTConfig: asComponent("watcher"), Listen: wAddr, TLS: cl.TLS("watcher"), Logger: logger("watcher-rbac")})
 	}()
 	go func() {
-		errc <- binder.Run(ctx, binder.Options{RESTConfig: asComponent("binder"), EtcdEndpoints: env.EtcdEndpoints, Listen: bAddr,
+		errc <- binder.Run(ctx, binder.Options{RESTConfig: asComponent("binder"), EtcdEndpoints: env.EtcdEndpoints, Etcd: env.EtcdSecurity, Listen: bAddr, TLS: cl.TLS("binder"),
 			WatcherAddress: wAddr, MemberID: "binder-rbac", Logger: logger("binder-rbac")})
 	}()
-	if err := devenv.WaitServing(ctx, bAddr, "", time.Minute); err != nil {
+	if err := cl.WaitServing(ctx, bAddr, time.Minute); err != nil {
 		t.Fatal(err)
 	}
 	ns := newNamespace(t, "rbac")

@@ -13,7 +13,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/volplane/volplane/internal/devenv"
-	"github.com/volplane/volplane/pkg/grpcutil"
 	"github.com/volplane/volplane/pkg/kube"
 	reclaimerv1 "github.com/volplane/volplane/proto/volplane/reclaimer/v1"
 	"github.com/volplane/volplane/services/reclaimer"
@@ -53,7 +52,7 @@ func runReclaimer(t *testing.T, o reclaimer.Options) reclaimerv1.ReclaimerServic
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	addr, _ := devenv.FreeAddr()
-	o.EtcdEndpoints, o.Listen = env.EtcdEndpoints, addr
+	o.EtcdEndpoints, o.Etcd, o.Listen, o.TLS = env.EtcdEndpoints, env.EtcdSecurity, addr, cl.TLS("reclaimer")
 	errc := make(chan error, 1)
 	go func() { errc <- reclaimer.Run(ctx, o) }()
 	t.Cleanup(func() {
@@ -62,10 +61,10 @@ func runReclaimer(t *testing.T, o reclaimer.Options) reclaimerv1.ReclaimerServic
 			t.Errorf("reclaimer %s: %v", o.MemberID, err)
 		}
 	})
-	if err := devenv.WaitServing(ctx, addr, "", time.Minute); err != nil {
+	if err := cl.WaitServing(ctx, addr, time.Minute); err != nil {
 		t.Fatal(err)
 	}
-	cc, err := grpcutil.Dial(addr)
+	cc, err := cl.Dial(addr)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -141,7 +140,7 @@ func TestReclaimerRunsWithTheDeployedRBAC(t *testing.T) {
 			t.Errorf("left after the scrub: %v", es)
 		}
 		// Its Node was read (here: found missing), not refused.
-		if b, _ := os.ReadFile(logs.Name()); strings.Contains(string(b), "cannot read this replica's node") {
+		if b, _ := os.ReadFile(cl.LogPath); strings.Contains(string(b), "cannot read this replica's node") {
 			t.Error("the reclaimer may not read its Node")
 		}
 	})

@@ -1,6 +1,8 @@
 // Package replicas tests several binder replicas sharing one cluster: they
 // split the claims by their etcd membership, never bind a volume twice, and
-// a replica that leaves hands its claims to the others.
+// a replica that leaves hands its claims to the others. Here etcd serves
+// its clients over mutual TLS only, as in production: every service
+// connects with a client certificate.
 package replicas
 
 import (
@@ -19,8 +21,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/volplane/volplane/internal/devenv"
-	"github.com/volplane/volplane/pkg/grpcutil"
-	"github.com/volplane/volplane/pkg/kube"
+	"github.com/volplane/volplane/internal/e2e"
 	binderv1 "github.com/volplane/volplane/proto/volplane/binder/v1"
 	"github.com/volplane/volplane/services/binder"
 	"github.com/volplane/volplane/services/watcher"
@@ -30,7 +31,8 @@ var (
 	env         *devenv.Env
 	client      kubernetes.Interface
 	watcherAddr string
-	logs        *os.File
+	// cl hands out the services' certificates and holds their log.
+	cl *e2e.Cluster
 )
 
 func TestMain(m *testing.M) {
@@ -42,23 +44,16 @@ func TestMain(m *testing.M) {
 }
 
 func run(m *testing.M) int {
-	dir, err := os.MkdirTemp("", "volplane-replicas-")
-	if err != nil {
-		panic(err)
-	}
-	defer os.RemoveAll(dir)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	env, err = devenv.Start(ctx, devenv.Options{Dir: dir})
+	var err error
+	cl, err = e2e.StartCluster(ctx, "e2e/replicas", e2e.Options{EtcdTLS: true})
 	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
+		fmt.Fprintln(os.Stderr, "e2e/replicas:", err)
 		return 1
 	}
-	defer env.Stop()
-	client = kubernetes.NewForConfigOrDie(kube.Tune(env.RESTConfig, kube.ClientOptions{UserAgent: "volplane-e2e"}))
-	if logs, err = os.Create(dir + "/services.log"); err != nil {
-		panic(err)
-	}
+	defer cl.Stop()
+	env, client = cl.Env, cl.Client
 	watcherAddr, _ = devenv.FreeAddr()
 	if err := startWatcher(); err != nil {
 		fmt.Fprintln(os.Stderr, err)
@@ -66,11 +61,7 @@ func run(m *testing.M) int {
 	}
 	code := m.Run()
 	if code != 0 {
-		b, _ := os.ReadFile(logs.Name())
-		if len(b) > 64<<10 {
-			b = b[len(b)-64<<10:]
-		}
-		fmt.Fprintf(os.Stderr, "---- service logs ----\n%s\n", b)
+		cl.DumpLogs(os.Stderr)
 	}
 	cancel()
 	if err := stopWatcher(); err != nil {
@@ -90,9 +81,9 @@ func startWatcher() error {
 	ctx, cancel := context.WithCancel(context.Background())
 	watcherProc.cancel, watcherProc.done = cancel, make(chan error, 1)
 	go func() {
-		watcherProc.done <- watcher.Run(ctx, watcher.Options{Kubeconfig: env.Kubeconfig, Listen: watcherAddr, Logger: logger("watcher")})
+		watcherProc.done <- watcher.Run(ctx, watcher.Options{Kubeconfig: env.Kubeconfig, Listen: watcherAddr, TLS: cl.TLS("watcher"), Logger: logger("watcher")})
 	}()
-	return devenv.WaitServing(ctx, watcherAddr, "", time.Minute)
+	return cl.WaitServing(ctx, watcherAddr, time.Minute)
 }
 
 func stopWatcher() error {
@@ -101,7 +92,7 @@ func stopWatcher() error {
 }
 
 func logger(name string) *slog.Logger {
-	return slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelInfo})).With("component", name)
+	return cl.Logger(name, slog.LevelInfo)
 }
 
 type replica struct {
@@ -122,15 +113,15 @@ func startBinder(t *testing.T, id string) *replica {
 	r := &replica{id: id, addr: addr, cancel: cancel, done: make(chan error, 1)}
 	go func() {
 		r.done <- binder.Run(ctx, binder.Options{
-			Kubeconfig: env.Kubeconfig, EtcdEndpoints: env.EtcdEndpoints, Listen: addr,
+			Kubeconfig: env.Kubeconfig, EtcdEndpoints: env.EtcdEndpoints, Etcd: env.EtcdSecurity, Listen: addr, TLS: cl.TLS("binder"),
 			WatcherAddress: watcherAddr, MemberID: id, ResyncPeriod: 10 * time.Minute, Logger: logger(id),
 		})
 	}()
 	t.Cleanup(r.stop)
-	if err := devenv.WaitServing(context.Background(), addr, "", time.Minute); err != nil {
+	if err := cl.WaitServing(context.Background(), addr, time.Minute); err != nil {
 		t.Fatal(err)
 	}
-	cc, err := grpcutil.Dial(addr)
+	cc, err := cl.Dial(addr)
 	if err != nil {
 		t.Fatal(err)
 	}

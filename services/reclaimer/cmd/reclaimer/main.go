@@ -17,6 +17,9 @@ func main() {
 	var o reclaimer.Options
 	cmdutil.KubeFlags(&o.Kubeconfig, &o.KubeQPS, &o.KubeBurst)
 	cmdutil.EtcdFlag(&o.EtcdEndpoints, "membership and the reclaim journal")
+	cmdutil.EtcdSecurityFlags(&o.Etcd)
+	cmdutil.TLSFlags(&o.TLS)
+	cmdutil.ReflectionFlag(&o.GRPCReflection)
 	flag.StringVar(&o.Listen, "listen", "127.0.0.1:7704", "gRPC listen address (host:port or unix:///path)")
 	flag.StringVar(&o.AdvertiseAddress, "advertise-address", "", "address peers reach this replica at; defaults to --listen")
 	flag.StringVar(&o.MemberID, "member-id", "", "this replica's member id in etcd; defaults to hostname plus a random suffix")

@@ -17,6 +17,8 @@ import (
 func main() {
 	var o watcher.Options
 	cmdutil.KubeFlags(&o.Kubeconfig, &o.KubeQPS, &o.KubeBurst)
+	cmdutil.TLSFlags(&o.TLS)
+	cmdutil.ReflectionFlag(&o.GRPCReflection)
 	flag.StringVar(&o.Listen, "listen", "127.0.0.1:7701", "gRPC listen address: host:port (\":7701\" for every interface) or unix:///path")
 	flag.DurationVar(&o.ResyncPeriod, "resync-period", 0, "informer resync period; 0 disables (a resync changes nothing, so it sends no events)")
 	flag.IntVar(&o.HistorySize, "history-size", watcher.DefaultHistorySize, "events kept so that a subscriber whose stream broke, or that reads slowly, can resume without a full list")
