@@ -31,5 +31,5 @@ func Example() {
 	}
 	var r *guard.Refusal
 	fmt.Println(errors.As(err, &r), err)
-	// Output: true claim ns/data (uid new) asks for volume "pv1" (spec.volumeName)
+	// Output: true claim ns/data (uid new) asks for this volume, "pv1", by spec.volumeName
 }

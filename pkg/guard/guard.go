@@ -77,7 +77,7 @@ func LiveClaim(ctx context.Context, c Claims, v *corev1.PersistentVolume) error 
 	}
 	for _, cl := range claims {
 		if cl.DeletionTimestamp == nil {
-			return refuse("claim %s/%s (uid %s) asks for volume %q (spec.volumeName)", cl.Namespace, cl.Name, cl.UID, v.Name)
+			return refuse("claim %s/%s (uid %s) asks for this volume, %q, by spec.volumeName", cl.Namespace, cl.Name, cl.UID, v.Name)
 		}
 	}
 	return nil

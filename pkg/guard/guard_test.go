@@ -84,9 +84,9 @@ func TestLiveClaimRefusesWhileAClaimPointsAtTheVolume(t *testing.T) {
 		{"claim of the claimRef lives", ref, []*corev1.PersistentVolumeClaim{claim("ns", "data", "old", "pv1")}, "ns/data (uid old) still exists"},
 		{"claim of the claimRef lives, not naming the volume", ref, []*corev1.PersistentVolumeClaim{claim("ns", "data", "old", "")}, "still exists"},
 		{"recreated claim of the same name, not asking for it", ref, []*corev1.PersistentVolumeClaim{claim("ns", "data", "new", "")}, ""},
-		{"recreated claim of the same name asking for it", ref, []*corev1.PersistentVolumeClaim{claim("ns", "data", "new", "pv1")}, "ns/data (uid new) asks for volume"},
+		{"recreated claim of the same name asking for it", ref, []*corev1.PersistentVolumeClaim{claim("ns", "data", "new", "pv1")}, "ns/data (uid new) asks for this volume"},
 		{"claimRef without UID names a live claim", noUID, []*corev1.PersistentVolumeClaim{claim("ns", "data", "x", "")}, "without a UID"},
-		{"another claim asks for it", ref, []*corev1.PersistentVolumeClaim{claim("elsewhere", "mine", "m", "pv1")}, "elsewhere/mine (uid m) asks for volume"},
+		{"another claim asks for it", ref, []*corev1.PersistentVolumeClaim{claim("elsewhere", "mine", "m", "pv1")}, "elsewhere/mine (uid m) asks for this volume"},
 		{"a claim being deleted asks for it", ref, []*corev1.PersistentVolumeClaim{deleting}, ""},
 		{"a claim asks for another volume", ref, []*corev1.PersistentVolumeClaim{claim("x", "y", "z", "pv2")}, ""},
 	} {

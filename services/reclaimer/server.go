@@ -10,12 +10,11 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/timestamppb"
-	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 
 	"github.com/volplane/volplane/pkg/coord"
 	"github.com/volplane/volplane/pkg/grpcutil"
-	"github.com/volplane/volplane/pkg/kube"
+	"github.com/volplane/volplane/pkg/guard"
 	reclaimerv1 "github.com/volplane/volplane/proto/volplane/reclaimer/v1"
 )
 
@@ -40,11 +39,14 @@ var _ reclaimerv1.ReclaimerServiceServer = (*server)(nil)
 // that say what to fix.
 func grpcError(err error) error {
 	var pre *preconditionError
+	var refused *guard.Refusal
 	switch {
 	case err == nil:
 		return nil
 	case errors.As(err, &pre):
 		return status.Error(codes.FailedPrecondition, pre.msg)
+	case errors.As(err, &refused):
+		return status.Error(codes.FailedPrecondition, refused.Reason)
 	case errors.Is(err, errVolumeNotFound):
 		return status.Error(codes.NotFound, err.Error())
 	case errors.Is(err, context.Canceled):
@@ -53,6 +55,13 @@ func grpcError(err error) error {
 		return status.Error(codes.DeadlineExceeded, err.Error())
 	case errors.Is(err, errJournal), errors.Is(err, coord.ErrSessionLost):
 		return status.Error(codes.Unavailable, err.Error())
+	case apierrors.IsInvalid(err), apierrors.IsBadRequest(err):
+		return status.Error(codes.InvalidArgument, err.Error())
+	case apierrors.IsForbidden(err):
+		return status.Error(codes.PermissionDenied, err.Error())
+	case errors.As(err, new(apierrors.APIStatus)):
+		// The API server could not answer: try again.
+		return status.Error(codes.Unavailable, err.Error())
 	}
 	if _, ok := status.FromError(err); ok {
 		return err
@@ -60,34 +69,39 @@ func grpcError(err error) error {
 	return status.Error(codes.Internal, err.Error())
 }
 
-// Reclaim implements ReclaimerService.
+// Reclaim implements ReclaimerService. The volume is read from the API
+// server: one sent in the request is only checked (its name and UID must
+// be the request's) and never acted on, so a forged object cannot start a
+// reclaim. A reclaim that would destroy data (Delete, Recycle) is refused
+// with FailedPrecondition while a live claim points at the volume.
 func (s *server) Reclaim(ctx context.Context, req *reclaimerv1.ReclaimRequest) (*reclaimerv1.ReclaimResponse, error) {
-	if req.GetVolumeName() == "" {
-		return nil, status.Error(codes.InvalidArgument, "volume_name is required: the name of a Released PersistentVolume")
+	sent, err := validateReclaim(req)
+	if err != nil {
+		return nil, status.Error(codes.InvalidArgument, err.Error())
 	}
-	var v *corev1.PersistentVolume
-	if len(req.GetVolume()) > 0 {
-		var err error
-		if v, err = kube.DecodeVolume(req.GetVolume()); err != nil {
-			return nil, status.Errorf(codes.InvalidArgument, "volume: not a PersistentVolume in Kubernetes protobuf encoding: %v", err)
+	uid := req.GetVolumeUid()
+	if uid == "" && sent != nil {
+		uid = string(sent.UID)
+	}
+	v, err := s.c.kube.GetVolume(ctx, req.GetVolumeName())
+	switch {
+	case apierrors.IsNotFound(err):
+		// Nothing to start; a reclaim already journaled goes on by itself.
+		if r, lerr := s.c.lookup(ctx, req.GetVolumeName()); lerr == nil && r != nil {
+			return &reclaimerv1.ReclaimResponse{Reclaim: r}, nil
 		}
-		if v.Name != req.GetVolumeName() {
-			return nil, status.Errorf(codes.InvalidArgument, "volume_name %q does not match the volume's metadata.name %q", req.GetVolumeName(), v.Name)
-		}
-		if req.GetVolumeUid() != "" && string(v.UID) != req.GetVolumeUid() {
-			return nil, status.Errorf(codes.InvalidArgument, "volume_uid %q does not match the volume's metadata.uid %q", req.GetVolumeUid(), v.UID)
-		}
-	} else {
-		var err error
-		v, err = s.c.kube.GetVolume(ctx, req.GetVolumeName())
-		switch {
-		case apierrors.IsNotFound(err):
-			return nil, status.Errorf(codes.NotFound, "volume %q does not exist", req.GetVolumeName())
-		case err != nil:
-			return nil, status.Errorf(codes.Unavailable, "read volume %q: %v", req.GetVolumeName(), err)
-		case req.GetVolumeUid() != "" && string(v.UID) != req.GetVolumeUid():
-			return nil, status.Errorf(codes.FailedPrecondition, "volume %q has uid %s, not volume_uid %s: it was recreated", v.Name, v.UID, req.GetVolumeUid())
-		}
+		return nil, status.Errorf(codes.FailedPrecondition, "volume %q does not exist and no reclaim of it is journaled: only an existing Released volume is reclaimed", req.GetVolumeName())
+	case err != nil:
+		return nil, apiStatus(err, "read volume "+req.GetVolumeName())
+	case uid != "" && string(v.UID) != uid:
+		return nil, status.Errorf(codes.FailedPrecondition, "volume %q has uid %s, not volume_uid %s: it was recreated", v.Name, v.UID, uid)
+	}
+	if sent != nil && sent.ResourceVersion != v.ResourceVersion {
+		s.c.log.Debug("the volume sent differs from the API server's; using the API server's", "volume", v.Name,
+			"sentResourceVersion", sent.ResourceVersion, "resourceVersion", v.ResourceVersion)
+	}
+	if err := s.c.refuseLiveClaim(ctx, v); err != nil {
+		return nil, grpcError(err)
 	}
 	r, err := s.c.reclaim(ctx, v)
 	if err != nil {
@@ -120,8 +134,8 @@ func (c *controller) lookup(ctx context.Context, name string) (*reclaimerv1.Recl
 
 // GetReclaim implements ReclaimerService.
 func (s *server) GetReclaim(ctx context.Context, req *reclaimerv1.GetReclaimRequest) (*reclaimerv1.GetReclaimResponse, error) {
-	if req.GetVolumeName() == "" {
-		return nil, status.Error(codes.InvalidArgument, "volume_name is required")
+	if err := guard.CheckName("volume_name", req.GetVolumeName(), guard.VolumeName); err != nil {
+		return nil, status.Error(codes.InvalidArgument, err.Error())
 	}
 	r, err := s.c.lookup(ctx, req.GetVolumeName())
 	if err != nil {
@@ -175,6 +189,12 @@ func (s *server) RetryReclaim(ctx context.Context, req *reclaimerv1.RetryReclaim
 	name := req.GetVolumeName()
 	if name == "" {
 		return nil, status.Error(codes.InvalidArgument, "volume_name is required")
+	}
+	if err := guard.CheckName("volume_name", name, guard.VolumeName); err != nil {
+		return nil, status.Error(codes.InvalidArgument, err.Error())
+	}
+	if err := s.c.checkRetry(ctx, name); err != nil {
+		return nil, grpcError(err)
 	}
 	if r, err := s.c.retryNow(ctx, name); r != nil || err != nil {
 		return retried(r, err)

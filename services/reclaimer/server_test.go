@@ -11,6 +11,7 @@ import (
 	"google.golang.org/grpc/status"
 	corev1 "k8s.io/api/core/v1"
 
+	"github.com/volplane/volplane/pkg/grpcutil"
 	"github.com/volplane/volplane/pkg/kube"
 	reclaimerv1 "github.com/volplane/volplane/proto/volplane/reclaimer/v1"
 )
@@ -38,6 +39,8 @@ func TestServerValidation(t *testing.T) {
 	released := releasedPV("a", corev1.PersistentVolumeReclaimRetain)
 	bound := releasedPV("bound", corev1.PersistentVolumeReclaimRecycle, func(v *corev1.PersistentVolume) { v.Status.Phase = corev1.VolumeBound })
 	kc.addPV(bound)
+	kc.addPV(releasedPV("noref", corev1.PersistentVolumeReclaimRetain, func(v *corev1.PersistentVolume) { v.Spec.ClaimRef = nil }))
+	kc.addPV(releasedPV("shred", "Shred"))
 	for _, tc := range []struct {
 		name string
 		req  *reclaimerv1.ReclaimRequest
@@ -48,12 +51,15 @@ func TestServerValidation(t *testing.T) {
 		{"garbage", &reclaimerv1.ReclaimRequest{VolumeName: "a", Volume: []byte{0xff, 0x02}}, codes.InvalidArgument, "not a PersistentVolume"},
 		{"other name", &reclaimerv1.ReclaimRequest{VolumeName: "b", Volume: encoded(t, released)}, codes.InvalidArgument, `does not match the volume's metadata.name "a"`},
 		{"other uid", &reclaimerv1.ReclaimRequest{VolumeName: "a", VolumeUid: "x", Volume: encoded(t, released)}, codes.InvalidArgument, "volume_uid"},
-		{"missing volume", &reclaimerv1.ReclaimRequest{VolumeName: "nope"}, codes.NotFound, `volume "nope" does not exist`},
+		{"missing volume", &reclaimerv1.ReclaimRequest{VolumeName: "nope"}, codes.FailedPrecondition, `volume "nope" does not exist and no reclaim of it is journaled`},
+		{"missing volume, forged as Released", &reclaimerv1.ReclaimRequest{VolumeName: "a", Volume: encoded(t, released)}, codes.FailedPrecondition, `volume "a" does not exist`},
+		{"invalid name", &reclaimerv1.ReclaimRequest{VolumeName: "../etc"}, codes.InvalidArgument, `volume_name "../etc" is not a valid name`},
+		{"invalid UTF-8", &reclaimerv1.ReclaimRequest{VolumeName: "a\xff"}, codes.InvalidArgument, `volume_name is not valid UTF-8`},
+		{"bound volume, forged as Released", &reclaimerv1.ReclaimRequest{VolumeName: "bound", Volume: encoded(t, releasedPV("bound", corev1.PersistentVolumeReclaimDelete))}, codes.FailedPrecondition, `volume "bound" is Bound`},
 		{"recreated volume", &reclaimerv1.ReclaimRequest{VolumeName: "bound", VolumeUid: "old"}, codes.FailedPrecondition, "recreated"},
 		{"bound volume", &reclaimerv1.ReclaimRequest{VolumeName: "bound"}, codes.FailedPrecondition, `volume "bound" is Bound: only a Released or Failed volume is reclaimed`},
-		{"no claimRef", &reclaimerv1.ReclaimRequest{VolumeName: "a", Volume: encoded(t, releasedPV("a", corev1.PersistentVolumeReclaimRetain, func(v *corev1.PersistentVolume) { v.Spec.ClaimRef = nil }))},
-			codes.FailedPrecondition, "no claimRef"},
-		{"unknown policy", &reclaimerv1.ReclaimRequest{VolumeName: "a", Volume: encoded(t, releasedPV("a", "Shred"))}, codes.FailedPrecondition, "set spec.persistentVolumeReclaimPolicy"},
+		{"no claimRef", &reclaimerv1.ReclaimRequest{VolumeName: "noref"}, codes.FailedPrecondition, "no claimRef"},
+		{"unknown policy", &reclaimerv1.ReclaimRequest{VolumeName: "shred"}, codes.FailedPrecondition, "set spec.persistentVolumeReclaimPolicy"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := s.Reclaim(ctx, tc.req)
@@ -69,7 +75,11 @@ func TestServerValidation(t *testing.T) {
 	_, err = s.RetryReclaim(ctx, &reclaimerv1.RetryReclaimRequest{})
 	wantCode(t, "RetryReclaim without a name", err, codes.InvalidArgument, "volume_name is required")
 	_, err = s.RetryReclaim(ctx, &reclaimerv1.RetryReclaimRequest{VolumeName: "nope"})
-	wantCode(t, "RetryReclaim of an unknown volume", err, codes.NotFound, "nothing to retry")
+	wantCode(t, "RetryReclaim of an unknown volume", err, codes.FailedPrecondition, "no reclaim of it is journaled: nothing to retry")
+	_, err = s.RetryReclaim(ctx, &reclaimerv1.RetryReclaimRequest{VolumeName: "bound"})
+	wantCode(t, "RetryReclaim of a Bound volume", err, codes.FailedPrecondition, `volume "bound" is Bound`)
+	_, err = s.RetryReclaim(ctx, &reclaimerv1.RetryReclaimRequest{VolumeName: "Bad_Name"})
+	wantCode(t, "RetryReclaim with an invalid name", err, codes.InvalidArgument, `volume_name "Bad_Name" is not a valid name`)
 }
 
 // Reclaim, Get, List and Retry through the API of two replicas sharing a
@@ -81,7 +91,7 @@ func TestServerAcrossReplicas(t *testing.T) {
 	b := newReplica(t, "b", kc, j, nil, config{})
 	sa := &server{c: a.controller}
 	addr := serve(t, sa)
-	sb := &server{c: b.controller, peer: func(_ context.Context, id string) (string, error) {
+	sb := &server{c: b.controller, tls: grpcutil.TLSFiles{InsecurePlaintext: true}, peer: func(_ context.Context, id string) (string, error) {
 		if id == "a" {
 			return addr, nil
 		}
@@ -115,7 +125,7 @@ func TestServerAcrossReplicas(t *testing.T) {
 		t.Fatalf("a's list: %v %v", list, err)
 	}
 	_, err = sa.RetryReclaim(ctx, &reclaimerv1.RetryReclaimRequest{VolumeName: "kept"})
-	wantCode(t, "retry of a RETAINED reclaim", err, codes.FailedPrecondition, "RETAINED")
+	wantCode(t, "retry of a RETAINED reclaim", err, codes.FailedPrecondition, `reclaim policy "Retain", which does not ask for this`)
 
 	// Retried through b, carried out by a.
 	retried, err := sb.RetryReclaim(ctx, &reclaimerv1.RetryReclaimRequest{VolumeName: "failing"})

@@ -10,6 +10,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/volplane/volplane/pkg/guard"
 	"github.com/volplane/volplane/pkg/kube"
 	reclaimerv1 "github.com/volplane/volplane/proto/volplane/reclaimer/v1"
 )
@@ -170,9 +171,10 @@ func (e *cancellation) Error() string { return e.reason }
 
 // guard re-reads the volume and the claims from the API server right
 // before a destructive step and refuses it while a live claim points at
-// the volume: the claim of its claimRef exists with the same UID, or any
-// claim not being deleted asks for the volume by spec.volumeName (e.g. a
-// claim recreated with the old name, pre-bound to the volume). With pods,
+// the volume (guard.LiveClaim: the claim of its claimRef exists with the
+// same UID, or any claim not being deleted asks for the volume by
+// spec.volumeName, e.g. a claim recreated with the old name, pre-bound to
+// the volume) or its policy no longer asks for the step. With pods,
 // it also refuses while a pod that has not terminated uses the released
 // claim. It returns the volume as read.
 func (c *controller) guard(ctx context.Context, r *reclaimerv1.Reclaim, pods bool) (*corev1.PersistentVolume, error) {
@@ -188,24 +190,23 @@ func (c *controller) guard(ctx context.Context, r *reclaimerv1.Reclaim, pods boo
 	if why := notReleased(v, r); why != "" {
 		return nil, &cancellation{why}
 	}
-	ref := v.Spec.ClaimRef
-	claim, err := c.kube.GetClaim(ctx, ref.Namespace, ref.Name)
-	switch {
-	case apierrors.IsNotFound(err):
-	case err != nil:
-		return nil, fmt.Errorf("read claim %s/%s: %w", ref.Namespace, ref.Name, err)
-	case claim.UID == ref.UID:
-		return nil, &refusal{reason: fmt.Sprintf("claim %s/%s (uid %s) still exists: the volume is not released", ref.Namespace, ref.Name, ref.UID)}
-	}
-	claims, err := c.kube.ClaimsNaming(ctx, v.Name)
-	if err != nil {
-		return nil, fmt.Errorf("find claims asking for volume %s: %w", v.Name, err)
-	}
-	for _, cl := range claims {
-		if cl.DeletionTimestamp == nil {
-			return nil, &refusal{reason: fmt.Sprintf("claim %s/%s (uid %s) asks for this volume (spec.volumeName)", cl.Namespace, cl.Name, cl.UID)}
+	if err := guard.LiveClaim(ctx, c.kube, v); err != nil {
+		var refused *guard.Refusal
+		if errors.As(err, &refused) {
+			return nil, &refusal{reason: refused.Reason}
 		}
+		return nil, err
 	}
+	// Defence in depth: the plan chose the step from the policy; a policy
+	// changed since is planned again after the backoff.
+	allowed := corev1.PersistentVolumeReclaimRecycle
+	if r.Method == reclaimerv1.Method_METHOD_PROVISIONER {
+		allowed = corev1.PersistentVolumeReclaimDelete
+	}
+	if err := guard.Volume(v, allowed); err != nil {
+		return nil, &refusal{reason: err.Error()}
+	}
+	ref := v.Spec.ClaimRef
 	if pods {
 		using, err := c.podsUsing(ctx, ref.Namespace, ref.Name)
 		if err != nil {
