@@ -428,7 +428,7 @@ func TestRequestValidation(t *testing.T) {
 func TestOptionErrorsNameTheFlag(t *testing.T) {
 	o := Options{CSIEndpoints: []string{"a=unix:///x", "a=unix:///y", " "}, VolumeNamePrefix: "Bad/Prefix", Timeout: -1}
 	err := o.validate()
-	for _, want := range []string{"--listen", "--etcd-endpoints", "mapped to two CSI endpoints", "has no address", "--volume-name-prefix", "--timeout"} {
+	for _, want := range []string{"--listen", "--etcd-endpoints", "--tls-ca-file", "mapped to two CSI endpoints", "has no address", "--volume-name-prefix", "--timeout"} {
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("error %v does not mention %q", err, want)
 		}

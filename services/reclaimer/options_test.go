@@ -5,11 +5,14 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/volplane/volplane/pkg/grpcutil"
 )
 
 func TestOptionsValidate(t *testing.T) {
 	base := func() Options {
-		return Options{Listen: "127.0.0.1:0", EtcdEndpoints: []string{"http://127.0.0.1:2379"}}
+		return Options{Listen: "127.0.0.1:0", EtcdEndpoints: []string{"http://127.0.0.1:2379"},
+			TLS: grpcutil.TLSFiles{CAFile: "ca.crt", CertFile: "tls.crt", KeyFile: "tls.key"}}
 	}
 	for _, tc := range []struct {
 		name   string
@@ -18,6 +21,7 @@ func TestOptionsValidate(t *testing.T) {
 	}{
 		{"defaults", func(*Options) {}, nil},
 		{"no listen, no etcd", func(o *Options) { o.Listen, o.EtcdEndpoints = "", nil }, []string{"--listen", "--etcd-endpoints"}},
+		{"no TLS", func(o *Options) { o.TLS = grpcutil.TLSFiles{} }, []string{"--tls-ca-file", "--insecure-plaintext"}},
 		{"unknown mode", func(o *Options) { o.RecycleMode = "shred" }, []string{"--recycle-mode"}},
 		{"node-local without a node", func(o *Options) { o.RecycleMode = RecycleNodeLocal }, []string{"--node-name"}},
 		{"template and image", func(o *Options) { o.RecyclerPodTemplate, o.RecyclerImage = "x.yaml", "busybox" }, []string{"--recycler-image", "--recycler-pod-template"}},

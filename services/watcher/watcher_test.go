@@ -379,7 +379,9 @@ func TestRunRejectsBadOptions(t *testing.T) {
 		{"negative history", Options{Listen: "127.0.0.1:0", HistorySize: -1}, "--history-size"},
 		{"negative resync", Options{Listen: "127.0.0.1:0", ResyncPeriod: -time.Second}, "--resync-period"},
 		{"negative burst", Options{Listen: "127.0.0.1:0", KubeBurst: -1}, "--kube-api-burst"},
-		{"no kubeconfig", Options{Listen: "127.0.0.1:0", Kubeconfig: missing}, "--kubeconfig"},
+		{"no TLS", Options{Listen: "127.0.0.1:0", Kubeconfig: missing}, "--tls-ca-file"},
+		{"half the TLS files", Options{Listen: "127.0.0.1:0", Kubeconfig: missing, TLS: grpcutil.TLSFiles{CAFile: "ca.crt"}}, "--tls-cert-file"},
+		{"no kubeconfig", Options{Listen: "127.0.0.1:0", Kubeconfig: missing, TLS: grpcutil.TLSFiles{InsecurePlaintext: true}}, "--kubeconfig"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			err := Run(t.Context(), tc.o)
