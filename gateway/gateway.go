@@ -17,7 +17,6 @@ import (
 	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
 	"google.golang.org/grpc"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
-	"google.golang.org/protobuf/encoding/protojson"
 
 	"github.com/volplane/volplane/pkg/grpcutil"
 	binderv1 "github.com/volplane/volplane/proto/volplane/binder/v1"
@@ -41,6 +40,12 @@ type Options struct {
 	// presents its own. Required: name the files, or set InsecurePlaintext
 	// (--insecure-plaintext, local experiments only).
 	TLS grpcutil.TLSFiles
+	// Auth says how callers are authenticated and authorized (auth.go);
+	// its zero value authorizes through the in-cluster API server.
+	Auth AuthOptions
+	// HTTP holds the HTTP server's limits and serving certificate
+	// (limits.go); zero values mean the defaults.
+	HTTP HTTPOptions
 	// Logger; default slog.Default().
 	Logger *slog.Logger
 }
@@ -54,6 +59,9 @@ func (o *Options) validate() error {
 		errs = append(errs, errors.New("the binder's address is required (--binder-address)"))
 	}
 	if err := o.TLS.Validate(); err != nil {
+		errs = append(errs, err)
+	}
+	if err := o.HTTP.defaults(); err != nil {
 		errs = append(errs, err)
 	}
 	if o.Logger == nil {
@@ -84,12 +92,11 @@ func NewHandler(ctx context.Context, o Options) (http.Handler, func(), error) {
 		{name: "provisioner", addr: o.ProvisionerAddress, register: provisionerv1.RegisterProvisionerServiceHandler},
 		{name: "reclaimer", addr: o.ReclaimerAddress, register: reclaimerv1.RegisterReclaimerServiceHandler},
 	}
-	mux := runtime.NewServeMux(
-		runtime.WithMarshalerOption(runtime.MIMEWildcard, &runtime.JSONPb{
-			MarshalOptions:   protojson.MarshalOptions{EmitUnpopulated: true},
-			UnmarshalOptions: protojson.UnmarshalOptions{DiscardUnknown: false},
-		}),
-	)
+	g, err := newGuard(o.Auth, o.Logger)
+	if err != nil {
+		return nil, nil, err
+	}
+	mux := runtime.NewServeMux(muxOptions(g, o.HTTP.MaxRequestBytes)...)
 	closeAll := func() {
 		for _, b := range backends {
 			if b.cc != nil {
@@ -131,8 +138,7 @@ func NewHandler(ctx context.Context, o Options) (http.Handler, func(), error) {
 		w.Header().Set("Content-Type", "application/json")
 		_, _ = w.Write(openAPI)
 	})
-	root.Handle("/", mux)
-	return logRequests(o.Logger, root), closeAll, nil
+	return front(g, &o.HTTP, root, mux, o.Logger), closeAll, nil
 }
 
 // readiness asks every backend's gRPC health service.
@@ -179,19 +185,6 @@ func (s *statusRecorder) Flush() {
 	}
 }
 
-func logRequests(log *slog.Logger, next http.Handler) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		start := time.Now()
-		rec := &statusRecorder{ResponseWriter: w, code: http.StatusOK}
-		next.ServeHTTP(rec, r)
-		level := slog.LevelDebug
-		if rec.code >= 500 {
-			level = slog.LevelWarn
-		}
-		log.Log(r.Context(), level, "http request", "method", r.Method, "path", r.URL.Path, "status", rec.code, "duration", time.Since(start))
-	})
-}
-
 // Run serves the gateway until ctx ends, then shuts down gracefully.
 func Run(ctx context.Context, o Options) error {
 	if err := o.validate(); err != nil {
@@ -206,10 +199,21 @@ func Run(ctx context.Context, o Options) error {
 	if err != nil {
 		return fmt.Errorf("listen on %s (--listen): %w", o.Listen, err)
 	}
-	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
+	srv := o.HTTP.server(h)
+	serve := func() error { return srv.Serve(lis) }
+	if o.HTTP.TLSCertFile != "" {
+		sc, err := newServingCert(o.HTTP.TLSCertFile, o.HTTP.TLSKeyFile, o.Logger)
+		if err != nil {
+			lis.Close()
+			return err
+		}
+		srv.TLSConfig = sc.tlsConfig(o.Auth.ClientCAFile != "")
+		serve = func() error { return srv.ServeTLS(lis, "", "") }
+	}
 	errc := make(chan error, 1)
-	go func() { errc <- srv.Serve(lis) }()
-	o.Logger.Info("gateway serving", "listen", lis.Addr().String())
+	go func() { errc <- serve() }()
+	o.Logger.Info("gateway serving", "listen", lis.Addr().String(), "https", o.HTTP.TLSCertFile != "",
+		"client_certificates", o.Auth.ClientCAFile != "", "anonymous", o.Auth.AllowAnonymous)
 	select {
 	case err := <-errc:
 		return err

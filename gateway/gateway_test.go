@@ -12,6 +12,8 @@ import (
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
+	"k8s.io/client-go/kubernetes/fake"
+
 	"github.com/volplane/volplane/gateway"
 	"github.com/volplane/volplane/pkg/grpcutil"
 )
@@ -27,7 +29,8 @@ func TestReadyzFollowsBackendHealth(t *testing.T) {
 	go srv.Serve(lis)
 	defer srv.Stop()
 
-	h, closeAll, err := gateway.NewHandler(context.Background(), gateway.Options{BinderAddress: lis.Addr().String(), TLS: grpcutil.TLSFiles{InsecurePlaintext: true}})
+	h, closeAll, err := gateway.NewHandler(context.Background(), gateway.Options{BinderAddress: lis.Addr().String(), TLS: grpcutil.TLSFiles{InsecurePlaintext: true},
+		Auth: gateway.AuthOptions{Client: fake.NewClientset()}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -62,7 +65,7 @@ func TestReadyzFollowsBackendHealth(t *testing.T) {
 }
 
 func TestOptionsNeedABinder(t *testing.T) {
-	if _, _, err := gateway.NewHandler(context.Background(), gateway.Options{}); err == nil {
+	if _, _, err := gateway.NewHandler(context.Background(), gateway.Options{Auth: gateway.AuthOptions{Client: fake.NewClientset()}}); err == nil {
 		t.Fatal("no binder address: want an error naming --binder-address")
 	}
 }

@@ -14,12 +14,31 @@ import (
 	"github.com/volplane/volplane/gateway"
 )
 
-func getJSON(t *testing.T, url string) (int, map[string]any) {
+// gatewayAuth authenticates and authorizes the tests' gateways with the
+// cluster's own TokenReviews and SubjectAccessReviews.
+func gatewayAuth() gateway.AuthOptions {
+	return gateway.AuthOptions{RESTConfig: cluster.env.RESTConfig}
+}
+
+// adminDo sends req with the admin's bearer token (system:masters: every
+// route is allowed).
+func adminDo(t *testing.T, req *http.Request) *http.Response {
 	t.Helper()
-	resp, err := http.Get(url)
+	req.Header.Set("Authorization", "Bearer "+cluster.env.RESTConfig.BearerToken)
+	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}
+	return resp
+}
+
+func getJSON(t *testing.T, url string) (int, map[string]any) {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodGet, url, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp := adminDo(t, req)
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(resp.Body)
 	var m map[string]any
@@ -33,7 +52,7 @@ func getJSON(t *testing.T, url string) (int, map[string]any) {
 // with its volume; errors carry the right status.
 func TestGatewayServesBindingState(t *testing.T) {
 	h, closeAll, err := gateway.NewHandler(context.Background(), gateway.Options{
-		BinderAddress: cluster.binderAddr, WatcherAddress: cluster.watcherAddr, TLS: cluster.e2e.TLS("gateway"),
+		BinderAddress: cluster.binderAddr, WatcherAddress: cluster.watcherAddr, TLS: cluster.e2e.TLS("gateway"), Auth: gatewayAuth(),
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -66,17 +85,14 @@ func TestGatewayServesBindingState(t *testing.T) {
 	if code, body := getJSON(t, srv.URL+"/v1/claims?pageSize=-1"); code != http.StatusBadRequest {
 		t.Errorf("negative page size: %d %s, want 400", code, mustJSON(body))
 	}
-	resp, err := http.Post(srv.URL+"/v1/namespaces/"+n+"/claims/gw-claim:sync", "application/json", nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	req, _ := http.NewRequest(http.MethodPost, srv.URL+"/v1/namespaces/"+n+"/claims/gw-claim:sync", nil)
+	resp := adminDo(t, req)
 	resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
 		t.Errorf("sync a claim: %s, want 200", resp.Status)
 	}
-	if resp, err = http.Post(srv.URL+"/v1/namespaces/"+n+"/claims/nope:sync", "application/json", nil); err != nil {
-		t.Fatal(err)
-	}
+	req, _ = http.NewRequest(http.MethodPost, srv.URL+"/v1/namespaces/"+n+"/claims/nope:sync", nil)
+	resp = adminDo(t, req)
 	resp.Body.Close()
 	if resp.StatusCode != http.StatusNotFound {
 		t.Errorf("sync an unknown claim: %s, want 404", resp.Status)

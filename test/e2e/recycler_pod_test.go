@@ -168,7 +168,7 @@ func TestRecyclerPod(t *testing.T) {
 func TestRecyclerPodRetryThroughTheGateway(t *testing.T) {
 	n := recyclerNamespace(t)
 	r := startReclaimer(t, "reclaimer-retry-"+n, reclaimer.Options{RecyclerNamespace: n, RetryIntervalStart: time.Hour, RetryIntervalMax: time.Hour})
-	h, closeAll, err := gateway.NewHandler(context.Background(), gateway.Options{BinderAddress: cluster.binderAddr, ReclaimerAddress: r.addr, TLS: cluster.e2e.TLS("gateway")})
+	h, closeAll, err := gateway.NewHandler(context.Background(), gateway.Options{BinderAddress: cluster.binderAddr, ReclaimerAddress: r.addr, TLS: cluster.e2e.TLS("gateway"), Auth: gatewayAuth()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -179,7 +179,7 @@ func TestRecyclerPodRetryThroughTheGateway(t *testing.T) {
 	v := releasedNFS(t, n, n+"-pv", "1Gi")
 	handOver(t, r.client, v)
 	first := waitPod(t, n, v.Name)
-	if code, body := post(t, srv.URL+"/v1/reclaims/"+v.Name+":retry"); code != http.StatusBadRequest || !strings.Contains(fmt.Sprint(body["message"]), "only a FAILED reclaim can be retried") {
+	if code, body := post(t, srv.URL+"/v1/reclaims/"+v.Name+":retry"); code != http.StatusConflict || !strings.Contains(fmt.Sprint(body["message"]), "only a FAILED reclaim can be retried") {
 		t.Errorf("retry of a running reclaim: %d %v", code, body)
 	}
 	finishPod(t, first, corev1.PodFailed, 1)
@@ -223,10 +223,11 @@ func TestRecyclerPodRetryThroughTheGateway(t *testing.T) {
 
 func post(t *testing.T, url string) (int, map[string]any) {
 	t.Helper()
-	resp, err := http.Post(url, "application/json", strings.NewReader("{}"))
+	req, err := http.NewRequest(http.MethodPost, url, strings.NewReader("{}"))
 	if err != nil {
 		t.Fatal(err)
 	}
+	resp := adminDo(t, req)
 	defer resp.Body.Close()
 	var m map[string]any
 	if err := json.NewDecoder(resp.Body).Decode(&m); err != nil {

@@ -1,5 +1,7 @@
 // Command gateway serves volplane's APIs as REST/JSON with an OpenAPI
-// document, for platform tooling.
+// document, for platform tooling. Every caller is authenticated (bearer
+// token or client certificate) and authorized by the cluster's RBAC; see
+// gateway/README.md.
 package main
 
 import (
@@ -14,12 +16,14 @@ import (
 
 func main() {
 	var o gateway.Options
-	flag.StringVar(&o.Listen, "listen", "127.0.0.1:8080", "HTTP listen address")
+	flag.StringVar(&o.Listen, "listen", "127.0.0.1:8080", "HTTP(S) listen address")
 	flag.StringVar(&o.WatcherAddress, "watcher-address", "127.0.0.1:7701", "gRPC address of the watcher; empty leaves its routes out")
 	flag.StringVar(&o.BinderAddress, "binder-address", "127.0.0.1:7702", "gRPC address of the binder (required)")
 	flag.StringVar(&o.ProvisionerAddress, "provisioner-address", "127.0.0.1:7703", "gRPC address of the provisioner; empty leaves its routes out")
 	flag.StringVar(&o.ReclaimerAddress, "reclaimer-address", "127.0.0.1:7704", "gRPC address of the reclaimer; empty leaves its routes out")
 	cmdutil.TLSFlags(&o.TLS)
+	gateway.AuthFlags(flag.CommandLine, &o.Auth)
+	gateway.HTTPFlags(flag.CommandLine, &o.HTTP)
 	logging := cmdutil.LogFlags()
 	flag.Parse()
 	os.Exit(cmdutil.Run("gateway", logging, func(ctx context.Context, log *slog.Logger) error {

@@ -1,0 +1,41 @@
+package gateway
+
+import (
+	"flag"
+	"os"
+	"strings"
+
+	"github.com/volplane/volplane/pkg/auth"
+)
+
+// AuthFlags registers the flags of AuthOptions on fs.
+func AuthFlags(fs *flag.FlagSet, o *AuthOptions) {
+	fs.StringVar(&o.Kubeconfig, "kubeconfig", os.Getenv("KUBECONFIG"), "kubeconfig of the client that checks callers with TokenReviews and SubjectAccessReviews; empty ($KUBECONFIG unset) uses the in-cluster configuration")
+	fs.StringVar(&o.ClientCAFile, "client-ca-file", "", "PEM CA certificates that sign client certificates (user = CN, groups = O); empty accepts none. Needs --tls-serving-cert-file")
+	fs.BoolVar(&o.AllowAnonymous, "allow-anonymous", false, "serve requests without credentials as system:anonymous (group system:unauthenticated), still authorized by RBAC")
+	fs.Func("authentication-token-audiences", "comma-separated audiences a bearer token must be meant for; empty accepts tokens for the API server", func(s string) error {
+		o.TokenAudiences = nil
+		for _, a := range strings.Split(s, ",") {
+			if a = strings.TrimSpace(a); a != "" {
+				o.TokenAudiences = append(o.TokenAudiences, a)
+			}
+		}
+		return nil
+	})
+	o.TokenCacheTTL, o.AllowedCacheTTL, o.DeniedCacheTTL = auth.DefaultTokenTTL, auth.DefaultAllowedTTL, auth.DefaultDeniedTTL
+	fs.DurationVar(&o.TokenCacheTTL, "authentication-token-cache-ttl", o.TokenCacheTTL, "how long a token review is reused; negative turns the cache off")
+	fs.DurationVar(&o.AllowedCacheTTL, "authorization-cache-allowed-ttl", o.AllowedCacheTTL, "how long an allowed authorization is reused; negative turns the cache off")
+	fs.DurationVar(&o.DeniedCacheTTL, "authorization-cache-denied-ttl", o.DeniedCacheTTL, "how long a denied authorization is reused; negative turns the cache off")
+}
+
+// HTTPFlags registers the flags of HTTPOptions on fs.
+func HTTPFlags(fs *flag.FlagSet, o *HTTPOptions) {
+	fs.StringVar(&o.TLSCertFile, "tls-serving-cert-file", "", "PEM certificate the gateway serves HTTPS with, reloaded when it changes; empty serves plain HTTP (bearer tokens only)")
+	fs.StringVar(&o.TLSKeyFile, "tls-serving-key-file", "", "PEM key of --tls-serving-cert-file")
+	fs.Int64Var(&o.MaxRequestBytes, "max-request-bytes", DefaultMaxRequestBytes, "largest request body accepted; larger gets 413")
+	fs.DurationVar(&o.ReadHeaderTimeout, "read-header-timeout", DefaultReadHeaderTimeout, "time allowed to read a request's headers")
+	fs.DurationVar(&o.ReadTimeout, "read-timeout", DefaultReadTimeout, "time allowed to read a whole request, body included")
+	fs.DurationVar(&o.WriteTimeout, "write-timeout", DefaultWriteTimeout, "time allowed to write a response (/v1/watch streams without it)")
+	fs.DurationVar(&o.IdleTimeout, "idle-timeout", DefaultIdleTimeout, "how long a kept-alive connection may wait for its next request")
+	fs.IntVar(&o.MaxHeaderBytes, "max-header-bytes", DefaultMaxHeaderBytes, "largest request headers accepted")
+}
