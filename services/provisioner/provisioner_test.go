@@ -370,12 +370,16 @@ func TestBuildVolume(t *testing.T) {
 func TestRequestValidation(t *testing.T) {
 	gold := "gold"
 	none := ""
+	nobody := "nobody"
 	api := fake.NewClientset(
 		&corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "orphan", UID: "u2"}, Spec: corev1.PersistentVolumeClaimSpec{StorageClassName: &gold}},
 		&corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "classless", UID: "u3"}, Spec: corev1.PersistentVolumeClaimSpec{StorageClassName: &none}},
-		&corev1.PersistentVolume{ObjectMeta: metav1.ObjectMeta{Name: "hostpath"}},
+		&corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "c", UID: "u1"}, Spec: corev1.PersistentVolumeClaimSpec{StorageClassName: &nobody}},
+		&storagev1.StorageClass{ObjectMeta: metav1.ObjectMeta{Name: "nobody"}, Provisioner: "nobody.example.com"},
+		&corev1.PersistentVolume{ObjectMeta: metav1.ObjectMeta{Name: "hostpath"}, Spec: corev1.PersistentVolumeSpec{PersistentVolumeReclaimPolicy: corev1.PersistentVolumeReclaimDelete},
+			Status: corev1.PersistentVolumeStatus{Phase: corev1.VolumeReleased}},
 	)
-	s := &server{p: &provisioner{client: api, drivers: newRegistry(discard), prefix: "pvc"}}
+	s := &server{p: &provisioner{client: api, drivers: newRegistry(discard), prefix: "pvc", journal: newMemJournal(), inflight: map[string]bool{}}}
 	ctx := t.Context()
 	claim, _ := kube.EncodeProto(&corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "c", UID: "u1"}})
 	other := "other"
@@ -390,7 +394,7 @@ func TestRequestValidation(t *testing.T) {
 		"garbage claim":     {&provisionerv1.ProvisionRequest{ClaimNamespace: "ns", ClaimName: "c", ClaimUid: "u1", Claim: []byte{0xff, 0x01}}, codes.InvalidArgument, "claim: decode"},
 		"claim without uid": {&provisionerv1.ProvisionRequest{ClaimNamespace: "ns", ClaimName: "c", Claim: claim}, codes.InvalidArgument, "claim_uid is required with claim"},
 		"other claim":       {&provisionerv1.ProvisionRequest{ClaimNamespace: "ns", ClaimName: "d", ClaimUid: "u1", Claim: claim}, codes.InvalidArgument, "not the claim_namespace"},
-		"wrong class":       {&provisionerv1.ProvisionRequest{ClaimNamespace: "ns", ClaimName: "c", ClaimUid: "u1", Claim: otherClaim, StorageClass: class}, codes.InvalidArgument, `claim asks for class "other"`},
+		"forged class":      {&provisionerv1.ProvisionRequest{ClaimNamespace: "ns", ClaimName: "c", ClaimUid: "u1", Claim: otherClaim, StorageClass: class}, codes.FailedPrecondition, `"nobody.example.com" of StorageClass "nobody"`},
 		"not served":        {&provisionerv1.ProvisionRequest{ClaimNamespace: "ns", ClaimName: "c", ClaimUid: "u1", Claim: claim, StorageClass: class}, codes.FailedPrecondition, "nobody.example.com"},
 		"no such claim":     {&provisionerv1.ProvisionRequest{ClaimNamespace: "ns", ClaimName: "ghost"}, codes.NotFound, "claim ns/ghost not found"},
 		"recreated claim":   {&provisionerv1.ProvisionRequest{ClaimNamespace: "ns", ClaimName: "orphan", ClaimUid: "old"}, codes.FailedPrecondition, "it was recreated"},
@@ -410,11 +414,12 @@ func TestRequestValidation(t *testing.T) {
 		code codes.Code
 		msg  string
 	}{
-		"no name":           {&provisionerv1.DeleteVolumeRequest{}, codes.InvalidArgument, "volume_name is required"},
-		"non-CSI volume":    {&provisionerv1.DeleteVolumeRequest{VolumeName: "pv", Volume: hostPath}, codes.FailedPrecondition, "not a CSI volume"},
-		"read from the API": {&provisionerv1.DeleteVolumeRequest{VolumeName: "hostpath"}, codes.FailedPrecondition, "not a CSI volume"},
-		"no such volume":    {&provisionerv1.DeleteVolumeRequest{VolumeName: "ghost"}, codes.NotFound, "PersistentVolume ghost not found"},
-		"mismatched names":  {&provisionerv1.DeleteVolumeRequest{VolumeName: "other", Volume: hostPath}, codes.InvalidArgument, "does not match"},
+		"no name":              {&provisionerv1.DeleteVolumeRequest{}, codes.InvalidArgument, "volume_name is required"},
+		"sent, not in the API": {&provisionerv1.DeleteVolumeRequest{VolumeName: "pv", Volume: hostPath}, codes.FailedPrecondition, "PersistentVolume pv does not exist"},
+		"read from the API":    {&provisionerv1.DeleteVolumeRequest{VolumeName: "hostpath"}, codes.FailedPrecondition, "not a CSI volume"},
+		"no such volume":       {&provisionerv1.DeleteVolumeRequest{VolumeName: "ghost"}, codes.FailedPrecondition, "PersistentVolume ghost does not exist and no deletion of it is journaled"},
+		"invalid name":         {&provisionerv1.DeleteVolumeRequest{VolumeName: "a b"}, codes.InvalidArgument, `volume_name "a b" is not a valid name`},
+		"mismatched names":     {&provisionerv1.DeleteVolumeRequest{VolumeName: "other", Volume: hostPath}, codes.InvalidArgument, "does not match"},
 	} {
 		t.Run("delete "+name, func(t *testing.T) {
 			_, err := s.DeleteVolume(ctx, tc.req)

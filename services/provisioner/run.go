@@ -224,7 +224,11 @@ func Run(ctx context.Context, o Options) error {
 	if err != nil {
 		return err
 	}
-	provisionerv1.RegisterProvisionerServiceServer(srv.Server, &server{p: p})
+	api, err := newServer(p, factory) // adds the claim and class informers
+	if err != nil {
+		return err
+	}
+	provisionerv1.RegisterProvisionerServiceServer(srv.Server, api)
 	if err := co.Register(ctx, Service, o.MemberID, o.AdvertiseAddress); err != nil {
 		return err
 	}

@@ -15,43 +15,52 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/volplane/volplane/pkg/guard"
 	"github.com/volplane/volplane/pkg/kube"
 	"github.com/volplane/volplane/pkg/match"
 	provisionerv1 "github.com/volplane/volplane/proto/volplane/provisioner/v1"
 )
 
 // server is the gRPC face of the provisioner: it validates requests and
-// turns errors into status codes, here and nowhere else.
+// turns errors into status codes, here and nowhere else. It never acts on
+// an object a caller sent: claims, classes and volumes are read from the
+// API server (or the informer cache, when it holds the very version sent).
 type server struct {
 	provisionerv1.UnimplementedProvisionerServiceServer
 	p *provisioner
+	// hints checks sent claims and classes; nil reads them all.
+	hints hints
+	// claims finds the claims pointing at a volume; nil lists them.
+	claims guard.Claims
 }
 
 // Provision makes one attempt at the claim's volume and says how it ended.
+// The claim and its class are the API server's: a claim or class in the
+// request only saves a read when the informer cache holds that very
+// version, so secrets are read only as the real class names them for the
+// real claim.
 func (s *server) Provision(ctx context.Context, req *provisionerv1.ProvisionRequest) (*provisionerv1.ProvisionResponse, error) {
-	claim, class, err := validateProvision(req)
+	sentClaim, sentClass, err := validateProvision(req)
 	if err != nil {
 		return nil, status.Error(codes.InvalidArgument, err.Error())
 	}
-	if claim == nil {
-		if claim, err = s.p.client.CoreV1().PersistentVolumeClaims(req.GetClaimNamespace()).Get(ctx, req.GetClaimName(), metav1.GetOptions{}); err != nil {
-			return nil, apiStatus(err, "claim "+req.GetClaimNamespace()+"/"+req.GetClaimName())
-		}
-		if req.GetClaimUid() != "" && string(claim.UID) != req.GetClaimUid() {
-			return nil, status.Errorf(codes.FailedPrecondition, "claim %s/%s has UID %s, not claim_uid %s: it was recreated", claim.Namespace, claim.Name, claim.UID, req.GetClaimUid())
-		}
+	claim, err := s.readClaim(ctx, req.GetClaimNamespace(), req.GetClaimName(), sentClaim)
+	if err != nil {
+		return nil, err
 	}
-	if class == nil {
-		name := match.ClaimClass(claim)
-		if name == "" {
-			return nil, status.Errorf(codes.FailedPrecondition, "claim %s/%s names no StorageClass: nothing to provision", claim.Namespace, claim.Name)
-		}
-		if class, err = s.p.client.StorageV1().StorageClasses().Get(ctx, name, metav1.GetOptions{}); err != nil {
-			return nil, apiStatus(err, "StorageClass "+name)
-		}
+	if req.GetClaimUid() != "" && string(claim.UID) != req.GetClaimUid() {
+		return nil, status.Errorf(codes.FailedPrecondition, "claim %s/%s has UID %s, not claim_uid %s: it was recreated", claim.Namespace, claim.Name, claim.UID, req.GetClaimUid())
 	}
-	if want := match.ClaimClass(claim); want != class.Name {
-		return nil, status.Errorf(codes.InvalidArgument, "storage_class is %q but the claim asks for class %q", class.Name, want)
+	name := match.ClaimClass(claim)
+	if name == "" {
+		return nil, status.Errorf(codes.FailedPrecondition, "claim %s/%s names no StorageClass: nothing to provision", claim.Namespace, claim.Name)
+	}
+	if v := claim.Spec.VolumeName; v != "" && v != VolumeName(s.p.prefix, claim) {
+		return nil, status.Errorf(codes.FailedPrecondition, "claim %s/%s asks for volume %s (spec.volumeName): nothing to provision", claim.Namespace, claim.Name, v)
+	}
+	class, err := s.readClass(ctx, name, sentClass)
+	if err != nil {
+		return nil, err
 	}
 	res, err := s.p.provision(ctx, claim, class, false)
 	if err != nil {
@@ -67,26 +76,38 @@ func (s *server) Provision(ctx context.Context, req *provisionerv1.ProvisionRequ
 	return out, nil
 }
 
-// DeleteVolume deletes a PV's backing volume (not the PV).
+// DeleteVolume deletes a PV's backing volume (not the PV). The PV is read
+// from the API server, and its backing volume deleted only while it is
+// Released or Failed, has policy Delete and no live claim points at it. A
+// PV that is gone is deleted only from this provisioner's own journal
+// record of its deletion. A volume sent in the request is never used.
 func (s *server) DeleteVolume(ctx context.Context, req *provisionerv1.DeleteVolumeRequest) (*provisionerv1.DeleteVolumeResponse, error) {
-	if req.GetVolumeName() == "" {
-		return nil, status.Error(codes.InvalidArgument, "volume_name is required")
-	}
-	var pv *corev1.PersistentVolume
-	var err error
-	if len(req.GetVolume()) == 0 {
-		if pv, err = s.p.client.CoreV1().PersistentVolumes().Get(ctx, req.GetVolumeName(), metav1.GetOptions{}); err != nil {
-			return nil, apiStatus(err, "PersistentVolume "+req.GetVolumeName())
-		}
-	} else if pv, err = kube.DecodeVolume(req.GetVolume()); err != nil {
-		return nil, status.Errorf(codes.InvalidArgument, "volume: %v", err)
-	}
-	if pv.Name != req.GetVolumeName() {
-		return nil, status.Errorf(codes.InvalidArgument, "volume_name %q does not match the volume's metadata.name %q", req.GetVolumeName(), pv.Name)
-	}
-	res, err := s.p.deleteVolume(ctx, pv)
+	sent, err := validateDeleteVolume(req)
 	if err != nil {
-		return nil, toStatus(err)
+		return nil, status.Error(codes.InvalidArgument, err.Error())
+	}
+	var res result
+	pv, err := s.p.client.CoreV1().PersistentVolumes().Get(ctx, req.GetVolumeName(), metav1.GetOptions{})
+	switch {
+	case apierrors.IsNotFound(err):
+		var found bool
+		if res, found, err = s.p.deleteJournaled(ctx, req.GetVolumeName()); err != nil {
+			return nil, toStatus(err)
+		}
+		if !found {
+			return nil, status.Errorf(codes.FailedPrecondition, "PersistentVolume %s does not exist and no deletion of it is journaled: there is nothing this provisioner may delete", req.GetVolumeName())
+		}
+	case err != nil:
+		return nil, apiStatus(err, "PersistentVolume "+req.GetVolumeName())
+	case sent != nil && sent.UID != pv.UID:
+		return nil, status.Errorf(codes.FailedPrecondition, "PersistentVolume %s has uid %s, not the uid %s of the volume sent: it was recreated", pv.Name, pv.UID, sent.UID)
+	default:
+		if err := s.guardDelete(ctx, pv); err != nil {
+			return nil, err
+		}
+		if res, err = s.p.deleteVolume(ctx, pv); err != nil {
+			return nil, toStatus(err)
+		}
 	}
 	outcomes.WithLabelValues(kindDelete, res.outcome.String()).Inc()
 	return &provisionerv1.DeleteVolumeResponse{Outcome: res.outcome, Message: res.message}, nil
@@ -106,17 +127,22 @@ func (s *server) ListOperations(ctx context.Context, _ *provisionerv1.ListOperat
 	return &provisionerv1.ListOperationsResponse{Operations: ops}, nil
 }
 
-// validateProvision checks the request and decodes the objects it carries;
-// a nil claim or class is to be read from the API.
+// validateProvision checks the request up front and decodes the objects
+// it carries (nil when it carries none): they are hints, checked against
+// the cache by UID and resourceVersion, and must at least name the
+// request's claim.
 func validateProvision(req *provisionerv1.ProvisionRequest) (*corev1.PersistentVolumeClaim, *storagev1.StorageClass, error) {
 	var errs []string
 	var claim *corev1.PersistentVolumeClaim
 	var class *storagev1.StorageClass
-	if req.GetClaimNamespace() == "" {
-		errs = append(errs, "claim_namespace is required")
+	if err := guard.CheckName("claim_namespace", req.GetClaimNamespace(), guard.Namespace); err != nil {
+		errs = append(errs, err.Error())
 	}
-	if req.GetClaimName() == "" {
-		errs = append(errs, "claim_name is required")
+	if err := guard.CheckName("claim_name", req.GetClaimName(), guard.ClaimName); err != nil {
+		errs = append(errs, err.Error())
+	}
+	if err := guard.CheckText("claim_uid", req.GetClaimUid()); err != nil {
+		errs = append(errs, err.Error())
 	}
 	if len(req.GetClaim()) > 0 {
 		if req.GetClaimUid() == "" {
@@ -125,7 +151,7 @@ func validateProvision(req *provisionerv1.ProvisionRequest) (*corev1.PersistentV
 		if c, err := kube.DecodeClaim(req.GetClaim()); err != nil {
 			errs = append(errs, "claim: "+err.Error())
 		} else if c.Namespace != req.GetClaimNamespace() || c.Name != req.GetClaimName() || string(c.UID) != req.GetClaimUid() {
-			errs = append(errs, fmt.Sprintf("claim is %s/%s (uid %s), not the claim_namespace/claim_name/claim_uid of the request", c.Namespace, c.Name, c.UID))
+			errs = append(errs, fmt.Sprintf("claim is %q/%q (uid %q), not the claim_namespace/claim_name/claim_uid of the request", c.Namespace, c.Name, c.UID))
 		} else {
 			claim = c
 		}
@@ -143,16 +169,24 @@ func validateProvision(req *provisionerv1.ProvisionRequest) (*corev1.PersistentV
 	return claim, class, nil
 }
 
-// apiStatus turns an API server error reading what into a gRPC status.
-func apiStatus(err error, what string) error {
-	switch {
-	case apierrors.IsNotFound(err):
-		return status.Errorf(codes.NotFound, "%s not found", what)
-	case apierrors.IsForbidden(err):
-		return status.Errorf(codes.PermissionDenied, "read %s: %v", what, err)
-	default:
-		return status.Errorf(codes.Unavailable, "read %s: %v", what, err)
+// validateDeleteVolume checks a DeleteVolume request up front and decodes
+// the volume it carries, nil when none: only its UID is compared with the
+// API server's.
+func validateDeleteVolume(req *provisionerv1.DeleteVolumeRequest) (*corev1.PersistentVolume, error) {
+	if err := guard.CheckName("volume_name", req.GetVolumeName(), guard.VolumeName); err != nil {
+		return nil, err
 	}
+	if len(req.GetVolume()) == 0 {
+		return nil, nil
+	}
+	pv, err := kube.DecodeVolume(req.GetVolume())
+	if err != nil {
+		return nil, fmt.Errorf("volume: %w", err)
+	}
+	if pv.Name != req.GetVolumeName() {
+		return nil, fmt.Errorf("volume_name %q does not match the volume's metadata.name %q", req.GetVolumeName(), pv.Name)
+	}
+	return pv, nil
 }
 
 // toStatus converts the provisioner's errors to gRPC codes.
@@ -160,6 +194,8 @@ func toStatus(err error) error {
 	switch {
 	case errors.Is(err, errNotServed):
 		return status.Error(codes.FailedPrecondition, err.Error())
+	case apierrors.IsInvalid(err), apierrors.IsBadRequest(err):
+		return status.Error(codes.InvalidArgument, err.Error())
 	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
 		return status.Error(codes.Canceled, err.Error())
 	default:

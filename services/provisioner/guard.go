@@ -1,0 +1,174 @@
+package provisioner
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	corev1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/informers"
+	corelisters "k8s.io/client-go/listers/core/v1"
+	storagelisters "k8s.io/client-go/listers/storage/v1"
+	"k8s.io/client-go/tools/cache"
+
+	"github.com/volplane/volplane/pkg/coord"
+	"github.com/volplane/volplane/pkg/guard"
+	provisionerv1 "github.com/volplane/volplane/proto/volplane/provisioner/v1"
+)
+
+// hints is the informer cache a claim or class sent in a request is checked
+// against: a sent object is used only when the cache holds an object of
+// the same UID and resourceVersion, and then the cache's copy is used, never
+// the bytes sent.
+type hints interface {
+	Claim(namespace, name string) (*corev1.PersistentVolumeClaim, error)
+	StorageClass(name string) (*storagev1.StorageClass, error)
+}
+
+// cacheHints is hints over the informers' listers.
+type cacheHints struct {
+	claims  corelisters.PersistentVolumeClaimLister
+	classes storagelisters.StorageClassLister
+}
+
+var _ hints = cacheHints{}
+
+func (c cacheHints) Claim(namespace, name string) (*corev1.PersistentVolumeClaim, error) {
+	return c.claims.PersistentVolumeClaims(namespace).Get(name)
+}
+
+func (c cacheHints) StorageClass(name string) (*storagev1.StorageClass, error) {
+	return c.classes.Get(name)
+}
+
+// newServer is the gRPC server over p, with claim and StorageClass
+// informers added to factory (which the caller starts and waits for): the
+// claims and classes callers send are checked against them, and the claims
+// are indexed by spec.volumeName for DeleteVolume's guard.
+func newServer(p *provisioner, factory informers.SharedInformerFactory) (*server, error) {
+	claims := factory.Core().V1().PersistentVolumeClaims()
+	if err := claims.Informer().AddIndexers(cache.Indexers{guard.ByVolumeName: guard.IndexByVolumeName}); err != nil {
+		return nil, fmt.Errorf("index claims: %w", err)
+	}
+	classes := factory.Storage().V1().StorageClasses()
+	return &server{
+		p:      p,
+		hints:  cacheHints{claims: claims.Lister(), classes: classes.Lister()},
+		claims: guard.APIClaims{Client: p.client, Index: claims.Informer().GetIndexer()},
+	}, nil
+}
+
+// readClaim returns the claim as the API server has it: the informer's
+// copy when it has the UID and resourceVersion of the one sent, else a
+// fresh read. The bytes sent are never used.
+func (s *server) readClaim(ctx context.Context, namespace, name string, sent *corev1.PersistentVolumeClaim) (*corev1.PersistentVolumeClaim, error) {
+	if sent != nil && s.hints != nil && sent.ResourceVersion != "" {
+		if c, err := s.hints.Claim(namespace, name); err == nil && c.UID == sent.UID && c.ResourceVersion == sent.ResourceVersion {
+			return c.DeepCopy(), nil
+		}
+	}
+	c, err := s.p.client.CoreV1().PersistentVolumeClaims(namespace).Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		return nil, apiStatus(err, "claim "+namespace+"/"+name)
+	}
+	return c, nil
+}
+
+// readClass returns the StorageClass the claim names, as readClaim does.
+func (s *server) readClass(ctx context.Context, name string, sent *storagev1.StorageClass) (*storagev1.StorageClass, error) {
+	if sent != nil && s.hints != nil && sent.Name == name && sent.ResourceVersion != "" {
+		if c, err := s.hints.StorageClass(name); err == nil && c.UID == sent.UID && c.ResourceVersion == sent.ResourceVersion {
+			return c.DeepCopy(), nil
+		}
+	}
+	c, err := s.p.client.StorageV1().StorageClasses().Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		return nil, apiStatus(err, "StorageClass "+name)
+	}
+	return c, nil
+}
+
+// guardDelete refuses, with FailedPrecondition, to delete the backing
+// volume of a PersistentVolume (as the API server has it) that is not
+// Released or Failed, whose policy is not Delete, or that a live claim
+// points at.
+func (s *server) guardDelete(ctx context.Context, pv *corev1.PersistentVolume) error {
+	err := guard.Volume(pv, corev1.PersistentVolumeReclaimDelete)
+	if err == nil {
+		claims := s.claims
+		if claims == nil {
+			claims = guard.APIClaims{Client: s.p.client}
+		}
+		err = guard.LiveClaim(ctx, claims, pv)
+	}
+	var refused *guard.Refusal
+	switch {
+	case err == nil:
+		return nil
+	case errors.As(err, &refused):
+		return status.Errorf(codes.FailedPrecondition, "not deleting the backing volume of %s: %s", pv.Name, refused.Reason)
+	}
+	return apiStatus(err, "the claims of PersistentVolume "+pv.Name)
+}
+
+// deleteJournaled finishes a deletion of a PersistentVolume that is gone,
+// with the volume handle of the deletion record this provisioner journaled
+// (never one a caller sent). found is false when no deletion is journaled.
+func (p *provisioner) deleteJournaled(ctx context.Context, name string) (res result, found bool, err error) {
+	if !p.begin(kindDelete, name) {
+		return result{outcome: provisionerv1.Outcome_OUTCOME_IN_BACKGROUND, message: "an attempt to delete " + name + " is running"}, true, nil
+	}
+	defer p.end(kindDelete, name)
+	rec, found, err := p.journal.AcquireGet(ctx, kindDelete, name, p.member)
+	if errors.Is(err, coord.ErrReserved) {
+		return result{outcome: provisionerv1.Outcome_OUTCOME_IN_BACKGROUND, message: fmt.Sprintf("%s is being deleted by another replica (%v)", name, err)}, true, nil
+	}
+	if err != nil {
+		return result{}, false, err
+	}
+	unlock := func() {
+		if err := p.journal.Unlock(ctx, kindDelete, name, p.member); err != nil {
+			p.log.Warn("unlock deletion", "volume", name, "error", err)
+		}
+	}
+	if !found {
+		unlock()
+		return result{}, false, nil
+	}
+	var op deleteOp
+	if err := json.Unmarshal(rec.Value, &op); err != nil {
+		unlock()
+		return result{}, true, fmt.Errorf("journal record of deleting %s: %w", name, err)
+	}
+	d := p.drivers.byDriver(op.Driver)
+	if d == nil {
+		unlock()
+		return result{}, true, fmt.Errorf("CSI driver %q of the journaled deletion of %s is %w", op.Driver, name, errNotServed)
+	}
+	if !d.ready() {
+		unlock()
+		return result{outcome: provisionerv1.Outcome_OUTCOME_IN_BACKGROUND, message: fmt.Sprintf("CSI driver %q is not ready: %s", d.name(), d.current().info.GetMessage())}, true, nil
+	}
+	op.Attempts++
+	return p.runDelete(ctx, d, name, op), true, nil
+}
+
+// apiStatus turns an API server error reading what into a gRPC status.
+func apiStatus(err error, what string) error {
+	switch {
+	case apierrors.IsNotFound(err):
+		return status.Errorf(codes.NotFound, "%s not found", what)
+	case apierrors.IsInvalid(err), apierrors.IsBadRequest(err):
+		return status.Errorf(codes.InvalidArgument, "read %s: %v", what, err)
+	case apierrors.IsForbidden(err):
+		return status.Errorf(codes.PermissionDenied, "read %s: %v", what, err)
+	default:
+		return status.Errorf(codes.Unavailable, "read %s: %v", what, err)
+	}
+}
