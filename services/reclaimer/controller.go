@@ -27,6 +27,7 @@ const journalTimeout = 10 * time.Second
 type config struct {
 	mode       RecycleMode
 	nodeName   string
+	prefixes   []string // RecyclePathPrefixes
 	template   *corev1.Pod
 	image      string
 	namespace  string

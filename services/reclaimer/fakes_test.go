@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"os"
 	"slices"
 	"sort"
 	"strconv"
@@ -401,6 +402,9 @@ func newReplica(t *testing.T, member string, kc *fakeCluster, j *fakeJournal, p 
 	}
 	if cfg.namespace == "" {
 		cfg.namespace = "default"
+	}
+	if cfg.mode == RecycleNodeLocal && cfg.prefixes == nil {
+		cfg.prefixes = []string{os.TempDir()} // where t.TempDir() makes the volumes
 	}
 	if cfg.image == "" && cfg.template == nil {
 		cfg.image = DefaultRecyclerImage

@@ -91,6 +91,12 @@ type Options struct {
 	// NodeName is the node this replica runs on; required in
 	// RecycleNodeLocal mode.
 	NodeName string
+	// RecyclePathPrefixes are the directories under which RecycleNodeLocal
+	// may scrub a volume (--recycle-path-prefixes, comma-separated): its
+	// path, cleaned and with symbolic links resolved, must lie strictly
+	// below one of them. Empty: node-local recycling refuses every volume
+	// (VolumeFailedRecycle).
+	RecyclePathPrefixes []string
 	// RecyclerPodTemplate is a file holding a Pod (YAML or JSON) to use as
 	// the recycler pod; it must have a volume named "vol", whose source is
 	// replaced by the volume's. Empty: a pod running RecyclerImage.
@@ -150,6 +156,9 @@ func (o *Options) validate() error {
 	}
 	if o.RecycleMode == RecycleNodeLocal && o.NodeName == "" {
 		errs = append(errs, errors.New("node-local recycling needs the name of this node (--node-name)"))
+	}
+	if err := checkPrefixes(o.RecyclePathPrefixes); err != nil {
+		errs = append(errs, err)
 	}
 	if o.RecyclerPodTemplate != "" && o.RecyclerImage != "" {
 		errs = append(errs, errors.New("a recycler pod template and a recycler image are exclusive: set the image in the template (--recycler-pod-template, --recycler-image)"))

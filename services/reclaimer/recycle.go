@@ -39,14 +39,18 @@ const (
 )
 
 // recycleOnNode carries out Recycle in node-local mode: this process
-// deletes everything inside the volume's directory on its own node.
+// deletes everything inside the volume's directory on its own node, once
+// allowedPath has found it below one of the configured prefixes.
 func (c *controller) recycleOnNode(ctx context.Context, r *reclaimerv1.Reclaim, v *corev1.PersistentVolume) error {
 	if !r.DataRemoved {
 		live, err := c.guard(ctx, r, true)
 		if err != nil {
 			return c.blocked(ctx, r, err)
 		}
-		dir := localPath(live)
+		dir, err := allowedPath(localPath(live), c.cfg.prefixes)
+		if err != nil {
+			return c.fail(ctx, r, live, kube.EventVolumeFailedRecycle, "Recycle failed: "+err.Error())
+		}
 		if err := c.begin(ctx, r, fmt.Sprintf("scrubbing %s on node %s", dir, c.cfg.nodeName)); err != nil {
 			return err
 		}

@@ -57,7 +57,7 @@ func Run(ctx context.Context, o Options) error {
 
 	metrics.RegisterWorkqueueMetrics()
 	cfg := config{
-		mode: o.RecycleMode, nodeName: o.NodeName, template: o.template, image: o.RecyclerImage, namespace: o.RecyclerNamespace,
+		mode: o.RecycleMode, nodeName: o.NodeName, prefixes: o.RecyclePathPrefixes, template: o.template, image: o.RecyclerImage, namespace: o.RecyclerNamespace,
 		minTimeout: o.RecyclerMinimumTimeout, increment: o.RecyclerTimeoutIncrement, ttl: o.RecordTTL,
 	}
 	// Claims by the volume they ask for, so the guard before a destructive
