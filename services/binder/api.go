@@ -11,6 +11,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/volplane/volplane/pkg/guard"
 	"github.com/volplane/volplane/pkg/kube"
 	binderv1 "github.com/volplane/volplane/proto/volplane/binder/v1"
 )
@@ -49,6 +50,21 @@ func pageSize(n int32) (int, error) {
 		return defaultPageSize, nil
 	}
 	return int(n), nil
+}
+
+// checkNames refuses invalid names up front (InvalidArgument naming the
+// field), as the API server would; a namespace is checked when kind is
+// ClaimName.
+func checkNames(namespace, name string, kind guard.NameKind) error {
+	if kind == guard.ClaimName {
+		if err := guard.CheckName("namespace", namespace, guard.Namespace); err != nil {
+			return status.Error(codes.InvalidArgument, err.Error())
+		}
+	}
+	if err := guard.CheckName("name", name, kind); err != nil {
+		return status.Error(codes.InvalidArgument, err.Error())
+	}
+	return nil
 }
 
 func checkPhase(phase string, allowed ...string) error {
@@ -99,8 +115,8 @@ func (a *api) ListClaims(_ context.Context, req *binderv1.ListClaimsRequest) (*b
 
 // GetClaim implements BinderService.
 func (a *api) GetClaim(_ context.Context, req *binderv1.GetClaimRequest) (*binderv1.GetClaimResponse, error) {
-	if req.GetNamespace() == "" || req.GetName() == "" {
-		return nil, status.Error(codes.InvalidArgument, "namespace and name are required")
+	if err := checkNames(req.GetNamespace(), req.GetName(), guard.ClaimName); err != nil {
+		return nil, err
 	}
 	if err := a.ready(); err != nil {
 		return nil, err
@@ -147,8 +163,8 @@ func (a *api) ListVolumes(_ context.Context, req *binderv1.ListVolumesRequest) (
 
 // GetVolume implements BinderService.
 func (a *api) GetVolume(_ context.Context, req *binderv1.GetVolumeRequest) (*binderv1.GetVolumeResponse, error) {
-	if req.GetName() == "" {
-		return nil, status.Error(codes.InvalidArgument, "name is required")
+	if err := checkNames("", req.GetName(), guard.VolumeName); err != nil {
+		return nil, err
 	}
 	if err := a.ready(); err != nil {
 		return nil, err
@@ -162,8 +178,8 @@ func (a *api) GetVolume(_ context.Context, req *binderv1.GetVolumeRequest) (*bin
 
 // SyncClaim implements BinderService.
 func (a *api) SyncClaim(ctx context.Context, req *binderv1.SyncClaimRequest) (*binderv1.SyncClaimResponse, error) {
-	if req.GetNamespace() == "" || req.GetName() == "" {
-		return nil, status.Error(codes.InvalidArgument, "namespace and name are required")
+	if err := checkNames(req.GetNamespace(), req.GetName(), guard.ClaimName); err != nil {
+		return nil, err
 	}
 	if err := a.ready(); err != nil {
 		return nil, err
@@ -188,8 +204,8 @@ func (a *api) SyncClaim(ctx context.Context, req *binderv1.SyncClaimRequest) (*b
 
 // SyncVolume implements BinderService.
 func (a *api) SyncVolume(ctx context.Context, req *binderv1.SyncVolumeRequest) (*binderv1.SyncVolumeResponse, error) {
-	if req.GetName() == "" {
-		return nil, status.Error(codes.InvalidArgument, "name is required")
+	if err := checkNames("", req.GetName(), guard.VolumeName); err != nil {
+		return nil, err
 	}
 	if err := a.ready(); err != nil {
 		return nil, err
