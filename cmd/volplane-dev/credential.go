@@ -33,9 +33,10 @@ const (
 
 // gatewayCredential applies the ClusterRoles in rolesFile (or, when the
 // file does not exist, the viewer and operator roles made here), binds
-// the ServiceAccount default/volplane-admin to volplane-operator, and
-// writes a token for it to tokenPath.
-func gatewayCredential(ctx context.Context, env *devenv.Env, rolesFile, tokenPath string) error {
+// the ServiceAccount default/volplane-admin to volplane-operator and writes
+// a token for it to tokenPath, and binds the user certUser (the client
+// certificate volplane-dev prints) to volplane-viewer.
+func gatewayCredential(ctx context.Context, env *devenv.Env, rolesFile, tokenPath, certUser string) error {
 	client, err := kubernetes.NewForConfig(env.RESTConfig)
 	if err != nil {
 		return err
@@ -56,13 +57,18 @@ func gatewayCredential(ctx context.Context, env *devenv.Env, rolesFile, tokenPat
 	if _, err := client.CoreV1().ServiceAccounts(adminNamespace).Create(ctx, sa, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 		return fmt.Errorf("create ServiceAccount %s/%s: %w", adminNamespace, adminAccount, err)
 	}
-	binding := &rbacv1.ClusterRoleBinding{
+	for _, b := range []*rbacv1.ClusterRoleBinding{{
 		ObjectMeta: metav1.ObjectMeta{Name: adminAccount},
 		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: operatorRole},
 		Subjects:   []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Namespace: adminNamespace, Name: adminAccount}},
-	}
-	if _, err := client.RbacV1().ClusterRoleBindings().Create(ctx, binding, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
-		return fmt.Errorf("bind %s to %s: %w", adminAccount, operatorRole, err)
+	}, {
+		ObjectMeta: metav1.ObjectMeta{Name: certUser},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: viewerRole},
+		Subjects:   []rbacv1.Subject{{Kind: rbacv1.UserKind, APIGroup: rbacv1.GroupName, Name: certUser}},
+	}} {
+		if _, err := client.RbacV1().ClusterRoleBindings().Create(ctx, b, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+			return fmt.Errorf("bind %s to %s: %w", b.Subjects[0].Name, b.RoleRef.Name, err)
+		}
 	}
 	secs := int64(tokenLifetime / time.Second)
 	tr, err := client.CoreV1().ServiceAccounts(adminNamespace).CreateToken(ctx, adminAccount,

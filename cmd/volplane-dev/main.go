@@ -66,6 +66,10 @@ func main() {
 	}
 }
 
+// devUser names volplane-dev's own client certificate: its health checks
+// of the services, and the REST user of the certificate curl line.
+const devUser = "volplane-dev"
+
 type service struct {
 	name string
 	addr string
@@ -96,12 +100,12 @@ func run(ctx context.Context, binDir, apiserver, dir, gatewayListen string, work
 	// Mutual TLS between the services: a CA and a certificate per service
 	// (and one for volplane-dev's own health checks).
 	tlsDir := filepath.Join(dir, "tls")
-	certs, err := pki.Generate(tlsDir, append(pki.Services, "volplane-dev")...)
+	certs, err := pki.Generate(tlsDir, append(pki.Services, devUser)...)
 	if err != nil {
 		return fmt.Errorf("generate certificates: %w", err)
 	}
 	tokenPath := filepath.Join(dir, "gateway-token")
-	if err := gatewayCredential(ctx, env, roles, tokenPath); err != nil {
+	if err := gatewayCredential(ctx, env, roles, tokenPath, devUser); err != nil {
 		return err
 	}
 
@@ -170,7 +174,7 @@ func run(ctx context.Context, binDir, apiserver, dir, gatewayListen string, work
 		if err != nil {
 			return err
 		}
-		wait := func() error { return devenv.WaitServing(ctx, s.addr, "", certs["volplane-dev"], 2*time.Minute) }
+		wait := func() error { return devenv.WaitServing(ctx, s.addr, "", certs[devUser], 2*time.Minute) }
 		if s.name == "volplane-csi" {
 			wait = func() error { return devenv.WaitCSIServing(ctx, s.addr, 2*time.Minute) }
 		}
@@ -201,11 +205,11 @@ Try:
   curl -s --cacert %[4]s -H "Authorization: Bearer $(cat %[5]s)" https://%[2]s/v1/namespaces/default/claims/demo-claim
   curl -s --cacert %[4]s -H "Authorization: Bearer $(cat %[5]s)" https://%[2]s/v1/drivers
 
-A client certificate of the same CA authenticates too (its CN is the user name):
+A client certificate of the same CA authenticates too (its CN is the user, here %[8]s, a volplane-viewer):
   curl -s --cacert %[4]s --cert %[6]s --key %[7]s https://%[2]s/v1/drivers
 
 Ctrl-C stops everything.
-`, kc, gatewayListen, dir, certs["gateway"].CAFile, tokenPath, certs["volplane-dev"].CertFile, certs["volplane-dev"].KeyFile)
+`, kc, gatewayListen, dir, certs["gateway"].CAFile, tokenPath, certs[devUser].CertFile, certs[devUser].KeyFile, devUser)
 
 	exited := make(chan *service, len(services))
 	for _, s := range services {

@@ -65,7 +65,10 @@ func CallerFrom(ctx context.Context) Caller {
 // attrs are the log attributes of c: the calling service, and the end user
 // when there is one.
 func (c Caller) attrs() []any {
-	a := []any{"caller", c.Service}
+	var a []any
+	if c.Service != "" {
+		a = append(a, "caller", c.Service)
+	}
 	if c.User != "" {
 		a = append(a, "user", c.User)
 		if c.UID != "" {
@@ -89,25 +92,27 @@ func IsRead(fullMethod string) bool {
 	return strings.HasPrefix(name, "Get") || strings.HasPrefix(name, "List") || strings.HasPrefix(name, "Watch")
 }
 
-func unaryLogger(log *slog.Logger) grpc.UnaryServerInterceptor {
+// unaryLogger and streamLogger log every call; writes logs successful
+// writes at info level (a volplane service's audit trail), else at debug.
+func unaryLogger(log *slog.Logger, writes bool) grpc.UnaryServerInterceptor {
 	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
 		start := time.Now()
 		resp, err := handler(ctx, req)
-		logCall(ctx, log, info.FullMethod, start, err, req)
+		logCall(ctx, log, writes, info.FullMethod, start, err, req)
 		return resp, err
 	}
 }
 
-func streamLogger(log *slog.Logger) grpc.StreamServerInterceptor {
+func streamLogger(log *slog.Logger, writes bool) grpc.StreamServerInterceptor {
 	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
 		start := time.Now()
 		err := handler(srv, ss)
-		logCall(ss.Context(), log, info.FullMethod, start, err, nil)
+		logCall(ss.Context(), log, writes, info.FullMethod, start, err, nil)
 		return err
 	}
 }
 
-func logCall(ctx context.Context, log *slog.Logger, method string, start time.Time, err error, req any) {
+func logCall(ctx context.Context, log *slog.Logger, writes bool, method string, start time.Time, err error, req any) {
 	if method == "/grpc.health.v1.Health/Check" || method == "/grpc.health.v1.Health/Watch" {
 		return
 	}
@@ -128,7 +133,7 @@ func logCall(ctx context.Context, log *slog.Logger, method string, start time.Ti
 		log.WarnContext(ctx, "grpc call failed", append(attrs, "error", err)...)
 		return
 	}
-	if !IsRead(method) {
+	if writes && !IsRead(method) {
 		log.InfoContext(ctx, "grpc write", attrs...)
 		return
 	}

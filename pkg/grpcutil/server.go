@@ -80,7 +80,7 @@ func NewServer(log *slog.Logger, o ServerOptions, opts ...grpc.ServerOption) (*S
 	if o.MaxSendMsgSize == 0 {
 		o.MaxSendMsgSize = DefaultMaxSendMsgSize
 	}
-	return newServer(log, o.Reflection, append([]grpc.ServerOption{
+	return newServer(log, o.Reflection, true, append([]grpc.ServerOption{
 		grpc.Creds(creds),
 		grpc.MaxRecvMsgSize(o.MaxRecvMsgSize),
 		grpc.MaxSendMsgSize(o.MaxSendMsgSize),
@@ -90,20 +90,20 @@ func NewServer(log *slog.Logger, o ServerOptions, opts ...grpc.ServerOption) (*S
 // NewCSIServer returns a plaintext gRPC server for a CSI driver, which
 // serves its sidecars on a unix socket without TLS as every CSI driver
 // does (the socket's file permissions are its access control). It has
-// NewServer's interceptors, limits and health service. Never use it for a
-// volplane service.
+// NewServer's interceptors (successful calls logged at debug level), limits
+// and health service. Never use it for a volplane service.
 func NewCSIServer(log *slog.Logger, opts ...grpc.ServerOption) *Server {
-	return newServer(log, false, append([]grpc.ServerOption{
+	return newServer(log, false, false, append([]grpc.ServerOption{
 		grpc.MaxRecvMsgSize(DefaultMaxRecvMsgSize),
 		grpc.MaxSendMsgSize(DefaultMaxSendMsgSize),
 	}, opts...)...)
 }
 
-func newServer(log *slog.Logger, reflect bool, opts ...grpc.ServerOption) *Server {
+func newServer(log *slog.Logger, reflect, logWrites bool, opts ...grpc.ServerOption) *Server {
 	opts = append([]grpc.ServerOption{
 		// The logger sees what the caller gets: the recovery runs inside it.
-		grpc.ChainUnaryInterceptor(unaryLogger(log), unaryRecovery(log)),
-		grpc.ChainStreamInterceptor(streamLogger(log), streamRecovery(log)),
+		grpc.ChainUnaryInterceptor(unaryLogger(log, logWrites), unaryRecovery(log)),
+		grpc.ChainStreamInterceptor(streamLogger(log, logWrites), streamRecovery(log)),
 		grpc.ConnectionTimeout(ConnectionTimeout),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}),
 	}, opts...)
