@@ -1,7 +1,11 @@
 // Package devenv runs a real, local Kubernetes control plane for volplane's
 // development environment, end-to-end tests and benchmark: an embedded etcd
 // and a kube-apiserver child process on 127.0.0.1, with generated
-// certificates, a static admin token and a kubeconfig.
+// certificates, a static admin token and a kubeconfig. With
+// Options.EtcdTLS, etcd serves its clients over TLS only and requires a
+// client certificate (kube-apiserver's and volplane's are generated), as a
+// production etcd does. The volplane services' own certificates come from
+// internal/pki.
 //
 // The kube-apiserver binary is built once from the k8s.io/kubernetes module
 // by `make kube-apiserver` (hack/build-kube.sh) and cached outside
