@@ -6,16 +6,21 @@ import (
 	"crypto/x509"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -31,6 +36,7 @@ import (
 	"github.com/volplane/volplane/internal/pki"
 	"github.com/volplane/volplane/pkg/auth"
 	"github.com/volplane/volplane/pkg/grpcutil"
+	binderv1 "github.com/volplane/volplane/proto/volplane/binder/v1"
 )
 
 // clusterRoles reads the ClusterRoles of a shipped manifest, so that the
@@ -397,4 +403,95 @@ func TestGatewayAuthenticatesAndAuthorizesWithTheCluster(t *testing.T) {
 			t.Errorf("a bad token is never anonymous: %d %s", code, msg)
 		}
 	})
+}
+
+// The cost of authentication and authorization on read throughput: GET of
+// one claim through the bare grpc-gateway mux (no auth), the gateway with
+// its caches (as shipped), and the gateway with the caches off (a
+// TokenReview and a SubjectAccessReview against the real API server per
+// request). It only measures; run it with
+//
+//	VOLPLANE_GATEWAY_BENCH=1 go test -count=1 -v -run TestGatewayAuthorizationCost ./test/e2e/
+func TestGatewayAuthorizationCost(t *testing.T) {
+	if os.Getenv("VOLPLANE_GATEWAY_BENCH") == "" {
+		t.Skip("a measurement: set VOLPLANE_GATEWAY_BENCH=1")
+	}
+	n := ns(t)
+	roles := clusterRoles(t, "roles.yaml")
+	applyClusterRole(t, roles["volplane-viewer"])
+	viewer := serviceAccountToken(t, n, "viewer")
+	bind(t, n+"-viewer", "volplane-viewer", rbacv1.Subject{Kind: "ServiceAccount", Name: "viewer", Namespace: n})
+	createPV(t, n+"-bench-pv", "1Gi", "bench")
+	createPVC(t, n, "bench-claim", "1Gi", "bench")
+	pvcPhase(t, n, "bench-claim", corev1.ClaimBound)
+	path := "/v1/namespaces/" + n + "/claims/bench-claim"
+
+	// No auth: grpc-gateway's mux over the same connection settings.
+	cc, err := cluster.e2e.Dial(cluster.binderAddr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cc.Close()
+	bare := runtime.NewServeMux()
+	if err := binderv1.RegisterBinderServiceHandler(context.Background(), bare, cc); err != nil {
+		t.Fatal(err)
+	}
+	handler := func(o gateway.AuthOptions) http.Handler {
+		h, closeAll, err := gateway.NewHandler(context.Background(), gateway.Options{BinderAddress: cluster.binderAddr,
+			TLS: cluster.e2e.TLS("gateway"), Auth: o, Logger: slog.New(slog.DiscardHandler)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(closeAll)
+		return h
+	}
+	admin := cluster.env.RESTConfig
+	for _, m := range []struct {
+		name string
+		h    http.Handler
+	}{
+		{"no auth (bare grpc-gateway)", bare},
+		{"auth, caches warm (default TTLs)", handler(gateway.AuthOptions{RESTConfig: admin})},
+		{"auth, caches off (TokenReview + SAR per request)", handler(gateway.AuthOptions{RESTConfig: admin, TokenCacheTTL: -1, AllowedCacheTTL: -1, DeniedCacheTTL: -1})},
+	} {
+		srv := httptest.NewServer(m.h)
+		client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 16}}
+		get := func() error {
+			req, _ := http.NewRequest("GET", srv.URL+path, nil)
+			req.Header.Set("Authorization", "Bearer "+viewer)
+			resp, err := client.Do(req)
+			if err != nil {
+				return err
+			}
+			_, _ = io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode != http.StatusOK {
+				return fmt.Errorf("%s", resp.Status)
+			}
+			return nil
+		}
+		if err := get(); err != nil { // warms the caches
+			t.Fatalf("%s: %v", m.name, err)
+		}
+		const workers, d = 8, 3 * time.Second
+		var count atomic.Int64
+		var wg sync.WaitGroup
+		end := time.Now().Add(d)
+		for range workers {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for time.Now().Before(end) {
+					if err := get(); err != nil {
+						t.Errorf("%s: %v", m.name, err)
+						return
+					}
+					count.Add(1)
+				}
+			}()
+		}
+		wg.Wait()
+		srv.Close()
+		t.Logf("%-50s %8.0f req/s (%d GETs, %d clients, %v)", m.name, float64(count.Load())/d.Seconds(), count.Load(), workers, d)
+	}
 }
