@@ -127,7 +127,7 @@ func TestReclaimerRunsWithTheDeployedRBAC(t *testing.T) {
 			t.Fatal(err)
 		}
 		c := runReclaimer(t, reclaimer.Options{RESTConfig: sa, RecycleMode: reclaimer.RecycleNodeLocal, NodeName: "rbac-node",
-			MemberID: "reclaimer-rbac-node", Logger: logger("reclaimer-rbac-node")})
+			RecyclePathPrefixes: []string{filepath.Dir(dir)}, MemberID: "reclaimer-rbac-node", Logger: logger("reclaimer-rbac-node")})
 		affinity := &corev1.VolumeNodeAffinity{Required: &corev1.NodeSelector{NodeSelectorTerms: []corev1.NodeSelectorTerm{{
 			MatchExpressions: []corev1.NodeSelectorRequirement{{Key: corev1.LabelHostname, Operator: corev1.NodeSelectorOpIn, Values: []string{"rbac-node"}}},
 		}}}}
