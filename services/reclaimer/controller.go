@@ -48,6 +48,9 @@ type entry struct {
 	// wake: sync at once, even before the backoff ends (the volume's
 	// policy changed).
 	wake bool
+	// refused: a Reclaim refused while a live claim pointed at the volume,
+	// kept so GetReclaim says why; the next Reclaim decides afresh.
+	refused bool
 }
 
 // controller carries out reclaims: a rate-limited work queue of volume
@@ -165,7 +168,7 @@ func (c *controller) current(v *corev1.PersistentVolume) *reclaimerv1.Reclaim {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	e := c.entries[v.Name]
-	if e == nil || e.rec.VolumeUid != string(v.UID) || e.rec.ClaimUid != claimUID(v) {
+	if e == nil || e.refused || e.rec.VolumeUid != string(v.UID) || e.rec.ClaimUid != claimUID(v) {
 		return nil
 	}
 	policy := string(v.Spec.PersistentVolumeReclaimPolicy)

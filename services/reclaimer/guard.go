@@ -58,7 +58,29 @@ func (c *controller) refuseLiveClaim(ctx context.Context, v *corev1.PersistentVo
 	default:
 		return nil // reclaim refuses it with the phase
 	}
-	return guard.LiveClaim(ctx, c.kube, v)
+	err := guard.LiveClaim(ctx, c.kube, v)
+	var refused *guard.Refusal
+	if errors.As(err, &refused) {
+		c.rememberRefusal(v, refused.Reason)
+	}
+	return err
+}
+
+// rememberRefusal keeps a refused Reclaim as a PENDING record for
+// RecordTTL, so GetReclaim and ListReclaims say why the volume waits (the
+// binder hands it over again). A reclaim this replica holds is left as it
+// is: its own guard refuses its steps.
+func (c *controller) rememberRefusal(v *corev1.PersistentVolume, reason string) {
+	r := c.newRecord(v, plan{method: reclaimerv1.Method_METHOD_UNSPECIFIED, state: reclaimerv1.State_STATE_PENDING,
+		message: "refused, will check again when the volume is handed over again: " + reason})
+	r.Owner = ""
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if e := c.entries[v.Name]; e != nil && e.held {
+		return
+	}
+	c.entries[v.Name] = &entry{rec: r, expires: c.now().Add(c.cfg.ttl), refused: true}
+	c.log.Info("reclaim refused", "volume", v.Name, "why", reason)
 }
 
 // checkRetry decides from the API server and the journal whether a retry

@@ -1,6 +1,7 @@
 package reclaimer
 
 import (
+	"strings"
 	"testing"
 
 	"google.golang.org/grpc/codes"
@@ -147,4 +148,30 @@ func TestRetryReclaimGuards(t *testing.T) {
 	}
 	_, err = s.RetryReclaim(ctx, &reclaimerv1.RetryReclaimRequest{VolumeName: "v"})
 	wantCode(t, "retry of a volume gone, reclaim ended", err, codes.FailedPrecondition, "")
+}
+
+// A Reclaim refused for a live claim says why in GetReclaim, and the next
+// Reclaim, once the claim is gone, starts the reclaim.
+func TestRefusedReclaimIsVisibleAndRetried(t *testing.T) {
+	kc, j, p := newFakeCluster(), newFakeJournal(), servedDev()
+	p.answer(&provisionerv1.DeleteVolumeResponse{Outcome: provisionerv1.Outcome_OUTCOME_FINISHED}, nil)
+	r := newReplica(t, "me", kc, j, p, config{})
+	s := &server{c: r.controller}
+	ctx := t.Context()
+	kc.addPV(releasedPV("v", corev1.PersistentVolumeReclaimDelete, withCSI(devDriver), withProvisionedBy(devDriver)))
+	kc.addPVC(claim("ns", "data", "new-uid", "v"))
+	_, err := s.Reclaim(ctx, &reclaimerv1.ReclaimRequest{VolumeName: "v"})
+	wantCode(t, "Reclaim", err, codes.FailedPrecondition, "asks for this volume")
+	got, err := s.GetReclaim(ctx, &reclaimerv1.GetReclaimRequest{VolumeName: "v"})
+	if err != nil || got.Reclaim.State != reclaimerv1.State_STATE_PENDING || !strings.Contains(got.Reclaim.Message, "refused") || !strings.Contains(got.Reclaim.Message, "asks for this volume") {
+		t.Fatalf("GetReclaim after a refusal: %v %v", got, err)
+	}
+	kc.deletePVC("ns", "data")
+	resp, err := s.Reclaim(ctx, &reclaimerv1.ReclaimRequest{VolumeName: "v"})
+	if err != nil || resp.Reclaim.Owner != "me" || j.len() != 1 {
+		t.Fatalf("Reclaim once the claim is gone: %v %v (journal %d)", resp, err, j.len())
+	}
+	if rec := r.step(t, "v"); rec.State != reclaimerv1.State_STATE_SUCCEEDED || p.calls() != 1 {
+		t.Fatalf("record %v, calls %d", rec, p.calls())
+	}
 }

@@ -210,8 +210,9 @@ func TestRecyclerPodRetryThroughTheGateway(t *testing.T) {
 	})
 	pvPhase(t, v.Name, corev1.VolumeAvailable)
 
-	if code, body := post(t, srv.URL+"/v1/reclaims/nope:retry"); code != http.StatusNotFound {
-		t.Errorf("retry of an unknown reclaim: %d %v", code, body)
+	// Nothing to retry and no volume to decide from: the state forbids it.
+	if code, body := post(t, srv.URL+"/v1/reclaims/nope:retry"); code != http.StatusConflict {
+		t.Errorf("retry of an unknown reclaim: %d %v, want 409", code, body)
 	}
 	if code, body := getJSON(t, srv.URL+"/v1/reclaims/nope"); code != http.StatusNotFound {
 		t.Errorf("unknown reclaim: %d %v", code, body)
