@@ -83,7 +83,9 @@ func run(m *testing.M) int {
 	}()
 	go func() {
 		errc <- reclaimer.Run(ctx, reclaimer.Options{Kubeconfig: env.Kubeconfig, EtcdEndpoints: env.EtcdEndpoints, Listen: reclaimerAddr,
-			RecycleMode: reclaimer.RecycleNodeLocal, NodeName: e2eNode, RetryIntervalStart: 100 * time.Millisecond, RetryIntervalMax: 2 * time.Second,
+			// The tests' hostPath volumes are directories under the
+			// temporary directory.
+			RecycleMode: reclaimer.RecycleNodeLocal, NodeName: e2eNode, RecyclePathPrefixes: []string{os.TempDir()}, RetryIntervalStart: 100 * time.Millisecond, RetryIntervalMax: 2 * time.Second,
 			TLS: c.TLS("reclaimer"), Logger: logger("reclaimer")})
 	}()
 	go func() {
