@@ -127,6 +127,10 @@ func run(ctx context.Context, binDir, apiserver, dir, gatewayListen string, work
 	// The dev CSI driver the provisioner provisions through: volumes are
 	// directories under <dir>/csi/root.
 	csiEndpoint := "unix://" + filepath.Join(dir, "csi", "csi.sock")
+	hostPaths := filepath.Join(dir, "hostpath")
+	if err := os.MkdirAll(hostPaths, 0o755); err != nil {
+		return err
+	}
 	nodeID, herr := os.Hostname()
 	if herr != nil || nodeID == "" {
 		nodeID = "volplane-dev-node"
@@ -141,9 +145,11 @@ func run(ctx context.Context, binDir, apiserver, dir, gatewayListen string, work
 		{name: "provisioner", addr: provisioner, args: []string{"--kubeconfig", kc, "--etcd-endpoints", etcd, "--listen", provisioner,
 			"--csi-endpoint", csiEndpoint}},
 		// No kubelet runs recycler pods here: the reclaimer scrubs hostPath
-		// volumes of Recycle policy itself, on this machine.
+		// volumes of Recycle policy itself, on this machine, and only
+		// under <dir>/hostpath.
 		{name: "reclaimer", addr: reclaimer, args: []string{"--kubeconfig", kc, "--etcd-endpoints", etcd, "--listen", reclaimer,
-			"--provisioner-address", provisioner, "--recycle-mode", "node-local", "--node-name", nodeID}},
+			"--provisioner-address", provisioner, "--recycle-mode", "node-local", "--node-name", nodeID,
+			"--recycle-path-prefixes", hostPaths}},
 		{name: "binder", addr: binder, args: []string{"--kubeconfig", kc, "--etcd-endpoints", etcd, "--listen", binder,
 			"--watcher-address", watcher, "--reclaimer-address", reclaimer, "--provisioner-address", provisioner,
 			"--workers", strconv.Itoa(workers)}},
@@ -196,6 +202,7 @@ volplane is up.
   CA:          %[4]s   (signs the gateway's and the services' certificates)
   token:       %[5]s   (ServiceAccount default/volplane-admin, ClusterRole volplane-operator, valid 24h)
   logs:        %[3]s/*.log
+  hostPath:    %[3]s/hostpath   (the only place Recycle scrubs hostPath volumes)
 
 Try:
   export KUBECONFIG=%[1]s
