@@ -40,6 +40,7 @@ func main() {
 		workers    = flag.Int("workers", 0, "binder --workers; 0 keeps the binder's default")
 		logLevel   = flag.String("log-level", "info", "services' log level: debug, info, warn or error")
 		roles      = flag.String("roles", filepath.Join("deploy", "kubernetes", "roles.yaml"), "ClusterRoles to apply (volplane-viewer, volplane-operator); when the file is missing, the same two roles are made in code")
+		writeCerts = flag.String("write-certs", "", "only write a CA and a certificate for etcd and each service into this directory (for docker-compose.yaml), then exit")
 	)
 	flag.Usage = func() {
 		fmt.Fprintf(flag.CommandLine.Output(), "Usage: %s [flags]\n\nRuns etcd, kube-apiserver and every volplane service on loopback until Ctrl-C.\n\nFlags:\n", os.Args[0])
@@ -49,6 +50,14 @@ func main() {
 	if flag.NArg() > 0 {
 		fmt.Fprintf(os.Stderr, "volplane-dev: unexpected arguments %q\n", flag.Args())
 		os.Exit(2)
+	}
+	if *writeCerts != "" {
+		if _, err := pki.Generate(*writeCerts, append([]string{"etcd"}, pki.Services...)...); err != nil {
+			fmt.Fprintln(os.Stderr, "volplane-dev:", err)
+			os.Exit(1)
+		}
+		fmt.Println("certificates written to", *writeCerts)
+		return
 	}
 	if *binDir == "" {
 		exe, err := os.Executable()
