@@ -359,3 +359,23 @@ func TestMetadataRoundTrip(t *testing.T) {
 		t.Fatal("no metadata: no user")
 	}
 }
+
+// A replica that passes a call on passes the end user on with it, and
+// nothing when the call came without one.
+func TestForwardIncomingPassesTheCallerOn(t *testing.T) {
+	u := User{Name: "alice", Groups: []string{"ops", "dev"}, UID: "u1"}
+	in := metadata.NewIncomingContext(context.Background(), u.Metadata())
+	out := ForwardIncoming(metadata.AppendToOutgoingContext(in, "volplane-forwarded-by", "binder-a"))
+	md, _ := metadata.FromOutgoingContext(out)
+	got, ok := FromIncomingContext(metadata.NewIncomingContext(context.Background(), md))
+	if !ok || got.Name != "alice" || strings.Join(got.Groups, ",") != "ops,dev" || got.UID != "u1" {
+		t.Fatalf("forwarded user = %+v, %v; want alice", got, ok)
+	}
+	if v := md.Get("volplane-forwarded-by"); len(v) != 1 {
+		t.Fatalf("forwarded-by lost: %v", md)
+	}
+	plain := ForwardIncoming(context.Background())
+	if md, ok := metadata.FromOutgoingContext(plain); ok && len(md.Get(MetadataUser)) > 0 {
+		t.Fatalf("a call without a user forwarded one: %v", md)
+	}
+}

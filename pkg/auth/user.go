@@ -93,3 +93,19 @@ func UserFrom(ctx context.Context) (User, bool) {
 	u, ok := ctx.Value(userKey{}).(User)
 	return u, ok
 }
+
+// ForwardIncoming returns ctx with the caller it received (if any) in its
+// outgoing metadata, for a service that passes a call on to another
+// replica: the replica that acts logs the same end user.
+func ForwardIncoming(ctx context.Context) context.Context {
+	u, ok := FromIncomingContext(ctx)
+	if !ok {
+		return ctx
+	}
+	return metadata.NewOutgoingContext(ctx, metadata.Join(outgoing(ctx), u.Metadata()))
+}
+
+func outgoing(ctx context.Context) metadata.MD {
+	md, _ := metadata.FromOutgoingContext(ctx)
+	return md
+}

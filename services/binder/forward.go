@@ -10,6 +10,7 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
+	"github.com/volplane/volplane/pkg/auth"
 	"github.com/volplane/volplane/pkg/coord"
 	"github.com/volplane/volplane/pkg/grpcutil"
 	binderv1 "github.com/volplane/volplane/proto/volplane/binder/v1"
@@ -87,9 +88,10 @@ func (p *peers) owner(ctx context.Context, key string) (binderv1.BinderServiceCl
 	return binderv1.NewBinderServiceClient(cc), id, nil
 }
 
-// forwardContext marks ctx as forwarded by this replica.
+// forwardContext marks ctx as forwarded by this replica, and passes on the
+// end user the gateway named.
 func (p *peers) forwardContext(ctx context.Context) context.Context {
-	return metadata.AppendToOutgoingContext(ctx, forwardedHeader, p.self)
+	return metadata.AppendToOutgoingContext(auth.ForwardIncoming(ctx), forwardedHeader, p.self)
 }
 
 func forwardErr(id string, err error) error {

@@ -12,6 +12,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 
+	"github.com/volplane/volplane/pkg/auth"
 	"github.com/volplane/volplane/pkg/coord"
 	"github.com/volplane/volplane/pkg/grpcutil"
 	"github.com/volplane/volplane/pkg/guard"
@@ -254,7 +255,7 @@ func (s *server) forward(ctx context.Context, rec coord.Record, req *reclaimerv1
 		return nil, status.Errorf(codes.Unavailable, "reach reclaimer replica %s at %s: %v", rec.Holder, addr, err)
 	}
 	defer cc.Close()
-	ctx = metadata.AppendToOutgoingContext(ctx, forwardedHeader, s.c.member)
+	ctx = metadata.AppendToOutgoingContext(auth.ForwardIncoming(ctx), forwardedHeader, s.c.member)
 	return reclaimerv1.NewReclaimerServiceClient(cc).RetryReclaim(ctx, req)
 }
 
