@@ -131,7 +131,8 @@ func (c *Cluster) Stop() {
 // RunTests runs the package's tests, prints the services' log when they
 // fail, then stops the services (stop) and waits for each of the services
 // to report on errc how it ended: a service that ends with an error, or
-// not within 30s, fails the run. It returns the exit code.
+// not within 30s, fails the run, and so does a value given to Secret that
+// the services' log holds. It returns the exit code.
 func (c *Cluster) RunTests(m interface{ Run() int }, name string, stop func(), errc <-chan error, services int) int {
 	code := m.Run()
 	if code != 0 {
@@ -149,6 +150,10 @@ func (c *Cluster) RunTests(m interface{ Run() int }, name string, stop func(), e
 			fmt.Fprintf(os.Stderr, "%s: a service did not stop within 30s\n", name)
 			return 1
 		}
+	}
+	// Secrets appear in no log, whatever path of whichever test wrote it.
+	if !c.NoSecretsLogged(name) {
+		code = 1
 	}
 	return code
 }

@@ -266,7 +266,7 @@ func TestGuardProvisionIgnoresForgedObjects(t *testing.T) {
 	ns := e2e.Namespace(t, cluster.client)
 	secretNS := e2e.Namespace(t, cluster.client)
 	if _, err := cluster.client.CoreV1().Secrets(secretNS).Create(t.Context(), &corev1.Secret{
-		ObjectMeta: metav1.ObjectMeta{Name: "admin"}, StringData: map[string]string{"password": "forged-secret-value"},
+		ObjectMeta: metav1.ObjectMeta{Name: "admin"}, StringData: map[string]string{"password": e2e.Secret("forged-secret-value")},
 	}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}

@@ -340,7 +340,7 @@ func TestCloneCopiesTheSourceClaim(t *testing.T) {
 
 func TestSecretsReachTheDriverButNeverTheLogs(t *testing.T) {
 	ns := e2e.Namespace(t, cluster.client)
-	const password = "s3cr3t-Value-9f8e"
+	password := e2e.Secret("s3cr3t-Value-9f8e")
 	if _, err := cluster.client.CoreV1().Secrets(ns).Create(t.Context(), &corev1.Secret{
 		ObjectMeta: metav1.ObjectMeta{Name: "data-creds", Namespace: ns},
 		StringData: map[string]string{"password": password},

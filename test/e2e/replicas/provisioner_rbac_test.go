@@ -64,7 +64,7 @@ func TestProvisionerRunsWithTheDeployedRBAC(t *testing.T) {
 
 	ns := newNamespace(t, "prov-rbac")
 	if _, err := client.CoreV1().Secrets(ns).Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "creds"},
-		StringData: map[string]string{"token": "x"}}, metav1.CreateOptions{}); err != nil {
+		StringData: map[string]string{"token": e2e.Secret("rbac-provisioner-token-5d0c")}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := client.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "rbac-node",

@@ -68,6 +68,9 @@ func run(m *testing.M) int {
 		fmt.Fprintln(os.Stderr, "watcher:", err)
 		return 1
 	}
+	if !cl.NoSecretsLogged("e2e/replicas") {
+		return 1
+	}
 	return code
 }
 
