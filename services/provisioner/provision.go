@@ -17,10 +17,12 @@ import (
 	storagev1 "k8s.io/api/storage/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/record"
 
 	"github.com/volplane/volplane/pkg/coord"
+	"github.com/volplane/volplane/pkg/faultpoint"
 	"github.com/volplane/volplane/pkg/kube"
 	provisionerv1 "github.com/volplane/volplane/proto/volplane/provisioner/v1"
 )
@@ -199,6 +201,14 @@ func (p *provisioner) provision(ctx context.Context, claim *corev1.PersistentVol
 	if err != nil {
 		return p.failBeforeCall(ctx, claim, class, name, true, op, err), nil
 	}
+	// The claim may have gone since it was read (or cached): ask the API
+	// server, right before the driver makes anything.
+	if why, err := p.recheck(ctx, claim, name); err != nil || why != "" {
+		if err != nil {
+			return p.failBeforeCall(ctx, claim, class, name, true, op, err), nil
+		}
+		return p.abandon(ctx, d, name, op, found, why)
+	}
 	call := proto.Clone(req).(*csi.CreateVolumeRequest)
 	call.Secrets = secrets
 	cctx, cancel := context.WithTimeout(ctx, p.timeout)
@@ -224,7 +234,18 @@ func (p *provisioner) provision(ctx context.Context, claim *corev1.PersistentVol
 		return result{outcome: out, message: msg}, nil
 	}
 
-	pv, err := p.saveVolume(ctx, buildVolume(spec, resp.GetVolume()), claim)
+	faultpoint.Hit(faultpoint.ProvisionerAfterCreateVolume)
+
+	// Again right before the PV: a claim deleted while the driver worked
+	// gets no PV; its new volume is deleted here.
+	why, err := p.recheck(ctx, claim, name)
+	if err == nil && why != "" {
+		return p.discard(ctx, d, name, op, resp.GetVolume().GetVolumeId(), why)
+	}
+	var pv *corev1.PersistentVolume
+	if err == nil {
+		pv, err = p.saveVolume(ctx, buildVolume(spec, resp.GetVolume()), claim)
+	}
 	if err != nil {
 		op.LastError = "the volume was created but its PersistentVolume could not be saved: " + err.Error()
 		if perr := p.put(ctx, kindProvision, name, op); perr != nil {
@@ -233,6 +254,7 @@ func (p *provisioner) provision(ctx context.Context, claim *corev1.PersistentVol
 		recorder.Event(claim, corev1.EventTypeWarning, kube.EventProvisioningFailed, op.LastError)
 		return result{outcome: provisionerv1.Outcome_OUTCOME_IN_BACKGROUND, message: op.LastError}, nil
 	}
+	faultpoint.Hit(faultpoint.ProvisionerAfterSaveVolume)
 	if err := p.journal.Finish(ctx, kindProvision, name, p.member); err != nil {
 		// The PV exists: whoever recovers the record sees it and finishes.
 		p.log.Warn("finish journal record", "volume", name, "error", err)
@@ -505,9 +527,8 @@ func (p *provisioner) recoverProvision(ctx context.Context, r coord.Record) erro
 	case err != nil:
 		return err
 	}
-	wanted := claim != nil && string(claim.UID) == op.ClaimUID && claim.DeletionTimestamp == nil &&
-		(claim.Spec.VolumeName == "" || claim.Spec.VolumeName == r.Name)
-	if wanted {
+	why := unwanted(claim, types.UID(op.ClaimUID), r.Name)
+	if why == "" {
 		class, err := p.client.StorageV1().StorageClasses().Get(ctx, op.Class, metav1.GetOptions{})
 		if err != nil {
 			return fmt.Errorf("class %q of claim %s/%s: %w", op.Class, op.ClaimNamespace, op.ClaimName, err)
@@ -543,38 +564,7 @@ func (p *provisioner) recoverProvision(ctx context.Context, r coord.Record) erro
 		}
 		return fmt.Errorf("CSI driver %q is not ready to undo provisioning %s", op.Provisioner, r.Name)
 	}
-	req := &csi.CreateVolumeRequest{}
-	if err := proto.Unmarshal(op.Request, req); err != nil {
-		return fmt.Errorf("journal record request: %w", err)
-	}
-	secrets, err := p.secrets(ctx, op.Secret)
-	if err != nil {
-		p.log.Warn("undo provisioning without its secret", "volume", r.Name, "error", err)
-	}
-	req.Secrets = secrets
-	cctx, cancel := context.WithTimeout(ctx, p.timeout)
-	resp, err := d.controller.CreateVolume(cctx, req)
-	cancel()
-	switch classify(err, false) {
-	case provisionerv1.Outcome_OUTCOME_FINISHED:
-	case provisionerv1.Outcome_OUTCOME_IN_BACKGROUND:
-		op.LastError = "undo (the claim is gone): " + err.Error()
-		return p.put(ctx, kindProvision, r.Name, op)
-	default:
-		// A final answer: the driver has no such volume.
-		p.log.Info("provisioning undone: no volume was made", "volume", r.Name, "answer", err)
-		return p.journal.Finish(ctx, kindProvision, r.Name, p.member)
-	}
-	cctx, cancel = context.WithTimeout(ctx, p.timeout)
-	_, err = d.controller.DeleteVolume(cctx, &csi.DeleteVolumeRequest{VolumeId: resp.GetVolume().GetVolumeId(), Secrets: secrets})
-	cancel()
-	if err != nil && status.Code(err) != codes.NotFound {
-		op.LastError = "undo (the claim is gone): DeleteVolume: " + err.Error()
-		return p.put(ctx, kindProvision, r.Name, op)
-	}
-	p.log.Info("provisioning undone: the claim is gone and the volume deleted", "volume", r.Name, "handle", resp.GetVolume().GetVolumeId(),
-		"claim", op.ClaimNamespace+"/"+op.ClaimName)
-	return p.journal.Finish(ctx, kindProvision, r.Name, p.member)
+	return p.undo(ctx, d, r.Name, op, why)
 }
 
 // recoverDelete finishes a journaled deletion whose replica is gone. While
