@@ -70,6 +70,18 @@ $(KUBE_CONTROLLER_MANAGER):
 test: verify kube-apiserver $(BIN)/csi-sanity ## Run every check and test (the CI command).
 	$(GO) test -count=1 -timeout 25m ./...
 
+# How long `make fuzz` runs each Go fuzz target (their seed corpora run in `make test`).
+FUZZTIME ?= 30s
+FUZZ_TARGETS := ./gateway:FuzzRequest ./gateway:FuzzValidateParams \
+	./services/provisioner:FuzzValidateProvision ./services/provisioner:FuzzValidateDeleteVolume \
+	./services/reclaimer:FuzzValidateReclaim ./services/reclaimer:FuzzAllowedPath ./services/reclaimer:FuzzBelow \
+	./pkg/kube:FuzzDecode ./pkg/guard:FuzzCheckName
+
+.PHONY: fuzz
+fuzz: ## Fuzz every request decoder and validator for FUZZTIME each (30s).
+	@for t in $(FUZZ_TARGETS); do pkg=$${t%%:*}; fn=$${t##*:}; \
+		echo "== $$fn ($$pkg)"; $(GO) test -run '^$$' -fuzz "^$$fn\$$" -fuzztime $(FUZZTIME) $$pkg; done
+
 .PHONY: test-unit
 test-unit: ## Run the tests that need no kube-apiserver.
 	$(GO) test -count=1 -short ./...
