@@ -11,6 +11,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/volplane/volplane/pkg/faultpoint"
 	"github.com/volplane/volplane/pkg/kube"
 	provisionerv1 "github.com/volplane/volplane/proto/volplane/provisioner/v1"
 	reclaimerv1 "github.com/volplane/volplane/proto/volplane/reclaimer/v1"
@@ -54,6 +55,7 @@ func (c *controller) deleteBacking(ctx context.Context, r *reclaimerv1.Reclaim, 
 		default:
 			return c.transient(ctx, r, fmt.Errorf("provisioner DeleteVolume answered %s: %s", resp.GetOutcome(), resp.GetMessage()))
 		}
+		faultpoint.Hit(faultpoint.ReclaimerAfterDeleteVolume)
 		r.DataRemoved, r.Message = true, "the backing volume is deleted; deleting the PersistentVolume"
 		if err := c.save(ctx, r); err != nil {
 			return err

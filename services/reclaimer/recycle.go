@@ -14,6 +14,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/volplane/volplane/pkg/faultpoint"
 	"github.com/volplane/volplane/pkg/kube"
 	reclaimerv1 "github.com/volplane/volplane/proto/volplane/reclaimer/v1"
 )
@@ -57,6 +58,7 @@ func (c *controller) recycleOnNode(ctx context.Context, r *reclaimerv1.Reclaim, 
 		if err := c.scrub(dir); err != nil {
 			return c.fail(ctx, r, live, kube.EventVolumeFailedRecycle, "Recycle failed: "+err.Error())
 		}
+		faultpoint.Hit(faultpoint.ReclaimerAfterScrub)
 		r.DataRemoved, r.Message = true, fmt.Sprintf("scrubbed %s; making the volume Available", dir)
 		if err := c.save(ctx, r); err != nil {
 			return err
