@@ -1,14 +1,14 @@
 // Package watchclient subscribes to the watcher service and keeps the
-// subscription going: it reconnects with backoff after a broken stream and
-// resumes after the last event it delivered, so that the handler sees
-// every change exactly once and in order.
+// subscription going: it reconnects with backoff after a broken stream,
+// fails over between watcher replicas, and resumes after the last event it
+// delivered when it can, so that the handler sees every change in order.
 //
 // The contract with the watcher:
 //
 //   - A stream without a cursor (or with one the watcher cannot resume:
-//     another epoch after a watcher restart, or events already dropped
-//     from its history) starts with RESET, then ADDED for every current
-//     object, then SYNCED, then live changes.
+//     another epoch, that is another watcher replica or a restarted one;
+//     or events already dropped from its history) starts with RESET, then
+//     ADDED for every current object, then SYNCED, then live changes.
 //   - A stream with a cursor the watcher can resume delivers exactly the
 //     events after it.
 //   - A RESET may also arrive in the middle of a stream, when a slow
@@ -17,6 +17,28 @@
 //
 // The client only resumes from a cursor taken after a SYNCED: a stream
 // broken during the initial list starts over with a full list.
+//
+// # Several watchers
+//
+// RunFailover takes several watcher replicas. Each keeps its own log (its
+// own epoch), so a cursor of one means nothing to another: the client
+// sends its cursor to whichever replica it connects to, and a replica of
+// another epoch answers with a full list (RESET … SYNCED), which the
+// handler applies as a replace (objects the list does not mention are
+// gone). A cursor is therefore resumed only on the replica that issued it.
+//
+// While a stream is open the client probes its watcher every
+// Options.ProbeInterval (gRPC health and GetStatus on the same
+// connection). A stream is abandoned for another replica when it breaks,
+// when it delivers nothing while the watcher reports events it has not
+// sent for Options.StallTimeout, when the watcher cannot be probed for
+// that long, or when the watcher is NOT_SERVING for that long while
+// another replica is SERVING.
+//
+// Status tells the consumer how current its view is: FreshAt is the latest
+// time at which the handler had been given every event its watcher had
+// (and that watcher was SERVING, i.e. its own watches on the API server
+// were working).
 package watchclient
 
 import (
@@ -24,10 +46,13 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	"math/rand/v2"
+	"sync/atomic"
 	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
@@ -46,7 +71,21 @@ type Handler interface {
 	Synced()
 }
 
-// Options configures Run.
+// Watcher is one watcher replica.
+type Watcher struct {
+	// Name identifies the replica in logs (its address).
+	Name string
+	// Conn is a connection to it.
+	Conn grpc.ClientConnInterface
+}
+
+// Defaults of Options.
+const (
+	DefaultStallTimeout  = 5 * time.Second
+	DefaultProbeInterval = time.Second
+)
+
+// Options configures Run and RunFailover.
 type Options struct {
 	// Kinds to subscribe to; empty means all.
 	Kinds []watcherv1.Kind
@@ -54,14 +93,87 @@ type Options struct {
 	Encoding watcherv1.Encoding
 	// Logger; default slog.Default().
 	Logger *slog.Logger
-	// MinBackoff and MaxBackoff bound the reconnect delay; defaults 100ms
-	// and 10s.
+	// MinBackoff and MaxBackoff bound the reconnect delay after every
+	// replica failed in turn; defaults 100ms and 10s.
 	MinBackoff, MaxBackoff time.Duration
+	// StallTimeout is how long a stream may make no progress (see the
+	// package documentation) before it is abandoned; default
+	// DefaultStallTimeout.
+	StallTimeout time.Duration
+	// ProbeInterval is how often the watcher of an open stream is probed;
+	// default DefaultProbeInterval.
+	ProbeInterval time.Duration
+	// Status, when set, is kept up to date with the stream's freshness.
+	Status *Status
+}
+
+// Status is how current the handler's view is; safe for concurrent use.
+// The zero value is ready to use and reports nothing fresh.
+type Status struct {
+	fresh   atomic.Int64 // unix nanoseconds; 0: never
+	watcher atomic.Pointer[string]
+	epoch   atomic.Pointer[string]
+}
+
+// FreshAt is the latest time at which the handler had been given every
+// event the watcher had then (zero before the first full list).
+func (s *Status) FreshAt() time.Time {
+	n := s.fresh.Load()
+	if n == 0 {
+		return time.Time{}
+	}
+	return time.Unix(0, n)
+}
+
+// Stale reports whether the view is older than maxAge (or was never
+// fresh).
+func (s *Status) Stale(maxAge time.Duration) bool {
+	n := s.fresh.Load()
+	return n == 0 || time.Since(time.Unix(0, n)) > maxAge
+}
+
+// Watcher is the name of the replica streaming now ("" when none).
+func (s *Status) Watcher() string {
+	if p := s.watcher.Load(); p != nil {
+		return *p
+	}
+	return ""
+}
+
+// Epoch is the epoch of the replica streaming now ("" before its first
+// event).
+func (s *Status) Epoch() string {
+	if p := s.epoch.Load(); p != nil {
+		return *p
+	}
+	return ""
+}
+
+// markFresh moves FreshAt forward to t (never back).
+func (s *Status) markFresh(t time.Time) {
+	n := t.UnixNano()
+	for {
+		old := s.fresh.Load()
+		if old >= n || s.fresh.CompareAndSwap(old, n) {
+			return
+		}
+	}
 }
 
 // Run subscribes through cc and delivers events to h until ctx ends; it
 // then returns ctx's error.
 func Run(ctx context.Context, cc grpc.ClientConnInterface, o Options, h Handler) error {
+	return RunFailover(ctx, []Watcher{{Name: "watcher", Conn: cc}}, o, h)
+}
+
+// RunFailover subscribes to one of the watchers at a time and delivers
+// events to h until ctx ends; it then returns ctx's error. It moves to
+// another replica when the stream breaks or stalls (see the package
+// documentation).
+func RunFailover(ctx context.Context, watchers []Watcher, o Options, h Handler) error {
+	if len(watchers) == 0 {
+		return errors.New("watchclient: no watcher to subscribe to")
+	}
 	if o.Logger == nil {
 		o.Logger = slog.Default()
 	}
@@ -71,75 +183,187 @@ func Run(ctx context.Context, cc grpc.ClientConnInterface, o Options, h Handler)
 	if o.MaxBackoff < o.MinBackoff {
 		o.MaxBackoff = max(10*time.Second, o.MinBackoff)
 	}
+	if o.StallTimeout <= 0 {
+		o.StallTimeout = DefaultStallTimeout
+	}
+	if o.ProbeInterval <= 0 {
+		o.ProbeInterval = DefaultProbeInterval
+	}
 	if o.Encoding == watcherv1.Encoding_ENCODING_UNSPECIFIED {
 		o.Encoding = watcherv1.Encoding_ENCODING_PROTOBUF
 	}
-	s := &subscription{client: watcherv1.NewWatcherServiceClient(cc), o: o, h: h}
+	if o.Status == nil {
+		o.Status = &Status{}
+	}
+	s := &subscription{o: o, h: h, watchers: make([]replica, len(watchers))}
+	for i, w := range watchers {
+		s.watchers[i] = replica{name: w.Name, client: watcherv1.NewWatcherServiceClient(w.Conn), health: healthpb.NewHealthClient(w.Conn)}
+	}
+	// Replicas of a subscriber spread over the watchers.
+	next := rand.IntN(len(watchers))
 	backoff := o.MinBackoff
+	failed := 0 // replicas that failed in a row without progress
 	for {
-		progressed, err := s.stream(ctx)
+		w := s.choose(ctx, next)
+		progressed, err := s.stream(ctx, w)
 		if ctx.Err() != nil {
+			o.Status.watcher.Store(nil)
 			return ctx.Err()
 		}
 		if progressed {
-			backoff = o.MinBackoff
+			backoff, failed = o.MinBackoff, 0
+		} else {
+			failed++
 		}
-		o.Logger.Warn("watch stream ended; reconnecting", "error", err, "retry_in", backoff, "resume", s.cursor != nil)
+		next = (w + 1) % len(s.watchers)
+		if failed < len(s.watchers) && len(s.watchers) > 1 {
+			o.Logger.Warn("watch stream ended; trying another watcher", "watcher", s.watchers[w].name, "error", err, "next", s.watchers[next].name)
+			continue
+		}
+		o.Logger.Warn("watch stream ended; reconnecting", "watcher", s.watchers[w].name, "error", err, "retry_in", backoff, "resume", s.cursor != nil)
 		select {
 		case <-time.After(backoff):
 		case <-ctx.Done():
+			o.Status.watcher.Store(nil)
 			return ctx.Err()
 		}
 		backoff = min(2*backoff, o.MaxBackoff)
+		failed = 0
 	}
 }
 
-type subscription struct {
+type replica struct {
+	name   string
 	client watcherv1.WatcherServiceClient
-	o      Options
-	h      Handler
+	health healthpb.HealthClient
+}
+
+type subscription struct {
+	o        Options
+	h        Handler
+	watchers []replica
 	// cursor is the last event delivered after a SYNCED; nil means the
-	// next stream must start with a full list.
+	// next stream must start with a full list. It is sent to whichever
+	// replica is next: only the replica of its epoch resumes it.
 	cursor *watcherv1.Cursor
 }
 
-// stream runs one stream until it breaks; progressed says whether it
-// delivered anything.
-func (s *subscription) stream(ctx context.Context) (progressed bool, err error) {
-	ctx, cancel := context.WithCancel(ctx)
+// serviceName is the watcher's service in gRPC health.
+var serviceName = watcherv1.WatcherService_ServiceDesc.ServiceName
+
+// serving asks replica i whether it serves; a replica without the health
+// service counts as serving.
+func (s *subscription) serving(ctx context.Context, i int, timeout time.Duration) bool {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
+	resp, err := s.watchers[i].health.Check(ctx, &healthpb.HealthCheckRequest{Service: serviceName})
+	if status.Code(err) == codes.Unimplemented {
+		return true
+	}
+	return err == nil && resp.GetStatus() == healthpb.HealthCheckResponse_SERVING
+}
+
+// choose returns the first replica from start on that is SERVING, or start
+// when none is (then the stream waits for it).
+func (s *subscription) choose(ctx context.Context, start int) int {
+	if len(s.watchers) == 1 {
+		return start
+	}
+	for k := range s.watchers {
+		i := (start + k) % len(s.watchers)
+		if s.serving(ctx, i, s.o.ProbeInterval) {
+			return i
+		}
+	}
+	return start
+}
+
+// progress is what the prober reads of the receiving side.
+type progress struct {
+	lastSeq  atomic.Uint64 // sequence of the newest event received
+	lastRecv atomic.Int64  // unix nanoseconds of the newest event received
+	epoch    atomic.Pointer[string]
+	listing  atomic.Bool // inside RESET … SYNCED, or before the first event
+}
+
+// errStalled ends a stream that the prober gave up on.
+var errStalled = errors.New("the watcher stream stalled")
+
+// stream runs one stream on replica w until it breaks; progressed says
+// whether it delivered anything.
+func (s *subscription) stream(ctx context.Context, w int) (progressed bool, err error) {
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	rep := s.watchers[w]
+	s.o.Status.watcher.Store(&rep.name)
 	req := &watcherv1.WatchRequest{Kinds: s.o.Kinds, Encoding: s.o.Encoding}
 	if s.cursor != nil {
 		req.ResumeAfter = proto.Clone(s.cursor).(*watcherv1.Cursor)
 	}
-	st, err := s.client.Watch(ctx, req, grpc.WaitForReady(true))
+	opened := time.Now()
+	st, err := rep.client.Watch(ctx, req, grpc.WaitForReady(true))
 	if err != nil {
 		return false, err
 	}
+	var p progress
+	p.lastRecv.Store(opened.UnixNano())
 	synced := s.cursor != nil
+	if synced {
+		p.lastSeq.Store(s.cursor.GetSequence())
+		p.epoch.Store(&s.cursor.Epoch)
+	}
+	p.listing.Store(!synced)
+	probeDone := make(chan struct{})
+	go func() {
+		defer close(probeDone)
+		s.probe(ctx, w, &p, cancel)
+	}()
+	defer func() { cancel(nil); <-probeDone }()
+	listStart := opened
 	for {
 		ev, err := st.Recv()
 		if err != nil {
+			if c := context.Cause(ctx); errors.Is(c, errStalled) {
+				err = c
+			}
 			if errors.Is(err, io.EOF) {
 				err = errors.New("the watcher closed the stream")
 			}
 			if status.Code(err) == codes.InvalidArgument && s.cursor != nil {
 				// The watcher cannot resume from our cursor: start over.
-				s.o.Logger.Warn("the watcher rejected the resume cursor; listing again", "error", err)
+				s.o.Logger.Warn("the watcher rejected the resume cursor; listing again", "watcher", rep.name, "error", err)
 				s.cursor = nil
 			}
 			return progressed, err
 		}
 		progressed = true
+		if c := ev.GetCursor(); c != nil {
+			p.lastSeq.Store(c.GetSequence())
+			if e := p.epoch.Load(); e == nil || *e != c.GetEpoch() {
+				epoch := c.GetEpoch()
+				p.epoch.Store(&epoch)
+				s.o.Status.epoch.Store(&epoch)
+			}
+		}
+		p.lastRecv.Store(time.Now().UnixNano())
 		switch ev.Type {
 		case watcherv1.EventType_EVENT_TYPE_RESET:
 			synced = false
+			p.listing.Store(true)
 			s.cursor = nil
+			if listStart.IsZero() {
+				listStart = time.Now() // a RESET in the middle of a stream
+			}
 			s.h.Reset()
 		case watcherv1.EventType_EVENT_TYPE_SYNCED:
 			synced = true
 			s.cursor = ev.Cursor
 			s.h.Synced()
+			p.listing.Store(false)
+			// The list holds every event the watcher had when the stream
+			// was opened (or, mid-stream, when RESET came).
+			s.o.Status.markFresh(listStart)
+			listStart = time.Time{}
 		case watcherv1.EventType_EVENT_TYPE_ADDED, watcherv1.EventType_EVENT_TYPE_UPDATED, watcherv1.EventType_EVENT_TYPE_DELETED:
 			if err := s.h.Event(ev); err != nil {
 				s.o.Logger.Error("handle watch event", "kind", ev.Kind, "key", ev.Key, "type", ev.Type, "error", err)
@@ -151,4 +375,100 @@ func (s *subscription) stream(ctx context.Context) (progressed bool, err error) 
 			s.o.Logger.Warn("unknown watch event type; ignored", "type", ev.Type)
 		}
 	}
+}
+
+// probe checks replica w every ProbeInterval while its stream runs: it
+// moves Status.FreshAt forward when the handler has every event the
+// watcher had at the probe, and ends the stream (errStalled) when it makes
+// no progress for StallTimeout.
+func (s *subscription) probe(ctx context.Context, w int, p *progress, stop context.CancelCauseFunc) {
+	rep := s.watchers[w]
+	t := time.NewTicker(s.o.ProbeInterval)
+	defer t.Stop()
+	var (
+		lastOK      = time.Now() // the last probe that answered
+		lastServing = time.Now() // the last probe that found it SERVING
+		caughtUp    = time.Now() // the last probe the stream had caught up with
+		target      uint64       // the watcher's head at pendingAt
+		pendingAt   time.Time    // a probe whose head the stream has not reached yet
+		statusless  bool         // GetStatus unimplemented: judge by events only
+	)
+	check := func() {
+		now := time.Now()
+		// The handler has reached the head of an earlier probe.
+		if !pendingAt.IsZero() && p.lastSeq.Load() >= target && !p.listing.Load() {
+			if pendingAt.After(caughtUp) {
+				caughtUp = pendingAt
+			}
+			s.o.Status.markFresh(pendingAt)
+			pendingAt = time.Time{}
+		}
+		serving := s.serving(ctx, w, s.o.ProbeInterval)
+		if serving {
+			lastServing = now
+		}
+		if statusless {
+			if serving && !p.listing.Load() {
+				s.o.Status.markFresh(now)
+			}
+		} else {
+			pctx, cancel := context.WithTimeout(ctx, s.o.ProbeInterval)
+			st, err := rep.client.GetStatus(pctx, &watcherv1.GetStatusRequest{})
+			cancel()
+			switch {
+			case status.Code(err) == codes.Unimplemented:
+				statusless = true
+				lastOK = now
+			case err != nil:
+			default:
+				lastOK = now
+				e := p.epoch.Load()
+				sameEpoch := e == nil || *e == st.GetEpoch()
+				switch {
+				case !sameEpoch:
+					// The replica restarted under the stream: the stream
+					// will break; nothing to measure.
+				case p.lastSeq.Load() >= st.GetSequence():
+					caughtUp = now
+					if serving && !p.listing.Load() {
+						s.o.Status.markFresh(now)
+					}
+				case serving && pendingAt.IsZero():
+					target, pendingAt = st.GetSequence(), now
+				}
+			}
+		}
+		lastEvent := time.Unix(0, p.lastRecv.Load())
+		var why string
+		switch {
+		case now.Sub(lastOK) > s.o.StallTimeout:
+			why = "the watcher does not answer probes"
+		case !statusless && now.Sub(caughtUp) > s.o.StallTimeout && now.Sub(lastEvent) > s.o.StallTimeout:
+			why = "the watcher has events the stream does not deliver"
+		case now.Sub(lastServing) > s.o.StallTimeout && s.otherServing(ctx, w):
+			why = "the watcher is not serving and another one is"
+		}
+		if why != "" {
+			s.o.Logger.Warn("abandoning the watch stream", "watcher", rep.name, "why", why, "last_sequence", p.lastSeq.Load())
+			stop(errStalled)
+		}
+	}
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			check()
+		}
+	}
+}
+
+// otherServing reports whether a replica other than w is SERVING.
+func (s *subscription) otherServing(ctx context.Context, w int) bool {
+	for i := range s.watchers {
+		if i != w && s.serving(ctx, i, s.o.ProbeInterval) {
+			return true
+		}
+	}
+	return false
 }

@@ -166,3 +166,114 @@ func TestRejectedCursorStartsOver(t *testing.T) {
 		t.Fatalf("handler saw %v", log)
 	}
 }
+
+// stalled is a fake watcher whose stream sends a list and then nothing,
+// while GetStatus reports newer events: the stream is stuck.
+type stalled struct {
+	watcherv1.UnimplementedWatcherServiceServer
+	epoch string
+	head  uint64
+	// after, when set, holds every stream until it is closed.
+	after <-chan struct{}
+	mu    sync.Mutex
+	calls int
+	first chan struct{} // closed at the first stream
+}
+
+func (s *stalled) Watch(req *watcherv1.WatchRequest, st grpc.ServerStreamingServer[watcherv1.WatchResponse]) error {
+	s.mu.Lock()
+	s.calls++
+	if s.calls == 1 && s.first != nil {
+		close(s.first)
+	}
+	s.mu.Unlock()
+	if s.after != nil {
+		select {
+		case <-s.after:
+		case <-st.Context().Done():
+			return nil
+		}
+	}
+	cur := &watcherv1.Cursor{Epoch: s.epoch, Sequence: 1}
+	for _, typ := range []watcherv1.EventType{watcherv1.EventType_EVENT_TYPE_RESET, watcherv1.EventType_EVENT_TYPE_ADDED, watcherv1.EventType_EVENT_TYPE_SYNCED} {
+		key := ""
+		if typ == watcherv1.EventType_EVENT_TYPE_ADDED {
+			key = s.epoch + "-object"
+		}
+		if err := st.Send(&watcherv1.WatchResponse{Type: typ, Kind: watcherv1.Kind_KIND_PERSISTENT_VOLUME, Key: key, Cursor: cur}); err != nil {
+			return err
+		}
+	}
+	<-st.Context().Done()
+	return nil
+}
+
+func (s *stalled) GetStatus(context.Context, *watcherv1.GetStatusRequest) (*watcherv1.GetStatusResponse, error) {
+	return &watcherv1.GetStatusResponse{Epoch: s.epoch, Sequence: s.head, Synced: true}, nil
+}
+
+func serveWatcher(t *testing.T, srv watcherv1.WatcherServiceServer) *grpc.ClientConn {
+	t.Helper()
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := grpc.NewServer()
+	watcherv1.RegisterWatcherServiceServer(s, srv)
+	go s.Serve(lis)
+	t.Cleanup(s.Stop)
+	cc, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cc.Close() })
+	return cc
+}
+
+// A stream that stops delivering while its watcher has newer events is
+// abandoned for the other watcher, and Status says the view went stale
+// meanwhile and fresh again after the move.
+func TestStalledStreamFailsOver(t *testing.T) {
+	stuck := &stalled{epoch: "stuck", head: 100, first: make(chan struct{})} // always behind
+	// The healthy watcher answers only once the stuck one was tried, so
+	// the client goes through the stuck one whichever it starts with.
+	healthy := &stalled{epoch: "healthy", head: 1, after: stuck.first}
+	watchers := []watchclient.Watcher{{Name: "stuck", Conn: serveWatcher(t, stuck)}, {Name: "healthy", Conn: serveWatcher(t, healthy)}}
+	var st watchclient.Status
+	r := &recorder{}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		done <- watchclient.RunFailover(ctx, watchers, watchclient.Options{StallTimeout: 300 * time.Millisecond, ProbeInterval: 20 * time.Millisecond, MinBackoff: time.Millisecond, Status: &st}, r)
+	}()
+	defer func() {
+		cancel()
+		<-done
+	}()
+	deadline := time.Now().Add(10 * time.Second)
+	for st.Watcher() != "healthy" || st.Stale(100*time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("on watcher %q, fresh at %v; handler saw %v", st.Watcher(), st.FreshAt(), r.snapshot())
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	log := r.snapshot()
+	if len(log) < 6 || log[1] != "ADDED stuck-object" || log[len(log)-2] != "ADDED healthy-object" {
+		t.Fatalf("handler saw %v, want the stuck watcher's list, then the healthy one's", log)
+	}
+	// The healthy watcher is caught up: the client stays on it.
+	n := len(log)
+	until := time.Now().Add(time.Second)
+	for time.Now().Before(until) {
+		if w := st.Watcher(); w != "healthy" {
+			t.Fatalf("moved off the healthy watcher to %q", w)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if got := r.snapshot(); len(got) != n {
+		t.Fatalf("the healthy stream was restarted: %v", got[n:])
+	}
+	if st.Stale(100 * time.Millisecond) {
+		t.Fatalf("a caught-up stream is stale: fresh at %v", st.FreshAt())
+	}
+}

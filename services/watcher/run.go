@@ -114,6 +114,7 @@ func Run(ctx context.Context, o Options) error {
 func serve(ctx context.Context, o Options, client kubernetes.Interface, lis net.Listener) error {
 	log := o.Logger
 	h := newHub(o.HistorySize)
+	api := newAPIHealth()
 	factory := informers.NewSharedInformerFactoryWithOptions(client, o.ResyncPeriod,
 		// Managed fields are most of an object's bytes and no subscriber
 		// reads them.
@@ -132,6 +133,9 @@ func serve(ctx context.Context, o Options, client kubernetes.Interface, lis net.
 		if _, err := reg.inf.AddEventHandler(handler(h, reg.kind, log)); err != nil {
 			return fmt.Errorf("register %v handler: %w", reg.kind, err)
 		}
+		if err := reg.inf.SetWatchErrorHandlerWithContext(api.watchError); err != nil {
+			return fmt.Errorf("register %v watch error handler: %w", reg.kind, err)
+		}
 	}
 
 	srv, err := grpcutil.NewServer(log, grpcutil.ServerOptions{TLS: o.TLS, Reflection: o.GRPCReflection})
@@ -141,8 +145,7 @@ func serve(ctx context.Context, o Options, client kubernetes.Interface, lis net.
 	// NOT_SERVING (not "unknown service") for probes by service name until
 	// the informers have synced.
 	srv.SetServing(false, watcherv1.WatcherService_ServiceDesc.ServiceName)
-	api := &server{hub: h, log: log, stopping: ctx.Done()}
-	watcherv1.RegisterWatcherServiceServer(srv.Server, api)
+	watcherv1.RegisterWatcherServiceServer(srv.Server, &server{hub: h, log: log, stopping: ctx.Done()})
 
 	col := collector{h}
 	if err := metrics.Registry.Register(col); err == nil {
@@ -159,10 +162,44 @@ func serve(ctx context.Context, o Options, client kubernetes.Interface, lis net.
 			return nil
 		}
 		h.markSynced()
-		srv.SetServing(true, watcherv1.WatcherService_ServiceDesc.ServiceName)
 		pv, pvc, sc := h.counts()
 		log.Info("watcher synced", "persistent_volumes", pv, "persistent_volume_claims", pvc, "storage_classes", sc)
-		return nil
+		// SERVING while the informers' view is current: NOT_SERVING while
+		// the API server cannot be reached or a watch on it fails, so that
+		// subscribers move to another watcher (or know that theirs is
+		// stale). The stream itself goes on either way.
+		serving := false
+		t := time.NewTicker(probeInterval)
+		defer t.Stop()
+		for {
+			ok, why := api.healthy()
+			if ok != serving {
+				serving = ok
+				srv.SetServing(ok, watcherv1.WatcherService_ServiceDesc.ServiceName)
+				if ok {
+					log.Info("watcher serving: its view of the API server is current")
+				} else {
+					log.Warn("watcher not serving: its view of the API server may be stale", "error", why)
+				}
+			}
+			select {
+			case <-t.C:
+			case <-gctx.Done():
+				return nil
+			}
+		}
+	})
+	g.Go(func() error {
+		t := time.NewTicker(probeInterval)
+		defer t.Stop()
+		for {
+			api.probed(probeAPI(gctx, client))
+			select {
+			case <-t.C:
+			case <-gctx.Done():
+				return nil
+			}
+		}
 	})
 	err = g.Wait()
 	log.Info("watcher stopped")
