@@ -19,11 +19,9 @@ import (
 	"github.com/volplane/volplane/pkg/grpcutil"
 	"github.com/volplane/volplane/pkg/kube"
 	"github.com/volplane/volplane/pkg/metrics"
-	"github.com/volplane/volplane/pkg/watchclient"
 	binderv1 "github.com/volplane/volplane/proto/volplane/binder/v1"
 	provisionerv1 "github.com/volplane/volplane/proto/volplane/provisioner/v1"
 	reclaimerv1 "github.com/volplane/volplane/proto/volplane/reclaimer/v1"
-	watcherv1 "github.com/volplane/volplane/proto/volplane/watcher/v1"
 )
 
 // Service is the binder's name in etcd membership.
@@ -58,8 +56,15 @@ type Options struct {
 	// GRPCReflection serves the gRPC reflection service
 	// (--grpc-reflection); off by default.
 	GRPCReflection bool
-	// WatcherAddress is the watcher service's gRPC address (required).
+	// WatcherAddress is the gRPC address of the watcher service, or of
+	// several watcher replicas, comma-separated (required). The binder
+	// streams from one at a time and fails over to another when its stream
+	// breaks or stalls.
 	WatcherAddress string
+	// StaleAfter is how long the binder may go without a live, caught-up
+	// watcher stream before readiness goes NOT_SERVING and no reclaim or
+	// provisioning is handed off; 0 means DefaultStaleAfter.
+	StaleAfter time.Duration
 	// ReclaimerAddress is the reclaimer service's gRPC address; empty means
 	// Released volumes are left to another reclaimer.
 	ReclaimerAddress string
@@ -99,8 +104,14 @@ const DefaultResyncPeriod = 15 * time.Second
 
 func (o *Options) validate() error {
 	var errs []error
-	if o.WatcherAddress == "" {
+	if len(watcherAddresses(o.WatcherAddress)) == 0 {
 		errs = append(errs, errors.New("the watcher address is required (--watcher-address)"))
+	}
+	if o.StaleAfter < 0 {
+		errs = append(errs, fmt.Errorf("stale-after must not be negative, got %s (--watcher-stale-after)", o.StaleAfter))
+	}
+	if o.StaleAfter == 0 {
+		o.StaleAfter = DefaultStaleAfter
 	}
 	if len(o.EtcdEndpoints) == 0 {
 		errs = append(errs, errors.New("etcd endpoints are required for membership and reservations (--etcd-endpoints)"))
@@ -155,12 +166,6 @@ func Run(ctx context.Context, o Options) error {
 	}
 	defer co.Close()
 
-	watcherConn, err := grpcutil.Dial(o.WatcherAddress, o.TLS)
-	if err != nil {
-		return err
-	}
-	defer watcherConn.Close()
-
 	lis, err := grpcutil.Listen(o.Listen)
 	if err != nil {
 		return err
@@ -174,6 +179,7 @@ func Run(ctx context.Context, o Options) error {
 	metrics.RegisterWorkqueueMetrics()
 	c := newController(log, client, recorder)
 	c.provisions = newProvisions(o.ProvisionCalls)
+	c.feed = &feed{staleAfter: o.StaleAfter}
 	// One binder per process in production; tests running several share
 	// the registry, and the first one reports.
 	col := collector{c}
@@ -187,7 +193,7 @@ func Run(ctx context.Context, o Options) error {
 			return err
 		}
 		defer cc.Close()
-		c.reclaimer = reclaimerClient{reclaimerv1.NewReclaimerServiceClient(cc)}
+		c.reclaimer = gatedReclaimer{next: reclaimerClient{reclaimerv1.NewReclaimerServiceClient(cc)}, c: c}
 	}
 	if o.ProvisionerAddress != "" {
 		cc, err := grpcutil.Dial(o.ProvisionerAddress, o.TLS)
@@ -195,7 +201,7 @@ func Run(ctx context.Context, o Options) error {
 			return err
 		}
 		defer cc.Close()
-		c.provisioner = newProvisionerClient(provisionerv1.NewProvisionerServiceClient(cc), log)
+		c.provisioner = gatedProvisioner{provisioner: newProvisionerClient(provisionerv1.NewProvisionerServiceClient(cc), log), c: c}
 	}
 
 	var (
@@ -226,26 +232,9 @@ func Run(ctx context.Context, o Options) error {
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return srv.Serve(gctx, lis, 10*time.Second) })
 	g.Go(func() error { return metrics.Serve(gctx, o.DebugAddress, log) })
-	g.Go(func() error {
-		err := watchclient.Run(gctx, watcherConn, watchclient.Options{
-			Kinds:  []watcherv1.Kind{watcherv1.Kind_KIND_PERSISTENT_VOLUME, watcherv1.Kind_KIND_PERSISTENT_VOLUME_CLAIM, watcherv1.Kind_KIND_STORAGE_CLASS},
-			Logger: log.With("peer", "watcher"),
-		}, c)
-		if gctx.Err() != nil {
-			return nil
-		}
-		return err
-	})
+	g.Go(func() error { return c.subscribe(gctx, watcherAddresses(o.WatcherAddress), o.TLS, log) })
 	g.Go(func() error { return c.run(gctx, o.Workers, o.ResyncPeriod) })
-	g.Go(func() error {
-		select {
-		case <-c.syncedCh:
-			srv.SetServing(true, binderv1.BinderService_ServiceDesc.ServiceName)
-			log.Info("binder ready")
-		case <-gctx.Done():
-		}
-		return nil
-	})
+	g.Go(func() error { return c.readiness(gctx, srv) })
 	g.Go(func() error {
 		err := co.WatchMembers(gctx, Service, func(ms []coord.Member) {
 			ids := make([]string, len(ms))

@@ -8,6 +8,7 @@ import (
 	"flag"
 	"log/slog"
 	"os"
+	"strings"
 
 	"github.com/volplane/volplane/pkg/cmdutil"
 	"github.com/volplane/volplane/services/binder"
@@ -23,7 +24,9 @@ func main() {
 	flag.StringVar(&o.Listen, "listen", "127.0.0.1:7702", "gRPC listen address (host:port or unix:///path)")
 	flag.StringVar(&o.AdvertiseAddress, "advertise-address", "", "address other components reach this replica at; defaults to --listen")
 	flag.StringVar(&o.MemberID, "member-id", "", "this replica's member id in etcd; defaults to hostname plus a random suffix")
-	flag.StringVar(&o.WatcherAddress, "watcher-address", "127.0.0.1:7701", "gRPC address of the watcher service")
+	watchers := []string{"127.0.0.1:7701"}
+	cmdutil.ListFlag(&watchers, "watcher-address", "gRPC address of the watcher service; repeat the flag or separate addresses with commas for several watcher replicas (the binder streams from one and fails over to another) (default 127.0.0.1:7701)")
+	flag.DurationVar(&o.StaleAfter, "watcher-stale-after", binder.DefaultStaleAfter, "how long without a live, caught-up watcher stream before the binder turns NOT_SERVING and hands off no reclaim or provisioning")
 	flag.StringVar(&o.ReclaimerAddress, "reclaimer-address", "", "gRPC address of the reclaimer service; empty leaves Released volumes alone")
 	flag.StringVar(&o.ProvisionerAddress, "provisioner-address", "", "gRPC address of the provisioner service")
 	flag.IntVar(&o.Workers, "workers", binder.DefaultWorkers, "number of claim workers and of volume workers")
@@ -32,6 +35,7 @@ func main() {
 	flag.StringVar(&o.DebugAddress, "debug-address", "", "HTTP address serving /metrics (Prometheus) and /debug/pprof; empty disables")
 	logging := cmdutil.LogFlags()
 	flag.Parse()
+	o.WatcherAddress = strings.Join(watchers, ",")
 	os.Exit(cmdutil.Run("binder", logging, func(ctx context.Context, log *slog.Logger) error {
 		o.Logger = log
 		return binder.Run(ctx, o)
