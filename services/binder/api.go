@@ -198,7 +198,7 @@ func (a *api) SyncClaim(ctx context.Context, req *binderv1.SyncClaimRequest) (*b
 			return resp, forwardErr(id, err)
 		}
 	}
-	a.c.claimQueue.Add(key)
+	a.c.claimQueue.add(key)
 	return &binderv1.SyncClaimResponse{}, nil
 }
 
@@ -223,7 +223,7 @@ func (a *api) SyncVolume(ctx context.Context, req *binderv1.SyncVolumeRequest) (
 			return resp, forwardErr(id, err)
 		}
 	}
-	a.c.volumeQueue.Add(req.GetName())
+	a.c.volumeQueue.add(req.GetName())
 	return &binderv1.SyncVolumeResponse{}, nil
 }
 

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -23,6 +24,9 @@ import (
 // cached resourceVersion, so a stale cache ends in a conflict, never in a
 // volume bound twice. A free volume is reserved first.
 func (c *controller) bind(ctx context.Context, volume *corev1.PersistentVolume, claim *corev1.PersistentVolumeClaim) error {
+	if released(volume) {
+		return c.refuseRebind(ctx, volume, claim)
+	}
 	if volume.Spec.ClaimRef == nil || volume.Spec.ClaimRef.UID != claim.UID {
 		release, err := c.reserve(ctx, volume, claim)
 		if err != nil {
@@ -68,7 +72,7 @@ func (c *controller) reserve(ctx context.Context, volume *corev1.PersistentVolum
 			c.store.markForeign(volume.Name, foreignReservationTTL)
 			return nil, fmt.Errorf("bind %s to %s: %w (%w)", claimKey(claim), volume.Name, errReserved, err)
 		}
-		return nil, fmt.Errorf("bind %s to %s: %w", claimKey(claim), volume.Name, err)
+		return nil, fmt.Errorf("bind %s to %s: %w: %w", claimKey(claim), volume.Name, errEtcd, err)
 	}
 	return func() {
 		c.store.unreserve(volume.Name, claim.UID)
@@ -114,11 +118,14 @@ func (c *controller) bindVolumeToClaim(ctx context.Context, volume *corev1.Persi
 	if setAnn {
 		metav1.SetMetaDataAnnotation(&clone.ObjectMeta, kube.AnnBoundByController, "yes")
 	}
+	if err := c.fence(ctx); err != nil {
+		return nil, err
+	}
 	updated, err := c.client.CoreV1().PersistentVolumes().Update(ctx, clone, metav1.UpdateOptions{})
 	if err != nil {
-		return nil, fmt.Errorf("bind volume %s to claim %s: %w", volume.Name, claimKey(claim), err)
+		return nil, c.volumeWriteFailed(volume, err, "bind volume %s to claim %s", volume.Name, claimKey(claim))
 	}
-	return c.store.putVolume(updated), nil
+	return c.store.refreshVolume(updated), nil
 }
 
 func (c *controller) bindClaimToVolume(ctx context.Context, claim *corev1.PersistentVolumeClaim, volume *corev1.PersistentVolume) (*corev1.PersistentVolumeClaim, error) {
@@ -138,11 +145,14 @@ func (c *controller) bindClaimToVolume(ctx context.Context, claim *corev1.Persis
 	if setDone {
 		metav1.SetMetaDataAnnotation(&clone.ObjectMeta, kube.AnnBindCompleted, "yes")
 	}
+	if err := c.fence(ctx); err != nil {
+		return nil, err
+	}
 	updated, err := c.client.CoreV1().PersistentVolumeClaims(claim.Namespace).Update(ctx, clone, metav1.UpdateOptions{})
 	if err != nil {
-		return nil, fmt.Errorf("bind claim %s to volume %s: %w", claimKey(claim), volume.Name, err)
+		return nil, c.claimWriteFailed(claim, err, "bind claim %s to volume %s", claimKey(claim), volume.Name)
 	}
-	return c.store.putClaim(updated), nil
+	return c.store.refreshClaim(updated), nil
 }
 
 // updateClaimStatus sets the claim's phase and, from the volume, its access
@@ -190,11 +200,14 @@ func (c *controller) updateClaimStatus(ctx context.Context, claim *corev1.Persis
 	if !dirty {
 		return claim, nil
 	}
+	if err := c.fence(ctx); err != nil {
+		return nil, err
+	}
 	updated, err := c.client.CoreV1().PersistentVolumeClaims(claim.Namespace).UpdateStatus(ctx, clone, metav1.UpdateOptions{})
 	if err != nil {
-		return nil, fmt.Errorf("update status of claim %s to %s: %w", claimKey(claim), phase, err)
+		return nil, c.claimWriteFailed(claim, err, "update status of claim %s to %s", claimKey(claim), phase)
 	}
-	return c.store.putClaim(updated), nil
+	return c.store.refreshClaim(updated), nil
 }
 
 // updateClaimStatusWithEvent is updateClaimStatus plus a warning event, both
@@ -216,14 +229,20 @@ func (c *controller) updateVolumePhase(ctx context.Context, volume *corev1.Persi
 	if volume.Status.Phase == phase {
 		return volume, nil
 	}
+	if phase == corev1.VolumeBound && released(volume) {
+		return nil, fmt.Errorf("volume %s is %s: %w", volume.Name, volume.Status.Phase, errNoRebind)
+	}
 	clone := volume.DeepCopy()
 	clone.Status.Phase = phase
 	clone.Status.Message = message
+	if err := c.fence(ctx); err != nil {
+		return nil, err
+	}
 	updated, err := c.client.CoreV1().PersistentVolumes().UpdateStatus(ctx, clone, metav1.UpdateOptions{})
 	if err != nil {
-		return nil, fmt.Errorf("update phase of volume %s to %s: %w", volume.Name, phase, err)
+		return nil, c.volumeWriteFailed(volume, err, "update phase of volume %s to %s", volume.Name, phase)
 	}
-	return c.store.putVolume(updated), nil
+	return c.store.refreshVolume(updated), nil
 }
 
 // updateVolumePhaseWithEvent is updateVolumePhase plus a warning event, both
@@ -254,10 +273,47 @@ func (c *controller) unbindVolume(ctx context.Context, volume *corev1.Persistent
 	} else {
 		clone.Spec.ClaimRef.UID = ""
 	}
+	if err := c.fence(ctx); err != nil {
+		return err
+	}
 	updated, err := c.client.CoreV1().PersistentVolumes().Update(ctx, clone, metav1.UpdateOptions{})
 	if err != nil {
-		return fmt.Errorf("unbind volume %s: %w", volume.Name, err)
+		return c.volumeWriteFailed(volume, err, "unbind volume %s", volume.Name)
 	}
-	_, err = c.updateVolumePhase(ctx, c.store.putVolume(updated), corev1.VolumeAvailable, "")
+	_, err = c.updateVolumePhase(ctx, c.store.refreshVolume(updated), corev1.VolumeAvailable, "")
 	return err
+}
+
+// errEtcd says a reservation could not be written to etcd.
+var errEtcd = errors.New("etcd")
+
+// released reports whether a volume's claim was confirmed gone: Released,
+// or Failed while its reclaim policy runs.
+func released(v *corev1.PersistentVolume) bool {
+	return v.Status.Phase == corev1.VolumeReleased || v.Status.Phase == corev1.VolumeFailed
+}
+
+// refuseRebind leaves a Released or Failed volume as it is when a claim
+// with the UID of its claimRef shows up bound (or binding) to it.
+//
+// kube-controller-manager would write Bound again. The binder does not:
+// a volume is Released only after the API itself answered that the claim
+// is gone (or has another UID), and UIDs are never reused, so a claim seen
+// alive with that UID is a stale cache (a zombie), and writing Bound on it
+// made a volume flip between Released and Bound while two replicas
+// disagreed. The claim is read from the API: gone, it leaves the cache;
+// alive (someone wrote the volume's phase by hand), nothing is written and
+// an administrator decides, since the volume may already be reclaimed.
+func (c *controller) refuseRebind(ctx context.Context, volume *corev1.PersistentVolume, claim *corev1.PersistentVolumeClaim) error {
+	live, err := c.client.CoreV1().PersistentVolumeClaims(claim.Namespace).Get(ctx, claim.Name, metav1.GetOptions{})
+	switch {
+	case apierrors.IsNotFound(err) || (err == nil && live.UID != claim.UID):
+		c.store.dropClaim(claimKey(claim), claim.UID)
+		return fmt.Errorf("claim %s of %s volume %s: %w", claimKey(claim), volume.Status.Phase, volume.Name, errGone)
+	case err != nil:
+		return fmt.Errorf("get claim %s of %s volume %s: %w", claimKey(claim), volume.Status.Phase, volume.Name, err)
+	}
+	c.log.Warn("volume is Released or Failed while its claim exists; not bound again, an administrator must decide",
+		"volume", volume.Name, "phase", volume.Status.Phase, "claim", claimKey(claim), "uid", claim.UID)
+	return nil
 }

@@ -11,7 +11,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/client-go/util/workqueue"
@@ -57,19 +56,19 @@ type controller struct {
 	reclaimer    reclaimer    // nil: Released volumes wait for another reclaimer
 	provisioner  provisioner  // nil: every class is left to external provisioners
 	provisions   *provisions  // the provisioner's calls in flight and finished
-	owns         func(key string) bool
+	// owns reports whether this replica may act on an object ("pvc/ns/name"
+	// or "pv/name") now: it owns it in the ring, on a live etcd session.
+	// Every step with side effects asks it right before it is taken.
+	owns func(key string) bool
 
 	store       *store
-	claimQueue  workqueue.TypedRateLimitingInterface[string]
-	volumeQueue workqueue.TypedRateLimitingInterface[string]
+	claimQueue  *queue
+	volumeQueue *queue
 
 	synced     atomic.Bool
 	syncedCh   chan struct{}
 	syncedOnce sync.Once
 	bindsTotal atomic.Int64
-	// feed is the watcher subscription and how current it is (stream.go);
-	// nil in unit tests.
-	feed *feed
 
 	// relisted tracks the keys a full list after Reset delivered, so that
 	// objects missing from it are deleted on Synced.
@@ -87,18 +86,16 @@ func newController(log *slog.Logger, client kubernetes.Interface, recorder recor
 		return workqueue.NewTypedItemExponentialFailureRateLimiter[string](5*time.Millisecond, 5*time.Minute)
 	}
 	return &controller{
-		log:      log,
-		client:   client,
-		recorder: recorder,
-		owns:     func(string) bool { return true },
-		store:    newStore(),
-		claimQueue: workqueue.NewTypedRateLimitingQueueWithConfig(limiter(),
-			workqueue.TypedRateLimitingQueueConfig[string]{Name: "claims"}),
-		volumeQueue: workqueue.NewTypedRateLimitingQueueWithConfig(limiter(),
-			workqueue.TypedRateLimitingQueueConfig[string]{Name: "volumes"}),
-		syncedCh:   make(chan struct{}),
-		provisions: newProvisions(DefaultProvisionCalls),
-		releases:   make(chan [2]string, 4096),
+		log:         log,
+		client:      client,
+		recorder:    recorder,
+		owns:        func(string) bool { return true },
+		store:       newStore(),
+		claimQueue:  newQueue("claims", limiter()),
+		volumeQueue: newQueue("volumes", limiter()),
+		syncedCh:    make(chan struct{}),
+		provisions:  newProvisions(DefaultProvisionCalls),
+		releases:    make(chan [2]string, 4096),
 	}
 }
 
@@ -134,6 +131,7 @@ func (c *controller) Synced() {
 			}
 		}
 		c.store.mu.Unlock()
+		c.store.endTombstones(c.relisted[watcherv1.Kind_KIND_PERSISTENT_VOLUME_CLAIM], c.relisted[watcherv1.Kind_KIND_PERSISTENT_VOLUME])
 		c.relisting, c.relisted = false, nil
 	}
 	c.syncedOnce.Do(func() {
@@ -161,7 +159,9 @@ func (c *controller) Event(ev *watcherv1.WatchResponse) error {
 		if err != nil {
 			return err
 		}
-		c.volumeChanged(c.store.putVolume(v))
+		if v = c.store.putVolume(v); v != nil {
+			c.volumeChanged(v)
+		}
 	case watcherv1.Kind_KIND_PERSISTENT_VOLUME_CLAIM:
 		if deleted {
 			c.claimDeleted(ev.Key)
@@ -171,8 +171,9 @@ func (c *controller) Event(ev *watcherv1.WatchResponse) error {
 		if err != nil {
 			return err
 		}
-		c.store.putClaim(cl)
-		c.claimQueue.Add(ev.Key)
+		if c.store.putClaim(cl) != nil {
+			c.claimQueue.add(ev.Key)
+		}
 	case watcherv1.Kind_KIND_STORAGE_CLASS:
 		if deleted {
 			c.store.deleteClass(ev.Key)
@@ -185,13 +186,13 @@ func (c *controller) Event(ev *watcherv1.WatchResponse) error {
 		c.store.putClass(sc)
 		// Claims of this class may now be provisioned or bound.
 		for _, k := range c.store.unboundClaimsOfClass(sc.Name) {
-			c.claimQueue.Add(k)
+			c.claimQueue.add(k)
 		}
 		// A new default class is assigned to pending claims without one
 		// (retroactive default class) now, not at the next resync.
 		if sc.Annotations[kube.AnnDefaultStorageClass] == "true" || sc.Annotations[kube.AnnBetaDefaultStorageClass] == "true" {
 			for _, k := range c.store.unboundClaimsOfClass("") {
-				c.claimQueue.Add(k)
+				c.claimQueue.add(k)
 			}
 		}
 	}
@@ -203,9 +204,9 @@ func (c *controller) Event(ev *watcherv1.WatchResponse) error {
 // is free, the waiting claims it fits (Kubernetes leaves those to its 15s
 // resync).
 func (c *controller) volumeChanged(v *corev1.PersistentVolume) {
-	c.volumeQueue.Add(v.Name)
+	c.volumeQueue.add(v.Name)
 	for _, k := range c.store.unboundClaimsFor(v) {
-		c.claimQueue.Add(k)
+		c.claimQueue.add(k)
 	}
 }
 
@@ -213,7 +214,7 @@ func (c *controller) volumeDeleted(name string) {
 	old := c.store.deleteVolume(name)
 	if old != nil && old.Spec.ClaimRef != nil {
 		// The claim turns Lost now rather than at the next resync.
-		c.claimQueue.Add(refKey(old.Spec.ClaimRef))
+		c.claimQueue.add(refKey(old.Spec.ClaimRef))
 	}
 }
 
@@ -222,10 +223,10 @@ func (c *controller) claimDeleted(key string) {
 	old := c.store.deleteClaim(key)
 	if old != nil && old.Spec.VolumeName != "" {
 		// The volume is Released now rather than at the next resync.
-		c.volumeQueue.Add(old.Spec.VolumeName)
+		c.volumeQueue.add(old.Spec.VolumeName)
 	}
 	for _, n := range c.store.volumesClaimedBy(key) {
-		c.volumeQueue.Add(n)
+		c.volumeQueue.add(n)
 	}
 }
 
@@ -233,10 +234,10 @@ func (c *controller) claimDeleted(key string) {
 func (c *controller) enqueueAll() {
 	claims, volumes := c.store.snapshot()
 	for _, k := range claims {
-		c.claimQueue.Add(k)
+		c.claimQueue.add(k)
 	}
 	for _, n := range volumes {
-		c.volumeQueue.Add(n)
+		c.volumeQueue.add(n)
 	}
 }
 
@@ -281,25 +282,30 @@ func (c *controller) run(ctx context.Context, workers int, resync time.Duration)
 	return nil
 }
 
-func (c *controller) worker(ctx context.Context, q workqueue.TypedRateLimitingInterface[string], sync func(context.Context, string) error) {
+func (c *controller) worker(ctx context.Context, q *queue, sync func(context.Context, string) error) {
 	for {
-		key, quit := q.Get()
+		key, quit := q.get()
 		if quit {
 			return
 		}
 		err := sync(ctx, key)
 		switch {
-		case err == nil:
-			q.Forget(key)
-		case ctx.Err() != nil:
-			q.Forget(key)
+		case err == nil, ctx.Err() != nil:
+			q.forget(key)
+		case errors.Is(err, errGone), errors.Is(err, errNotOwner):
+			// The object is gone, or another replica has it now: nothing
+			// to retry here.
+			c.log.Debug("sync ended", "key", key, "reason", err)
+			q.forget(key)
 		default:
+			reason := retryReason(err)
+			retriesTotal.WithLabelValues(reason).Inc()
+			delay := q.retry(key)
 			lvl := slog.LevelWarn
-			if apierrors.IsConflict(err) || errors.Is(err, errReserved) {
+			if reason == reasonConflict || reason == reasonReserved {
 				lvl = slog.LevelDebug // expected under concurrency: sync again
 			}
-			c.log.Log(ctx, lvl, "sync failed, retrying with backoff", "key", key, "error", err, "retries", q.NumRequeues(key))
-			q.AddRateLimited(key)
+			c.log.Log(ctx, lvl, "sync failed, retrying with backoff", "key", key, "error", err, "reason", reason, "retries", q.retries(key), "after", delay)
 		}
 		q.Done(key)
 	}

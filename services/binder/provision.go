@@ -118,6 +118,9 @@ type provisions struct {
 	mu      sync.Mutex
 	running map[string]bool
 	results map[string]provisionOutcome
+	// notBefore: claims whose last call did not finish, and when the next
+	// may start.
+	notBefore map[string]time.Time
 }
 
 // provisionOutcome is a finished call for one claim (by UID: a claim
@@ -130,10 +133,11 @@ type provisionOutcome struct {
 
 func newProvisions(slots int) *provisions {
 	return &provisions{
-		slots:   make(chan struct{}, slots),
-		backoff: workqueue.NewTypedItemExponentialFailureRateLimiter[string](100*time.Millisecond, 5*time.Minute),
-		running: map[string]bool{},
-		results: map[string]provisionOutcome{},
+		slots:     make(chan struct{}, slots),
+		backoff:   workqueue.NewTypedItemExponentialFailureRateLimiter[string](100*time.Millisecond, 5*time.Minute),
+		running:   map[string]bool{},
+		results:   map[string]provisionOutcome{},
+		notBefore: map[string]time.Time{},
 	}
 }
 
@@ -183,10 +187,35 @@ func (p *provisions) start(ctx context.Context, key string, uid types.UID, call 
 	}()
 }
 
+// retry schedules the next call for key after its backoff, which it
+// returns: a call that did not finish.
+func (p *provisions) retry(key string) time.Duration {
+	d := p.backoff.When(key)
+	p.mu.Lock()
+	p.notBefore[key] = time.Now().Add(d)
+	p.mu.Unlock()
+	return d
+}
+
+// wait is how long the next call for key must still wait.
+func (p *provisions) wait(key string) time.Duration {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return time.Until(p.notBefore[key])
+}
+
+// finished ends key's backoff: its call finished.
+func (p *provisions) finished(key string) {
+	p.mu.Lock()
+	delete(p.notBefore, key)
+	p.mu.Unlock()
+	p.backoff.Forget(key)
+}
+
 // forget drops what is kept of a deleted claim.
 func (p *provisions) forget(key string) {
 	p.mu.Lock()
 	delete(p.results, key)
 	p.mu.Unlock()
-	p.backoff.Forget(key)
+	p.finished(key)
 }

@@ -41,6 +41,10 @@ type store struct {
 	// deadline (or until the volume changes) so that this replica's claims
 	// try other volumes instead of queueing on one.
 	foreign map[string]time.Time
+	// volumeTombs, claimTombs: objects an API response said are gone
+	// before the watch did, by UID, so that watch events still on their
+	// way (sent before the deletion) do not bring them back.
+	volumeTombs, claimTombs tombstones
 }
 
 func newStore() *store {
@@ -54,6 +58,8 @@ func newStore() *store {
 		waitingFor:     map[string]map[string]struct{}{},
 		reserved:       map[string]types.UID{},
 		foreign:        map[string]time.Time{},
+		volumeTombs:    tombstones{},
+		claimTombs:     tombstones{},
 	}
 }
 
@@ -90,12 +96,17 @@ func removeFrom[T any](m map[string]map[string]T, outer, inner string) {
 	}
 }
 
-// putVolume stores v unless the cache already holds a newer version. It
-// returns the version now cached.
+// putVolume stores v as the watch delivered it, unless the cache already
+// holds a newer version of the same volume, or v is a volume an API
+// response said is gone (its tombstone). It returns the version now cached,
+// nil when v was ignored as gone.
 func (s *store) putVolume(v *corev1.PersistentVolume) *corev1.PersistentVolume {
 	v.ManagedFields = nil // see putClaim
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if !s.volumeTombs.admit(v.Name, v.UID) {
+		return nil
+	}
 	old := s.volumes[v.Name]
 	if old != nil {
 		if old.UID == v.UID && !notOlder(v.ResourceVersion, old.ResourceVersion) {
@@ -103,6 +114,11 @@ func (s *store) putVolume(v *corev1.PersistentVolume) *corev1.PersistentVolume {
 		}
 		s.unindexVolume(old)
 	}
+	s.insertVolume(v)
+	return v
+}
+
+func (s *store) insertVolume(v *corev1.PersistentVolume) {
 	delete(s.foreign, v.Name)
 	s.volumes[v.Name] = v
 	if v.Spec.ClaimRef == nil {
@@ -110,7 +126,45 @@ func (s *store) putVolume(v *corev1.PersistentVolume) *corev1.PersistentVolume {
 	} else {
 		addTo(s.byClaimRef, refKey(v.Spec.ClaimRef), v.Name, v)
 	}
+}
+
+// refreshVolume takes a volume from an API response (an update's answer or
+// a fresh read). It replaces the cached entry only when that is the same
+// volume (UID) at an older resourceVersion: the watch alone adds volumes
+// to the cache, so a response never brings back one whose deletion was
+// seen. It returns the newest version known, cached or not.
+func (s *store) refreshVolume(v *corev1.PersistentVolume) *corev1.PersistentVolume {
+	v.ManagedFields = nil
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	old := s.volumes[v.Name]
+	if old == nil || old.UID != v.UID {
+		return v
+	}
+	if !notOlder(v.ResourceVersion, old.ResourceVersion) {
+		return old
+	}
+	s.unindexVolume(old)
+	s.insertVolume(v)
 	return v
+}
+
+// dropVolume removes a volume the API says is gone (NotFound), before the
+// watch says so, and remembers it so that late watch events of it are
+// ignored. A cached volume with another UID is left alone.
+func (s *store) dropVolume(name string, uid types.UID) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	old := s.volumes[name]
+	if old != nil && old.UID != uid {
+		return
+	}
+	if old != nil {
+		s.unindexVolume(old)
+		delete(s.volumes, name)
+		delete(s.foreign, name)
+	}
+	s.volumeTombs.add(name, uid, old)
 }
 
 func (s *store) unindexVolume(v *corev1.PersistentVolume) {
@@ -121,6 +175,9 @@ func (s *store) unindexVolume(v *corev1.PersistentVolume) {
 	}
 }
 
+// deleteVolume removes a volume the watch says is deleted. It returns the
+// last version known, from the cache or from the tombstone an API response
+// left, nil when neither knew it.
 func (s *store) deleteVolume(name string) *corev1.PersistentVolume {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -129,6 +186,11 @@ func (s *store) deleteVolume(name string) *corev1.PersistentVolume {
 		s.unindexVolume(old)
 		delete(s.volumes, name)
 		delete(s.foreign, name)
+	}
+	if last := s.volumeTombs.clear(name); old == nil {
+		if v, ok := last.(*corev1.PersistentVolume); ok {
+			old = v
+		}
 	}
 	return old
 }
@@ -139,8 +201,10 @@ func (s *store) volume(name string) *corev1.PersistentVolume {
 	return s.volumes[name]
 }
 
-// putClaim stores c unless the cache already holds a newer version. It
-// returns the version now cached.
+// putClaim stores c as the watch delivered it, unless the cache already
+// holds a newer version of the same claim, or c is a claim an API response
+// said is gone (its tombstone). It returns the version now cached, nil when
+// c was ignored as gone.
 func (s *store) putClaim(c *corev1.PersistentVolumeClaim) *corev1.PersistentVolumeClaim {
 	// Objects the API returns carry managedFields, often most of their
 	// bytes; the binder never reads them, and an update without them leaves
@@ -149,6 +213,9 @@ func (s *store) putClaim(c *corev1.PersistentVolumeClaim) *corev1.PersistentVolu
 	key := claimKey(c)
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if !s.claimTombs.admit(key, c.UID) {
+		return nil
+	}
 	old := s.claims[key]
 	if old != nil {
 		if old.UID == c.UID && !notOlder(c.ResourceVersion, old.ResourceVersion) {
@@ -156,6 +223,11 @@ func (s *store) putClaim(c *corev1.PersistentVolumeClaim) *corev1.PersistentVolu
 		}
 		s.unindexClaim(old)
 	}
+	s.insertClaim(key, c)
+	return c
+}
+
+func (s *store) insertClaim(key string, c *corev1.PersistentVolumeClaim) {
 	s.claims[key] = c
 	if _, done := c.Annotations[kube.AnnBindCompleted]; !done {
 		if c.Spec.VolumeName == "" {
@@ -164,7 +236,40 @@ func (s *store) putClaim(c *corev1.PersistentVolumeClaim) *corev1.PersistentVolu
 			addTo(s.waitingFor, c.Spec.VolumeName, key, struct{}{})
 		}
 	}
+}
+
+// refreshClaim takes a claim from an API response; see refreshVolume: it
+// only ever updates the cached entry of the same claim (UID).
+func (s *store) refreshClaim(c *corev1.PersistentVolumeClaim) *corev1.PersistentVolumeClaim {
+	c.ManagedFields = nil
+	key := claimKey(c)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	old := s.claims[key]
+	if old == nil || old.UID != c.UID {
+		return c
+	}
+	if !notOlder(c.ResourceVersion, old.ResourceVersion) {
+		return old
+	}
+	s.unindexClaim(old)
+	s.insertClaim(key, c)
 	return c
+}
+
+// dropClaim removes a claim the API says is gone; see dropVolume.
+func (s *store) dropClaim(key string, uid types.UID) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	old := s.claims[key]
+	if old != nil && old.UID != uid {
+		return
+	}
+	if old != nil {
+		s.unindexClaim(old)
+		delete(s.claims, key)
+	}
+	s.claimTombs.add(key, uid, old)
 }
 
 func (s *store) unindexClaim(c *corev1.PersistentVolumeClaim) {
@@ -175,6 +280,7 @@ func (s *store) unindexClaim(c *corev1.PersistentVolumeClaim) {
 	}
 }
 
+// deleteClaim removes a claim the watch says is deleted; see deleteVolume.
 func (s *store) deleteClaim(key string) *corev1.PersistentVolumeClaim {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -182,6 +288,11 @@ func (s *store) deleteClaim(key string) *corev1.PersistentVolumeClaim {
 	if old != nil {
 		s.unindexClaim(old)
 		delete(s.claims, key)
+	}
+	if last := s.claimTombs.clear(key); old == nil {
+		if c, ok := last.(*corev1.PersistentVolumeClaim); ok {
+			old = c
+		}
 	}
 	return old
 }
@@ -437,6 +548,23 @@ func (s *store) removeFree(v *corev1.PersistentVolume) {
 		delete(s.free[class], key)
 		if len(s.free[class]) == 0 {
 			delete(s.free, class)
+		}
+	}
+}
+
+// endTombstones ends the tombstones of objects a full list did not
+// mention: the watch now agrees they are gone.
+func (s *store) endTombstones(claimsListed, volumesListed map[string]bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for k := range s.claimTombs {
+		if !claimsListed[k] {
+			delete(s.claimTombs, k)
+		}
+	}
+	for k := range s.volumeTombs {
+		if !volumesListed[k] {
+			delete(s.volumeTombs, k)
 		}
 	}
 }

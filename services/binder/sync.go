@@ -18,6 +18,7 @@ import (
 // syncClaim brings one claim closer to Bound. It is idempotent and reads
 // only the cache, except where noted.
 func (c *controller) syncClaim(ctx context.Context, claim *corev1.PersistentVolumeClaim) error {
+	ctx = forObject(ctx, "pvc/"+claimKey(claim))
 	if _, done := claim.Annotations[kube.AnnBindCompleted]; done {
 		return c.syncBoundClaim(ctx, claim)
 	}
@@ -121,6 +122,7 @@ func (c *controller) syncBoundClaim(ctx context.Context, claim *corev1.Persisten
 
 // syncVolume brings one volume's phase in line with its claim.
 func (c *controller) syncVolume(ctx context.Context, volume *corev1.PersistentVolume) error {
+	ctx = forObject(ctx, "pv/"+volume.Name)
 	ref := volume.Spec.ClaimRef
 	if ref == nil || ref.UID == "" {
 		// Unused, or pre-bound by a user to a claim that will bind it.
@@ -151,9 +153,13 @@ func (c *controller) syncVolume(ctx context.Context, volume *corev1.PersistentVo
 			return nil
 		}
 		// The claim's sync finishes the bind; ask for it now.
-		c.claimQueue.Add(claimKey(claim))
+		c.claimQueue.add(claimKey(claim))
 		return nil
 	case claim.Spec.VolumeName == volume.Name:
+		if released(volume) {
+			// claimOfVolume read the claim from the API: it lives.
+			return c.refuseRebind(ctx, volume, claim)
+		}
 		_, err := c.updateVolumePhase(ctx, volume, corev1.VolumeBound, "")
 		return err
 	case metav1.HasAnnotation(volume.ObjectMeta, kube.AnnDynamicallyProvisioned) &&
@@ -178,23 +184,31 @@ func (c *controller) syncVolume(ctx context.Context, volume *corev1.PersistentVo
 func (c *controller) claimOfVolume(ctx context.Context, volume *corev1.PersistentVolume) (*corev1.PersistentVolumeClaim, error) {
 	ref := volume.Spec.ClaimRef
 	claim := c.store.claim(refKey(ref))
-	if claim != nil && claim.UID == ref.UID {
+	if claim != nil && claim.UID == ref.UID && !released(volume) {
 		return claim, nil
 	}
-	if claim == nil && (volume.Status.Phase == corev1.VolumeReleased || volume.Status.Phase == corev1.VolumeFailed) {
+	if claim == nil && released(volume) {
 		// Already released: the claim was confirmed gone before.
 		return nil, nil
 	}
+	// Not in the cache, or in it although the volume was released (the
+	// API said the claim was gone): ask the API.
 	live, err := c.client.CoreV1().PersistentVolumeClaims(ref.Namespace).Get(ctx, ref.Name, metav1.GetOptions{})
 	switch {
 	case apierrors.IsNotFound(err):
+		if claim != nil && claim.UID == ref.UID {
+			c.store.dropClaim(refKey(ref), ref.UID)
+		}
 		return nil, nil
 	case err != nil:
 		return nil, fmt.Errorf("get claim %s of volume %s: %w", refKey(ref), volume.Name, err)
 	case live.UID != ref.UID:
+		if claim != nil && claim.UID == ref.UID {
+			c.store.dropClaim(refKey(ref), ref.UID)
+		}
 		return nil, nil
 	}
-	return c.store.putClaim(live), nil
+	return c.store.refreshClaim(live), nil
 }
 
 // delayBinding reports whether the claim's class binds only once a pod is
@@ -226,11 +240,14 @@ func (c *controller) assignDefaultClass(ctx context.Context, claim *corev1.Persi
 	}
 	clone := claim.DeepCopy()
 	clone.Spec.StorageClassName = &class.Name
+	if err := c.fence(ctx); err != nil {
+		return false, err
+	}
 	updated, err := c.client.CoreV1().PersistentVolumeClaims(claim.Namespace).Update(ctx, clone, metav1.UpdateOptions{})
 	if err != nil {
-		return false, fmt.Errorf("can't update PersistentVolumeClaim[%q]: %w", claimKey(claim), err)
+		return false, c.claimWriteFailed(claim, err, "can't update PersistentVolumeClaim[%q]", claimKey(claim))
 	}
-	c.store.putClaim(updated)
+	c.store.refreshClaim(updated)
 	return true, nil
 }
 
@@ -252,12 +269,17 @@ func (c *controller) provisionClaim(ctx context.Context, claim *corev1.Persisten
 		clone := claim.DeepCopy()
 		metav1.SetMetaDataAnnotation(&clone.ObjectMeta, kube.AnnBetaStorageProvisioner, provisioner)
 		metav1.SetMetaDataAnnotation(&clone.ObjectMeta, kube.AnnStorageProvisioner, provisioner)
+		if err := c.fence(ctx); err != nil {
+			return err
+		}
 		updated, err := c.client.CoreV1().PersistentVolumeClaims(claim.Namespace).Update(ctx, clone, metav1.UpdateOptions{})
 		if err != nil {
-			c.recorder.Event(claim, corev1.EventTypeWarning, kube.EventProvisioningFailed, fmt.Sprintf("Error saving claim: %v", err))
-			return fmt.Errorf("set provisioner of claim %s: %w", claimKey(claim), err)
+			if !apierrors.IsNotFound(err) {
+				c.recorder.Event(claim, corev1.EventTypeWarning, kube.EventProvisioningFailed, fmt.Sprintf("Error saving claim: %v", err))
+			}
+			return c.claimWriteFailed(claim, err, "set provisioner of claim %s", claimKey(claim))
 		}
-		claim = c.store.putClaim(updated)
+		claim = c.store.refreshClaim(updated)
 	}
 	served := c.provisioner != nil && c.provisioner.Serves(ctx, provisioner)
 	key := claimKey(claim)
@@ -268,13 +290,24 @@ func (c *controller) provisionClaim(ctx context.Context, claim *corev1.Persisten
 		if c.provisions.busy(key) {
 			return nil // its end syncs the claim again
 		}
+		if wait := c.provisions.wait(key); wait > 0 {
+			// The last call did not finish: the next waits for its backoff,
+			// whatever synced the claim meanwhile.
+			c.claimQueue.AddAfter(key, wait)
+			return nil
+		}
 	}
 	c.recorder.Event(claim, corev1.EventTypeNormal, kube.EventExternalProvisioning,
 		fmt.Sprintf("Waiting for a volume to be created either by the external provisioner '%s' or manually by the system administrator. If volume creation is delayed, please verify that the provisioner is running and correctly registered.", provisioner))
 	if served {
 		c.provisions.start(ctx, key, claim.UID, func(ctx context.Context) (provisionResult, error) {
+			// The call may have waited for a slot: the claim must still be
+			// this replica's.
+			if err := c.fence(ctx); err != nil {
+				return provisionResult{}, err
+			}
 			return c.provisioner.Provision(ctx, claim, class)
-		}, c.claimQueue.Add)
+		}, c.claimQueue.add)
 	}
 	return nil
 }
@@ -285,14 +318,16 @@ func (c *controller) provisionClaim(ctx context.Context, claim *corev1.Persisten
 func (c *controller) provisioned(ctx context.Context, claim *corev1.PersistentVolumeClaim, out provisionOutcome) error {
 	key := claimKey(claim)
 	if out.err == nil && out.res.outcome == provisionerv1.Outcome_OUTCOME_FINISHED {
-		c.provisions.backoff.Forget(key)
+		c.provisions.finished(key)
 		if out.res.volume == nil {
 			return nil // its watch event brings it
 		}
-		return c.bind(ctx, c.store.putVolume(out.res.volume), claim)
+		// The new volume enters the cache with its watch event; the bind
+		// goes on with the provisioner's copy.
+		return c.bind(ctx, c.store.refreshVolume(out.res.volume), claim)
 	}
 	if out.err == nil && out.res.outcome == provisionerv1.Outcome_OUTCOME_RESCHEDULE {
-		c.provisions.backoff.Forget(key)
+		c.provisions.finished(key)
 		// The selected node cannot take the volume: let the scheduler
 		// choose another by removing its choice.
 		if _, ok := claim.Annotations[kube.AnnSelectedNode]; !ok {
@@ -300,16 +335,23 @@ func (c *controller) provisioned(ctx context.Context, claim *corev1.PersistentVo
 		}
 		clone := claim.DeepCopy()
 		delete(clone.Annotations, kube.AnnSelectedNode)
+		if err := c.fence(ctx); err != nil {
+			return err
+		}
 		updated, err := c.client.CoreV1().PersistentVolumeClaims(claim.Namespace).Update(ctx, clone, metav1.UpdateOptions{})
 		if err != nil {
-			return fmt.Errorf("remove selected node of claim %s: %w", key, err)
+			return c.claimWriteFailed(claim, err, "remove selected node of claim %s", key)
 		}
-		c.store.putClaim(updated)
+		c.store.refreshClaim(updated)
 		return nil
 	}
 	// In background (same name again), a final error (the provisioner sent
 	// ProvisioningFailed) or the provisioner unreachable: retry with backoff.
-	delay := c.provisions.backoff.When(key)
+	if errors.Is(out.err, errNotOwner) {
+		return nil // the owner provisions it
+	}
+	delay := c.provisions.retry(key)
+	retriesTotal.WithLabelValues(reasonProvision).Inc()
 	if out.err != nil {
 		c.log.Warn("provisioning call failed, retrying", "claim", key, "error", out.err, "after", delay)
 	} else {
@@ -336,11 +378,17 @@ func (c *controller) reclaimVolume(ctx context.Context, volume *corev1.Persisten
 	if c.reclaimer == nil {
 		return nil
 	}
+	if err := c.fence(ctx); err != nil {
+		return err
+	}
 	if err := c.reclaimer.Reclaim(ctx, volume); err != nil {
-		return fmt.Errorf("hand volume %s to the reclaimer: %w", volume.Name, err)
+		return fmt.Errorf("hand volume %s to the reclaimer: %w: %w", volume.Name, errReclaim, err)
 	}
 	return nil
 }
+
+// errReclaim says the reclaimer could not take a volume.
+var errReclaim = errors.New("reclaimer")
 
 // errReserved says another claim (of this or another replica) is binding
 // the volume; the claim is synced again later.

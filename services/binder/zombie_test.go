@@ -1,0 +1,218 @@
+package binder
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
+	"k8s.io/client-go/tools/record"
+
+	"github.com/volplane/volplane/pkg/kube"
+	watcherv1 "github.com/volplane/volplane/proto/volplane/watcher/v1"
+)
+
+var (
+	evAdded    = watcherv1.EventType_EVENT_TYPE_ADDED
+	evModified = watcherv1.EventType_EVENT_TYPE_UPDATED
+	evDeleted  = watcherv1.EventType_EVENT_TYPE_DELETED
+	kindPV     = watcherv1.Kind_KIND_PERSISTENT_VOLUME
+	kindPVC    = watcherv1.Kind_KIND_PERSISTENT_VOLUME_CLAIM
+)
+
+// fedController is a controller whose cache the watch has filled with objs,
+// each also in the fake API.
+func fedController(t *testing.T, objs ...runtime.Object) (*controller, *fake.Clientset) {
+	t.Helper()
+	client := fake.NewClientset(objs...)
+	c := newController(slog.New(slog.NewTextHandler(io.Discard, nil)), client, record.NewFakeRecorder(1000))
+	c.Reset()
+	for _, o := range objs {
+		deliver(t, c, evAdded, o)
+	}
+	c.Synced()
+	return c, client
+}
+
+// deliver hands c one watch event for o.
+func deliver(t *testing.T, c *controller, typ watcherv1.EventType, o runtime.Object) {
+	t.Helper()
+	var ev *watcherv1.WatchResponse
+	switch o := o.(type) {
+	case *corev1.PersistentVolume:
+		ev = event(typ, kindPV, o.Name, o)
+	case *corev1.PersistentVolumeClaim:
+		ev = event(typ, kindPVC, claimKey(o), o)
+	default:
+		t.Fatalf("no watch event for %T", o)
+	}
+	if err := c.Event(ev); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// apiCounts is how many claims and volumes the (fake) API holds.
+func apiCounts(t *testing.T, client *fake.Clientset) (claims, volumes int) {
+	t.Helper()
+	cl, err := client.CoreV1().PersistentVolumeClaims("").List(context.Background(), metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	vl, err := client.CoreV1().PersistentVolumes().List(context.Background(), metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return len(cl.Items), len(vl.Items)
+}
+
+// The claim is deleted while the binder's update of it is in flight: the
+// watch delivers the deletion before the update's response comes back.
+// The response must not bring the claim back into the cache, and the
+// volume it was being bound to must end Released, not stay Bound to a
+// claim that no longer exists.
+func TestADeleteRacingAnUpdateLeavesNoZombie(t *testing.T) {
+	ctx := t.Context()
+	claim, volume := testClaim("data"), testVolume("pv")
+	volume.UID = "pv-uid"
+	volume.Spec.PersistentVolumeReclaimPolicy = corev1.PersistentVolumeReclaimRetain
+	c, client := fedController(t, claim.DeepCopy(), volume.DeepCopy())
+	pvcs := schema.GroupVersionResource{Version: "v1", Resource: "persistentvolumeclaims"}
+	client.PrependReactor("update", "persistentvolumeclaims", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		if a.GetSubresource() != "" {
+			return false, nil, nil
+		}
+		// The API applies the update (bind-completed, volumeName), then
+		// the user deletes the claim; the watch is quicker than the
+		// response.
+		updated := a.(k8stesting.UpdateAction).GetObject().(*corev1.PersistentVolumeClaim).DeepCopy()
+		updated.ResourceVersion = "5"
+		if err := client.Tracker().Delete(pvcs, claim.Namespace, claim.Name); err != nil {
+			t.Error(err)
+		}
+		gone := updated.DeepCopy()
+		gone.ResourceVersion = "6"
+		deliver(t, c, evDeleted, gone)
+		return true, updated, nil
+	})
+	_ = c.syncClaim(ctx, c.store.claim(claimKey(claim))) // ends in NotFound or gone: either is fine
+
+	if c.store.claim(claimKey(claim)) != nil {
+		t.Error("the update's response re-created a claim whose deletion the watch delivered")
+	}
+	cacheClaims, _ := c.store.counts()
+	apiClaims, _ := apiCounts(t, client)
+	if cacheClaims > apiClaims {
+		t.Errorf("cache holds %d claims, the API %d", cacheClaims, apiClaims)
+	}
+
+	// The volume was bound to the claim before it went: its sync releases
+	// it.
+	for range 3 {
+		v := c.store.volume("pv")
+		if v == nil {
+			t.Fatal("volume left the cache")
+		}
+		if err := c.syncVolume(ctx, v); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got, err := client.CoreV1().PersistentVolumes().Get(ctx, "pv", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Spec.ClaimRef == nil || got.Spec.ClaimRef.UID != claim.UID {
+		t.Fatalf("the volume's claimRef is %v; the bind's first step should have set it", got.Spec.ClaimRef)
+	}
+	if got.Status.Phase != corev1.VolumeReleased {
+		t.Fatalf("the deleted claim's volume is %s, want Released", got.Status.Phase)
+	}
+}
+
+// An update answered NotFound means the claim is gone: it leaves the cache
+// at once, nothing is retried, and a late watch event of the same claim
+// (sent before its deletion) does not bring it back. The deletion event,
+// when it comes, still queues the claim's volume.
+func TestNotFoundOnUpdateDropsTheClaim(t *testing.T) {
+	ctx := t.Context()
+	claim := testClaim("data")
+	claim.Spec.StorageClassName = nil
+	claim.Spec.VolumeName = "pv"
+	claim.Status.Phase = ""
+	c, client := fedController(t, claim.DeepCopy())
+	pvcs := schema.GroupVersionResource{Version: "v1", Resource: "persistentvolumeclaims"}
+	if err := client.Tracker().Delete(pvcs, claim.Namespace, claim.Name); err != nil {
+		t.Fatal(err)
+	}
+	_ = c.syncClaim(ctx, c.store.claim(claimKey(claim))) // the claim is gone: an error says so
+	if c.store.claim(claimKey(claim)) != nil {
+		t.Fatal("a claim the API answered NotFound for is still cached")
+	}
+	late := claim.DeepCopy()
+	late.ResourceVersion = "2"
+	late.Labels = map[string]string{"changed": "before-the-delete"}
+	deliver(t, c, evModified, late)
+	if c.store.claim(claimKey(claim)) != nil {
+		t.Fatal("a late watch event re-created a claim known to be gone")
+	}
+	for c.volumeQueue.Len() > 0 {
+		k, _ := c.volumeQueue.Get()
+		c.volumeQueue.Done(k)
+	}
+	gone := claim.DeepCopy()
+	gone.ResourceVersion = "3"
+	deliver(t, c, evDeleted, gone)
+	if c.volumeQueue.Len() != 1 {
+		t.Fatalf("the deletion queued %d volumes, want the claim's volume", c.volumeQueue.Len())
+	}
+	// A claim created again under the same name (a new UID) is cached.
+	again := testClaim("data")
+	again.UID = "uid-data-2"
+	again.ResourceVersion = "4"
+	deliver(t, c, evAdded, again)
+	if got := c.store.claim(claimKey(claim)); got == nil || got.UID != again.UID {
+		t.Fatalf("the new claim under the old name: %v", got)
+	}
+}
+
+// A volume that was Released (its claim confirmed gone) is never made Bound
+// again, even when a stale cache still shows the claim, by the volume's
+// sync or by the claim's ("bind again").
+func TestAReleasedVolumeIsNeverBoundAgain(t *testing.T) {
+	ctx := t.Context()
+	for _, phase := range []corev1.PersistentVolumePhase{corev1.VolumeReleased, corev1.VolumeFailed} {
+		t.Run(string(phase), func(t *testing.T) {
+			claim := testClaim("data")
+			claim.Spec.VolumeName = "pv"
+			claim.Annotations = map[string]string{kube.AnnBindCompleted: "yes", kube.AnnBoundByController: "yes"}
+			claim.Status.Phase = corev1.ClaimBound
+			volume := testVolume("pv")
+			volume.UID = "pv-uid"
+			volume.Spec.ClaimRef = &corev1.ObjectReference{Namespace: "ns", Name: "data", UID: claim.UID}
+			volume.Spec.PersistentVolumeReclaimPolicy = corev1.PersistentVolumeReclaimRetain
+			volume.Status.Phase = phase
+			// The cache still has the claim; the API does not.
+			c, client := fedController(t, claim.DeepCopy(), volume.DeepCopy())
+			pvcs := schema.GroupVersionResource{Version: "v1", Resource: "persistentvolumeclaims"}
+			if err := client.Tracker().Delete(pvcs, claim.Namespace, claim.Name); err != nil {
+				t.Fatal(err)
+			}
+			_ = c.syncVolume(ctx, c.store.volume("pv"))
+			if cl := c.store.claim(claimKey(claim)); cl != nil {
+				_ = c.syncClaim(ctx, cl)
+			}
+			got, err := client.CoreV1().PersistentVolumes().Get(ctx, "pv", metav1.GetOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got.Status.Phase != phase {
+				t.Fatalf("a %s volume became %s", phase, got.Status.Phase)
+			}
+		})
+	}
+}
