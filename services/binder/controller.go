@@ -69,6 +69,9 @@ type controller struct {
 	syncedCh   chan struct{}
 	syncedOnce sync.Once
 	bindsTotal atomic.Int64
+	// feed is the watcher subscription and how current it is (stream.go);
+	// nil in unit tests.
+	feed *feed
 
 	// relisted tracks the keys a full list after Reset delivered, so that
 	// objects missing from it are deleted on Synced.
