@@ -53,6 +53,9 @@ var routes = []route{
 	{Method: "POST", Path: "/v1/volumes/{volume_name}:deleteBacking", RPC: "volplane.provisioner.v1.ProvisionerService.DeleteVolume", Verb: "delete", Resource: "volumes", Subresource: "backing"},
 	{Method: "GET", Path: "/v1/drivers", RPC: "volplane.provisioner.v1.ProvisionerService.ListDrivers", Verb: "list", Resource: "drivers"},
 	{Method: "GET", Path: "/v1/provisioner/operations", RPC: "volplane.provisioner.v1.ProvisionerService.ListOperations", Verb: "list", Resource: "operations"},
+	{Method: "GET", Path: "/v1/drivers/{name}/capacity", RPC: "volplane.provisioner.v1.ProvisionerService.GetCapacity", Verb: "get", Resource: "drivers", Subresource: "capacity"},
+	{Method: "GET", Path: "/v1/orphans", RPC: "volplane.provisioner.v1.ProvisionerService.ListOrphans", Verb: "list", Resource: "orphans"},
+	{Method: "POST", Path: "/v1/orphans:delete", RPC: "volplane.provisioner.v1.ProvisionerService.DeleteOrphan", Verb: "delete", Resource: "orphans"},
 	// reclaimer
 	{Method: "POST", Path: "/v1/reclaims", RPC: "volplane.reclaimer.v1.ReclaimerService.Reclaim", Verb: "create", Resource: "reclaims"},
 	{Method: "GET", Path: "/v1/reclaims/{volume_name}", RPC: "volplane.reclaimer.v1.ReclaimerService.GetReclaim", Verb: "get", Resource: "reclaims"},

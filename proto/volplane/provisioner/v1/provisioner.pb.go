@@ -84,6 +84,60 @@ func (Outcome) EnumDescriptor() ([]byte, []int) {
 	return file_volplane_provisioner_v1_provisioner_proto_rawDescGZIP(), []int{0}
 }
 
+// OrphanKind says what is orphaned.
+type OrphanKind int32
+
+const (
+	OrphanKind_ORPHAN_KIND_UNSPECIFIED OrphanKind = 0
+	// A backing volume the driver lists that no PersistentVolume names
+	// (driver and volumeHandle) and no journal record explains.
+	OrphanKind_ORPHAN_KIND_VOLUME OrphanKind = 1
+	// A PersistentVolume of a served driver whose backing volume the driver
+	// does not list.
+	OrphanKind_ORPHAN_KIND_PERSISTENT_VOLUME OrphanKind = 2
+)
+
+// Enum value maps for OrphanKind.
+var (
+	OrphanKind_name = map[int32]string{
+		0: "ORPHAN_KIND_UNSPECIFIED",
+		1: "ORPHAN_KIND_VOLUME",
+		2: "ORPHAN_KIND_PERSISTENT_VOLUME",
+	}
+	OrphanKind_value = map[string]int32{
+		"ORPHAN_KIND_UNSPECIFIED":       0,
+		"ORPHAN_KIND_VOLUME":            1,
+		"ORPHAN_KIND_PERSISTENT_VOLUME": 2,
+	}
+)
+
+func (x OrphanKind) Enum() *OrphanKind {
+	p := new(OrphanKind)
+	*p = x
+	return p
+}
+
+func (x OrphanKind) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (OrphanKind) Descriptor() protoreflect.EnumDescriptor {
+	return file_volplane_provisioner_v1_provisioner_proto_enumTypes[1].Descriptor()
+}
+
+func (OrphanKind) Type() protoreflect.EnumType {
+	return &file_volplane_provisioner_v1_provisioner_proto_enumTypes[1]
+}
+
+func (x OrphanKind) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use OrphanKind.Descriptor instead.
+func (OrphanKind) EnumDescriptor() ([]byte, []int) {
+	return file_volplane_provisioner_v1_provisioner_proto_rawDescGZIP(), []int{1}
+}
+
 // ProvisionRequest names the claim to provision a volume for.
 type ProvisionRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -748,6 +802,599 @@ func (x *ListOperationsResponse) GetOperations() []*Operation {
 	return nil
 }
 
+// GetCapacityRequest names a driver.
+type GetCapacityRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The driver's CSI name (or the StorageClass provisioner name it serves).
+	Name          string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetCapacityRequest) Reset() {
+	*x = GetCapacityRequest{}
+	mi := &file_volplane_provisioner_v1_provisioner_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetCapacityRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetCapacityRequest) ProtoMessage() {}
+
+func (x *GetCapacityRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_volplane_provisioner_v1_provisioner_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetCapacityRequest.ProtoReflect.Descriptor instead.
+func (*GetCapacityRequest) Descriptor() ([]byte, []int) {
+	return file_volplane_provisioner_v1_provisioner_proto_rawDescGZIP(), []int{10}
+}
+
+func (x *GetCapacityRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+// Capacity is one CSIStorageCapacity object: what GetCapacity answered for
+// a StorageClass in a topology segment.
+type Capacity struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Namespace of the CSIStorageCapacity object.
+	Namespace string `protobuf:"bytes,1,opt,name=namespace,proto3" json:"namespace,omitempty"`
+	// Name of the CSIStorageCapacity object.
+	Name string `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
+	// The StorageClass.
+	StorageClassName string `protobuf:"bytes,3,opt,name=storage_class_name,json=storageClassName,proto3" json:"storage_class_name,omitempty"`
+	// The topology segment (the object's nodeTopology matchLabels); empty for
+	// a driver without topology.
+	Segment map[string]string `protobuf:"bytes,4,rep,name=segment,proto3" json:"segment,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// Available capacity in bytes; 0 also when the driver reported none.
+	CapacityBytes int64 `protobuf:"varint,5,opt,name=capacity_bytes,json=capacityBytes,proto3" json:"capacity_bytes,omitempty"`
+	// The largest volume the driver can make there, 0 when not reported.
+	MaximumVolumeSizeBytes int64 `protobuf:"varint,6,opt,name=maximum_volume_size_bytes,json=maximumVolumeSizeBytes,proto3" json:"maximum_volume_size_bytes,omitempty"`
+	// When the object was created.
+	CreateTime    *timestamppb.Timestamp `protobuf:"bytes,7,opt,name=create_time,json=createTime,proto3" json:"create_time,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Capacity) Reset() {
+	*x = Capacity{}
+	mi := &file_volplane_provisioner_v1_provisioner_proto_msgTypes[11]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Capacity) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Capacity) ProtoMessage() {}
+
+func (x *Capacity) ProtoReflect() protoreflect.Message {
+	mi := &file_volplane_provisioner_v1_provisioner_proto_msgTypes[11]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Capacity.ProtoReflect.Descriptor instead.
+func (*Capacity) Descriptor() ([]byte, []int) {
+	return file_volplane_provisioner_v1_provisioner_proto_rawDescGZIP(), []int{11}
+}
+
+func (x *Capacity) GetNamespace() string {
+	if x != nil {
+		return x.Namespace
+	}
+	return ""
+}
+
+func (x *Capacity) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *Capacity) GetStorageClassName() string {
+	if x != nil {
+		return x.StorageClassName
+	}
+	return ""
+}
+
+func (x *Capacity) GetSegment() map[string]string {
+	if x != nil {
+		return x.Segment
+	}
+	return nil
+}
+
+func (x *Capacity) GetCapacityBytes() int64 {
+	if x != nil {
+		return x.CapacityBytes
+	}
+	return 0
+}
+
+func (x *Capacity) GetMaximumVolumeSizeBytes() int64 {
+	if x != nil {
+		return x.MaximumVolumeSizeBytes
+	}
+	return 0
+}
+
+func (x *Capacity) GetCreateTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.CreateTime
+	}
+	return nil
+}
+
+// GetCapacityResponse lists a driver's published capacity.
+type GetCapacityResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The driver's CSI name.
+	DriverName string `protobuf:"bytes,1,opt,name=driver_name,json=driverName,proto3" json:"driver_name,omitempty"`
+	// The objects, sorted by StorageClass and segment.
+	Capacities    []*Capacity `protobuf:"bytes,2,rep,name=capacities,proto3" json:"capacities,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetCapacityResponse) Reset() {
+	*x = GetCapacityResponse{}
+	mi := &file_volplane_provisioner_v1_provisioner_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetCapacityResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetCapacityResponse) ProtoMessage() {}
+
+func (x *GetCapacityResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_volplane_provisioner_v1_provisioner_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetCapacityResponse.ProtoReflect.Descriptor instead.
+func (*GetCapacityResponse) Descriptor() ([]byte, []int) {
+	return file_volplane_provisioner_v1_provisioner_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *GetCapacityResponse) GetDriverName() string {
+	if x != nil {
+		return x.DriverName
+	}
+	return ""
+}
+
+func (x *GetCapacityResponse) GetCapacities() []*Capacity {
+	if x != nil {
+		return x.Capacities
+	}
+	return nil
+}
+
+// ListOrphansRequest asks for the orphan report.
+type ListOrphansRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Only this driver (CSI name); empty means every driver served.
+	DriverName    string `protobuf:"bytes,1,opt,name=driver_name,json=driverName,proto3" json:"driver_name,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListOrphansRequest) Reset() {
+	*x = ListOrphansRequest{}
+	mi := &file_volplane_provisioner_v1_provisioner_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListOrphansRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListOrphansRequest) ProtoMessage() {}
+
+func (x *ListOrphansRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_volplane_provisioner_v1_provisioner_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListOrphansRequest.ProtoReflect.Descriptor instead.
+func (*ListOrphansRequest) Descriptor() ([]byte, []int) {
+	return file_volplane_provisioner_v1_provisioner_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *ListOrphansRequest) GetDriverName() string {
+	if x != nil {
+		return x.DriverName
+	}
+	return ""
+}
+
+// Orphan is one entry of the report.
+type Orphan struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// What is orphaned.
+	Kind OrphanKind `protobuf:"varint,1,opt,name=kind,proto3,enum=volplane.provisioner.v1.OrphanKind" json:"kind,omitempty"`
+	// The driver's CSI name.
+	DriverName string `protobuf:"bytes,2,opt,name=driver_name,json=driverName,proto3" json:"driver_name,omitempty"`
+	// The backing volume's ID (the PersistentVolume's volumeHandle).
+	VolumeId string `protobuf:"bytes,3,opt,name=volume_id,json=volumeId,proto3" json:"volume_id,omitempty"`
+	// The PersistentVolume (ORPHAN_KIND_PERSISTENT_VOLUME only).
+	PersistentVolumeName string `protobuf:"bytes,4,opt,name=persistent_volume_name,json=persistentVolumeName,proto3" json:"persistent_volume_name,omitempty"`
+	// Size in bytes, 0 when unknown.
+	CapacityBytes int64 `protobuf:"varint,5,opt,name=capacity_bytes,json=capacityBytes,proto3" json:"capacity_bytes,omitempty"`
+	// When the volume (or PersistentVolume) was created; absent when the
+	// driver does not say (see the provisioner's README).
+	CreateTime *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=create_time,json=createTime,proto3" json:"create_time,omitempty"`
+	// Set when the volume may still belong to a provisioning in flight
+	// whose volume ID is not known yet: it is listed, but DeleteOrphan
+	// refuses it until that operation ends.
+	Uncertain     string `protobuf:"bytes,7,opt,name=uncertain,proto3" json:"uncertain,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Orphan) Reset() {
+	*x = Orphan{}
+	mi := &file_volplane_provisioner_v1_provisioner_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Orphan) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Orphan) ProtoMessage() {}
+
+func (x *Orphan) ProtoReflect() protoreflect.Message {
+	mi := &file_volplane_provisioner_v1_provisioner_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Orphan.ProtoReflect.Descriptor instead.
+func (*Orphan) Descriptor() ([]byte, []int) {
+	return file_volplane_provisioner_v1_provisioner_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *Orphan) GetKind() OrphanKind {
+	if x != nil {
+		return x.Kind
+	}
+	return OrphanKind_ORPHAN_KIND_UNSPECIFIED
+}
+
+func (x *Orphan) GetDriverName() string {
+	if x != nil {
+		return x.DriverName
+	}
+	return ""
+}
+
+func (x *Orphan) GetVolumeId() string {
+	if x != nil {
+		return x.VolumeId
+	}
+	return ""
+}
+
+func (x *Orphan) GetPersistentVolumeName() string {
+	if x != nil {
+		return x.PersistentVolumeName
+	}
+	return ""
+}
+
+func (x *Orphan) GetCapacityBytes() int64 {
+	if x != nil {
+		return x.CapacityBytes
+	}
+	return 0
+}
+
+func (x *Orphan) GetCreateTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.CreateTime
+	}
+	return nil
+}
+
+func (x *Orphan) GetUncertain() string {
+	if x != nil {
+		return x.Uncertain
+	}
+	return ""
+}
+
+// DriverOrphans says how one driver was checked.
+type DriverOrphans struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The driver's CSI name.
+	DriverName string `protobuf:"bytes,1,opt,name=driver_name,json=driverName,proto3" json:"driver_name,omitempty"`
+	// The driver was listed (it has LIST_VOLUMES and answered).
+	Checked bool `protobuf:"varint,2,opt,name=checked,proto3" json:"checked,omitempty"`
+	// Why it was not checked (e.g. the driver lacks LIST_VOLUMES), or what
+	// limits the check.
+	Message string `protobuf:"bytes,3,opt,name=message,proto3" json:"message,omitempty"`
+	// How many backing volumes the driver listed.
+	VolumesListed int32 `protobuf:"varint,4,opt,name=volumes_listed,json=volumesListed,proto3" json:"volumes_listed,omitempty"`
+	// Provisionings of this driver in flight, whose volumes have no
+	// PersistentVolume yet.
+	ProvisionsInFlight int32 `protobuf:"varint,5,opt,name=provisions_in_flight,json=provisionsInFlight,proto3" json:"provisions_in_flight,omitempty"`
+	unknownFields      protoimpl.UnknownFields
+	sizeCache          protoimpl.SizeCache
+}
+
+func (x *DriverOrphans) Reset() {
+	*x = DriverOrphans{}
+	mi := &file_volplane_provisioner_v1_provisioner_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DriverOrphans) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DriverOrphans) ProtoMessage() {}
+
+func (x *DriverOrphans) ProtoReflect() protoreflect.Message {
+	mi := &file_volplane_provisioner_v1_provisioner_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DriverOrphans.ProtoReflect.Descriptor instead.
+func (*DriverOrphans) Descriptor() ([]byte, []int) {
+	return file_volplane_provisioner_v1_provisioner_proto_rawDescGZIP(), []int{15}
+}
+
+func (x *DriverOrphans) GetDriverName() string {
+	if x != nil {
+		return x.DriverName
+	}
+	return ""
+}
+
+func (x *DriverOrphans) GetChecked() bool {
+	if x != nil {
+		return x.Checked
+	}
+	return false
+}
+
+func (x *DriverOrphans) GetMessage() string {
+	if x != nil {
+		return x.Message
+	}
+	return ""
+}
+
+func (x *DriverOrphans) GetVolumesListed() int32 {
+	if x != nil {
+		return x.VolumesListed
+	}
+	return 0
+}
+
+func (x *DriverOrphans) GetProvisionsInFlight() int32 {
+	if x != nil {
+		return x.ProvisionsInFlight
+	}
+	return 0
+}
+
+// ListOrphansResponse is the orphan report.
+type ListOrphansResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The orphans, by driver, kind and volume ID.
+	Orphans []*Orphan `protobuf:"bytes,1,rep,name=orphans,proto3" json:"orphans,omitempty"`
+	// One entry per driver: whether and how it was checked.
+	Drivers       []*DriverOrphans `protobuf:"bytes,2,rep,name=drivers,proto3" json:"drivers,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListOrphansResponse) Reset() {
+	*x = ListOrphansResponse{}
+	mi := &file_volplane_provisioner_v1_provisioner_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListOrphansResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListOrphansResponse) ProtoMessage() {}
+
+func (x *ListOrphansResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_volplane_provisioner_v1_provisioner_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListOrphansResponse.ProtoReflect.Descriptor instead.
+func (*ListOrphansResponse) Descriptor() ([]byte, []int) {
+	return file_volplane_provisioner_v1_provisioner_proto_rawDescGZIP(), []int{16}
+}
+
+func (x *ListOrphansResponse) GetOrphans() []*Orphan {
+	if x != nil {
+		return x.Orphans
+	}
+	return nil
+}
+
+func (x *ListOrphansResponse) GetDrivers() []*DriverOrphans {
+	if x != nil {
+		return x.Drivers
+	}
+	return nil
+}
+
+// DeleteOrphanRequest names an orphaned backing volume. It travels in the
+// body (POST /v1/orphans:delete), not the path: volume IDs may hold '/'.
+type DeleteOrphanRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The driver's CSI name.
+	DriverName string `protobuf:"bytes,1,opt,name=driver_name,json=driverName,proto3" json:"driver_name,omitempty"`
+	// The backing volume's ID, as ListOrphans reports it.
+	VolumeId      string `protobuf:"bytes,2,opt,name=volume_id,json=volumeId,proto3" json:"volume_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeleteOrphanRequest) Reset() {
+	*x = DeleteOrphanRequest{}
+	mi := &file_volplane_provisioner_v1_provisioner_proto_msgTypes[17]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeleteOrphanRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeleteOrphanRequest) ProtoMessage() {}
+
+func (x *DeleteOrphanRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_volplane_provisioner_v1_provisioner_proto_msgTypes[17]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeleteOrphanRequest.ProtoReflect.Descriptor instead.
+func (*DeleteOrphanRequest) Descriptor() ([]byte, []int) {
+	return file_volplane_provisioner_v1_provisioner_proto_rawDescGZIP(), []int{17}
+}
+
+func (x *DeleteOrphanRequest) GetDriverName() string {
+	if x != nil {
+		return x.DriverName
+	}
+	return ""
+}
+
+func (x *DeleteOrphanRequest) GetVolumeId() string {
+	if x != nil {
+		return x.VolumeId
+	}
+	return ""
+}
+
+// DeleteOrphanResponse says the volume is gone.
+type DeleteOrphanResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The backing volume deleted.
+	Orphan        *Orphan `protobuf:"bytes,1,opt,name=orphan,proto3" json:"orphan,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeleteOrphanResponse) Reset() {
+	*x = DeleteOrphanResponse{}
+	mi := &file_volplane_provisioner_v1_provisioner_proto_msgTypes[18]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeleteOrphanResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeleteOrphanResponse) ProtoMessage() {}
+
+func (x *DeleteOrphanResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_volplane_provisioner_v1_provisioner_proto_msgTypes[18]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeleteOrphanResponse.ProtoReflect.Descriptor instead.
+func (*DeleteOrphanResponse) Descriptor() ([]byte, []int) {
+	return file_volplane_provisioner_v1_provisioner_proto_rawDescGZIP(), []int{18}
+}
+
+func (x *DeleteOrphanResponse) GetOrphan() *Orphan {
+	if x != nil {
+		return x.Orphan
+	}
+	return nil
+}
+
 var File_volplane_provisioner_v1_provisioner_proto protoreflect.FileDescriptor
 
 const file_volplane_provisioner_v1_provisioner_proto_rawDesc = "" +
@@ -805,18 +1452,75 @@ const file_volplane_provisioner_v1_provisioner_proto_rawDesc = "" +
 	"\x16ListOperationsResponse\x12B\n" +
 	"\n" +
 	"operations\x18\x01 \x03(\v2\".volplane.provisioner.v1.OperationR\n" +
-	"operations*\x82\x01\n" +
+	"operations\"(\n" +
+	"\x12GetCapacityRequest\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\"\x8f\x03\n" +
+	"\bCapacity\x12\x1c\n" +
+	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x12\n" +
+	"\x04name\x18\x02 \x01(\tR\x04name\x12,\n" +
+	"\x12storage_class_name\x18\x03 \x01(\tR\x10storageClassName\x12H\n" +
+	"\asegment\x18\x04 \x03(\v2..volplane.provisioner.v1.Capacity.SegmentEntryR\asegment\x12%\n" +
+	"\x0ecapacity_bytes\x18\x05 \x01(\x03R\rcapacityBytes\x129\n" +
+	"\x19maximum_volume_size_bytes\x18\x06 \x01(\x03R\x16maximumVolumeSizeBytes\x12;\n" +
+	"\vcreate_time\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\n" +
+	"createTime\x1a:\n" +
+	"\fSegmentEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"y\n" +
+	"\x13GetCapacityResponse\x12\x1f\n" +
+	"\vdriver_name\x18\x01 \x01(\tR\n" +
+	"driverName\x12A\n" +
+	"\n" +
+	"capacities\x18\x02 \x03(\v2!.volplane.provisioner.v1.CapacityR\n" +
+	"capacities\"5\n" +
+	"\x12ListOrphansRequest\x12\x1f\n" +
+	"\vdriver_name\x18\x01 \x01(\tR\n" +
+	"driverName\"\xb7\x02\n" +
+	"\x06Orphan\x127\n" +
+	"\x04kind\x18\x01 \x01(\x0e2#.volplane.provisioner.v1.OrphanKindR\x04kind\x12\x1f\n" +
+	"\vdriver_name\x18\x02 \x01(\tR\n" +
+	"driverName\x12\x1b\n" +
+	"\tvolume_id\x18\x03 \x01(\tR\bvolumeId\x124\n" +
+	"\x16persistent_volume_name\x18\x04 \x01(\tR\x14persistentVolumeName\x12%\n" +
+	"\x0ecapacity_bytes\x18\x05 \x01(\x03R\rcapacityBytes\x12;\n" +
+	"\vcreate_time\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
+	"createTime\x12\x1c\n" +
+	"\tuncertain\x18\a \x01(\tR\tuncertain\"\xbd\x01\n" +
+	"\rDriverOrphans\x12\x1f\n" +
+	"\vdriver_name\x18\x01 \x01(\tR\n" +
+	"driverName\x12\x18\n" +
+	"\achecked\x18\x02 \x01(\bR\achecked\x12\x18\n" +
+	"\amessage\x18\x03 \x01(\tR\amessage\x12%\n" +
+	"\x0evolumes_listed\x18\x04 \x01(\x05R\rvolumesListed\x120\n" +
+	"\x14provisions_in_flight\x18\x05 \x01(\x05R\x12provisionsInFlight\"\x92\x01\n" +
+	"\x13ListOrphansResponse\x129\n" +
+	"\aorphans\x18\x01 \x03(\v2\x1f.volplane.provisioner.v1.OrphanR\aorphans\x12@\n" +
+	"\adrivers\x18\x02 \x03(\v2&.volplane.provisioner.v1.DriverOrphansR\adrivers\"S\n" +
+	"\x13DeleteOrphanRequest\x12\x1f\n" +
+	"\vdriver_name\x18\x01 \x01(\tR\n" +
+	"driverName\x12\x1b\n" +
+	"\tvolume_id\x18\x02 \x01(\tR\bvolumeId\"O\n" +
+	"\x14DeleteOrphanResponse\x127\n" +
+	"\x06orphan\x18\x01 \x01(\v2\x1f.volplane.provisioner.v1.OrphanR\x06orphan*\x82\x01\n" +
 	"\aOutcome\x12\x17\n" +
 	"\x13OUTCOME_UNSPECIFIED\x10\x00\x12\x14\n" +
 	"\x10OUTCOME_FINISHED\x10\x01\x12\x19\n" +
 	"\x15OUTCOME_IN_BACKGROUND\x10\x02\x12\x15\n" +
 	"\x11OUTCOME_NO_CHANGE\x10\x03\x12\x16\n" +
-	"\x12OUTCOME_RESCHEDULE\x10\x042\xc2\x03\n" +
+	"\x12OUTCOME_RESCHEDULE\x10\x04*d\n" +
+	"\n" +
+	"OrphanKind\x12\x1b\n" +
+	"\x17ORPHAN_KIND_UNSPECIFIED\x10\x00\x12\x16\n" +
+	"\x12ORPHAN_KIND_VOLUME\x10\x01\x12!\n" +
+	"\x1dORPHAN_KIND_PERSISTENT_VOLUME\x10\x022\x83\x06\n" +
 	"\x12ProvisionerService\x12b\n" +
 	"\tProvision\x12).volplane.provisioner.v1.ProvisionRequest\x1a*.volplane.provisioner.v1.ProvisionResponse\x12k\n" +
 	"\fDeleteVolume\x12,.volplane.provisioner.v1.DeleteVolumeRequest\x1a-.volplane.provisioner.v1.DeleteVolumeResponse\x12h\n" +
 	"\vListDrivers\x12+.volplane.provisioner.v1.ListDriversRequest\x1a,.volplane.provisioner.v1.ListDriversResponse\x12q\n" +
-	"\x0eListOperations\x12..volplane.provisioner.v1.ListOperationsRequest\x1a/.volplane.provisioner.v1.ListOperationsResponseBJZHgithub.com/volplane/volplane/proto/volplane/provisioner/v1;provisionerv1b\x06proto3"
+	"\x0eListOperations\x12..volplane.provisioner.v1.ListOperationsRequest\x1a/.volplane.provisioner.v1.ListOperationsResponse\x12h\n" +
+	"\vGetCapacity\x12+.volplane.provisioner.v1.GetCapacityRequest\x1a,.volplane.provisioner.v1.GetCapacityResponse\x12h\n" +
+	"\vListOrphans\x12+.volplane.provisioner.v1.ListOrphansRequest\x1a,.volplane.provisioner.v1.ListOrphansResponse\x12k\n" +
+	"\fDeleteOrphan\x12,.volplane.provisioner.v1.DeleteOrphanRequest\x1a-.volplane.provisioner.v1.DeleteOrphanResponseBJZHgithub.com/volplane/volplane/proto/volplane/provisioner/v1;provisionerv1b\x06proto3"
 
 var (
 	file_volplane_provisioner_v1_provisioner_proto_rawDescOnce sync.Once
@@ -830,41 +1534,66 @@ func file_volplane_provisioner_v1_provisioner_proto_rawDescGZIP() []byte {
 	return file_volplane_provisioner_v1_provisioner_proto_rawDescData
 }
 
-var file_volplane_provisioner_v1_provisioner_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_volplane_provisioner_v1_provisioner_proto_msgTypes = make([]protoimpl.MessageInfo, 10)
+var file_volplane_provisioner_v1_provisioner_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
+var file_volplane_provisioner_v1_provisioner_proto_msgTypes = make([]protoimpl.MessageInfo, 20)
 var file_volplane_provisioner_v1_provisioner_proto_goTypes = []any{
 	(Outcome)(0),                   // 0: volplane.provisioner.v1.Outcome
-	(*ProvisionRequest)(nil),       // 1: volplane.provisioner.v1.ProvisionRequest
-	(*ProvisionResponse)(nil),      // 2: volplane.provisioner.v1.ProvisionResponse
-	(*DeleteVolumeRequest)(nil),    // 3: volplane.provisioner.v1.DeleteVolumeRequest
-	(*DeleteVolumeResponse)(nil),   // 4: volplane.provisioner.v1.DeleteVolumeResponse
-	(*Driver)(nil),                 // 5: volplane.provisioner.v1.Driver
-	(*ListDriversRequest)(nil),     // 6: volplane.provisioner.v1.ListDriversRequest
-	(*ListDriversResponse)(nil),    // 7: volplane.provisioner.v1.ListDriversResponse
-	(*Operation)(nil),              // 8: volplane.provisioner.v1.Operation
-	(*ListOperationsRequest)(nil),  // 9: volplane.provisioner.v1.ListOperationsRequest
-	(*ListOperationsResponse)(nil), // 10: volplane.provisioner.v1.ListOperationsResponse
-	(*timestamppb.Timestamp)(nil),  // 11: google.protobuf.Timestamp
+	(OrphanKind)(0),                // 1: volplane.provisioner.v1.OrphanKind
+	(*ProvisionRequest)(nil),       // 2: volplane.provisioner.v1.ProvisionRequest
+	(*ProvisionResponse)(nil),      // 3: volplane.provisioner.v1.ProvisionResponse
+	(*DeleteVolumeRequest)(nil),    // 4: volplane.provisioner.v1.DeleteVolumeRequest
+	(*DeleteVolumeResponse)(nil),   // 5: volplane.provisioner.v1.DeleteVolumeResponse
+	(*Driver)(nil),                 // 6: volplane.provisioner.v1.Driver
+	(*ListDriversRequest)(nil),     // 7: volplane.provisioner.v1.ListDriversRequest
+	(*ListDriversResponse)(nil),    // 8: volplane.provisioner.v1.ListDriversResponse
+	(*Operation)(nil),              // 9: volplane.provisioner.v1.Operation
+	(*ListOperationsRequest)(nil),  // 10: volplane.provisioner.v1.ListOperationsRequest
+	(*ListOperationsResponse)(nil), // 11: volplane.provisioner.v1.ListOperationsResponse
+	(*GetCapacityRequest)(nil),     // 12: volplane.provisioner.v1.GetCapacityRequest
+	(*Capacity)(nil),               // 13: volplane.provisioner.v1.Capacity
+	(*GetCapacityResponse)(nil),    // 14: volplane.provisioner.v1.GetCapacityResponse
+	(*ListOrphansRequest)(nil),     // 15: volplane.provisioner.v1.ListOrphansRequest
+	(*Orphan)(nil),                 // 16: volplane.provisioner.v1.Orphan
+	(*DriverOrphans)(nil),          // 17: volplane.provisioner.v1.DriverOrphans
+	(*ListOrphansResponse)(nil),    // 18: volplane.provisioner.v1.ListOrphansResponse
+	(*DeleteOrphanRequest)(nil),    // 19: volplane.provisioner.v1.DeleteOrphanRequest
+	(*DeleteOrphanResponse)(nil),   // 20: volplane.provisioner.v1.DeleteOrphanResponse
+	nil,                            // 21: volplane.provisioner.v1.Capacity.SegmentEntry
+	(*timestamppb.Timestamp)(nil),  // 22: google.protobuf.Timestamp
 }
 var file_volplane_provisioner_v1_provisioner_proto_depIdxs = []int32{
 	0,  // 0: volplane.provisioner.v1.ProvisionResponse.outcome:type_name -> volplane.provisioner.v1.Outcome
 	0,  // 1: volplane.provisioner.v1.DeleteVolumeResponse.outcome:type_name -> volplane.provisioner.v1.Outcome
-	5,  // 2: volplane.provisioner.v1.ListDriversResponse.drivers:type_name -> volplane.provisioner.v1.Driver
-	11, // 3: volplane.provisioner.v1.Operation.start_time:type_name -> google.protobuf.Timestamp
-	8,  // 4: volplane.provisioner.v1.ListOperationsResponse.operations:type_name -> volplane.provisioner.v1.Operation
-	1,  // 5: volplane.provisioner.v1.ProvisionerService.Provision:input_type -> volplane.provisioner.v1.ProvisionRequest
-	3,  // 6: volplane.provisioner.v1.ProvisionerService.DeleteVolume:input_type -> volplane.provisioner.v1.DeleteVolumeRequest
-	6,  // 7: volplane.provisioner.v1.ProvisionerService.ListDrivers:input_type -> volplane.provisioner.v1.ListDriversRequest
-	9,  // 8: volplane.provisioner.v1.ProvisionerService.ListOperations:input_type -> volplane.provisioner.v1.ListOperationsRequest
-	2,  // 9: volplane.provisioner.v1.ProvisionerService.Provision:output_type -> volplane.provisioner.v1.ProvisionResponse
-	4,  // 10: volplane.provisioner.v1.ProvisionerService.DeleteVolume:output_type -> volplane.provisioner.v1.DeleteVolumeResponse
-	7,  // 11: volplane.provisioner.v1.ProvisionerService.ListDrivers:output_type -> volplane.provisioner.v1.ListDriversResponse
-	10, // 12: volplane.provisioner.v1.ProvisionerService.ListOperations:output_type -> volplane.provisioner.v1.ListOperationsResponse
-	9,  // [9:13] is the sub-list for method output_type
-	5,  // [5:9] is the sub-list for method input_type
-	5,  // [5:5] is the sub-list for extension type_name
-	5,  // [5:5] is the sub-list for extension extendee
-	0,  // [0:5] is the sub-list for field type_name
+	6,  // 2: volplane.provisioner.v1.ListDriversResponse.drivers:type_name -> volplane.provisioner.v1.Driver
+	22, // 3: volplane.provisioner.v1.Operation.start_time:type_name -> google.protobuf.Timestamp
+	9,  // 4: volplane.provisioner.v1.ListOperationsResponse.operations:type_name -> volplane.provisioner.v1.Operation
+	21, // 5: volplane.provisioner.v1.Capacity.segment:type_name -> volplane.provisioner.v1.Capacity.SegmentEntry
+	22, // 6: volplane.provisioner.v1.Capacity.create_time:type_name -> google.protobuf.Timestamp
+	13, // 7: volplane.provisioner.v1.GetCapacityResponse.capacities:type_name -> volplane.provisioner.v1.Capacity
+	1,  // 8: volplane.provisioner.v1.Orphan.kind:type_name -> volplane.provisioner.v1.OrphanKind
+	22, // 9: volplane.provisioner.v1.Orphan.create_time:type_name -> google.protobuf.Timestamp
+	16, // 10: volplane.provisioner.v1.ListOrphansResponse.orphans:type_name -> volplane.provisioner.v1.Orphan
+	17, // 11: volplane.provisioner.v1.ListOrphansResponse.drivers:type_name -> volplane.provisioner.v1.DriverOrphans
+	16, // 12: volplane.provisioner.v1.DeleteOrphanResponse.orphan:type_name -> volplane.provisioner.v1.Orphan
+	2,  // 13: volplane.provisioner.v1.ProvisionerService.Provision:input_type -> volplane.provisioner.v1.ProvisionRequest
+	4,  // 14: volplane.provisioner.v1.ProvisionerService.DeleteVolume:input_type -> volplane.provisioner.v1.DeleteVolumeRequest
+	7,  // 15: volplane.provisioner.v1.ProvisionerService.ListDrivers:input_type -> volplane.provisioner.v1.ListDriversRequest
+	10, // 16: volplane.provisioner.v1.ProvisionerService.ListOperations:input_type -> volplane.provisioner.v1.ListOperationsRequest
+	12, // 17: volplane.provisioner.v1.ProvisionerService.GetCapacity:input_type -> volplane.provisioner.v1.GetCapacityRequest
+	15, // 18: volplane.provisioner.v1.ProvisionerService.ListOrphans:input_type -> volplane.provisioner.v1.ListOrphansRequest
+	19, // 19: volplane.provisioner.v1.ProvisionerService.DeleteOrphan:input_type -> volplane.provisioner.v1.DeleteOrphanRequest
+	3,  // 20: volplane.provisioner.v1.ProvisionerService.Provision:output_type -> volplane.provisioner.v1.ProvisionResponse
+	5,  // 21: volplane.provisioner.v1.ProvisionerService.DeleteVolume:output_type -> volplane.provisioner.v1.DeleteVolumeResponse
+	8,  // 22: volplane.provisioner.v1.ProvisionerService.ListDrivers:output_type -> volplane.provisioner.v1.ListDriversResponse
+	11, // 23: volplane.provisioner.v1.ProvisionerService.ListOperations:output_type -> volplane.provisioner.v1.ListOperationsResponse
+	14, // 24: volplane.provisioner.v1.ProvisionerService.GetCapacity:output_type -> volplane.provisioner.v1.GetCapacityResponse
+	18, // 25: volplane.provisioner.v1.ProvisionerService.ListOrphans:output_type -> volplane.provisioner.v1.ListOrphansResponse
+	20, // 26: volplane.provisioner.v1.ProvisionerService.DeleteOrphan:output_type -> volplane.provisioner.v1.DeleteOrphanResponse
+	20, // [20:27] is the sub-list for method output_type
+	13, // [13:20] is the sub-list for method input_type
+	13, // [13:13] is the sub-list for extension type_name
+	13, // [13:13] is the sub-list for extension extendee
+	0,  // [0:13] is the sub-list for field type_name
 }
 
 func init() { file_volplane_provisioner_v1_provisioner_proto_init() }
@@ -877,8 +1606,8 @@ func file_volplane_provisioner_v1_provisioner_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_volplane_provisioner_v1_provisioner_proto_rawDesc), len(file_volplane_provisioner_v1_provisioner_proto_rawDesc)),
-			NumEnums:      1,
-			NumMessages:   10,
+			NumEnums:      2,
+			NumMessages:   20,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

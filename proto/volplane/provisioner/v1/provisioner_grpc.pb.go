@@ -23,6 +23,9 @@ const (
 	ProvisionerService_DeleteVolume_FullMethodName   = "/volplane.provisioner.v1.ProvisionerService/DeleteVolume"
 	ProvisionerService_ListDrivers_FullMethodName    = "/volplane.provisioner.v1.ProvisionerService/ListDrivers"
 	ProvisionerService_ListOperations_FullMethodName = "/volplane.provisioner.v1.ProvisionerService/ListOperations"
+	ProvisionerService_GetCapacity_FullMethodName    = "/volplane.provisioner.v1.ProvisionerService/GetCapacity"
+	ProvisionerService_ListOrphans_FullMethodName    = "/volplane.provisioner.v1.ProvisionerService/ListOrphans"
+	ProvisionerService_DeleteOrphan_FullMethodName   = "/volplane.provisioner.v1.ProvisionerService/DeleteOrphan"
 )
 
 // ProvisionerServiceClient is the client API for ProvisionerService service.
@@ -45,6 +48,22 @@ type ProvisionerServiceClient interface {
 	ListDrivers(ctx context.Context, in *ListDriversRequest, opts ...grpc.CallOption) (*ListDriversResponse, error)
 	// ListOperations lists the journaled operations still in flight.
 	ListOperations(ctx context.Context, in *ListOperationsRequest, opts ...grpc.CallOption) (*ListOperationsResponse, error)
+	// GetCapacity shows the CSIStorageCapacity objects this provisioner
+	// publishes for a driver (one per topology segment and StorageClass), as
+	// the scheduler sees them. A driver without the GET_CAPACITY controller
+	// capability, or capacity tracking turned off, is FailedPrecondition; an
+	// unknown driver NotFound.
+	GetCapacity(ctx context.Context, in *GetCapacityRequest, opts ...grpc.CallOption) (*GetCapacityResponse, error)
+	// ListOrphans reports, per driver with the LIST_VOLUMES capability, the
+	// backing volumes with neither a PersistentVolume nor a journal record,
+	// and the PersistentVolumes whose backing volume the driver no longer
+	// lists. It changes nothing.
+	ListOrphans(ctx context.Context, in *ListOrphansRequest, opts ...grpc.CallOption) (*ListOrphansResponse, error)
+	// DeleteOrphan deletes one backing volume that ListOrphans reports,
+	// after checking again, right before DeleteVolume, that it is still an
+	// orphan (no PersistentVolume, no journal record); else
+	// FailedPrecondition saying why.
+	DeleteOrphan(ctx context.Context, in *DeleteOrphanRequest, opts ...grpc.CallOption) (*DeleteOrphanResponse, error)
 }
 
 type provisionerServiceClient struct {
@@ -95,6 +114,36 @@ func (c *provisionerServiceClient) ListOperations(ctx context.Context, in *ListO
 	return out, nil
 }
 
+func (c *provisionerServiceClient) GetCapacity(ctx context.Context, in *GetCapacityRequest, opts ...grpc.CallOption) (*GetCapacityResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(GetCapacityResponse)
+	err := c.cc.Invoke(ctx, ProvisionerService_GetCapacity_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *provisionerServiceClient) ListOrphans(ctx context.Context, in *ListOrphansRequest, opts ...grpc.CallOption) (*ListOrphansResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListOrphansResponse)
+	err := c.cc.Invoke(ctx, ProvisionerService_ListOrphans_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *provisionerServiceClient) DeleteOrphan(ctx context.Context, in *DeleteOrphanRequest, opts ...grpc.CallOption) (*DeleteOrphanResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(DeleteOrphanResponse)
+	err := c.cc.Invoke(ctx, ProvisionerService_DeleteOrphan_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // ProvisionerServiceServer is the server API for ProvisionerService service.
 // All implementations must embed UnimplementedProvisionerServiceServer
 // for forward compatibility.
@@ -115,6 +164,22 @@ type ProvisionerServiceServer interface {
 	ListDrivers(context.Context, *ListDriversRequest) (*ListDriversResponse, error)
 	// ListOperations lists the journaled operations still in flight.
 	ListOperations(context.Context, *ListOperationsRequest) (*ListOperationsResponse, error)
+	// GetCapacity shows the CSIStorageCapacity objects this provisioner
+	// publishes for a driver (one per topology segment and StorageClass), as
+	// the scheduler sees them. A driver without the GET_CAPACITY controller
+	// capability, or capacity tracking turned off, is FailedPrecondition; an
+	// unknown driver NotFound.
+	GetCapacity(context.Context, *GetCapacityRequest) (*GetCapacityResponse, error)
+	// ListOrphans reports, per driver with the LIST_VOLUMES capability, the
+	// backing volumes with neither a PersistentVolume nor a journal record,
+	// and the PersistentVolumes whose backing volume the driver no longer
+	// lists. It changes nothing.
+	ListOrphans(context.Context, *ListOrphansRequest) (*ListOrphansResponse, error)
+	// DeleteOrphan deletes one backing volume that ListOrphans reports,
+	// after checking again, right before DeleteVolume, that it is still an
+	// orphan (no PersistentVolume, no journal record); else
+	// FailedPrecondition saying why.
+	DeleteOrphan(context.Context, *DeleteOrphanRequest) (*DeleteOrphanResponse, error)
 	mustEmbedUnimplementedProvisionerServiceServer()
 }
 
@@ -136,6 +201,15 @@ func (UnimplementedProvisionerServiceServer) ListDrivers(context.Context, *ListD
 }
 func (UnimplementedProvisionerServiceServer) ListOperations(context.Context, *ListOperationsRequest) (*ListOperationsResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ListOperations not implemented")
+}
+func (UnimplementedProvisionerServiceServer) GetCapacity(context.Context, *GetCapacityRequest) (*GetCapacityResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method GetCapacity not implemented")
+}
+func (UnimplementedProvisionerServiceServer) ListOrphans(context.Context, *ListOrphansRequest) (*ListOrphansResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListOrphans not implemented")
+}
+func (UnimplementedProvisionerServiceServer) DeleteOrphan(context.Context, *DeleteOrphanRequest) (*DeleteOrphanResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method DeleteOrphan not implemented")
 }
 func (UnimplementedProvisionerServiceServer) mustEmbedUnimplementedProvisionerServiceServer() {}
 func (UnimplementedProvisionerServiceServer) testEmbeddedByValue()                            {}
@@ -230,6 +304,60 @@ func _ProvisionerService_ListOperations_Handler(srv interface{}, ctx context.Con
 	return interceptor(ctx, in, info, handler)
 }
 
+func _ProvisionerService_GetCapacity_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(GetCapacityRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ProvisionerServiceServer).GetCapacity(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: ProvisionerService_GetCapacity_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ProvisionerServiceServer).GetCapacity(ctx, req.(*GetCapacityRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _ProvisionerService_ListOrphans_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListOrphansRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ProvisionerServiceServer).ListOrphans(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: ProvisionerService_ListOrphans_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ProvisionerServiceServer).ListOrphans(ctx, req.(*ListOrphansRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _ProvisionerService_DeleteOrphan_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(DeleteOrphanRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ProvisionerServiceServer).DeleteOrphan(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: ProvisionerService_DeleteOrphan_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ProvisionerServiceServer).DeleteOrphan(ctx, req.(*DeleteOrphanRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // ProvisionerService_ServiceDesc is the grpc.ServiceDesc for ProvisionerService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -252,6 +380,18 @@ var ProvisionerService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ListOperations",
 			Handler:    _ProvisionerService_ListOperations_Handler,
+		},
+		{
+			MethodName: "GetCapacity",
+			Handler:    _ProvisionerService_GetCapacity_Handler,
+		},
+		{
+			MethodName: "ListOrphans",
+			Handler:    _ProvisionerService_ListOrphans_Handler,
+		},
+		{
+			MethodName: "DeleteOrphan",
+			Handler:    _ProvisionerService_DeleteOrphan_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},
