@@ -17,6 +17,7 @@ type Etcd struct {
 	// with TLS).
 	Endpoints []string
 	e         *embed.Etcd
+	cfg       *embed.Config
 }
 
 // EtcdTLS makes an embedded etcd serve its clients over TLS and require a
@@ -65,6 +66,14 @@ func StartEtcdTLS(dir string, tls *EtcdTLS) (*Etcd, error) {
 	if tls != nil {
 		cfg.ClientTLSInfo = transport.TLSInfo{CertFile: tls.CertFile, KeyFile: tls.KeyFile, TrustedCAFile: tls.CAFile, ClientCertAuth: true}
 	}
+	e, err := startEmbedded(cfg)
+	if err != nil {
+		return nil, err
+	}
+	return &Etcd{Endpoints: []string{clientURL.String()}, e: e, cfg: cfg}, nil
+}
+
+func startEmbedded(cfg *embed.Config) (*embed.Etcd, error) {
 	e, err := embed.StartEtcd(cfg)
 	if err != nil {
 		return nil, fmt.Errorf("start embedded etcd: %w", err)
@@ -78,7 +87,18 @@ func StartEtcdTLS(dir string, tls *EtcdTLS) (*Etcd, error) {
 		e.Close()
 		return nil, fmt.Errorf("embedded etcd was not ready within 60s")
 	}
-	return &Etcd{Endpoints: []string{clientURL.String()}, e: e}, nil
+	return e, nil
+}
+
+// Restart starts a stopped server again on its data directory and ports,
+// as an etcd restarted after an outage: the same endpoints, the same data.
+func (e *Etcd) Restart() error {
+	n, err := startEmbedded(e.cfg)
+	if err != nil {
+		return err
+	}
+	e.e = n
+	return nil
 }
 
 // Stop stops the server.

@@ -122,6 +122,26 @@ type Coordinator struct {
 // New connects to etcd and opens a session (a lease kept alive in the
 // background).
 func New(ctx context.Context, o Options) (*Coordinator, error) {
+	client, err := newClient(ctx, &o)
+	if err != nil {
+		return nil, err
+	}
+	sctx, cancel := context.WithTimeout(ctx, o.DialTimeout)
+	defer cancel()
+	session, err := concurrency.NewSession(client, concurrency.WithTTL(int(o.TTL.Round(time.Second)/time.Second)), concurrency.WithContext(context.WithoutCancel(ctx)))
+	if err == nil && sctx.Err() != nil {
+		err = sctx.Err()
+	}
+	if err != nil {
+		client.Close()
+		return nil, fmt.Errorf("open etcd session at %s: %w", strings.Join(o.Endpoints, ","), err)
+	}
+	return &Coordinator{client: client, session: session, prefix: strings.TrimSuffix(o.Prefix, "/"), log: o.Logger}, nil
+}
+
+// newClient fills in o's defaults and makes an etcd client (which connects
+// in the background).
+func newClient(ctx context.Context, o *Options) (*clientv3.Client, error) {
 	if len(o.Endpoints) == 0 {
 		return nil, errors.New("coord: no etcd endpoints (--etcd-endpoints)")
 	}
@@ -153,17 +173,7 @@ func New(ctx context.Context, o Options) (*Coordinator, error) {
 	if err != nil {
 		return nil, fmt.Errorf("connect to etcd %s: %w", strings.Join(o.Endpoints, ","), err)
 	}
-	sctx, cancel := context.WithTimeout(ctx, o.DialTimeout)
-	defer cancel()
-	session, err := concurrency.NewSession(client, concurrency.WithTTL(int(o.TTL.Round(time.Second)/time.Second)), concurrency.WithContext(context.WithoutCancel(ctx)))
-	if err == nil && sctx.Err() != nil {
-		err = sctx.Err()
-	}
-	if err != nil {
-		client.Close()
-		return nil, fmt.Errorf("open etcd session at %s: %w", strings.Join(o.Endpoints, ","), err)
-	}
-	return &Coordinator{client: client, session: session, prefix: strings.TrimSuffix(o.Prefix, "/"), log: o.Logger}, nil
+	return client, nil
 }
 
 // Client is the underlying etcd client.

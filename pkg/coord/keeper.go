@@ -1,0 +1,296 @@
+package coord
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.etcd.io/etcd/client/v3/concurrency"
+)
+
+// Keeper keeps a replica in etcd through outages: it opens a session
+// (retrying while etcd is unreachable), registers the replica as a member
+// of its service, and, whenever the session is lost (etcd was down for
+// longer than the lease TTL, or the lease was revoked), opens a new one and
+// registers again. A replica built on a Keeper never has to stop because
+// of etcd: while there is no session, every fenced write fails with
+// ErrSessionLost and Ready is false.
+//
+// Locks taken on a lost session are gone with its lease (another replica
+// may have taken them since): writes fenced on the new session's lease
+// fail with ErrNotOwner for them until they are acquired again, so an
+// operation begun before the loss is never carried on without its lock.
+//
+// The journal and reservation methods delegate to the current session's
+// Coordinator; Get, List, Members and Holder read etcd without one.
+type Keeper struct {
+	o                 Options
+	service, id, addr string
+	// base has the client but no session: for reads.
+	base    atomic.Pointer[Coordinator]
+	cur     atomic.Pointer[Coordinator]
+	mu      sync.Mutex
+	changed chan struct{}
+}
+
+// NewKeeper checks o and returns a Keeper for member id of service,
+// reachable at addr. Nothing is dialed before Run.
+func NewKeeper(o Options, service, id, addr string) (*Keeper, error) {
+	if len(o.Endpoints) == 0 {
+		return nil, fmt.Errorf("coord: no etcd endpoints (--etcd-endpoints)")
+	}
+	if service == "" || id == "" || strings.Contains(id, "/") {
+		return nil, fmt.Errorf("coord: invalid member %q of service %q", id, service)
+	}
+	if o.TTL != 0 && o.TTL < time.Second {
+		return nil, fmt.Errorf("coord: lease TTL must be at least 1s, got %s", o.TTL)
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	return &Keeper{o: o, service: service, id: id, addr: addr, changed: make(chan struct{})}, nil
+}
+
+// Run keeps the session until ctx ends, then revokes it (so the member and
+// its locks go at once), closes the client and returns nil.
+func (k *Keeper) Run(ctx context.Context) error {
+	var client *clientv3.Client
+	retry := backoff{min: 200 * time.Millisecond, max: 5 * time.Second}
+	for client == nil {
+		c, err := newClient(ctx, &k.o)
+		if err != nil {
+			k.o.Logger.Warn("cannot reach etcd; retrying", "endpoints", k.o.Endpoints, "error", err, "retry_in", retry.next())
+			if !retry.wait(ctx) {
+				return nil
+			}
+			continue
+		}
+		client = c
+	}
+	defer client.Close()
+	k.base.Store(&Coordinator{client: client, prefix: strings.TrimSuffix(k.o.Prefix, "/"), log: k.o.Logger})
+	retry.reset()
+	for {
+		co, err := k.open(ctx, client)
+		if ctx.Err() != nil {
+			if co != nil {
+				k.revoke(co)
+			}
+			return nil
+		}
+		if err != nil {
+			k.o.Logger.Warn("cannot open an etcd session; retrying", "service", k.service, "member", k.id, "error", err, "retry_in", retry.next())
+			if !retry.wait(ctx) {
+				return nil
+			}
+			continue
+		}
+		retry.reset()
+		k.set(co)
+		k.o.Logger.Info("etcd session open", "service", k.service, "member", k.id, "lease", fmt.Sprintf("%x", co.Lease()))
+		select {
+		case <-ctx.Done():
+			k.set(nil)
+			k.revoke(co)
+			return nil
+		case <-co.Done():
+			k.set(nil)
+			co.session.Orphan()
+			k.o.Logger.Warn("etcd session lost: no fenced step until a new one is open", "service", k.service, "member", k.id, "lease", fmt.Sprintf("%x", co.Lease()))
+		}
+	}
+}
+
+// open grants a lease (bounded by the dial timeout), keeps it alive and
+// registers the member on it.
+func (k *Keeper) open(ctx context.Context, client *clientv3.Client) (*Coordinator, error) {
+	ttl := int64(k.o.TTL.Round(time.Second) / time.Second)
+	gctx, cancel := context.WithTimeout(ctx, k.o.DialTimeout)
+	defer cancel()
+	lease, err := client.Grant(gctx, ttl)
+	if err != nil {
+		return nil, fmt.Errorf("grant a lease: %w", err)
+	}
+	session, err := concurrency.NewSession(client, concurrency.WithLease(lease.ID), concurrency.WithTTL(int(ttl)), concurrency.WithContext(context.WithoutCancel(ctx)))
+	if err != nil {
+		return nil, fmt.Errorf("keep the lease alive: %w", err)
+	}
+	co := &Coordinator{client: client, session: session, prefix: strings.TrimSuffix(k.o.Prefix, "/"), log: k.o.Logger}
+	if err := co.Register(gctx, k.service, k.id, k.addr); err != nil {
+		k.revoke(co)
+		return nil, err
+	}
+	return co, nil
+}
+
+func (k *Keeper) revoke(co *Coordinator) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_, _ = co.client.Revoke(ctx, co.session.Lease())
+	co.session.Orphan()
+}
+
+func (k *Keeper) set(co *Coordinator) {
+	k.cur.Store(co)
+	k.mu.Lock()
+	close(k.changed)
+	k.changed = make(chan struct{})
+	k.mu.Unlock()
+}
+
+// Current is the Coordinator of the live session, nil while there is none.
+func (k *Keeper) Current() *Coordinator {
+	co := k.cur.Load()
+	if co == nil {
+		return nil
+	}
+	select {
+	case <-co.Done():
+		return nil
+	default:
+		return co
+	}
+}
+
+// Ready reports whether a session is live.
+func (k *Keeper) Ready() bool { return k.Current() != nil }
+
+// Changed is closed at the next change of session (opened or lost).
+func (k *Keeper) Changed() <-chan struct{} {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return k.changed
+}
+
+func (k *Keeper) live() (*Coordinator, error) {
+	if co := k.Current(); co != nil {
+		return co, nil
+	}
+	return nil, ErrSessionLost
+}
+
+func (k *Keeper) reader() (*Coordinator, error) {
+	if co := k.base.Load(); co != nil {
+		return co, nil
+	}
+	return nil, fmt.Errorf("etcd at %s not reached yet", strings.Join(k.o.Endpoints, ","))
+}
+
+// Reserve is Coordinator.Reserve on the current session.
+func (k *Keeper) Reserve(ctx context.Context, resource, holder string) error {
+	co, err := k.live()
+	if err != nil {
+		return err
+	}
+	return co.Reserve(ctx, resource, holder)
+}
+
+// Release is Coordinator.Release.
+func (k *Keeper) Release(ctx context.Context, resource, holder string) error {
+	co, err := k.reader()
+	if err != nil {
+		return err
+	}
+	return co.Release(ctx, resource, holder)
+}
+
+// Acquire is Coordinator.Acquire on the current session.
+func (k *Keeper) Acquire(ctx context.Context, kind, name, holder string) error {
+	co, err := k.live()
+	if err != nil {
+		return err
+	}
+	return co.Acquire(ctx, kind, name, holder)
+}
+
+// AcquireGet is Coordinator.AcquireGet on the current session.
+func (k *Keeper) AcquireGet(ctx context.Context, kind, name, holder string) (Record, bool, error) {
+	co, err := k.live()
+	if err != nil {
+		return Record{}, false, err
+	}
+	return co.AcquireGet(ctx, kind, name, holder)
+}
+
+// Unlock is Coordinator.Unlock.
+func (k *Keeper) Unlock(ctx context.Context, kind, name, holder string) error {
+	co, err := k.reader()
+	if err != nil {
+		return err
+	}
+	return co.Unlock(ctx, kind, name, holder)
+}
+
+// Put is Coordinator.Put, fenced on the current session's lease.
+func (k *Keeper) Put(ctx context.Context, kind, name, holder string, value []byte) error {
+	co, err := k.live()
+	if err != nil {
+		return err
+	}
+	return co.Put(ctx, kind, name, holder, value)
+}
+
+// Finish is Coordinator.Finish, fenced on the current session's lease.
+func (k *Keeper) Finish(ctx context.Context, kind, name, holder string) error {
+	co, err := k.live()
+	if err != nil {
+		return err
+	}
+	return co.Finish(ctx, kind, name, holder)
+}
+
+// Get is Coordinator.Get.
+func (k *Keeper) Get(ctx context.Context, kind, name string) (Record, bool, error) {
+	co, err := k.reader()
+	if err != nil {
+		return Record{}, false, err
+	}
+	return co.Get(ctx, kind, name)
+}
+
+// List is Coordinator.List.
+func (k *Keeper) List(ctx context.Context, kind string) ([]Record, error) {
+	co, err := k.reader()
+	if err != nil {
+		return nil, err
+	}
+	return co.List(ctx, kind)
+}
+
+// Members is Coordinator.Members.
+func (k *Keeper) Members(ctx context.Context, service string) ([]Member, error) {
+	co, err := k.reader()
+	if err != nil {
+		return nil, err
+	}
+	return co.Members(ctx, service)
+}
+
+// backoff is a doubling retry delay.
+type backoff struct{ min, max, cur time.Duration }
+
+func (b *backoff) next() time.Duration {
+	if b.cur == 0 {
+		b.cur = b.min
+	}
+	return b.cur
+}
+
+func (b *backoff) reset() { b.cur = 0 }
+
+// wait sleeps the current delay (false when ctx ended first) and doubles it.
+func (b *backoff) wait(ctx context.Context) bool {
+	d := b.next()
+	b.cur = min(2*d, b.max)
+	select {
+	case <-time.After(d):
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
