@@ -24,6 +24,7 @@ func main() {
 	flag.StringVar(&o.Name, "driver-name", devcsi.DefaultName, "the CSI driver name")
 	flag.Int64Var(&o.MaxVolumesPerNode, "max-volumes-per-node", 0, "reported by NodeGetInfo; 0 means no limit")
 	flag.Int64Var(&o.Capacity, "capacity", 0, "total bytes handed out to volumes; 0 means no limit")
+	flag.Int64Var(&o.NodeCapacity, "node-capacity", 0, "bytes each topology segment (node) holds; CreateVolume beyond it is ResourceExhausted and GetCapacity reports what is left there; 0 means no limit")
 	flag.Func("publish-mode", "bind or symlink; default: bind when this process may mount, else symlink", func(s string) error {
 		o.PublishMode = devcsi.PublishMode(s)
 		return nil

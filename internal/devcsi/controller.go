@@ -165,6 +165,9 @@ func (d *Driver) csiVolume(v *volume) *csi.Volume {
 		CapacityBytes:      v.CapacityBytes,
 		AccessibleTopology: []*csi.Topology{{Segments: map[string]string{TopologyKey: v.Node}}},
 	}
+	if !v.CreatedAt.IsZero() {
+		cv.VolumeContext = map[string]string{CreationTimeKey: v.CreatedAt.UTC().Format(time.RFC3339)}
+	}
 	switch {
 	case v.SourceVolumeID != "":
 		cv.ContentSource = &csi.VolumeContentSource{Type: &csi.VolumeContentSource_Volume{
@@ -247,11 +250,11 @@ func (s *controllerServer) CreateVolume(ctx context.Context, req *csi.CreateVolu
 	if err != nil {
 		return nil, err
 	}
-	if err := d.reserve(size); err != nil {
-		return nil, err
-	}
 	node, err := d.pickNode(req.GetAccessibilityRequirements())
 	if err != nil {
+		return nil, err
+	}
+	if err := d.reserveOn(node, size); err != nil {
 		return nil, err
 	}
 
@@ -409,20 +412,23 @@ func (s *controllerServer) GetCapacity(ctx context.Context, req *csi.GetCapacity
 			return resp, nil // none for what this driver cannot make
 		}
 	}
-	if t := req.GetAccessibleTopology(); t != nil && t.GetSegments()[TopologyKey] == "" {
-		return resp, nil // a topology this driver places nothing in
+	node := ""
+	if t := req.GetAccessibleTopology(); t != nil {
+		if node = t.GetSegments()[TopologyKey]; node == "" {
+			return resp, nil // a topology this driver places nothing in
+		}
 	}
-	if d.capacity == 0 {
+	d.mu.Lock()
+	left, limited := d.available(node)
+	d.mu.Unlock()
+	if !limited {
 		free, err := freeBytes(d.root)
 		if err != nil {
 			return nil, status.Errorf(codes.Internal, "free space of %s: %v", d.root, err)
 		}
-		resp.AvailableCapacity = free
-		return resp, nil
+		left = free
 	}
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	resp.AvailableCapacity = max(d.capacity-d.st.usedBytes(), 0)
+	resp.AvailableCapacity = left
 	return resp, nil
 }
 
@@ -458,7 +464,7 @@ func (s *controllerServer) ControllerExpandVolume(ctx context.Context, req *csi.
 	if d.maxSize > 0 && want > d.maxSize {
 		return nil, status.Errorf(codes.OutOfRange, "%d bytes is above this driver's largest volume, %d bytes", want, d.maxSize)
 	}
-	if err := d.reserve(want - v.CapacityBytes); err != nil {
+	if err := d.reserveOn(v.Node, want-v.CapacityBytes); err != nil {
 		return nil, err
 	}
 	old := v.CapacityBytes

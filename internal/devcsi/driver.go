@@ -78,6 +78,13 @@ type Options struct {
 	// reports the root file system's free space). Sizes are bookkeeping:
 	// a volume is a directory and is not held to its capacity.
 	Capacity int64
+	// NodeCapacity is the bytes each topology segment (node) holds:
+	// CreateVolume and ControllerExpandVolume fail with ResourceExhausted
+	// when the volume's node has not enough left, and GetCapacity for a
+	// segment reports what is left on its node (never more than Capacity
+	// leaves, when that is set too). 0 means no limit per node.
+	// SetNodeCapacity changes it for one node.
+	NodeCapacity int64
 	// MaxVolumeSize is the largest volume CreateVolume makes (OutOfRange
 	// above it); 0 means no limit.
 	MaxVolumeSize int64
@@ -99,6 +106,7 @@ type Driver struct {
 	name, nodeID, root string
 	maxVolumesPerNode  int64
 	capacity, maxSize  int64
+	nodeCapacity       int64
 	defaultSize        int64
 	publishMode        PublishMode
 	log                *slog.Logger
@@ -107,6 +115,8 @@ type Driver struct {
 
 	mu sync.Mutex // guards st and the directories under root
 	st *state
+	// nodeCapacities overrides nodeCapacity per node (SetNodeCapacity).
+	nodeCapacities map[string]int64
 }
 
 // New validates the options, loads the state under RootDir (a restarted
@@ -133,7 +143,7 @@ func New(o Options) (*Driver, error) {
 	if len(o.NodeID) > 256 {
 		errs = append(errs, fmt.Errorf("node ID %q is longer than 256 bytes (--node-id)", o.NodeID))
 	}
-	if o.MaxVolumesPerNode < 0 || o.Capacity < 0 || o.MaxVolumeSize < 0 || o.DefaultVolumeSize < 0 {
+	if o.MaxVolumesPerNode < 0 || o.Capacity < 0 || o.NodeCapacity < 0 || o.MaxVolumeSize < 0 || o.DefaultVolumeSize < 0 {
 		errs = append(errs, errors.New("sizes and limits must not be negative"))
 	}
 	if o.DefaultVolumeSize == 0 {
@@ -168,7 +178,7 @@ func New(o Options) (*Driver, error) {
 	}
 	d := &Driver{
 		name: o.Name, nodeID: o.NodeID, root: root,
-		maxVolumesPerNode: o.MaxVolumesPerNode, capacity: o.Capacity, maxSize: o.MaxVolumeSize,
+		maxVolumesPerNode: o.MaxVolumesPerNode, capacity: o.Capacity, maxSize: o.MaxVolumeSize, nodeCapacity: o.NodeCapacity,
 		defaultSize: o.DefaultVolumeSize, publishMode: o.PublishMode,
 		log: o.Logger, faults: faults, faultSpecs: o.Faults,
 	}
