@@ -19,11 +19,11 @@ import (
 )
 
 var (
-	evAdded    = watcherv1.EventType_EVENT_TYPE_ADDED
-	evModified = watcherv1.EventType_EVENT_TYPE_UPDATED
-	evDeleted  = watcherv1.EventType_EVENT_TYPE_DELETED
-	kindPV     = watcherv1.Kind_KIND_PERSISTENT_VOLUME
-	kindPVC    = watcherv1.Kind_KIND_PERSISTENT_VOLUME_CLAIM
+	evAdded   = watcherv1.EventType_EVENT_TYPE_ADDED
+	evUpdated = watcherv1.EventType_EVENT_TYPE_UPDATED
+	evDeleted = watcherv1.EventType_EVENT_TYPE_DELETED
+	kindPV    = watcherv1.Kind_KIND_PERSISTENT_VOLUME
+	kindPVC   = watcherv1.Kind_KIND_PERSISTENT_VOLUME_CLAIM
 )
 
 // fedController is a controller whose cache the watch has filled with objs,
@@ -156,7 +156,7 @@ func TestNotFoundOnUpdateDropsTheClaim(t *testing.T) {
 	late := claim.DeepCopy()
 	late.ResourceVersion = "2"
 	late.Labels = map[string]string{"changed": "before-the-delete"}
-	deliver(t, c, evModified, late)
+	deliver(t, c, evUpdated, late)
 	if c.store.claim(claimKey(claim)) != nil {
 		t.Fatal("a late watch event re-created a claim known to be gone")
 	}
