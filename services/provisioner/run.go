@@ -42,6 +42,10 @@ const (
 	DefaultProbePeriod      = 30 * time.Second
 )
 
+// apiGrace is how long the API server may not answer before the replica
+// turns NOT_SERVING.
+const apiGrace = 3 * time.Second
+
 // Options configures a provisioner replica.
 type Options struct {
 	// Kubeconfig is the kubeconfig path; empty means in-cluster config.
@@ -176,11 +180,13 @@ func Run(ctx context.Context, o Options) error {
 	if err != nil {
 		return fmt.Errorf("kubernetes dynamic client: %w", err)
 	}
-	co, err := coord.New(ctx, coord.Options{Endpoints: o.EtcdEndpoints, Security: o.Etcd, Logger: log})
+	// The etcd session is kept through outages: while there is none the
+	// journal refuses every fenced write (no CreateVolume or DeleteVolume
+	// starts) and the replica is NOT_SERVING; Run goes on.
+	co, err := coord.NewKeeper(coord.Options{Endpoints: o.EtcdEndpoints, Security: o.Etcd, Logger: log}, Service, o.MemberID, o.AdvertiseAddress)
 	if err != nil {
 		return err
 	}
-	defer co.Close()
 	lis, err := grpcutil.Listen(o.Listen)
 	if err != nil {
 		return err
@@ -229,9 +235,6 @@ func Run(ctx context.Context, o Options) error {
 		return err
 	}
 	provisionerv1.RegisterProvisionerServiceServer(srv.Server, api)
-	if err := co.Register(ctx, Service, o.MemberID, o.AdvertiseAddress); err != nil {
-		return err
-	}
 	factory.Start(ctx.Done())
 	defer factory.Shutdown()
 	log.Info("provisioner starting", "member", o.MemberID, "listen", lis.Addr().String(), "csi_endpoints", o.CSIEndpoints)
@@ -239,13 +242,21 @@ func Run(ctx context.Context, o Options) error {
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return srv.Serve(gctx, lis, 10*time.Second) })
 	g.Go(func() error { return metrics.Serve(gctx, o.DebugAddress, log) })
+	g.Go(func() error { return co.Run(gctx) })
+	apiProbe := kube.NewAPIProbe(client)
+	g.Go(func() error {
+		apiProbe.Run(gctx, time.Second)
+		return nil
+	})
 	g.Go(func() error {
 		reg.probeLoop(gctx, o.ProbePeriod)
 		return nil
 	})
 	g.Go(func() error {
 		// Serving once the node caches are filled and every driver has
-		// been probed; NOT_SERVING while any driver is not ready.
+		// been probed; NOT_SERVING while any driver is not ready, while
+		// there is no etcd session, or while the API server is out of
+		// reach.
 		for _, ok := range factory.WaitForCacheSync(gctx.Done()) {
 			if !ok {
 				return nil
@@ -258,10 +269,17 @@ func Run(ctx context.Context, o Options) error {
 		}
 		t := time.NewTicker(time.Second)
 		defer t.Stop()
+		serving := false
 		for {
-			ready := true
+			ready := co.Ready()
 			for _, d := range reg.all() {
 				ready = ready && d.ready()
+			}
+			api, apiErr := apiProbe.Healthy(apiGrace)
+			ready = ready && api
+			if ready != serving {
+				serving = ready
+				log.Info("provisioner readiness changed", "serving", ready, "etcd_session", co.Ready(), "api_server", api, "api_error", apiErr)
 			}
 			srv.SetServing(ready, provisionerv1.ProvisionerService_ServiceDesc.ServiceName)
 			select {
@@ -288,7 +306,6 @@ func Run(ctx context.Context, o Options) error {
 			}
 		}
 	})
-	g.Go(func() error { return co.Wait(gctx) })
 	err = g.Wait()
 	log.Info("provisioner stopped")
 	return err

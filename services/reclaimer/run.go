@@ -3,6 +3,7 @@ package reclaimer
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"time"
 
 	"golang.org/x/sync/errgroup"
@@ -22,9 +23,12 @@ import (
 	reclaimerv1 "github.com/volplane/volplane/proto/volplane/reclaimer/v1"
 )
 
-// Run runs a reclaimer replica until ctx ends (or its etcd session is
-// lost), then shuts down gracefully: its journal locks go with its lease,
-// so another replica takes its reclaims over.
+// Run runs a reclaimer replica until ctx ends, then shuts down gracefully:
+// its journal locks go with its lease, so another replica takes its
+// reclaims over. An etcd outage does not stop it: while it has no etcd
+// session no reclaim step is taken (every step is fenced on the session's
+// lease) and it is NOT_SERVING; once a new session is open, the reclaims of
+// the old one are taken over from the journal like any orphan.
 func Run(ctx context.Context, o Options) error {
 	if err := o.validate(); err != nil {
 		return fmt.Errorf("reclaimer options: %w", err)
@@ -34,11 +38,10 @@ func Run(ctx context.Context, o Options) error {
 	if err != nil {
 		return err
 	}
-	co, err := coord.New(ctx, coord.Options{Endpoints: o.EtcdEndpoints, Security: o.Etcd, Logger: log})
+	co, err := coord.NewKeeper(coord.Options{Endpoints: o.EtcdEndpoints, Security: o.Etcd, Logger: log}, Service, o.MemberID, o.AdvertiseAddress)
 	if err != nil {
 		return err
 	}
-	defer co.Close()
 
 	var prov provisioner
 	if o.ProvisionerAddress != "" {
@@ -79,7 +82,7 @@ func Run(ctx context.Context, o Options) error {
 		return ctx.Err()
 	}
 	c := newController(log, o.MemberID, kubeCluster{c: client, claims: claimInformer.GetIndexer()}, co, newDrivers(prov, o.DriversRefreshPeriod, log), prov,
-		recorder, cfg, o.RetryIntervalStart, o.RetryIntervalMax, co.Done())
+		recorder, cfg, o.RetryIntervalStart, o.RetryIntervalMax, nil)
 
 	lis, err := grpcutil.Listen(o.Listen)
 	if err != nil {
@@ -101,16 +104,40 @@ func Run(ctx context.Context, o Options) error {
 		}
 		return "", nil
 	}})
-	if err := co.Register(ctx, Service, o.MemberID, o.AdvertiseAddress); err != nil {
-		return err
-	}
 	log.Info("reclaimer starting", "member", o.MemberID, "listen", lis.Addr().String(), "recycleMode", o.RecycleMode,
 		"node", o.NodeName, "provisioner", o.ProvisionerAddress)
 
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return srv.Serve(gctx, lis, 10*time.Second) })
 	g.Go(func() error { return metrics.Serve(gctx, o.DebugAddress, log) })
-	g.Go(func() error { return co.Wait(gctx) })
+	g.Go(func() error { return co.Run(gctx) })
+	g.Go(func() error {
+		// Every session after the first replaces a lost one.
+		first := true
+		for {
+			changed := co.Changed()
+			if co.Ready() {
+				if !first {
+					c.sessionOpened(gctx)
+				}
+				first = false
+			}
+			select {
+			case <-changed:
+			case <-gctx.Done():
+				return nil
+			}
+		}
+	})
+	apiProbe := kube.NewAPIProbe(client)
+	g.Go(func() error {
+		apiProbe.Run(gctx, time.Second)
+		return nil
+	})
+	g.Go(func() error {
+		readiness(gctx, srv, co, apiProbe, log)
+		return nil
+	})
 	g.Go(func() error {
 		c.run(gctx, o.Workers, o.TakeoverPeriod)
 		return nil
@@ -118,8 +145,29 @@ func Run(ctx context.Context, o Options) error {
 	if o.RecycleMode == RecyclePod {
 		g.Go(func() error { return c.watchRecyclers(gctx, client) })
 	}
-	srv.SetServing(true, reclaimerv1.ReclaimerService_ServiceDesc.ServiceName)
 	err = g.Wait()
 	log.Info("reclaimer stopped")
 	return err
+}
+
+// readiness keeps the replica SERVING while it has an etcd session and the
+// API server answers, NOT_SERVING otherwise, until ctx ends.
+func readiness(ctx context.Context, srv *grpcutil.Server, co *coord.Keeper, api *kube.APIProbe, log *slog.Logger) {
+	t := time.NewTicker(time.Second)
+	defer t.Stop()
+	serving := false
+	for {
+		apiOK, apiErr := api.Healthy(3 * time.Second)
+		ready := co.Ready() && apiOK
+		if ready != serving {
+			serving = ready
+			srv.SetServing(ready, reclaimerv1.ReclaimerService_ServiceDesc.ServiceName)
+			log.Info("reclaimer readiness changed", "serving", ready, "etcd_session", co.Ready(), "api_server", apiOK, "api_error", apiErr)
+		}
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			return
+		}
+	}
 }

@@ -9,6 +9,8 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
+
+	"github.com/volplane/volplane/pkg/kube"
 )
 
 // Readiness tuning: the API server probe runs every probeInterval; the
@@ -25,16 +27,14 @@ const (
 // apiHealth tracks whether the watcher's view of the API server is current:
 // the informers' watch errors and a periodic probe of /readyz.
 type apiHealth struct {
+	probe          *kube.APIProbe
 	mu             sync.Mutex
 	lastWatchError time.Time
 	watchErr       error
-	lastProbeOK    time.Time
-	probeErr       error
-	now            func() time.Time
 }
 
-func newAPIHealth() *apiHealth {
-	return &apiHealth{now: time.Now, lastProbeOK: time.Now()}
+func newAPIHealth(client kubernetes.Interface) *apiHealth {
+	return &apiHealth{probe: kube.NewAPIProbe(client)}
 }
 
 // watchError is an informer's WatchErrorHandler: it records the failure
@@ -48,42 +48,19 @@ func (a *apiHealth) watchError(ctx context.Context, r *cache.Reflector, err erro
 	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	a.lastWatchError, a.watchErr = a.now(), err
-}
-
-// probed records the outcome of one API server probe.
-func (a *apiHealth) probed(err error) {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	a.probeErr = err
-	if err == nil {
-		a.lastProbeOK = a.now()
-	}
+	a.lastWatchError, a.watchErr = time.Now(), err
 }
 
 // healthy reports whether the informers can be trusted to be current, and
 // why not.
 func (a *apiHealth) healthy() (bool, error) {
+	if ok, err := a.probe.Healthy(apiGrace); !ok {
+		return false, err
+	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	now := a.now()
-	if now.Sub(a.lastProbeOK) > apiGrace {
-		return false, a.probeErr
-	}
-	if !a.lastWatchError.IsZero() && now.Sub(a.lastWatchError) < watchErrorWindow {
+	if !a.lastWatchError.IsZero() && time.Since(a.lastWatchError) < watchErrorWindow {
 		return false, a.watchErr
 	}
 	return true, nil
-}
-
-// probeAPI asks the API server's /readyz; a client without a REST client
-// (a fake in tests) always answers.
-func probeAPI(ctx context.Context, client kubernetes.Interface) error {
-	rc := client.Discovery().RESTClient()
-	if rc == nil {
-		return nil
-	}
-	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-	defer cancel()
-	return rc.Get().AbsPath("/readyz").Do(ctx).Error()
 }

@@ -114,7 +114,7 @@ func Run(ctx context.Context, o Options) error {
 func serve(ctx context.Context, o Options, client kubernetes.Interface, lis net.Listener) error {
 	log := o.Logger
 	h := newHub(o.HistorySize)
-	api := newAPIHealth()
+	api := newAPIHealth(client)
 	factory := informers.NewSharedInformerFactoryWithOptions(client, o.ResyncPeriod,
 		// Managed fields are most of an object's bytes and no subscriber
 		// reads them.
@@ -190,16 +190,8 @@ func serve(ctx context.Context, o Options, client kubernetes.Interface, lis net.
 		}
 	})
 	g.Go(func() error {
-		t := time.NewTicker(probeInterval)
-		defer t.Stop()
-		for {
-			api.probed(probeAPI(gctx, client))
-			select {
-			case <-t.C:
-			case <-gctx.Done():
-				return nil
-			}
-		}
+		api.probe.Run(gctx, probeInterval)
+		return nil
 	})
 	err = g.Wait()
 	log.Info("watcher stopped")
