@@ -1,0 +1,109 @@
+package binder
+
+import (
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/volplane/volplane/pkg/coord"
+)
+
+// DefaultOwnershipSettle is how long a replica waits before acting on an
+// object it did not own: long enough for the previous owner, whose view of
+// the members may lag by a watch event, or whose lease the others saw
+// expire a moment before it did, to have stopped.
+const DefaultOwnershipSettle = 2 * time.Second
+
+// ownership is this replica's share of the claims and volumes: the ring
+// over the live binder members, as its own etcd session sees them. With no
+// live session, or a member list that does not list this replica, it owns
+// nothing. An object it gains (in a ring change, after a new session, at
+// start) becomes its own only once every ring of the last settle period
+// gave it to this replica, so that the replica that had it before has
+// stopped; one it loses stops being its own at once.
+type ownership struct {
+	self   string
+	settle time.Duration
+
+	mu    sync.Mutex
+	rings []ringSpan // oldest first; the last is current
+}
+
+// ringSpan is a ring in force from a time on; a nil ring owns nothing.
+type ringSpan struct {
+	ring    *coord.Ring
+	members []string
+	from    time.Time
+}
+
+func newOwnership(self string, settle time.Duration) *ownership {
+	return &ownership{self: self, settle: settle, rings: []ringSpan{{from: time.Now()}}}
+}
+
+// set records the binder members the live session lists now.
+func (o *ownership) set(ids []string) {
+	s := ringSpan{members: slices.Clone(ids), from: time.Now()}
+	if slices.Contains(ids, o.self) {
+		s.ring = coord.NewRing(ids)
+	}
+	o.push(s)
+}
+
+// lose records that the session is lost: nothing is this replica's until
+// a new session lists it again.
+func (o *ownership) lose() { o.push(ringSpan{from: time.Now()}) }
+
+func (o *ownership) push(s ringSpan) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	// Keep the spans that ended within the settle period.
+	cut := s.from.Add(-o.settle)
+	i := 0
+	for i+1 < len(o.rings) && !o.rings[i+1].from.After(cut) {
+		i++
+	}
+	o.rings = append(o.rings[i:], s)
+}
+
+// owns reports whether key ("pvc/ns/name", "pv/name") is this replica's
+// now.
+func (o *ownership) owns(key string) bool {
+	cut := time.Now().Add(-o.settle)
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	for i := len(o.rings) - 1; i >= 0; i-- {
+		s := o.rings[i]
+		if s.ring == nil || s.ring.Owner(key) != o.self {
+			return false
+		}
+		if !s.from.After(cut) {
+			return true // in force for the whole settle period
+		}
+	}
+	return false // the replica's first ring is younger than the settle period
+}
+
+// ready reports whether the replica has a live session that lists it.
+func (o *ownership) ready() bool {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.rings[len(o.rings)-1].ring != nil
+}
+
+// current is the ring in force, or a ring of this replica alone while it
+// has none (for the forwarding of API calls, which decides nothing).
+func (o *ownership) current() *coord.Ring {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if r := o.rings[len(o.rings)-1].ring; r != nil {
+		return r
+	}
+	return coord.NewRing([]string{o.self})
+}
+
+// members lists the members of the ring in force.
+func (o *ownership) members() []string {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return slices.Clone(o.rings[len(o.rings)-1].members)
+}
