@@ -1,0 +1,247 @@
+package chaos
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/volplane/volplane/internal/devcsi"
+)
+
+// The storm's objects.
+const (
+	// Namespace holds every claim of a run.
+	Namespace = "chaos"
+	// DynamicClass is the dev CSI driver's class, policy Delete.
+	DynamicClass = "chaos-dynamic"
+	size         = "1Gi"
+)
+
+// storm makes the run's objects: static hostPath PVs (half Recycle, half
+// Retain) and as many claims of no class, and claims of DynamicClass, in
+// a seeded random order over the given time; and deletes the chosen
+// claims, most of them right after they are made (while they bind or
+// provision), some later.
+type storm struct {
+	c    *Cluster
+	b    *Book
+	rng  *rand.Rand
+	mu   sync.Mutex // rng
+	logf func(string, ...any)
+}
+
+type task struct {
+	at     time.Duration
+	static int // PV and claim index, or -1
+	pv     bool
+	dyn    int // dynamic claim index, or -1
+	del    time.Duration
+	delete bool
+}
+
+func (s *storm) intn(n int) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.rng.IntN(n)
+}
+
+// setup makes the namespace and the class.
+func (s *storm) setup(ctx context.Context) error {
+	if _, err := s.c.Client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: Namespace}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		return err
+	}
+	del := corev1.PersistentVolumeReclaimDelete
+	mode := storagev1.VolumeBindingImmediate
+	_, err := s.c.Client.StorageV1().StorageClasses().Create(ctx, &storagev1.StorageClass{ObjectMeta: metav1.ObjectMeta{Name: DynamicClass},
+		Provisioner: devcsi.DefaultName, ReclaimPolicy: &del, VolumeBindingMode: &mode}, metav1.CreateOptions{})
+	if err != nil && !apierrors.IsAlreadyExists(err) {
+		return err
+	}
+	return nil
+}
+
+// plan lays the storm out over span.
+func (s *storm) plan(statics, dynamics, deletions int, span time.Duration) []task {
+	var ts []task
+	at := func() time.Duration { return time.Duration(s.intn(int(span/time.Millisecond)+1)) * time.Millisecond }
+	for i := range statics {
+		ts = append(ts, task{at: at(), static: i, pv: true, dyn: -1}, task{at: at(), static: i, dyn: -1})
+	}
+	for i := range dynamics {
+		ts = append(ts, task{at: at(), static: -1, dyn: i})
+	}
+	// Deletions among the claims: three in four right after the claim is
+	// made (0-2s: while it binds or provisions), the rest later.
+	var claims []int
+	for i, t := range ts {
+		if !t.pv {
+			claims = append(claims, i)
+		}
+	}
+	for n := 0; n < deletions && len(claims) > 0; n++ {
+		k := s.intn(len(claims))
+		i := claims[k]
+		claims = append(claims[:k], claims[k+1:]...)
+		ts[i].delete = true
+		if s.intn(4) < 3 {
+			ts[i].del = time.Duration(s.intn(2000)) * time.Millisecond
+		} else {
+			ts[i].del = span/4 + time.Duration(s.intn(int(span/time.Millisecond)/2+1))*time.Millisecond
+		}
+	}
+	return ts
+}
+
+// run carries the plan out; it returns when every task is done.
+func (s *storm) run(ctx context.Context, ts []task) {
+	start := time.Now()
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, 8)
+	for _, t := range ts {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if !sleep(ctx, time.Until(start.Add(t.at))) {
+				return
+			}
+			sem <- struct{}{}
+			err := s.do(ctx, t)
+			<-sem
+			if err != nil && ctx.Err() == nil {
+				s.logf("storm: %v", err)
+			}
+		}()
+	}
+	wg.Wait()
+}
+
+func (s *storm) do(ctx context.Context, t task) error {
+	switch {
+	case t.pv:
+		return s.volume(ctx, t.static)
+	case t.static >= 0:
+		cl := &corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Namespace: Namespace, Name: fmt.Sprintf("static-%d", t.static)},
+			Spec: claimSpec("")}
+		return s.claim(ctx, cl, false, t)
+	default:
+		cl := &corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Namespace: Namespace, Name: fmt.Sprintf("dynamic-%d", t.dyn)},
+			Spec: claimSpec(DynamicClass)}
+		return s.claim(ctx, cl, true, t)
+	}
+}
+
+func claimSpec(class string) corev1.PersistentVolumeClaimSpec {
+	return corev1.PersistentVolumeClaimSpec{
+		AccessModes:      []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
+		StorageClassName: &class,
+		Resources:        corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse(size)}},
+	}
+}
+
+// volume makes static PV i: a hostPath directory under the cluster's
+// HostPath, policy Recycle for even i and Retain for odd.
+func (s *storm) volume(ctx context.Context, i int) error {
+	dir := filepath.Join(s.c.HostPath, fmt.Sprintf("static-%d", i))
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	policy := corev1.PersistentVolumeReclaimRecycle
+	if i%2 == 1 {
+		policy = corev1.PersistentVolumeReclaimRetain
+	}
+	pv := &corev1.PersistentVolume{
+		ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("chaos-static-%d", i)},
+		Spec: corev1.PersistentVolumeSpec{
+			Capacity:                      corev1.ResourceList{corev1.ResourceStorage: resource.MustParse(size)},
+			AccessModes:                   []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
+			PersistentVolumeReclaimPolicy: policy,
+			PersistentVolumeSource:        corev1.PersistentVolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: dir}},
+		},
+	}
+	return retry(ctx, func() error {
+		_, err := s.c.Client.CoreV1().PersistentVolumes().Create(ctx, pv, metav1.CreateOptions{})
+		if apierrors.IsAlreadyExists(err) {
+			return nil
+		}
+		return err
+	})
+}
+
+// claim makes a claim, records it, and deletes it later when the task
+// says so.
+func (s *storm) claim(ctx context.Context, cl *corev1.PersistentVolumeClaim, dynamic bool, t task) error {
+	var made *corev1.PersistentVolumeClaim
+	err := retry(ctx, func() error {
+		var err error
+		made, err = s.c.Client.CoreV1().PersistentVolumeClaims(Namespace).Create(ctx, cl, metav1.CreateOptions{})
+		if apierrors.IsAlreadyExists(err) {
+			// An earlier try was made before its answer was lost.
+			made, err = s.c.Client.CoreV1().PersistentVolumeClaims(Namespace).Get(ctx, cl.Name, metav1.GetOptions{})
+		}
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("create claim %s: %w", cl.Name, err)
+	}
+	s.b.Created(made, dynamic)
+	if !t.delete {
+		return nil
+	}
+	if !sleep(ctx, t.del) {
+		return nil
+	}
+	uid := made.UID
+	err = retry(ctx, func() error {
+		err := s.c.Client.CoreV1().PersistentVolumeClaims(Namespace).Delete(ctx, cl.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid}})
+		if apierrors.IsNotFound(err) {
+			return nil
+		}
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("delete claim %s: %w", cl.Name, err)
+	}
+	s.b.Deleted(uid, Namespace+"/"+cl.Name)
+	return nil
+}
+
+// retry calls f until it succeeds or ctx ends: the API server is down on
+// purpose now and then.
+func retry(ctx context.Context, f func() error) error {
+	delay := 100 * time.Millisecond
+	for {
+		err := f()
+		if err == nil || apierrors.IsInvalid(err) || apierrors.IsForbidden(err) {
+			return err
+		}
+		if !sleep(ctx, delay) {
+			return fmt.Errorf("%w (last error: %v)", ctx.Err(), err)
+		}
+		delay = min(2*delay, 2*time.Second)
+	}
+}
+
+// sleep waits d or until ctx ends; it reports whether d passed.
+func sleep(ctx context.Context, d time.Duration) bool {
+	if d <= 0 {
+		return ctx.Err() == nil
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}
