@@ -26,7 +26,7 @@ CSI_PROVISIONER         := $(VOLPLANE_CACHE)/csi-provisioner-$(EXTERNAL_PROVISIO
 export VOLPLANE_KUBE_APISERVER := $(KUBE_APISERVER)
 export VOLPLANE_CSI_SANITY := $(BIN)/csi-sanity
 
-BINARIES := watcher binder provisioner reclaimer gateway volplane-csi volplane-dev volplane-bench
+BINARIES := watcher binder provisioner reclaimer gateway volplane-csi volplane-dev volplane-bench volplane-etcd volplane-chaos
 # Benchmark size: `make bench N=10000`.
 N ?= 1000
 # kube-controller-manager's client QPS in `make bench-kcm` (its default is 20).
@@ -47,7 +47,8 @@ build: ## Build every binary into ./bin.
 	@mkdir -p $(BIN)
 	$(GO) build -o $(BIN)/ ./services/watcher/cmd/watcher ./services/binder/cmd/binder \
 		./services/provisioner/cmd/provisioner ./services/reclaimer/cmd/reclaimer \
-		./gateway/cmd/gateway ./cmd/volplane-csi ./cmd/volplane-dev ./cmd/volplane-bench
+		./gateway/cmd/gateway ./cmd/volplane-csi ./cmd/volplane-dev ./cmd/volplane-bench \
+		./cmd/volplane-etcd ./cmd/volplane-chaos
 
 .PHONY: kube-apiserver
 kube-apiserver: $(KUBE_APISERVER) ## Build the pinned kube-apiserver once into the cache (~15 min).
@@ -85,6 +86,20 @@ fuzz: ## Fuzz every request decoder and validator for FUZZTIME each (30s).
 .PHONY: test-unit
 test-unit: ## Run the tests that need no kube-apiserver.
 	$(GO) test -count=1 -short ./...
+
+# The chaos run (docs/chaos.md): `make chaos SEED=7 DURATION=10m`;
+# CHAOS_FLAGS adds volplane-chaos flags (e.g. --static=200 --kill-every=3s).
+SEED        ?= 1
+DURATION    ?= 5m
+CHAOS_FLAGS ?=
+
+.PHONY: chaos
+chaos: build kube-apiserver ## Storm every service as killable processes (SEED, DURATION, CHAOS_FLAGS), then print the invariant table; non-zero on a violation.
+	$(BIN)/volplane-chaos --bin-dir $(BIN) --kube-apiserver $(KUBE_APISERVER) --seed $(SEED) --duration $(DURATION) $(CHAOS_FLAGS)
+
+.PHONY: chaos-etcd-cluster
+chaos-etcd-cluster: build kube-apiserver ## make chaos with etcd as a 3-member cluster whose members are killed one at a time.
+	$(BIN)/volplane-chaos --bin-dir $(BIN) --kube-apiserver $(KUBE_APISERVER) --seed $(SEED) --duration $(DURATION) --etcd-members 3 $(CHAOS_FLAGS)
 
 .PHONY: bench
 bench: build kube-apiserver ## Measure static binds/s, then dynamically provisioned volumes/s, with create-to-Bound latency (N=1000; N=10000 for the big run).
