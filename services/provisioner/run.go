@@ -21,6 +21,7 @@ import (
 	corelisters "k8s.io/client-go/listers/core/v1"
 	storagelisters "k8s.io/client-go/listers/storage/v1"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
 
 	"github.com/volplane/volplane/pkg/coord"
@@ -103,6 +104,12 @@ type Options struct {
 	// DebugAddress serves /metrics and /debug/pprof over HTTP; empty
 	// disables.
 	DebugAddress string
+	// Capacity configures storage capacity tracking (capacity.go).
+	Capacity CapacityOptions
+	// OrphanScanPeriod is how often the orphan report is made to refresh
+	// volplane_provisioner_orphans (orphans.go); default
+	// DefaultOrphanScanPeriod, negative never (only ListOrphans does).
+	OrphanScanPeriod time.Duration
 	// Logger; default slog.Default().
 	Logger *slog.Logger
 }
@@ -145,6 +152,12 @@ func (o *Options) validate() error {
 		case *d.v == 0:
 			*d.v = d.def
 		}
+	}
+	if err := o.Capacity.validate(); err != nil {
+		errs = append(errs, err)
+	}
+	if o.OrphanScanPeriod == 0 {
+		o.OrphanScanPeriod = DefaultOrphanScanPeriod
 	}
 	if o.Logger == nil {
 		o.Logger = slog.Default()
@@ -202,15 +215,17 @@ func Run(ctx context.Context, o Options) error {
 	defer broadcaster.Shutdown()
 
 	reg := newRegistry(log)
+	capc := newCapacityController(o.Capacity, log, o.MemberID, client, reg, listers{nodeLister, csiNodeLister}, o.Timeout, co, factory)
 	for _, e := range o.CSIEndpoints {
 		name, ep := parseEndpoint(strings.TrimSpace(e))
 		var d *driver
-		cc, err := grpcutil.DialCSI(ep, grpc.WithChainUnaryInterceptor(csiLogger(log, ep, func() string {
+		dname := func() string {
 			if d == nil {
 				return ""
 			}
 			return d.name()
-		})))
+		}
+		cc, err := grpcutil.DialCSI(ep, grpc.WithChainUnaryInterceptor(csiLogger(log, ep, dname), capc.onVolumeChange(dname)))
 		if err != nil {
 			return fmt.Errorf("CSI endpoint %s: %w", ep, err)
 		}
@@ -234,6 +249,8 @@ func Run(ctx context.Context, o Options) error {
 	if err != nil {
 		return err
 	}
+	api.capacity = capc
+	registerOrphanMetrics()
 	provisionerv1.RegisterProvisionerServiceServer(srv.Server, api)
 	factory.Start(ctx.Done())
 	defer factory.Shutdown()
@@ -306,6 +323,13 @@ func Run(ctx context.Context, o Options) error {
 			}
 		}
 	})
+	g.Go(func() error {
+		capc.run(gctx, reg.probed, func() bool {
+			return cache.WaitForCacheSync(gctx.Done(), factory.Storage().V1().StorageClasses().Informer().HasSynced)
+		})
+		return nil
+	})
+	g.Go(func() error { p.orphanLoop(gctx, o.OrphanScanPeriod, reg.probed); return nil })
 	err = g.Wait()
 	log.Info("provisioner stopped")
 	return err

@@ -32,6 +32,9 @@ type server struct {
 	hints hints
 	// claims finds the claims pointing at a volume; nil lists them.
 	claims guard.Claims
+	// capacity publishes CSIStorageCapacity objects; nil when tracking is
+	// off (capacity.go).
+	capacity *capacityController
 }
 
 // Provision makes one attempt at the claim's volume and says how it ended.

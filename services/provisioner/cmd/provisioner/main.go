@@ -31,6 +31,13 @@ func main() {
 	flag.DurationVar(&o.RecoveryPeriod, "recovery-period", provisioner.DefaultRecoveryPeriod, "how often the journal is scanned to finish or undo interrupted operations")
 	flag.DurationVar(&o.ProbePeriod, "probe-period", provisioner.DefaultProbePeriod, "how often the CSI drivers are probed")
 	flag.StringVar(&o.DebugAddress, "debug-address", "", "HTTP address serving /metrics (Prometheus) and /debug/pprof; empty disables")
+	flag.BoolVar(&o.Capacity.Enabled, "enable-capacity", false, "publish CSIStorageCapacity objects for drivers with GET_CAPACITY, per topology segment and StorageClass, as external-provisioner does")
+	flag.DurationVar(&o.Capacity.PollInterval, "capacity-poll-interval", provisioner.DefaultCapacityPollInterval, "how often every CSIStorageCapacity object is refreshed (also after each volume created or deleted)")
+	flag.StringVar(&o.Capacity.Namespace, "capacity-namespace", os.Getenv("POD_NAMESPACE"), "namespace of the CSIStorageCapacity objects; defaults to $POD_NAMESPACE")
+	flag.StringVar(&o.Capacity.ManagedBy, "capacity-managed-by", provisioner.DefaultCapacityManagedBy, "csi.storage.k8s.io/managed-by label of the objects this provisioner owns (external-provisioner to adopt external-provisioner's)")
+	flag.StringVar(&o.Capacity.Owner, "capacity-owner", "", "Kind/name (Deployment, StatefulSet, DaemonSet, ReplicaSet) in --capacity-namespace that owns the objects, so deleting it removes them; empty sets no owner")
+	flag.BoolVar(&o.Capacity.ForImmediateBinding, "capacity-for-immediate-binding", false, "also publish for StorageClasses with Immediate binding")
+	flag.DurationVar(&o.OrphanScanPeriod, "orphan-scan-period", provisioner.DefaultOrphanScanPeriod, "how often the orphan report refreshes volplane_provisioner_orphans; negative: only when asked (GET /v1/orphans)")
 	logging := cmdutil.LogFlags()
 	flag.Parse()
 	os.Exit(cmdutil.Run(provisioner.Service, logging, func(ctx context.Context, log *slog.Logger) error {
