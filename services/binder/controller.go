@@ -60,6 +60,9 @@ type controller struct {
 	// or "pv/name") now: it owns it in the ring, on a live etcd session.
 	// Every step with side effects asks it right before it is taken.
 	owns func(key string) bool
+	// canAct reports whether the replica can act at all: a live etcd
+	// session lists it and the API server answers; nil means yes.
+	canAct func() bool
 
 	store       *store
 	claimQueue  *queue

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"sync/atomic"
 	"time"
 
 	"golang.org/x/sync/errgroup"
@@ -78,6 +77,11 @@ type Options struct {
 	ProvisionCalls int
 	// ResyncPeriod is how often every object is synced again; 0 disables.
 	ResyncPeriod time.Duration
+	// OwnershipSettle is how long the replica waits before acting on an
+	// object it gains (ring change, new etcd session, start), so that the
+	// previous owner has stopped (--ownership-settle); 0 means
+	// DefaultOwnershipSettle.
+	OwnershipSettle time.Duration
 	// MemberID names this replica in etcd; defaults to hostname plus a
 	// random suffix.
 	MemberID string
@@ -125,6 +129,12 @@ func (o *Options) validate() error {
 	if o.Workers < 0 {
 		errs = append(errs, fmt.Errorf("workers must be at least 1, got %d (--workers)", o.Workers))
 	}
+	if o.OwnershipSettle < 0 {
+		errs = append(errs, fmt.Errorf("ownership settle must not be negative, got %s (--ownership-settle)", o.OwnershipSettle))
+	}
+	if o.OwnershipSettle == 0 {
+		o.OwnershipSettle = DefaultOwnershipSettle
+	}
 	if o.ResyncPeriod < 0 {
 		errs = append(errs, fmt.Errorf("resync period must not be negative, got %s (--resync-period)", o.ResyncPeriod))
 	}
@@ -160,11 +170,12 @@ func Run(ctx context.Context, o Options) error {
 		return err
 	}
 
-	co, err := coord.New(ctx, coord.Options{Endpoints: o.EtcdEndpoints, Security: o.Etcd, Logger: log})
+	// The etcd session is kept through outages: Run never ends because of
+	// etcd. Without a session the replica owns nothing (session.go).
+	co, err := coord.NewKeeper(coord.Options{Endpoints: o.EtcdEndpoints, Security: o.Etcd, Logger: log}, Service, o.MemberID, o.AdvertiseAddress)
 	if err != nil {
 		return err
 	}
-	defer co.Close()
 
 	lis, err := grpcutil.Listen(o.Listen)
 	if err != nil {
@@ -177,6 +188,7 @@ func Run(ctx context.Context, o Options) error {
 	recorder := broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: kube.ControllerComponent})
 
 	metrics.RegisterWorkqueueMetrics()
+	registerRetries()
 	c := newController(log, client, recorder)
 	c.provisions = newProvisions(o.ProvisionCalls)
 	c.feed = &feed{staleAfter: o.StaleAfter}
@@ -204,15 +216,15 @@ func Run(ctx context.Context, o Options) error {
 		c.provisioner = gatedProvisioner{provisioner: newProvisionerClient(provisionerv1.NewProvisionerServiceClient(cc), log), c: c}
 	}
 
-	var (
-		ring    atomic.Pointer[coord.Ring]
-		members atomic.Pointer[[]string]
-	)
-	ring.Store(coord.NewRing([]string{o.MemberID}))
-	members.Store(&[]string{o.MemberID})
-	c.owns = func(key string) bool { return ring.Load().Owner(key) == o.MemberID }
+	own := newOwnership(o.MemberID, o.OwnershipSettle)
+	c.owns = own.owns
+	apiProbe := kube.NewAPIProbe(client)
+	c.canAct = func() bool {
+		ok, _ := apiProbe.Healthy(3 * time.Second)
+		return ok && own.ready()
+	}
 
-	peers := newPeers(o.MemberID, ring.Load, o.TLS)
+	peers := newPeers(o.MemberID, own.current, o.TLS)
 	defer peers.close()
 	srv, err := grpcutil.NewServer(log, grpcutil.ServerOptions{TLS: o.TLS, Reflection: o.GRPCReflection})
 	if err != nil {
@@ -220,13 +232,10 @@ func Run(ctx context.Context, o Options) error {
 	}
 	binderv1.RegisterBinderServiceServer(srv.Server, &api{
 		c: c, memberID: o.MemberID, workers: o.Workers,
-		members: func() []string { return *members.Load() },
+		members: own.members,
 		peers:   peers,
 	})
 
-	if err := co.Register(ctx, Service, o.MemberID, o.AdvertiseAddress); err != nil {
-		return err
-	}
 	log.Info("binder starting", "member", o.MemberID, "listen", lis.Addr().String(), "watcher", o.WatcherAddress, "workers", o.Workers)
 
 	g, gctx := errgroup.WithContext(ctx)
@@ -235,28 +244,14 @@ func Run(ctx context.Context, o Options) error {
 	g.Go(func() error { return c.subscribe(gctx, watcherAddresses(o.WatcherAddress), o.TLS, log) })
 	g.Go(func() error { return c.run(gctx, o.Workers, o.ResyncPeriod) })
 	g.Go(func() error { return c.readiness(gctx, srv) })
+	g.Go(func() error { return co.Run(gctx) })
 	g.Go(func() error {
-		err := co.WatchMembers(gctx, Service, func(ms []coord.Member) {
-			ids := make([]string, len(ms))
-			for i, m := range ms {
-				ids[i] = m.ID
-			}
-			if len(ids) == 0 {
-				ids = []string{o.MemberID}
-			}
-			ring.Store(coord.NewRing(ids))
-			members.Store(&ids)
-			peers.update(ms)
-			log.Info("binder members changed; resyncing owned objects", "members", ids)
-			c.enqueueAll()
-		})
-		if gctx.Err() != nil {
-			return nil
-		}
-		return err
+		followMembers(gctx, co, own, peers, c.enqueueAll, log)
+		return nil
 	})
 	g.Go(func() error {
-		return co.Wait(gctx)
+		apiProbe.Run(gctx, time.Second)
+		return nil
 	})
 	err = g.Wait()
 	log.Info("binder stopped")

@@ -121,13 +121,13 @@ func (c *controller) readiness(ctx context.Context, srv *grpcutil.Server) error 
 	defer t.Stop()
 	serving := false
 	for {
-		if ok := c.streamHealthy(); ok != serving {
+		if ok := c.streamHealthy() && c.coordinated(); ok != serving {
 			serving = ok
 			srv.SetServing(ok, binderv1.BinderService_ServiceDesc.ServiceName)
 			if ok {
 				c.log.Info("binder ready", "watcher", c.feed.status.Watcher())
 			} else {
-				c.log.Warn("binder not ready: no live watcher stream", "watcher", c.feed.status.Watcher(), "fresh_at", c.feed.status.FreshAt())
+				c.log.Warn("binder not ready: no live watcher stream, no etcd session listing it, or no API server", "stream", c.streamHealthy(), "coordinated", c.coordinated(), "watcher", c.feed.status.Watcher(), "fresh_at", c.feed.status.FreshAt())
 			}
 		}
 		select {

@@ -32,6 +32,7 @@ func main() {
 	flag.IntVar(&o.Workers, "workers", binder.DefaultWorkers, "number of claim workers and of volume workers")
 	flag.IntVar(&o.ProvisionCalls, "provision-calls", binder.DefaultProvisionCalls, "provisioner calls in flight at most (they run off the workers, so a hanging CSI driver never holds one)")
 	flag.DurationVar(&o.ResyncPeriod, "resync-period", binder.DefaultResyncPeriod, "how often every claim and volume is synced again; 0 disables")
+	flag.DurationVar(&o.OwnershipSettle, "ownership-settle", binder.DefaultOwnershipSettle, "how long the replica waits before acting on a claim or volume it gains (ring change, new etcd session, start), so that the previous owner has stopped")
 	flag.StringVar(&o.DebugAddress, "debug-address", "", "HTTP address serving /metrics (Prometheus) and /debug/pprof; empty disables")
 	logging := cmdutil.LogFlags()
 	flag.Parse()
