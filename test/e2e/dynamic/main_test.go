@@ -123,6 +123,9 @@ func run(m *testing.M) int {
 			Kubeconfig: env.Kubeconfig, EtcdEndpoints: env.EtcdEndpoints, Listen: cluster.provisionerAddr,
 			CSIEndpoints: []string{sock}, Timeout: csiTimeout, RecoveryPeriod: recoveryPeriod,
 			ExtraCreateMetadata: true, TLS: c.TLS("provisioner"), Logger: logger("provisioner"),
+			// The poll is slow, so capacity_test.go proves the refresh
+			// after each CreateVolume and DeleteVolume.
+			Capacity: provisioner.CapacityOptions{Enabled: true, Namespace: capacityNamespace, PollInterval: 10 * time.Minute},
 		})
 	}()
 	go func() {
