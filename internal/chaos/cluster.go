@@ -382,13 +382,22 @@ func (c *Cluster) Stop() {
 
 // Start starts the replica (again); a restart runs a new generation: a
 // new member ID, none of the first start's Env.
-func (r *Replica) Start() error {
+func (r *Replica) Start() error { return r.start(nil, false) }
+
+// StartWithEnv starts the replica (again) with env added to its
+// environment for this run only, e.g. a fault point.
+func (r *Replica) StartWithEnv(env ...string) error { return r.start(env, true) }
+
+func (r *Replica) start(env []string, given bool) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.cmd != nil {
 		return nil
 	}
 	r.gen++
+	if !given && r.gen == 1 {
+		env = r.env
+	}
 	lf, err := os.OpenFile(r.logs, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
 		return err
@@ -396,10 +405,7 @@ func (r *Replica) Start() error {
 	fmt.Fprintf(lf, "==== %s: start %d at %s ====\n", r.Name, r.gen, time.Now().Format(time.RFC3339Nano))
 	cmd := exec.Command(r.bin, r.args(r.gen)...)
 	cmd.Stdout, cmd.Stderr = lf, lf
-	cmd.Env = os.Environ()
-	if r.gen == 1 {
-		cmd.Env = append(cmd.Env, r.env...)
-	}
+	cmd.Env = append(os.Environ(), env...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
 		lf.Close()
