@@ -27,6 +27,9 @@ type ownership struct {
 
 	mu    sync.Mutex
 	rings []ringSpan // oldest first; the last is current
+	// listed is since when every ring has listed this replica; zero while
+	// the current one does not.
+	listed time.Time
 }
 
 // ringSpan is a ring in force from a time on; a nil ring owns nothing.
@@ -63,6 +66,12 @@ func (o *ownership) push(s ringSpan) {
 		i++
 	}
 	o.rings = append(o.rings[i:], s)
+	switch {
+	case s.ring == nil:
+		o.listed = time.Time{}
+	case o.listed.IsZero():
+		o.listed = s.from
+	}
 }
 
 // owns reports whether key ("pvc/ns/name", "pv/name") is this replica's
@@ -83,11 +92,13 @@ func (o *ownership) owns(key string) bool {
 	return false // the replica's first ring is younger than the settle period
 }
 
-// ready reports whether the replica has a live session that lists it.
+// ready reports whether the replica has had, for the settle period, a
+// live session whose member lists list it: it can act on what it owns.
+// Changes of the other members do not make it unready.
 func (o *ownership) ready() bool {
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	return o.rings[len(o.rings)-1].ring != nil
+	return !o.listed.IsZero() && time.Since(o.listed) >= o.settle
 }
 
 // current is the ring in force, or a ring of this replica alone while it

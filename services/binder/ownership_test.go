@@ -156,13 +156,14 @@ func TestOwnershipStopsAtOnceAndStartsAfterSettling(t *testing.T) {
 		t.Fatal("owns before any member list")
 	}
 	o.set([]string{"a"})
-	if o.owns("pv/x") {
-		t.Fatal("owns before the settle period")
+	if o.owns("pv/x") || o.ready() {
+		t.Fatal("owns or ready before the settle period")
 	}
+	waitFor(t, func() bool { return o.owns("pv/x") && o.ready() })
+	o.set([]string{"a", "b"}) // another member joins: still ready
 	if !o.ready() {
-		t.Fatal("not ready with a member list that lists it")
+		t.Fatal("not ready after another member joined")
 	}
-	waitFor(t, func() bool { return o.owns("pv/x") })
 	o.lose()
 	if o.owns("pv/x") || o.ready() {
 		t.Fatal("owns after the session was lost")
