@@ -74,6 +74,9 @@ type Env struct {
 	etcd *Etcd
 	cmd  *exec.Cmd
 	done chan struct{}
+	// what StartAPIServer needs to start kube-apiserver again
+	bin, caPEM, token string
+	args              []string
 }
 
 // FindKubeAPIServer returns the kube-apiserver binary to run:
@@ -180,26 +183,57 @@ func Start(ctx context.Context, o Options) (_ *Env, err error) {
 		"--profiling=false",
 		"--v=1",
 	}
-	args = append(append(args, etcdArgs...), o.ExtraArgs...)
-	logf, err := os.Create(e.APIServerLog)
-	if err != nil {
+	e.bin, e.args, e.caPEM, e.token = bin, append(append(args, etcdArgs...), o.ExtraArgs...), string(caPEM), token
+	if err := e.StartAPIServer(ctx); err != nil {
 		return nil, err
 	}
+	return e, nil
+}
+
+// StartAPIServer starts kube-apiserver (again, after StopAPIServer: the
+// same flags, port, certificates and etcd) and waits until it is ready.
+func (e *Env) StartAPIServer(ctx context.Context) error {
+	logf, err := os.OpenFile(e.APIServerLog, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		return err
+	}
 	defer logf.Close()
-	e.cmd = exec.Command(bin, args...)
+	e.done = make(chan struct{})
+	e.cmd = exec.Command(e.bin, e.args...)
 	e.cmd.Stdout, e.cmd.Stderr = logf, logf
 	// Its own process group (Ctrl-C in a terminal reaches us, and we stop
 	// it in order), and killed if we die.
 	e.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	if err := e.cmd.Start(); err != nil {
-		return nil, fmt.Errorf("start %s: %w", bin, err)
+		return fmt.Errorf("start %s: %w", e.bin, err)
 	}
-	go func() { _ = e.cmd.Wait(); close(e.done) }()
-	if err := e.waitReady(ctx, caPEM, token, 3*time.Minute); err != nil {
-		return nil, fmt.Errorf("%w (log: %s)\n%s", err, e.APIServerLog, tail(e.APIServerLog, 4096))
+	cmd, done := e.cmd, e.done
+	go func() { _ = cmd.Wait(); close(done) }()
+	if err := e.waitReady(ctx, []byte(e.caPEM), e.token, 3*time.Minute); err != nil {
+		return fmt.Errorf("%w (log: %s)\n%s", err, e.APIServerLog, tail(e.APIServerLog, 4096))
 	}
-	return e, nil
+	return nil
 }
+
+// StopAPIServer stops kube-apiserver (SIGTERM, then SIGKILL after 10s),
+// leaving etcd running.
+func (e *Env) StopAPIServer() {
+	if e.cmd == nil || e.cmd.Process == nil {
+		return
+	}
+	_ = syscall.Kill(-e.cmd.Process.Pid, syscall.SIGTERM)
+	select {
+	case <-e.done:
+	case <-time.After(10 * time.Second):
+		_ = syscall.Kill(-e.cmd.Process.Pid, syscall.SIGKILL)
+		<-e.done
+	}
+	e.cmd = nil
+}
+
+// Etcd is the embedded etcd, to stop and restart it (Etcd.Stop,
+// Etcd.Restart) in outage tests.
+func (e *Env) Etcd() *Etcd { return e.etcd }
 
 func (e *Env) waitReady(ctx context.Context, caPEM []byte, token string, timeout time.Duration) error {
 	pool := x509.NewCertPool()
@@ -236,16 +270,7 @@ func (e *Env) Exited() <-chan struct{} { return e.done }
 
 // Stop stops kube-apiserver (SIGTERM, then SIGKILL after 10s) and etcd.
 func (e *Env) Stop() {
-	if e.cmd != nil && e.cmd.Process != nil {
-		_ = syscall.Kill(-e.cmd.Process.Pid, syscall.SIGTERM)
-		select {
-		case <-e.done:
-		case <-time.After(10 * time.Second):
-			_ = syscall.Kill(-e.cmd.Process.Pid, syscall.SIGKILL)
-			<-e.done
-		}
-		e.cmd = nil
-	}
+	e.StopAPIServer()
 	if e.etcd != nil {
 		e.etcd.Stop()
 		e.etcd = nil

@@ -101,8 +101,13 @@ func (e *Etcd) Restart() error {
 	return nil
 }
 
-// Stop stops the server.
-func (e *Etcd) Stop() { e.e.Close() }
+// Stop stops the server; stopping a stopped server does nothing.
+func (e *Etcd) Stop() {
+	if e.e != nil {
+		e.e.Close()
+		e.e = nil
+	}
+}
 
 func freeURL() (*url.URL, error) {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
