@@ -96,7 +96,7 @@ func (s *storm) plan(statics, dynamics, deletions int, span time.Duration) []tas
 		if s.intn(4) < 3 {
 			ts[i].del = time.Duration(s.intn(2000)) * time.Millisecond
 		} else {
-			ts[i].del = span/4 + time.Duration(s.intn(int(span/time.Millisecond)/2+1))*time.Millisecond
+			ts[i].del = time.Duration(s.intn(int(span/time.Millisecond)/2+1)) * time.Millisecond
 		}
 	}
 	return ts
@@ -115,8 +115,14 @@ func (s *storm) run(ctx context.Context, ts []task) {
 				return
 			}
 			sem <- struct{}{}
-			err := s.do(ctx, t)
+			made, err := s.do(ctx, t)
 			<-sem
+			if err == nil && made != nil && t.delete && sleep(ctx, t.del) {
+				// The wait holds no slot: only the API calls are bounded.
+				sem <- struct{}{}
+				err = s.remove(ctx, made)
+				<-sem
+			}
 			if err != nil && ctx.Err() == nil {
 				s.logf("storm: %v", err)
 			}
@@ -125,18 +131,20 @@ func (s *storm) run(ctx context.Context, ts []task) {
 	wg.Wait()
 }
 
-func (s *storm) do(ctx context.Context, t task) error {
+// do makes the task's object; a claim is returned, to be deleted later
+// when the task says so.
+func (s *storm) do(ctx context.Context, t task) (*corev1.PersistentVolumeClaim, error) {
 	switch {
 	case t.pv:
-		return s.volume(ctx, t.static)
+		return nil, s.volume(ctx, t.static)
 	case t.static >= 0:
 		cl := &corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Namespace: Namespace, Name: fmt.Sprintf("static-%d", t.static)},
 			Spec: claimSpec("")}
-		return s.claim(ctx, cl, false, t)
+		return s.claim(ctx, cl, false)
 	default:
 		cl := &corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Namespace: Namespace, Name: fmt.Sprintf("dynamic-%d", t.dyn)},
 			Spec: claimSpec(DynamicClass)}
-		return s.claim(ctx, cl, true, t)
+		return s.claim(ctx, cl, true)
 	}
 }
 
@@ -177,9 +185,8 @@ func (s *storm) volume(ctx context.Context, i int) error {
 	})
 }
 
-// claim makes a claim, records it, and deletes it later when the task
-// says so.
-func (s *storm) claim(ctx context.Context, cl *corev1.PersistentVolumeClaim, dynamic bool, t task) error {
+// claim makes a claim and records it.
+func (s *storm) claim(ctx context.Context, cl *corev1.PersistentVolumeClaim, dynamic bool) (*corev1.PersistentVolumeClaim, error) {
 	var made *corev1.PersistentVolumeClaim
 	err := retry(ctx, func() error {
 		var err error
@@ -191,27 +198,26 @@ func (s *storm) claim(ctx context.Context, cl *corev1.PersistentVolumeClaim, dyn
 		return err
 	})
 	if err != nil {
-		return fmt.Errorf("create claim %s: %w", cl.Name, err)
+		return nil, fmt.Errorf("create claim %s: %w", cl.Name, err)
 	}
 	s.b.Created(made, dynamic)
-	if !t.delete {
-		return nil
-	}
-	if !sleep(ctx, t.del) {
-		return nil
-	}
+	return made, nil
+}
+
+// remove deletes the claim made (that very UID) and records it.
+func (s *storm) remove(ctx context.Context, made *corev1.PersistentVolumeClaim) error {
 	uid := made.UID
-	err = retry(ctx, func() error {
-		err := s.c.Client.CoreV1().PersistentVolumeClaims(Namespace).Delete(ctx, cl.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid}})
+	err := retry(ctx, func() error {
+		err := s.c.Client.CoreV1().PersistentVolumeClaims(made.Namespace).Delete(ctx, made.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid}})
 		if apierrors.IsNotFound(err) {
 			return nil
 		}
 		return err
 	})
 	if err != nil {
-		return fmt.Errorf("delete claim %s: %w", cl.Name, err)
+		return fmt.Errorf("delete claim %s: %w", made.Name, err)
 	}
-	s.b.Deleted(uid, Namespace+"/"+cl.Name)
+	s.b.Deleted(uid, made.Namespace+"/"+made.Name)
 	return nil
 }
 
