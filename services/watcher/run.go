@@ -133,7 +133,7 @@ func serve(ctx context.Context, o Options, client kubernetes.Interface, lis net.
 		if _, err := reg.inf.AddEventHandler(handler(h, reg.kind, log)); err != nil {
 			return fmt.Errorf("register %v handler: %w", reg.kind, err)
 		}
-		if err := reg.inf.SetWatchErrorHandlerWithContext(api.watchError); err != nil {
+		if err := reg.inf.SetWatchErrorHandlerWithContext(api.watch(reg.kind.String(), reg.inf)); err != nil {
 			return fmt.Errorf("register %v watch error handler: %w", reg.kind, err)
 		}
 	}
