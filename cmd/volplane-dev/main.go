@@ -81,9 +81,20 @@ const devUser = "volplane-dev"
 
 type service struct {
 	name string
+	// bin is the binary (and certificate) name when it differs from name
+	// (a second replica).
+	bin  string
 	addr string
 	args []string
 	p    *devenv.Process
+}
+
+// binary is the service's binary and certificate name.
+func (s *service) binary() string {
+	if s.bin != "" {
+		return s.bin
+	}
+	return s.name
 }
 
 func run(ctx context.Context, binDir, apiserver, dir, gatewayListen string, workers int, logLevel, roles string) error {
@@ -128,7 +139,9 @@ func run(ctx context.Context, binDir, apiserver, dir, gatewayListen string, work
 		a, err = devenv.FreeAddr()
 		return a
 	}
-	watcher, provisioner, reclaimer, binder := addr(), addr(), addr(), addr()
+	// Two watchers: the binder streams from one and fails over to the
+	// other (stop one to see it).
+	watcher, watcher2, provisioner, reclaimer, binder := addr(), addr(), addr(), addr(), addr()
 	if err != nil {
 		return err
 	}
@@ -148,6 +161,7 @@ func run(ctx context.Context, binDir, apiserver, dir, gatewayListen string, work
 		{name: "volplane-csi", addr: csiEndpoint, args: []string{"--endpoint", csiEndpoint,
 			"--root-dir", filepath.Join(dir, "csi", "root"), "--node-id", nodeID}},
 		{name: "watcher", addr: watcher, args: []string{"--kubeconfig", kc, "--listen", watcher}},
+		{name: "watcher-2", bin: "watcher", addr: watcher2, args: []string{"--kubeconfig", kc, "--listen", watcher2}},
 		// The gateway serves HTTPS with its service certificate, checks
 		// bearer tokens and SubjectAccessReviews with the apiserver, and
 		// accepts client certificates of the same CA.
@@ -160,7 +174,7 @@ func run(ctx context.Context, binDir, apiserver, dir, gatewayListen string, work
 			"--provisioner-address", provisioner, "--recycle-mode", "node-local", "--node-name", nodeID,
 			"--recycle-path-prefixes", hostPaths}},
 		{name: "binder", addr: binder, args: []string{"--kubeconfig", kc, "--etcd-endpoints", etcd, "--listen", binder,
-			"--watcher-address", watcher, "--reclaimer-address", reclaimer, "--provisioner-address", provisioner,
+			"--watcher-address", watcher + "," + watcher2, "--reclaimer-address", reclaimer, "--provisioner-address", provisioner,
 			"--workers", strconv.Itoa(workers)}},
 		{name: "gateway", args: []string{"--listen", gatewayListen, "--watcher-address", watcher, "--binder-address", binder,
 			"--provisioner-address", provisioner, "--reclaimer-address", reclaimer, "--kubeconfig", kc,
@@ -168,13 +182,16 @@ func run(ctx context.Context, binDir, apiserver, dir, gatewayListen string, work
 			"--tls-serving-cert-file", certs["gateway"].CertFile, "--tls-serving-key-file", certs["gateway"].KeyFile}},
 	}
 	for _, s := range services {
-		if f, ok := certs[s.name]; ok {
+		if f, ok := certs[s.binary()]; ok {
 			s.args = append(s.args, devenv.TLSArgs(f)...)
 		}
 	}
+	byName := func(name string) *service {
+		return services[slices.IndexFunc(services, func(s *service) bool { return s.name == name })]
+	}
 	if workers == 0 {
-		b := services[4].args
-		services[4].args = slices.Delete(b, slices.Index(b, "--workers"), slices.Index(b, "--workers")+2)
+		b := byName("binder")
+		b.args = slices.Delete(b.args, slices.Index(b.args, "--workers"), slices.Index(b.args, "--workers")+2)
 	}
 	defer func() {
 		// Stop in reverse order: the gateway first, the CSI driver last.
@@ -185,7 +202,7 @@ func run(ctx context.Context, binDir, apiserver, dir, gatewayListen string, work
 		}
 	}()
 	for _, s := range services {
-		s.p, err = devenv.StartProcess(dir, s.name, filepath.Join(binDir, s.name), append(s.args, common...)...)
+		s.p, err = devenv.StartProcess(dir, s.name, filepath.Join(binDir, s.binary()), append(s.args, common...)...)
 		if err != nil {
 			return err
 		}
@@ -200,7 +217,7 @@ func run(ctx context.Context, binDir, apiserver, dir, gatewayListen string, work
 		}
 	}
 	if err := waitHTTP(ctx, "https://"+gatewayListen+"/readyz", certs["gateway"].CAFile, time.Minute); err != nil {
-		return fmt.Errorf("gateway: %w (log: %s)", err, services[5].p.LogPath)
+		return fmt.Errorf("gateway: %w (log: %s)", err, byName("gateway").p.LogPath)
 	}
 
 	fmt.Printf(`
