@@ -52,7 +52,7 @@ func main() {
 		os.Exit(2)
 	}
 	if *writeCerts != "" {
-		if _, err := pki.Generate(*writeCerts, append([]string{"etcd"}, pki.Services...)...); err != nil {
+		if err := composeCerts(*writeCerts); err != nil {
 			fmt.Fprintln(os.Stderr, "volplane-dev:", err)
 			os.Exit(1)
 		}
@@ -295,4 +295,24 @@ func waitHTTP(ctx context.Context, url, caFile string, timeout time.Duration) er
 		}
 	}
 	return fmt.Errorf("%s not ready within %s: %s", url, timeout, last)
+}
+
+// composeCerts writes docker-compose.yaml's CA and certificates: one per
+// service, named after it (its compose host name), the watcher's also
+// valid for its second replica, watcher-2.
+func composeCerts(dir string) error {
+	ca, err := pki.NewCA(dir, "volplane-dev-ca")
+	if err != nil {
+		return err
+	}
+	for _, n := range append([]string{"etcd"}, pki.Services...) {
+		var hosts []string
+		if n == "watcher" {
+			hosts = []string{"watcher-2"}
+		}
+		if _, err := ca.Issue(n, hosts...); err != nil {
+			return err
+		}
+	}
+	return nil
 }
