@@ -25,4 +25,12 @@
 // write is a transaction fenced on the writer holding that lock on its live
 // lease (Put, Finish), so a replica that lost its session cannot overwrite
 // the record of the replica that took the operation over.
+//
+// A Keeper keeps a replica in etcd through outages instead of stopping it:
+// it opens a session (retrying while etcd is unreachable), registers the
+// member, and opens and registers a new session whenever one is lost. It
+// offers the journal and reservation methods on the current session; while
+// there is none they fail with ErrSessionLost, and locks of a lost session
+// are never carried on (writes fenced on the new lease are refused until
+// the lock is acquired again).
 package coord

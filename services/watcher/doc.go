@@ -38,6 +38,34 @@
 // a SYNCED (pkg/watchclient does this). A stream opened before the
 // informers have synced waits for them.
 //
+// # Several watchers
+//
+// Any number of watcher replicas may run side by side; they share nothing
+// and need no coordination: each has its own informers, its own log and
+// its own epoch, which is the replica's identity and is carried by every
+// event's cursor, RESET and SYNCED included, and by GetStatus. A cursor is
+// therefore resumed only by the replica (and process) that issued it: any
+// other answers with RESET, a full list and SYNCED. A subscriber that moves
+// to another replica must apply that list as a replace, as an informer's
+// Replace does: objects it does not mention are deleted (deletions missed
+// during the move leave no zombie), objects it mentions are updated only
+// when their resourceVersion is newer than the subscriber's (a replica
+// that lags never moves an object back in time). pkg/watchclient's
+// RunFailover picks the replica and moves on when a stream breaks or
+// stalls.
+//
+// # Readiness
+//
+// gRPC health is SERVING only while the view is current: the informers
+// have synced, the API server answers /readyz (NOT_SERVING after 3s
+// without an answer), and no informer is stale. An informer counts as
+// stale after a watch error (other than an expired resourceVersion or a
+// closed watch) or while /readyz failed, until its last synced
+// resourceVersion moves, or 35s after both the failure and the API
+// server's return (a reflector may wait up to 30s to watch again). Streams
+// go on either way; subscribers read the health to know how far to trust
+// them.
+//
 // # Subscribers
 //
 // Subscribers pull from the shared ring: each stream remembers the last
