@@ -11,6 +11,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/client-go/util/workqueue"
@@ -122,12 +123,12 @@ func (c *controller) Synced() {
 		claims, volumes := c.store.snapshot()
 		for _, k := range claims {
 			if !c.relisted[watcherv1.Kind_KIND_PERSISTENT_VOLUME_CLAIM][k] {
-				c.claimDeleted(k)
+				c.claimDeleted(k, "")
 			}
 		}
 		for _, n := range volumes {
 			if !c.relisted[watcherv1.Kind_KIND_PERSISTENT_VOLUME][n] {
-				c.volumeDeleted(n)
+				c.volumeDeleted(n, "")
 			}
 		}
 		c.store.mu.Lock()
@@ -157,25 +158,25 @@ func (c *controller) Event(ev *watcherv1.WatchResponse) error {
 	deleted := ev.Type == watcherv1.EventType_EVENT_TYPE_DELETED
 	switch ev.Kind {
 	case watcherv1.Kind_KIND_PERSISTENT_VOLUME:
-		if deleted {
-			c.volumeDeleted(ev.Key)
-			return nil
-		}
 		v, err := kube.DecodeVolume(ev.Object)
 		if err != nil {
 			return err
+		}
+		if deleted {
+			c.volumeDeleted(ev.Key, v.UID)
+			return nil
 		}
 		if v = c.store.putVolume(v); v != nil {
 			c.volumeChanged(v)
 		}
 	case watcherv1.Kind_KIND_PERSISTENT_VOLUME_CLAIM:
-		if deleted {
-			c.claimDeleted(ev.Key)
-			return nil
-		}
 		cl, err := kube.DecodeClaim(ev.Object)
 		if err != nil {
 			return err
+		}
+		if deleted {
+			c.claimDeleted(ev.Key, cl.UID)
+			return nil
 		}
 		if c.store.putClaim(cl) != nil {
 			c.claimQueue.add(ev.Key)
@@ -216,17 +217,20 @@ func (c *controller) volumeChanged(v *corev1.PersistentVolume) {
 	}
 }
 
-func (c *controller) volumeDeleted(name string) {
-	old := c.store.deleteVolume(name)
+// volumeDeleted handles a volume's deletion: uid is the deleted object's
+// (a watch event), empty when a relist did not mention the volume.
+func (c *controller) volumeDeleted(name string, uid types.UID) {
+	old := c.store.deleteVolume(name, uid)
 	if old != nil && old.Spec.ClaimRef != nil {
 		// The claim turns Lost now rather than at the next resync.
 		c.claimQueue.add(refKey(old.Spec.ClaimRef))
 	}
 }
 
-func (c *controller) claimDeleted(key string) {
+// claimDeleted handles a claim's deletion; see volumeDeleted.
+func (c *controller) claimDeleted(key string, uid types.UID) {
 	c.provisions.forget(key)
-	old := c.store.deleteClaim(key)
+	old := c.store.deleteClaim(key, uid)
 	if old != nil && old.Spec.VolumeName != "" {
 		// The volume is Released now rather than at the next resync.
 		c.volumeQueue.add(old.Spec.VolumeName)

@@ -45,6 +45,9 @@ type store struct {
 	// before the watch did, by UID, so that watch events still on their
 	// way (sent before the deletion) do not bring them back.
 	volumeTombs, claimTombs tombstones
+	// gone: the UIDs of volumes and claims whose deletion was seen; their
+	// events never enter the cache again (see goneUIDs).
+	gone goneUIDs
 }
 
 func newStore() *store {
@@ -104,7 +107,7 @@ func (s *store) putVolume(v *corev1.PersistentVolume) *corev1.PersistentVolume {
 	v.ManagedFields = nil // see putClaim
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if !s.volumeTombs.admit(v.Name, v.UID) {
+	if s.gone.has(v.UID) || !s.volumeTombs.admit(v.Name, v.UID) {
 		return nil
 	}
 	old := s.volumes[v.Name]
@@ -165,6 +168,7 @@ func (s *store) dropVolume(name string, uid types.UID) {
 		delete(s.foreign, name)
 	}
 	s.volumeTombs.add(name, uid, old)
+	s.gone.add(uid)
 }
 
 func (s *store) unindexVolume(v *corev1.PersistentVolume) {
@@ -175,13 +179,21 @@ func (s *store) unindexVolume(v *corev1.PersistentVolume) {
 	}
 }
 
-// deleteVolume removes a volume the watch says is deleted. It returns the
-// last version known, from the cache or from the tombstone an API response
-// left, nil when neither knew it.
-func (s *store) deleteVolume(name string) *corev1.PersistentVolume {
+// deleteVolume removes a volume the watch says is deleted. uid is the
+// deleted object's, from the watch event: that deletion is confirmed, and
+// the UID never enters the cache again; a cached volume of another UID is
+// newer than the deletion and stays. An empty uid (a relist did not
+// mention the volume) removes whatever is cached and confirms nothing. It
+// returns the last version known, from the cache or from the tombstone an
+// API response left, nil when neither knew it.
+func (s *store) deleteVolume(name string, uid types.UID) *corev1.PersistentVolume {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.gone.add(uid)
 	old := s.volumes[name]
+	if old != nil && uid != "" && old.UID != uid {
+		return nil
+	}
 	if old != nil {
 		s.unindexVolume(old)
 		delete(s.volumes, name)
@@ -213,7 +225,7 @@ func (s *store) putClaim(c *corev1.PersistentVolumeClaim) *corev1.PersistentVolu
 	key := claimKey(c)
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if !s.claimTombs.admit(key, c.UID) {
+	if s.gone.has(c.UID) || !s.claimTombs.admit(key, c.UID) {
 		return nil
 	}
 	old := s.claims[key]
@@ -270,6 +282,7 @@ func (s *store) dropClaim(key string, uid types.UID) {
 		delete(s.claims, key)
 	}
 	s.claimTombs.add(key, uid, old)
+	s.gone.add(uid)
 }
 
 func (s *store) unindexClaim(c *corev1.PersistentVolumeClaim) {
@@ -281,10 +294,14 @@ func (s *store) unindexClaim(c *corev1.PersistentVolumeClaim) {
 }
 
 // deleteClaim removes a claim the watch says is deleted; see deleteVolume.
-func (s *store) deleteClaim(key string) *corev1.PersistentVolumeClaim {
+func (s *store) deleteClaim(key string, uid types.UID) *corev1.PersistentVolumeClaim {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.gone.add(uid)
 	old := s.claims[key]
+	if old != nil && uid != "" && old.UID != uid {
+		return nil
+	}
 	if old != nil {
 		s.unindexClaim(old)
 		delete(s.claims, key)

@@ -2,14 +2,17 @@ package binder
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"log/slog"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
 	"k8s.io/client-go/tools/record"
@@ -214,5 +217,96 @@ func TestAReleasedVolumeIsNeverBoundAgain(t *testing.T) {
 				t.Fatalf("a %s volume became %s", phase, got.Status.Phase)
 			}
 		})
+	}
+}
+
+// The binder fails over from one watcher replica to another that lags
+// behind it: the first delivered a claim's and a volume's deletion, the
+// second's relist still shows both. They must not come back into the
+// cache, neither from the relist nor from the lagging replica's later
+// events. A claim the lagging replica does not know yet (newer than its
+// view) leaves the cache at the relist, as any relist would have it, and
+// comes back when that replica catches up: only a confirmed deletion
+// keeps an object out.
+func TestFailoverToALaggingWatcherBringsNothingDeletedBack(t *testing.T) {
+	deleted, volume := testClaim("deleted"), testVolume("pv")
+	volume.UID = "pv-uid"
+	deleted.Spec.VolumeName = volume.Name
+	c, _ := fedController(t, deleted.DeepCopy(), volume.DeepCopy())
+
+	// The first watcher: a newer claim appears, then both deletions.
+	newer := testClaim("newer")
+	newer.UID = "uid-newer"
+	newer.ResourceVersion = "7"
+	deliver(t, c, evAdded, newer.DeepCopy())
+	goneClaim, goneVolume := deleted.DeepCopy(), volume.DeepCopy()
+	goneClaim.ResourceVersion, goneVolume.ResourceVersion = "8", "9"
+	deliver(t, c, evDeleted, goneClaim)
+	deliver(t, c, evDeleted, goneVolume)
+
+	// Failover: the second watcher's relist is from before all three.
+	c.Reset()
+	deliver(t, c, evAdded, deleted.DeepCopy())
+	deliver(t, c, evAdded, volume.DeepCopy())
+	c.Synced()
+	if got := c.store.claim(claimKey(deleted)); got != nil {
+		t.Fatal("a lagging watcher's relist brought back a claim whose deletion was seen")
+	}
+	if got := c.store.volume(volume.Name); got != nil {
+		t.Fatal("a lagging watcher's relist brought back a volume whose deletion was seen")
+	}
+	if got := c.store.claim(claimKey(newer)); got != nil {
+		t.Fatal("a claim the relist did not mention is still cached")
+	}
+
+	// The lagging watcher's later events, in its own order: an update of
+	// the deleted claim it had not seen yet, then the newer claim, then
+	// the deletions.
+	late := deleted.DeepCopy()
+	late.ResourceVersion = "6"
+	deliver(t, c, evUpdated, late)
+	if c.store.claim(claimKey(deleted)) != nil {
+		t.Fatal("a lagging watcher's update brought back a deleted claim")
+	}
+	deliver(t, c, evAdded, newer.DeepCopy())
+	if got := c.store.claim(claimKey(newer)); got == nil || got.UID != newer.UID {
+		t.Fatalf("the newer claim did not come back when the lagging watcher caught up: %v", got)
+	}
+	deliver(t, c, evDeleted, goneClaim.DeepCopy())
+	deliver(t, c, evDeleted, goneVolume.DeepCopy())
+	if c.store.claim(claimKey(newer)) == nil {
+		t.Fatal("a repeated deletion of another claim removed the newer one")
+	}
+
+	// The same names with new UIDs are new objects: cached.
+	again := testClaim("deleted")
+	again.UID = "uid-deleted-2"
+	again.ResourceVersion = "10"
+	deliver(t, c, evAdded, again)
+	if got := c.store.claim(claimKey(again)); got == nil || got.UID != again.UID {
+		t.Fatalf("a new claim under a deleted one's name: %v", got)
+	}
+	// And a stale deletion of the old UID does not remove the new one.
+	deliver(t, c, evDeleted, goneClaim.DeepCopy())
+	if got := c.store.claim(claimKey(again)); got == nil || got.UID != again.UID {
+		t.Fatal("a late deletion of the old claim removed the new one under its name")
+	}
+}
+
+// The memory of deleted UIDs is bounded and expires.
+func TestGoneUIDsAreBounded(t *testing.T) {
+	var g goneUIDs
+	for i := range maxGone + 10 {
+		g.add(types.UID(fmt.Sprint("uid-", i)))
+	}
+	if len(g.at) != maxGone || len(g.order)-g.head != maxGone {
+		t.Fatalf("%d UIDs remembered (%d in order), want at most %d", len(g.at), len(g.order), maxGone)
+	}
+	if g.has("uid-0") || !g.has(types.UID(fmt.Sprint("uid-", maxGone+9))) {
+		t.Fatal("the oldest UID should go first, the newest stay")
+	}
+	g.expire(time.Now().Add(goneTTL))
+	if len(g.at) != 0 || len(g.order)-g.head != 0 {
+		t.Fatalf("%d UIDs left after their TTL", len(g.at))
 	}
 }
