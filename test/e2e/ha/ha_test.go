@@ -185,6 +185,17 @@ func TestBinderFailsOverBetweenWatchers(t *testing.T) {
 	first := createPairs(t, ns, ns, "a", 20)
 	allBound(t, ns, first, time.Minute)
 
+	// Claims bind to any free volume of the class, not the one of the same
+	// name: follow each deleted claim's volumeName.
+	var released []string
+	for _, name := range first[:5] {
+		c, err := client.CoreV1().PersistentVolumeClaims(ns).Get(context.Background(), name, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		released = append(released, c.Spec.VolumeName)
+	}
+
 	on, off := active(t)
 	t.Logf("binder streams from %s; stopping it", on.name)
 	if err := on.stop(); err != nil {
@@ -202,8 +213,8 @@ func TestBinderFailsOverBetweenWatchers(t *testing.T) {
 	}
 	second := createPairs(t, ns, ns, "b", 20)
 	allBound(t, ns, second, time.Minute)
-	for _, name := range first[:5] {
-		e2e.VolumePhase(t, client, ns+"-"+name, corev1.VolumeReleased, time.Minute)
+	for _, name := range released {
+		e2e.VolumePhase(t, client, name, corev1.VolumeReleased, time.Minute)
 	}
 	if now, _ := active(t); now != off {
 		t.Fatalf("the binder streams from %s, want %s", now.name, off.name)
@@ -212,8 +223,8 @@ func TestBinderFailsOverBetweenWatchers(t *testing.T) {
 	// Released volumes stay Released (Retain) through a resync's worth of
 	// time on the new stream.
 	e2e.Consistently(t, 3*time.Second, func() string {
-		for _, name := range first[:5] {
-			v, err := client.CoreV1().PersistentVolumes().Get(context.Background(), ns+"-"+name, metav1.GetOptions{})
+		for _, name := range released {
+			v, err := client.CoreV1().PersistentVolumes().Get(context.Background(), name, metav1.GetOptions{})
 			if err != nil {
 				return err.Error()
 			}
