@@ -83,6 +83,10 @@ fuzz: ## Fuzz every request decoder and validator for FUZZTIME each (30s).
 	@for t in $(FUZZ_TARGETS); do pkg=$${t%%:*}; fn=$${t##*:}; \
 		echo "== $$fn ($$pkg)"; $(GO) test -run '^$$' -fuzz "^$$fn\$$" -fuzztime $(FUZZTIME) $$pkg; done
 
+.PHONY: compare-kcm
+compare-kcm: kube-apiserver kube-controller-manager ## Run the drop-in fidelity scenarios (internal/e2e.InTree) against kube-controller-manager itself, as test/e2e runs them against volplane.
+	VOLPLANE_KUBE_CONTROLLER_MANAGER=$(KUBE_CONTROLLER_MANAGER) $(GO) test -count=1 -v ./test/e2e/kcm/
+
 .PHONY: test-unit
 test-unit: ## Run the tests that need no kube-apiserver.
 	$(GO) test -count=1 -short ./...

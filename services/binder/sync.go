@@ -19,6 +19,10 @@ import (
 // only the cache, except where noted.
 func (c *controller) syncClaim(ctx context.Context, claim *corev1.PersistentVolumeClaim) error {
 	ctx = forObject(ctx, "pvc/"+claimKey(claim))
+	claim, err := c.annealClaim(ctx, claim)
+	if err != nil {
+		return err
+	}
 	if _, done := claim.Annotations[kube.AnnBindCompleted]; done {
 		return c.syncBoundClaim(ctx, claim)
 	}
@@ -123,6 +127,10 @@ func (c *controller) syncBoundClaim(ctx context.Context, claim *corev1.Persisten
 // syncVolume brings one volume's phase in line with its claim.
 func (c *controller) syncVolume(ctx context.Context, volume *corev1.PersistentVolume) error {
 	ctx = forObject(ctx, "pv/"+volume.Name)
+	volume, err := c.annealVolume(ctx, volume)
+	if err != nil {
+		return err
+	}
 	ref := volume.Spec.ClaimRef
 	if ref == nil || ref.UID == "" {
 		// Unused, or pre-bound by a user to a claim that will bind it.
@@ -264,8 +272,11 @@ func (c *controller) provisionClaim(ctx context.Context, claim *corev1.Persisten
 			fmt.Sprintf("storageclass.storage.k8s.io %q not found", name))
 		return nil
 	}
-	provisioner := class.Provisioner
-	if claim.Annotations[kube.AnnStorageProvisioner] != provisioner || claim.Annotations[kube.AnnBetaStorageProvisioner] != provisioner {
+	// In-tree names as kube-controller-manager treats them: a migrated one
+	// under its CSI driver's name, one no plugin provisions fails here.
+	decision := kube.DecideProvisioning(class, claim)
+	provisioner := decision.Provisioner
+	if provisioner != "" && (claim.Annotations[kube.AnnStorageProvisioner] != provisioner || claim.Annotations[kube.AnnBetaStorageProvisioner] != provisioner) {
 		clone := claim.DeepCopy()
 		metav1.SetMetaDataAnnotation(&clone.ObjectMeta, kube.AnnBetaStorageProvisioner, provisioner)
 		metav1.SetMetaDataAnnotation(&clone.ObjectMeta, kube.AnnStorageProvisioner, provisioner)
@@ -280,6 +291,12 @@ func (c *controller) provisionClaim(ctx context.Context, claim *corev1.Persisten
 			return c.claimWriteFailed(claim, err, "set provisioner of claim %s", claimKey(claim))
 		}
 		claim = c.store.refreshClaim(updated)
+	}
+	if decision.Failure != "" {
+		// As upstream: the claim stays as it is; the next resync tries
+		// again (a new class may be created meanwhile).
+		c.recorder.Event(claim, corev1.EventTypeWarning, kube.EventProvisioningFailed, decision.Failure)
+		return nil
 	}
 	served := c.provisioner != nil && c.provisioner.Serves(ctx, provisioner)
 	key := claimKey(claim)

@@ -85,11 +85,17 @@ func undecided(s served) plan {
 		message: fmt.Sprintf("waiting for the provisioner's list of drivers to tell whether volplane deletes this volume: %v", s.err)}
 }
 
-// decideDelete: a volume provisioned by a provisioner volplane does not
-// serve belongs to that provisioner's deleter (as external-provisioner
+// decideDelete: a volume an in-tree plugin provisioned fails as upstream
+// (kube.InTreeDeleteFailure); a volume provisioned by a provisioner volplane
+// does not serve belongs to that provisioner's deleter (as external-provisioner
 // ignores volumes of other provisioners); a CSI volume of a served driver
 // is deleted through the provisioner; anything else cannot be deleted.
 func decideDelete(v *corev1.PersistentVolume, s served) plan {
+	if msg, inTree := kube.InTreeDeleteFailure(v); inTree {
+		// Provisioned by a non-migrated in-tree plugin: kube-controller-
+		// manager's own deleter would try, and no v1.36 plugin can.
+		return unsupported(kube.EventVolumeFailedDelete, msg)
+	}
 	by := v.Annotations[kube.AnnDynamicallyProvisioned]
 	csi := v.Spec.CSI
 	if (by != "" || csi != nil) && !s.known {

@@ -9,6 +9,7 @@ import (
 	storagev1 "k8s.io/api/storage/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/volplane/volplane/internal/e2e"
 	"github.com/volplane/volplane/pkg/kube"
 )
 
@@ -302,4 +303,11 @@ func TestMissingClass(t *testing.T) {
 	createPVC(t, n, "data", "1Gi", "no-such-class")
 	hasEvent(t, n, "PersistentVolumeClaim", "data", kube.EventProvisioningFailed, `storageclass.storage.k8s.io "no-such-class" not found`)
 	pvcPhase(t, n, "data", corev1.ClaimPending)
+}
+
+// In-tree, migrated and no-provisioner classes and volumes end as
+// kube-controller-manager leaves them (internal/e2e.InTree; the same
+// scenario runs against kube-controller-manager itself in test/e2e/kcm).
+func TestInTreeFidelity(t *testing.T) {
+	e2e.InTree(t, cluster.client, e2e.Namespace(t, cluster.client))
 }

@@ -1,0 +1,53 @@
+package binder
+
+import (
+	"context"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/volplane/volplane/pkg/kube"
+)
+
+// The bookkeeping kube-controller-manager's PV controller keeps on in-tree
+// volumes and claims before every sync (updateClaimMigrationAnnotations,
+// updateVolumeMigrationAnnotationsAndFinalizers): the migrated-to
+// annotation of migrated in-tree plugins, and the kubernetes.io/pv-controller
+// finalizer of volumes a non-migrated in-tree plugin provisioned. Objects of
+// CSI and external provisioners need no write.
+
+// annealClaim sets or removes the claim's migrated-to annotation.
+func (c *controller) annealClaim(ctx context.Context, claim *corev1.PersistentVolumeClaim) (*corev1.PersistentVolumeClaim, error) {
+	clone := claim.DeepCopy()
+	if !kube.UpdateMigrationAnnotations(clone.Annotations, true) {
+		return claim, nil
+	}
+	if err := c.fence(ctx); err != nil {
+		return nil, err
+	}
+	updated, err := c.client.CoreV1().PersistentVolumeClaims(claim.Namespace).Update(ctx, clone, metav1.UpdateOptions{})
+	if err != nil {
+		return nil, c.claimWriteFailed(claim, err, "anneal migration annotations of claim %s", claimKey(claim))
+	}
+	return c.store.refreshClaim(updated), nil
+}
+
+// annealVolume sets or removes the volume's migrated-to annotation and its
+// in-tree deletion finalizers.
+func (c *controller) annealVolume(ctx context.Context, volume *corev1.PersistentVolume) (*corev1.PersistentVolume, error) {
+	clone := volume.DeepCopy()
+	annotated := kube.UpdateMigrationAnnotations(clone.Annotations, false)
+	finalizers, changed := kube.DeletionFinalizers(clone)
+	if !annotated && !changed {
+		return volume, nil
+	}
+	clone.Finalizers = finalizers
+	if err := c.fence(ctx); err != nil {
+		return nil, err
+	}
+	updated, err := c.client.CoreV1().PersistentVolumes().Update(ctx, clone, metav1.UpdateOptions{})
+	if err != nil {
+		return nil, c.volumeWriteFailed(volume, err, "anneal migration annotations or finalizers of volume %s", volume.Name)
+	}
+	return c.store.refreshVolume(updated), nil
+}
