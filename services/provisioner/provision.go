@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math/rand/v2"
 	"sync"
 	"time"
 
@@ -89,9 +90,22 @@ type provisioner struct {
 	extraMetadata bool
 	timeout       time.Duration
 	now           func() time.Time
+	// instance makes the identity (see identity) of this replica's run.
+	instance string
 
 	mu       sync.Mutex
 	inflight map[string]bool // kind/name of operations running in this replica
+}
+
+// identity is what external-provisioner calls its identity, recorded in
+// every PV it makes: "<start in ms>-<random 0-9999>-<driver name>".
+func (p *provisioner) identity(driver string) string {
+	return p.instance + "-" + driver
+}
+
+// newInstance is the start-time and random part of an identity.
+func newInstance(now time.Time) string {
+	return fmt.Sprintf("%d-%d", now.UnixMilli(), rand.IntN(10000))
 }
 
 // result is how one provisioning attempt ended.
@@ -186,9 +200,16 @@ func (p *provisioner) provision(ctx context.Context, claim *corev1.PersistentVol
 	}
 	if err != nil {
 		// Nothing was asked of the driver in this attempt.
-		return p.failBeforeCall(ctx, claim, class, name, found, op, err), nil
+		res := p.failBeforeCall(ctx, claim, class, name, found, op, err)
+		if apierrors.IsNotFound(err) && claim.Annotations[kube.AnnSelectedNode] != "" {
+			// As external-provisioner: the selected node (or its
+			// CSINode) is gone, so let the scheduler choose another.
+			res.outcome = provisionerv1.Outcome_OUTCOME_RESCHEDULE
+		}
+		return res, nil
 	}
 	spec.driver = d.name()
+	spec.identity = p.identity(d.name())
 
 	op.Attempts++
 	if err := p.put(ctx, kindProvision, name, op); err != nil {
@@ -221,7 +242,7 @@ func (p *provisioner) provision(ctx context.Context, claim *corev1.PersistentVol
 		if perr := p.put(ctx, kindProvision, name, op); perr != nil {
 			p.log.Warn("journal provisioning attempt", "volume", name, "error", perr)
 		}
-		msg := fmt.Sprintf("failed to provision volume with StorageClass %q: %v", class.Name, err)
+		msg := failedMessage(err)
 		recorder.Event(claim, corev1.EventTypeWarning, kube.EventProvisioningFailed, msg)
 		return result{outcome: out, message: msg}, nil
 	default:
@@ -229,7 +250,7 @@ func (p *provisioner) provision(ctx context.Context, claim *corev1.PersistentVol
 		if ferr := p.journal.Finish(ctx, kindProvision, name, p.member); ferr != nil {
 			return result{}, ferr
 		}
-		msg := fmt.Sprintf("failed to provision volume with StorageClass %q: %v", class.Name, err)
+		msg := failedMessage(err)
 		recorder.Event(claim, corev1.EventTypeWarning, kube.EventProvisioningFailed, msg)
 		return result{outcome: out, message: msg}, nil
 	}
@@ -264,11 +285,21 @@ func (p *provisioner) provision(ctx context.Context, claim *corev1.PersistentVol
 	return result{outcome: provisionerv1.Outcome_OUTCOME_FINISHED, volume: pv}, nil
 }
 
+// failedMessage is the ProvisioningFailed event's message for a failed
+// CreateVolume, as external-provisioner's controller words it: the error
+// itself, and for InvalidArgument (infeasible, retried slowly) its note.
+func failedMessage(err error) string {
+	if status.Code(err) == codes.InvalidArgument {
+		return "Volume provisioning failed with infeasible error. Retries will be delayed. " + err.Error()
+	}
+	return err.Error()
+}
+
 // failBeforeCall ends an attempt that failed before the driver was asked.
 // A journal record of an earlier attempt stays (that attempt may still be
 // making the volume); with no earlier attempt there is nothing to keep.
 func (p *provisioner) failBeforeCall(ctx context.Context, claim *corev1.PersistentVolumeClaim, class *storagev1.StorageClass, name string, journaled bool, op provisionOp, cause error) result {
-	msg := fmt.Sprintf("failed to provision volume with StorageClass %q: %v", class.Name, cause)
+	msg := cause.Error()
 	if journaled {
 		op.LastError = cause.Error()
 		if err := p.put(ctx, kindProvision, name, op); err != nil {
@@ -420,13 +451,17 @@ func (p *provisioner) deleteVolume(ctx context.Context, pv *corev1.PersistentVol
 // its record.
 func (p *provisioner) runDelete(ctx context.Context, d *driver, name string, op deleteOp) result {
 	secrets, err := p.secrets(ctx, op.Secret)
-	if err == nil {
-		cctx, cancel := context.WithTimeout(ctx, p.timeout)
-		_, err = d.controller.DeleteVolume(cctx, &csi.DeleteVolumeRequest{VolumeId: op.VolumeHandle, Secrets: secrets})
-		cancel()
-		if status.Code(err) == codes.NotFound {
-			err = nil
-		}
+	if err != nil {
+		// As external-provisioner: the secret may be gone with its
+		// namespace; delete without it and say so.
+		p.log.Warn("cannot read the deletion secret; deleting the volume without secrets", "volume", name, "error", err)
+		secrets = nil
+	}
+	cctx, cancel := context.WithTimeout(ctx, p.timeout)
+	_, err = d.controller.DeleteVolume(cctx, &csi.DeleteVolumeRequest{VolumeId: op.VolumeHandle, Secrets: secrets})
+	cancel()
+	if status.Code(err) == codes.NotFound {
+		err = nil
 	}
 	out := classify(err, false)
 	if out == provisionerv1.Outcome_OUTCOME_IN_BACKGROUND {
@@ -446,11 +481,18 @@ func (p *provisioner) runDelete(ctx context.Context, d *driver, name string, op 
 	return result{outcome: provisionerv1.Outcome_OUTCOME_FINISHED}
 }
 
-// deletionSecret is the secret DeleteVolume needs: the one the PV's
-// annotations name, else the one its class names now.
+// deletionSecret is the secret DeleteVolume needs, as external-provisioner
+// finds it (handleSecretsForDeletion): the one the PV's two deletion-secret
+// annotations name, none when they are empty, and only when the PV has no
+// such annotations (made before they existed) the one its class names now.
 func (p *provisioner) deletionSecret(ctx context.Context, pv *corev1.PersistentVolume) *secretRef {
-	if n, ns := pv.Annotations[annDeletionSecretName], pv.Annotations[annDeletionSecretNamespace]; n != "" && ns != "" {
-		return &secretRef{Namespace: ns, Name: n}
+	n, hasName := pv.Annotations[annDeletionSecretName]
+	ns, hasNamespace := pv.Annotations[annDeletionSecretNamespace]
+	if hasName && hasNamespace {
+		if n != "" && ns != "" {
+			return &secretRef{Namespace: ns, Name: n}
+		}
+		return nil
 	}
 	if pv.Spec.StorageClassName == "" {
 		return nil

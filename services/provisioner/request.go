@@ -152,21 +152,15 @@ func volumeCapabilities(claim *corev1.PersistentVolumeClaim, fs string, mountFla
 	return out, nil
 }
 
-// capacityRange is what the claim asks for: at least its request, at most
-// its limit when it sets one.
+// capacityRange is what the claim asks for: at least its request. Like
+// external-provisioner it sends no limit: a claim's storage limit is not
+// the volume's, and drivers that round sizes up would fail.
 func capacityRange(claim *corev1.PersistentVolumeClaim) (*csi.CapacityRange, error) {
 	req, ok := claim.Spec.Resources.Requests[corev1.ResourceStorage]
 	if !ok {
 		return nil, fmt.Errorf("claim %s/%s requests no storage", claim.Namespace, claim.Name)
 	}
-	r := &csi.CapacityRange{RequiredBytes: req.Value()}
-	if lim, ok := claim.Spec.Resources.Limits[corev1.ResourceStorage]; ok && !lim.IsZero() {
-		if lim.Cmp(req) < 0 {
-			return nil, fmt.Errorf("claim %s/%s limits storage to %s, below its request %s", claim.Namespace, claim.Name, lim.String(), req.String())
-		}
-		r.LimitBytes = lim.Value()
-	}
-	return r, nil
+	return &csi.CapacityRange{RequiredBytes: req.Value()}, nil
 }
 
 // templateVar matches ${...} in secret name and namespace templates.

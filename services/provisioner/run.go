@@ -37,7 +37,7 @@ const Service = "provisioner"
 // Defaults of Options.
 const (
 	DefaultVolumeNamePrefix = "pvc"
-	DefaultFSType           = "ext4"
+	DefaultFSType           = ""
 	DefaultTimeout          = 30 * time.Second
 	DefaultRecoveryPeriod   = 10 * time.Second
 	DefaultProbePeriod      = 30 * time.Second
@@ -239,7 +239,7 @@ func Run(ctx context.Context, o Options) error {
 		sources: sources{client: client, dynamic: dyn},
 		events:  recorders(broadcaster),
 		prefix:  o.VolumeNamePrefix, defaultFSType: o.DefaultFSType, extraMetadata: o.ExtraCreateMetadata,
-		timeout: o.Timeout, now: time.Now, inflight: map[string]bool{},
+		timeout: o.Timeout, now: time.Now, inflight: map[string]bool{}, instance: newInstance(time.Now()),
 	}
 	srv, err := grpcutil.NewServer(log, grpcutil.ServerOptions{TLS: o.TLS, Reflection: o.GRPCReflection})
 	if err != nil {

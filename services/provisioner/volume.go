@@ -1,6 +1,8 @@
 package provisioner
 
 import (
+	"maps"
+
 	csi "github.com/container-storage-interface/spec/lib/go/csi"
 	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
@@ -18,6 +20,9 @@ type volumeSpec struct {
 	claim       *corev1.PersistentVolumeClaim
 	class       *storagev1.StorageClass
 	fsType      string
+	// identity is the provisioner's (see identity), recorded in the PV's
+	// volume attributes as external-provisioner records its own.
+	identity string
 	// secrets the PV's CSI source refers to, by kind (see secretParams);
 	// "provisioner" becomes the deletion-secret annotations.
 	secrets map[string]*secretRef
@@ -62,7 +67,7 @@ func buildVolume(s volumeSpec, vol *csi.Volume) *corev1.PersistentVolume {
 				Driver:           s.driver,
 				VolumeHandle:     vol.GetVolumeId(),
 				FSType:           s.fsType,
-				VolumeAttributes: vol.GetVolumeContext(),
+				VolumeAttributes: volumeAttributes(s.identity, vol.GetVolumeContext()),
 			}},
 		},
 	}
@@ -84,9 +89,25 @@ func buildVolume(s volumeSpec, vol *csi.Volume) *corev1.PersistentVolume {
 	src.NodePublishSecretRef = ref("node-publish")
 	src.ControllerExpandSecretRef = ref("controller-expand")
 	src.NodeExpandSecretRef = ref("node-expand")
+	// As external-provisioner: the deletion secret, or both annotations
+	// empty for "none", so that deletion never looks at the class again.
+	pv.Annotations[annDeletionSecretName], pv.Annotations[annDeletionSecretNamespace] = "", ""
 	if r := s.secrets["provisioner"]; r != nil {
 		pv.Annotations[annDeletionSecretName] = r.Name
 		pv.Annotations[annDeletionSecretNamespace] = r.Namespace
 	}
 	return pv
+}
+
+// provisionerIdentityKey is the volume attribute external-provisioner
+// records its identity under.
+const provisionerIdentityKey = "storage.kubernetes.io/csiProvisionerIdentity"
+
+// volumeAttributes are the driver's volume context plus the provisioner's
+// identity; as upstream, a driver's key of the same name wins.
+func volumeAttributes(identity string, context map[string]string) map[string]string {
+	out := make(map[string]string, len(context)+1)
+	out[provisionerIdentityKey] = identity
+	maps.Copy(out, context)
+	return out
 }
