@@ -13,6 +13,7 @@ import (
 
 	"github.com/volplane/volplane/internal/devcsi"
 	"github.com/volplane/volplane/pkg/cmdutil"
+	"github.com/volplane/volplane/pkg/kube"
 )
 
 func main() {
@@ -31,10 +32,29 @@ func main() {
 	})
 	cmdutil.ListFlag(&o.Faults, "fault", "inject a fault, METHOD=ACTION: delay:2s, <grpc code>[:count|*[:message]] "+
 		"(e.g. unavailable:2), hang[:count] (nothing is done), hang-complete[:count] (done after the caller gives up); repeat or comma-separate")
+	register := flag.String("register-kubeconfig", "", "register this node's Node and CSINode with the API server of this kubeconfig, as a kubelet would (for setups without one, e.g. docker-compose)")
 	logging := cmdutil.LogFlags()
 	flag.Parse()
 	os.Exit(cmdutil.Run("volplane-csi", logging, func(ctx context.Context, log *slog.Logger) error {
 		o.Logger = log
+		if *register != "" {
+			if err := registerNode(ctx, *register, o); err != nil {
+				return err
+			}
+		}
 		return devcsi.Run(ctx, o)
 	}))
+}
+
+// registerNode registers the driver's node with the API server.
+func registerNode(ctx context.Context, kubeconfig string, o devcsi.Options) error {
+	client, _, err := kube.NewClientset(kube.ClientOptions{Kubeconfig: kubeconfig, UserAgent: "volplane-csi"})
+	if err != nil {
+		return err
+	}
+	d, err := devcsi.New(o)
+	if err != nil {
+		return err
+	}
+	return devcsi.RegisterNode(ctx, client, d.Name(), d.NodeID())
 }

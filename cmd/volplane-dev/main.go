@@ -27,6 +27,9 @@ import (
 	"syscall"
 	"time"
 
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/volplane/volplane/internal/devcsi"
 	"github.com/volplane/volplane/internal/devenv"
 	"github.com/volplane/volplane/internal/pki"
 )
@@ -129,6 +132,15 @@ func run(ctx context.Context, binDir, apiserver, dir, gatewayListen string, work
 		return err
 	}
 
+	nodeID, herr := os.Hostname()
+	if herr != nil || nodeID == "" {
+		nodeID = devcsi.DefaultNodeID
+	}
+	// No kubelet registers the dev driver on this node: do it as it would.
+	if err := devcsi.RegisterNode(ctx, kubernetes.NewForConfigOrDie(env.RESTConfig), devcsi.DefaultName, nodeID); err != nil {
+		return err
+	}
+
 	etcd := strings.Join(env.EtcdEndpoints, ",")
 	kc := env.Kubeconfig
 	addr := func() string {
@@ -152,10 +164,6 @@ func run(ctx context.Context, binDir, apiserver, dir, gatewayListen string, work
 	hostPaths := filepath.Join(dir, "hostpath")
 	if err := os.MkdirAll(hostPaths, 0o755); err != nil {
 		return err
-	}
-	nodeID, herr := os.Hostname()
-	if herr != nil || nodeID == "" {
-		nodeID = "volplane-dev-node"
 	}
 	services := []*service{
 		{name: "volplane-csi", addr: csiEndpoint, args: []string{"--endpoint", csiEndpoint,

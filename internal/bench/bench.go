@@ -187,13 +187,7 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 		// The driver's node, registered as its kubelet would: external-
 		// provisioner refuses to provision for a topology-aware driver
 		// that no CSINode lists, and both provisioners should see the same.
-		if _, err := client.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "bench-node",
-			Labels: map[string]string{devcsi.TopologyKey: "bench-node"}}}, metav1.CreateOptions{}); err != nil {
-			return nil, err
-		}
-		if _, err := client.StorageV1().CSINodes().Create(ctx, &storagev1.CSINode{ObjectMeta: metav1.ObjectMeta{Name: "bench-node"},
-			Spec: storagev1.CSINodeSpec{Drivers: []storagev1.CSINodeDriver{{Name: devcsi.DefaultName, NodeID: "bench-node",
-				TopologyKeys: []string{devcsi.TopologyKey}}}}}, metav1.CreateOptions{}); err != nil {
+		if err := devcsi.RegisterNode(ctx, client, devcsi.DefaultName, "bench-node"); err != nil {
 			return nil, err
 		}
 		policy := corev1.PersistentVolumeReclaimDelete

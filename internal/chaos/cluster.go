@@ -17,6 +17,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
+	"github.com/volplane/volplane/internal/devcsi"
 	"github.com/volplane/volplane/internal/devenv"
 	"github.com/volplane/volplane/internal/pki"
 	"github.com/volplane/volplane/pkg/coord"
@@ -196,6 +197,9 @@ func StartCluster(ctx context.Context, o ClusterOptions) (_ *Cluster, err error)
 		return []string{"--endpoint", csi, "--root-dir", c.CSIRoot, "--node-id", NodeName, "--log-level", o.LogLevel}
 	})
 	if err := c.CSI.Start(); err != nil {
+		return nil, err
+	}
+	if err := devcsi.RegisterNode(ctx, c.Client, devcsi.DefaultName, NodeName); err != nil {
 		return nil, err
 	}
 	if err := devenv.WaitCSIServing(ctx, csi, time.Minute); err != nil {

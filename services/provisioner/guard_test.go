@@ -149,7 +149,7 @@ func newGuarded(t *testing.T) *guarded {
 	reg.add(newDriver(ep, "", cc))
 	reg.probeAll(t.Context())
 	g.csi = csi.NewControllerClient(cc)
-	p := &provisioner{log: discard, member: "me", client: g.api, journal: g.journal, drivers: reg, nodes: fakeNodes{},
+	p := &provisioner{log: discard, member: "me", client: g.api, journal: g.journal, drivers: reg, nodes: fakeNodes{"node-a": {devcsi.TopologyKey: "node-a"}},
 		sources: sources{client: g.api}, events: func(string) record.EventRecorder { return record.NewFakeRecorder(100) },
 		prefix: "pvc", defaultFSType: "ext4", timeout: 10 * time.Second, now: time.Now, inflight: map[string]bool{}}
 	g.s = &server{p: p, hints: cacheHints{claims: corelisters.NewPersistentVolumeClaimLister(g.claims), classes: storagelisters.NewStorageClassLister(g.classes)},
@@ -346,7 +346,11 @@ func TestProvisionNeverUsesSentObjects(t *testing.T) {
 				t.Fatalf("CreateVolume calls: %d", len(g.creates))
 			}
 			got := g.creates[0]
-			if got.CapacityRange.GetRequiredBytes() != 1<<20 || got.Parameters["tier"] != "gold" || len(got.Secrets) != 0 || got.AccessibilityRequirements != nil {
+			if got.CapacityRange.GetRequiredBytes() != 1<<20 || got.Parameters["tier"] != "gold" || len(got.Secrets) != 0 ||
+				// The real class has no allowedTopologies: the only node's
+				// segment, never the forged class's topologies.
+				len(got.GetAccessibilityRequirements().GetRequisite()) != 1 ||
+				got.GetAccessibilityRequirements().GetRequisite()[0].GetSegments()[devcsi.TopologyKey] != "node-a" {
 				t.Errorf("CreateVolume got the forged request: %v", got)
 			}
 			reads := 0

@@ -87,9 +87,11 @@ type provisioner struct {
 	events        func(provisionerName string) record.EventRecorder
 	prefix        string
 	defaultFSType string
-	extraMetadata bool
-	timeout       time.Duration
-	now           func() time.Time
+	// strictTopology: see Options.StrictTopology.
+	strictTopology bool
+	extraMetadata  bool
+	timeout        time.Duration
+	now            func() time.Time
 	// instance makes the identity (see identity) of this replica's run.
 	instance string
 
@@ -332,7 +334,7 @@ func (p *provisioner) createRequest(ctx context.Context, d *driver, claim *corev
 		Parameters:         driverParameters(class, claim, spec.name, p.extraMetadata),
 	}
 	if d.current().topology {
-		req.AccessibilityRequirements, err = accessibilityRequirements(p.nodes, d.name(), class, claim.Annotations[kube.AnnSelectedNode], spec.name)
+		req.AccessibilityRequirements, err = accessibilityRequirements(p.nodes, d.name(), class, claim.Annotations[kube.AnnSelectedNode], claim.Name, p.strictTopology)
 		if err != nil {
 			return nil, err
 		}

@@ -265,7 +265,7 @@ func (f fakeNodes) CSINode(name string) (*storagev1.CSINode, error) {
 		return nil, errors.New("not found")
 	}
 	return &storagev1.CSINode{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: storagev1.CSINodeSpec{
-		Drivers: []storagev1.CSINodeDriver{{Name: "drv", TopologyKeys: []string{"zone"}}}}}, nil
+		Drivers: []storagev1.CSINodeDriver{{Name: "drv", TopologyKeys: []string{"zone"}}, {Name: devcsi.DefaultName, TopologyKeys: []string{devcsi.TopologyKey}}}}}, nil
 }
 func (f fakeNodes) CSINodes() ([]*storagev1.CSINode, error) {
 	var out []*storagev1.CSINode
@@ -276,9 +276,20 @@ func (f fakeNodes) CSINodes() ([]*storagev1.CSINode, error) {
 	return out, nil
 }
 
+func (f fakeNodes) Nodes() ([]*corev1.Node, error) {
+	var out []*corev1.Node
+	for n := range f {
+		node, _ := f.Node(n)
+		out = append(out, node)
+	}
+	return out, nil
+}
+
+// The expectations are external-provisioner v6.3.0's
+// (GenerateAccessibilityRequirements with --immediate-topology).
 func TestAccessibilityRequirements(t *testing.T) {
 	n := fakeNodes{"a": {"zone": "z1"}, "b": {"zone": "z2"}, "c": {"zone": "z2"}, "d": {}}
-	allowed := []corev1.TopologySelectorTerm{{MatchLabelExpressions: []corev1.TopologySelectorLabelRequirement{{Key: "zone", Values: []string{"z2", "z3"}}}}}
+	allowed := []corev1.TopologySelectorTerm{{MatchLabelExpressions: []corev1.TopologySelectorLabelRequirement{{Key: "zone", Values: []string{"z3", "z2"}}}}}
 	segs := func(ts []*csi.Topology) []string {
 		var out []string
 		for _, t := range ts {
@@ -290,20 +301,24 @@ func TestAccessibilityRequirements(t *testing.T) {
 		name      string
 		allowed   []corev1.TopologySelectorTerm
 		node      string
+		strict    bool
 		requisite []string
+		preferred string // first preferred segment, when a node is selected
 		err       string
 	}{
-		{"all nodes with the driver", nil, "", []string{"z1", "z2"}, ""},
-		{"allowed topologies", allowed, "", []string{"z2", "z3"}, ""},
-		{"selected node", nil, "b", []string{"z2"}, ""},
-		{"selected node within allowed", allowed, "c", []string{"z2"}, ""},
-		{"selected node outside allowed", allowed, "a", nil, "outside the allowedTopologies"},
-		{"selected node without the label", nil, "d", nil, `no label "zone"`},
-		{"unknown selected node", nil, "zz", nil, `selected node "zz"`},
+		{name: "all nodes with the driver", requisite: []string{"z1", "z2"}},
+		{name: "allowed topologies, sorted", allowed: allowed, requisite: []string{"z2", "z3"}},
+		{name: "selected node: every segment, its own first", node: "b", requisite: []string{"z1", "z2"}, preferred: "z2"},
+		{name: "selected node, strict", node: "b", strict: true, requisite: []string{"z2"}, preferred: "z2"},
+		{name: "selected node within allowed", allowed: allowed, node: "c", requisite: []string{"z2", "z3"}, preferred: "z2"},
+		{name: "selected node outside allowed", allowed: allowed, node: "a", err: "not in requisite"},
+		{name: "selected node outside allowed, strict", allowed: allowed, node: "a", strict: true, err: "outside the allowedTopologies"},
+		{name: "selected node without the label", node: "d", err: `no label "zone"`},
+		{name: "unknown selected node", node: "zz", err: "failed to get selected CSINode zz"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			class := &storagev1.StorageClass{ObjectMeta: metav1.ObjectMeta{Name: "c"}, AllowedTopologies: tc.allowed}
-			req, err := accessibilityRequirements(n, "drv", class, tc.node, "pvc-1")
+			req, err := accessibilityRequirements(n, "drv", class, tc.node, "data", tc.strict)
 			if tc.err != "" {
 				if err == nil || !strings.Contains(err.Error(), tc.err) {
 					t.Fatalf("got %v %v, want error %q", req, err, tc.err)
@@ -319,10 +334,45 @@ func TestAccessibilityRequirements(t *testing.T) {
 			if len(req.GetPreferred()) != len(req.GetRequisite()) {
 				t.Errorf("preferred %v", segs(req.GetPreferred()))
 			}
-			if tc.node != "" && segs(req.GetPreferred())[0] != n[tc.node]["zone"] {
-				t.Errorf("the selected node's segment is not preferred first: %v", segs(req.GetPreferred()))
+			if tc.preferred != "" && segs(req.GetPreferred())[0] != tc.preferred {
+				t.Errorf("preferred %v, want %s first", segs(req.GetPreferred()), tc.preferred)
 			}
 		})
+	}
+	t.Run("no node has the driver", func(t *testing.T) {
+		_, err := accessibilityRequirements(fakeNodes{}, "drv", &storagev1.StorageClass{}, "", "data", false)
+		if err == nil || !strings.Contains(err.Error(), "no available topology found") {
+			t.Fatalf("got %v, want upstream's error", err)
+		}
+	})
+}
+
+// Immediate binding spreads claims as external-provisioner does: the
+// claims of one StatefulSet member get the same first preference, and
+// consecutive members the next segment.
+func TestImmediateTopologySpreadsStatefulSetMembers(t *testing.T) {
+	n := fakeNodes{"a": {"zone": "z1"}, "b": {"zone": "z2"}, "c": {"zone": "z3"}}
+	first := func(claim string) string {
+		req, err := accessibilityRequirements(n, "drv", &storagev1.StorageClass{}, "", claim, false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return req.GetPreferred()[0].GetSegments()["zone"]
+	}
+	if first("data-web-0") != first("logs-web-0") {
+		t.Errorf("two claims of member web-0 prefer %s and %s", first("data-web-0"), first("logs-web-0"))
+	}
+	zones := map[string]bool{}
+	for _, c := range []string{"data-web-0", "data-web-1", "data-web-2"} {
+		zones[first(c)] = true
+	}
+	if len(zones) != 3 {
+		t.Errorf("three members share %d zones, want 3", len(zones))
+	}
+	h0, i0 := claimNameHash("data-web-0")
+	h1, i1 := claimNameHash("www-web-1")
+	if h0 != h1 || i0 != 0 || i1 != 1 {
+		t.Errorf("hash %d+%d and %d+%d: the StatefulSet name alone is hashed", h0, i0, h1, i1)
 	}
 }
 

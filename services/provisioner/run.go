@@ -88,6 +88,11 @@ type Options struct {
 	// DefaultFSType is the filesystem of volumes whose class sets no
 	// csi.storage.k8s.io/fstype; "" leaves it to the driver.
 	DefaultFSType string
+	// StrictTopology, as external-provisioner's --strict-topology: a
+	// claim with a selected node asks only for that node's segment;
+	// without it every segment of the driver's nodes is allowed, the
+	// selected node's preferred.
+	StrictTopology bool
 	// ExtraCreateMetadata passes the claim's name and namespace and the PV
 	// name to CreateVolume as csi.storage.k8s.io/pvc/name,
 	// csi.storage.k8s.io/pvc/namespace and csi.storage.k8s.io/pv/name.
@@ -238,7 +243,7 @@ func Run(ctx context.Context, o Options) error {
 		nodes:   listers{nodeLister, csiNodeLister},
 		sources: sources{client: client, dynamic: dyn},
 		events:  recorders(broadcaster),
-		prefix:  o.VolumeNamePrefix, defaultFSType: o.DefaultFSType, extraMetadata: o.ExtraCreateMetadata,
+		prefix:  o.VolumeNamePrefix, defaultFSType: o.DefaultFSType, strictTopology: o.StrictTopology, extraMetadata: o.ExtraCreateMetadata,
 		timeout: o.Timeout, now: time.Now, inflight: map[string]bool{}, instance: newInstance(time.Now()),
 	}
 	srv, err := grpcutil.NewServer(log, grpcutil.ServerOptions{TLS: o.TLS, Reflection: o.GRPCReflection})
@@ -350,6 +355,7 @@ func (l listers) CSINode(name string) (*storagev1.CSINode, error) {
 func (l listers) CSINodes() ([]*storagev1.CSINode, error) {
 	return l.csiNodes.List(labels.Everything())
 }
+func (l listers) Nodes() ([]*corev1.Node, error) { return l.nodes.List(labels.Everything()) }
 
 // recorders gives each provisioner name its own event source, as
 // external-provisioner's events carry the driver's name.

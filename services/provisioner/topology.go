@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"hash/fnv"
 	"sort"
+	"strconv"
 	"strings"
 
 	csi "github.com/container-storage-interface/spec/lib/go/csi"
@@ -18,6 +19,7 @@ type nodes interface {
 	Node(name string) (*corev1.Node, error)
 	CSINode(name string) (*storagev1.CSINode, error)
 	CSINodes() ([]*storagev1.CSINode, error)
+	Nodes() ([]*corev1.Node, error)
 }
 
 // topologyKeys are the keys the driver reports on a node (CSINode), nil
@@ -48,71 +50,155 @@ func segmentOf(node *corev1.Node, keys []string) (map[string]string, error) {
 }
 
 // accessibilityRequirements is where the volume may be made, as
-// external-provisioner decides it:
-//   - a selected node (WaitForFirstConsumer): that node's segment, which must
-//     lie within the class's allowedTopologies;
-//   - else the class's allowedTopologies, every combination of values;
-//   - else every segment of a node where the driver is installed.
-//
-// Preferred lists the same segments, the selected node's first, else
-// rotated by the volume name so volumes spread over the segments.
-func accessibilityRequirements(n nodes, driver string, class *storagev1.StorageClass, selectedNode, pvName string) (*csi.TopologyRequirement, error) {
-	var segs []map[string]string
-	switch {
-	case selectedNode != "":
+// external-provisioner v6.3.0 decides it (GenerateAccessibilityRequirements,
+// with its default --immediate-topology):
+//   - requisite: with --strict-topology and a selected node, that node's
+//     segment alone (within the class's allowedTopologies); else the
+//     class's allowedTopologies, every combination of values; else every
+//     segment of a node labelled with the driver's topology keys (the
+//     selected node's keys, or for Immediate binding those of a CSINode
+//     that lists the driver: none at all is an error, as the driver must
+//     have registered somewhere first). Sorted, without repeats.
+//   - preferred: the same, rotated so that the selected node's segment
+//     comes first; for Immediate binding rotated by a hash of the claim's
+//     name with upstream's StatefulSet rule, so that the claims of one
+//     StatefulSet member land together and the members spread.
+func accessibilityRequirements(n nodes, driver string, class *storagev1.StorageClass, selectedNode, claimName string, strict bool) (*csi.TopologyRequirement, error) {
+	var requisite []map[string]string
+	var keys []string
+	var selected map[string]string
+	if selectedNode != "" {
+		cn, err := n.CSINode(selectedNode)
+		if err != nil {
+			return nil, fmt.Errorf("failed to get selected CSINode %s: %w", selectedNode, err)
+		}
+		if keys = topologyKeys(cn, driver); len(keys) == 0 {
+			return nil, fmt.Errorf("no topology key found for node %s", selectedNode)
+		}
 		node, err := n.Node(selectedNode)
 		if err != nil {
 			return nil, fmt.Errorf("selected node %q: %w", selectedNode, err)
 		}
-		cn, err := n.CSINode(selectedNode)
-		if err != nil {
-			return nil, fmt.Errorf("CSINode of selected node %q: %w", selectedNode, err)
-		}
-		keys := topologyKeys(cn, driver)
-		if len(keys) == 0 {
-			return nil, fmt.Errorf("the CSINode of selected node %q reports no topology keys for driver %q: the driver is not installed there (yet)", selectedNode, driver)
-		}
-		seg, err := segmentOf(node, keys)
-		if err != nil {
+		if selected, err = segmentOf(node, keys); err != nil {
 			return nil, err
 		}
-		if len(class.AllowedTopologies) > 0 && !allowed(seg, class.AllowedTopologies) {
-			return nil, fmt.Errorf("selected node %q (topology %s) is outside the allowedTopologies of StorageClass %q", selectedNode, segmentString(seg), class.Name)
-		}
-		return &csi.TopologyRequirement{Requisite: toTopology([]map[string]string{seg}), Preferred: toTopology([]map[string]string{seg})}, nil
-	case len(class.AllowedTopologies) > 0:
-		for _, term := range class.AllowedTopologies {
-			segs = append(segs, expandTerm(term)...)
-		}
-	default:
-		cns, err := n.CSINodes()
-		if err != nil {
-			return nil, fmt.Errorf("list CSINodes: %w", err)
-		}
-		for _, cn := range cns {
-			keys := topologyKeys(cn, driver)
-			if len(keys) == 0 {
-				continue
+		if strict {
+			if len(class.AllowedTopologies) > 0 && !allowed(selected, class.AllowedTopologies) {
+				return nil, fmt.Errorf("selected node %q (topology %s) is outside the allowedTopologies of StorageClass %q", selectedNode, segmentString(selected), class.Name)
 			}
-			node, err := n.Node(cn.Name)
-			if err != nil {
-				continue // a CSINode outliving its Node
+			requisite = []map[string]string{selected}
+		}
+	}
+	if len(requisite) == 0 {
+		if len(class.AllowedTopologies) > 0 {
+			for _, term := range class.AllowedTopologies {
+				requisite = append(requisite, expandTerm(term)...)
 			}
-			if seg, err := segmentOf(node, keys); err == nil {
-				segs = append(segs, seg)
+		} else {
+			var err error
+			if requisite, err = aggregate(n, driver, keys); err != nil {
+				return nil, err
+			}
+			if len(requisite) == 0 {
+				return nil, fmt.Errorf("no available topology found")
 			}
 		}
 	}
-	segs = dedupe(segs)
-	if len(segs) == 0 {
+	requisite = dedupe(requisite)
+	if len(requisite) == 0 {
 		return nil, nil
 	}
-	preferred := append([]map[string]string(nil), segs...)
-	h := fnv.New32a()
-	h.Write([]byte(pvName))
-	k := int(h.Sum32() % uint32(len(preferred)))
-	preferred = append(preferred[k:], preferred[:k]...)
-	return &csi.TopologyRequirement{Requisite: toTopology(segs), Preferred: toTopology(preferred)}, nil
+	var preferred []map[string]string
+	switch {
+	case selectedNode == "":
+		hash, index := claimNameHash(claimName)
+		k := int((hash + index) % uint32(len(requisite)))
+		preferred = rotate(requisite, k)
+	case strict:
+		preferred = requisite
+	default:
+		for i, seg := range requisite {
+			if subset(seg, selected) {
+				preferred = rotate(requisite, i)
+				break
+			}
+		}
+		if preferred == nil {
+			return nil, fmt.Errorf("topology %s from selected node %q is not in requisite", segmentString(selected), selectedNode)
+		}
+	}
+	return &csi.TopologyRequirement{Requisite: toTopology(requisite), Preferred: toTopology(preferred)}, nil
+}
+
+// aggregate is every segment, for keys, of the nodes labelled with all of
+// them. With no keys (Immediate binding) the keys are those a CSINode
+// lists for the driver; none: no segments.
+func aggregate(n nodes, driver string, keys []string) ([]map[string]string, error) {
+	if len(keys) == 0 {
+		cns, err := n.CSINodes()
+		if err != nil {
+			return nil, fmt.Errorf("error listing CSINodes: %w", err)
+		}
+		sort.Slice(cns, func(i, j int) bool { return cns[i].Name < cns[j].Name })
+		for _, cn := range cns {
+			if keys = topologyKeys(cn, driver); len(keys) > 0 {
+				break
+			}
+		}
+		if len(keys) == 0 {
+			return nil, nil
+		}
+	}
+	nodes, err := n.Nodes()
+	if err != nil {
+		return nil, fmt.Errorf("error listing nodes: %w", err)
+	}
+	var segs []map[string]string
+	for _, node := range nodes {
+		if seg, err := segmentOf(node, keys); err == nil {
+			segs = append(segs, seg)
+		}
+	}
+	if len(segs) == 0 {
+		return nil, fmt.Errorf("topologyKeys %v were not found on any nodes", keys)
+	}
+	return segs, nil
+}
+
+// claimNameHash is external-provisioner's spreading hash of a claim name
+// (getPVCNameHashAndIndexOffset): a name ending in "-<n>" hashes its
+// prefix and is offset by n, and of "<claim>-<statefulset>-<n>" only the
+// part after the prefix's last dash is hashed, so every claim of one
+// StatefulSet member gets the same segment and members round-robin.
+func claimNameHash(name string) (hash, index uint32) {
+	s := name
+	if dash := strings.LastIndexByte(name, '-'); dash != -1 {
+		if id, err := strconv.ParseUint(name[dash+1:], 10, 32); err == nil {
+			index = uint32(id)
+			s = name[:dash]
+			if d := strings.LastIndexByte(s, '-'); d != -1 {
+				s = s[d+1:]
+			}
+		}
+	}
+	h := fnv.New32()
+	h.Write([]byte(s))
+	return h.Sum32(), index
+}
+
+// rotate returns segs starting at k.
+func rotate(segs []map[string]string, k int) []map[string]string {
+	return append(append([]map[string]string(nil), segs[k:]...), segs[:k]...)
+}
+
+// subset reports whether every key of seg has the same value in of.
+func subset(seg, of map[string]string) bool {
+	for k, v := range seg {
+		if of[k] != v {
+			return false
+		}
+	}
+	return true
 }
 
 // allowed reports whether seg satisfies one of the terms: every expression
@@ -192,8 +278,36 @@ func dedupe(segs []map[string]string) []map[string]string {
 			out = append(out, s)
 		}
 	}
-	sort.Slice(out, func(i, j int) bool { return segmentString(out[i]) < segmentString(out[j]) })
+	sort.SliceStable(out, func(i, j int) bool { return compareSegments(out[i], out[j]) < 0 })
 	return out
+}
+
+// compareSegments orders segments as external-provisioner orders its terms
+// (topologyTerm.compare): fewer keys first, then key by key (in key order),
+// by key, then by value.
+func compareSegments(a, b map[string]string) int {
+	if len(a) != len(b) {
+		return len(a) - len(b)
+	}
+	ka, kb := sortedKeys(a), sortedKeys(b)
+	for i := range ka {
+		if c := strings.Compare(ka[i], kb[i]); c != 0 {
+			return c
+		}
+		if c := strings.Compare(a[ka[i]], b[kb[i]]); c != 0 {
+			return c
+		}
+	}
+	return 0
+}
+
+func sortedKeys(m map[string]string) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
 }
 
 func toTopology(segs []map[string]string) []*csi.Topology {

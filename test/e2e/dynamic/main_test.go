@@ -91,6 +91,10 @@ func run(m *testing.M) int {
 		return 1
 	}
 	cluster.driver, cluster.requests = drv, &recorder{}
+	if err := devcsi.RegisterNode(ctx, c.Client, drv.Name(), drv.NodeID()); err != nil {
+		fmt.Fprintln(os.Stderr, "e2e/dynamic:", err)
+		return 1
+	}
 	sock := "unix://" + filepath.Join(dir, "csi.sock")
 	cluster.csiEndpoint = sock
 	lis, err := grpcutil.Listen(sock)

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -260,11 +261,17 @@ func TestWaitForFirstConsumerProvisionsOnTheSelectedNode(t *testing.T) {
 	})
 	selectNode(t, c, node)
 	_, pv := bound(t, ns, "data")
+	// As external-provisioner (without --strict-topology): every node of
+	// the driver is requisite, the selected one preferred first.
 	req := cluster.requests.createsFor(pv.Name)[0]
-	for _, ts := range [][]*csi.Topology{req.GetAccessibilityRequirements().GetRequisite(), req.GetAccessibilityRequirements().GetPreferred()} {
-		if len(ts) != 1 || ts[0].GetSegments()[devcsi.TopologyKey] != node {
-			t.Errorf("topology requirement %v, want only %s", req.GetAccessibilityRequirements(), node)
-		}
+	tr := req.GetAccessibilityRequirements()
+	var requisite []string
+	for _, ts := range tr.GetRequisite() {
+		requisite = append(requisite, ts.GetSegments()[devcsi.TopologyKey])
+	}
+	if !slices.Contains(requisite, node) || !slices.Contains(requisite, cluster.driver.NodeID()) || len(tr.GetPreferred()) != len(requisite) ||
+		tr.GetPreferred()[0].GetSegments()[devcsi.TopologyKey] != node {
+		t.Errorf("topology requirement %v, want every node of the driver with %s preferred first", tr, node)
 	}
 	terms := pv.Spec.NodeAffinity.Required.NodeSelectorTerms
 	if terms[0].MatchExpressions[0].Values[0] != node {

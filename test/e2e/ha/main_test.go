@@ -123,6 +123,10 @@ func run(m *testing.M) int {
 		fmt.Fprintln(os.Stderr, "e2e/ha: dev CSI driver:", err)
 		return 1
 	}
+	if err := devcsi.RegisterNode(ctx, client, drv.Name(), drv.NodeID()); err != nil {
+		fmt.Fprintln(os.Stderr, "e2e/ha:", err)
+		return 1
+	}
 	sock := "unix://" + filepath.Join(cl.Dir(), "csi.sock")
 	lis, err := grpcutil.Listen(sock)
 	if err != nil {

@@ -25,6 +25,7 @@ func main() {
 	flag.StringVar(&o.MemberID, "member-id", "", "this replica's member id in etcd; defaults to hostname plus a random suffix")
 	cmdutil.ListFlag(&o.CSIEndpoints, "csi-endpoint", "a CSI driver's gRPC address, [provisioner-name=]unix:///path/csi.sock or host:port; repeat or comma-separate for several drivers (the name defaults to the driver's own)")
 	flag.StringVar(&o.VolumeNamePrefix, "volume-name-prefix", provisioner.DefaultVolumeNamePrefix, "provisioned PVs are named <prefix>-<claim UID>")
+	flag.BoolVar(&o.StrictTopology, "strict-topology", false, "a claim with a selected node asks only for that node's topology segment (as external-provisioner's flag)")
 	flag.StringVar(&o.DefaultFSType, "default-fstype", provisioner.DefaultFSType, "filesystem of volumes whose StorageClass sets no csi.storage.k8s.io/fstype; empty leaves it to the driver")
 	flag.BoolVar(&o.ExtraCreateMetadata, "extra-create-metadata", false, "pass csi.storage.k8s.io/pvc/name, pvc/namespace and pv/name to CreateVolume")
 	flag.DurationVar(&o.Timeout, "timeout", provisioner.DefaultTimeout, "timeout of each CSI call; a call that times out is retried with the same volume name")
