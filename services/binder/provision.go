@@ -121,6 +121,26 @@ type provisions struct {
 	// notBefore: claims whose last call did not finish, and when the next
 	// may start.
 	notBefore map[string]time.Time
+	// announced: when each claim last got ExternalProvisioning (see
+	// announce).
+	announced map[string]time.Time
+}
+
+// announceEvery is how often a claim waiting for its volume is told so
+// again: kube-controller-manager says ExternalProvisioning at each sync
+// of the claim, so once per its 15s resync, not at every retry.
+const announceEvery = 15 * time.Second
+
+// announce reports whether claim key is due an ExternalProvisioning event
+// now, and if so records it.
+func (p *provisions) announce(key string, now time.Time) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if last, ok := p.announced[key]; ok && now.Sub(last) < announceEvery {
+		return false
+	}
+	p.announced[key] = now
+	return true
 }
 
 // provisionOutcome is a finished call for one claim (by UID: a claim
@@ -138,6 +158,7 @@ func newProvisions(slots int) *provisions {
 		running:   map[string]bool{},
 		results:   map[string]provisionOutcome{},
 		notBefore: map[string]time.Time{},
+		announced: map[string]time.Time{},
 	}
 }
 
@@ -216,6 +237,7 @@ func (p *provisions) finished(key string) {
 func (p *provisions) forget(key string) {
 	p.mu.Lock()
 	delete(p.results, key)
+	delete(p.announced, key)
 	p.mu.Unlock()
 	p.finished(key)
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
@@ -314,8 +315,10 @@ func (c *controller) provisionClaim(ctx context.Context, claim *corev1.Persisten
 			return nil
 		}
 	}
-	c.recorder.Event(claim, corev1.EventTypeNormal, kube.EventExternalProvisioning,
-		fmt.Sprintf("Waiting for a volume to be created either by the external provisioner '%s' or manually by the system administrator. If volume creation is delayed, please verify that the provisioner is running and correctly registered.", provisioner))
+	if c.provisions.announce(key, time.Now()) {
+		c.recorder.Event(claim, corev1.EventTypeNormal, kube.EventExternalProvisioning,
+			fmt.Sprintf("Waiting for a volume to be created either by the external provisioner '%s' or manually by the system administrator. If volume creation is delayed, please verify that the provisioner is running and correctly registered.", provisioner))
+	}
 	if served {
 		c.provisions.start(ctx, key, claim.UID, func(ctx context.Context) (provisionResult, error) {
 			// The call may have waited for a slot: the claim must still be

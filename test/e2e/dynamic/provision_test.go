@@ -184,6 +184,23 @@ func TestProvisionRetriesWhatMayStillBeRunning(t *testing.T) {
 				t.Errorf("driver volumes added %v; want exactly %s", a, pv.Spec.CSI.VolumeHandle)
 			}
 			noJournal(t, pvName(c))
+			// kube-controller-manager says ExternalProvisioning at a
+			// claim's syncs (its 15s resync), not at every retry: one
+			// event (aggregated by count) for a claim provisioned within
+			// seconds, however often it was retried.
+			evs, err := e2e.Events(cluster.client, ns, "PersistentVolumeClaim", "data")
+			if err != nil {
+				t.Fatal(err)
+			}
+			var n int32
+			for _, e := range evs {
+				if e.Reason == kube.EventExternalProvisioning {
+					n += max(e.Count, 1)
+				}
+			}
+			if n != 1 {
+				t.Errorf("%d ExternalProvisioning events over %d attempts, want 1", n, len(reqs))
+			}
 		})
 	}
 }
