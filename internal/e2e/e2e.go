@@ -146,7 +146,9 @@ func Events(c kubernetes.Interface, namespace, kind, name string) ([]corev1.Even
 }
 
 // HasEvent waits for an event with the reason, a message containing msg,
-// and (when not empty) the source component, about the object.
+// and (when not empty) the source component, about the object. A
+// component ending in "_" is a prefix: external-provisioner's components
+// are "<driver>_<host>_<uuid>".
 func HasEvent(t testing.TB, c kubernetes.Interface, namespace, kind, name, reason, msg, component string, timeout time.Duration) {
 	t.Helper()
 	Eventually(t, timeout, func() string {
@@ -157,7 +159,8 @@ func HasEvent(t testing.TB, c kubernetes.Interface, namespace, kind, name, reaso
 		var seen []string
 		for _, e := range evs {
 			if e.Reason == reason && strings.Contains(e.Message, msg) {
-				if component != "" && e.Source.Component != component {
+				if component != "" && e.Source.Component != component &&
+					!(strings.HasSuffix(component, "_") && strings.HasPrefix(e.Source.Component, component)) {
 					return fmt.Sprintf("%s event from %q, want %q", reason, e.Source.Component, component)
 				}
 				return ""

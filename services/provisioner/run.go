@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
 	"strings"
 	"sync"
 	"time"
@@ -14,6 +15,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/util/uuid"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes/scheme"
@@ -367,9 +369,23 @@ func recorders(b record.EventBroadcaster) func(string) record.EventRecorder {
 		defer mu.Unlock()
 		r, ok := m[name]
 		if !ok {
-			r = b.NewRecorder(scheme.Scheme, corev1.EventSource{Component: name})
+			r = b.NewRecorder(scheme.Scheme, corev1.EventSource{Component: eventComponent(name)})
 			m[name] = r
 		}
 		return r
 	}
+}
+
+// instanceID tells this process's events from another's on the same host.
+var instanceID = string(uuid.NewUUID())
+
+// eventComponent is the source component of a provisioner's events, as
+// sig-storage-lib-external-provisioner names it:
+// "<provisioner>_<hostname>_<uuid>".
+func eventComponent(provisioner string) string {
+	host, err := os.Hostname()
+	if err != nil || host == "" {
+		host = "unknown"
+	}
+	return provisioner + "_" + host + "_" + instanceID
 }

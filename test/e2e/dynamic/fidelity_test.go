@@ -49,7 +49,23 @@ func TestProvisionAsExternalProvisionerDoes(t *testing.T) {
 			t.Errorf("annotation %s = %q (present %v), want present and empty", k, v, ok)
 		}
 	}
-	_ = c
+	// Events come from "<driver>_<host>_<uuid>", as external-provisioner's.
+	e2e.Eventually(t, 30*time.Second, func() string {
+		evs, err := e2e.Events(cluster.client, ns, "PersistentVolumeClaim", c.Name)
+		if err != nil {
+			return err.Error()
+		}
+		for _, e := range evs {
+			if e.Reason == kube.EventProvisioningSucceeded {
+				parts := strings.Split(e.Source.Component, "_")
+				if len(parts) != 3 || parts[0] != driverName || parts[1] == "" || len(parts[2]) != 36 {
+					return fmt.Sprintf("event source %q, want %s_<host>_<uuid>", e.Source.Component, driverName)
+				}
+				return ""
+			}
+		}
+		return "no ProvisioningSucceeded event"
+	})
 }
 
 // A deletion secret that can no longer be read (deleted with its

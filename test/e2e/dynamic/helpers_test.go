@@ -149,6 +149,11 @@ func faults(t *testing.T) *devcsi.Faults {
 // hasEventFrom waits for an event of reason on the claim from component.
 func hasEventFrom(t *testing.T, c *corev1.PersistentVolumeClaim, reason, msg, component string) {
 	t.Helper()
+	if component == driverName {
+		// The provisioner's events come from "<driver>_<host>_<uuid>", as
+		// external-provisioner's.
+		component = driverName + "_"
+	}
 	e2e.HasEvent(t, cluster.client, c.Namespace, "PersistentVolumeClaim", c.Name, reason, msg, component, 30*time.Second)
 }
 
