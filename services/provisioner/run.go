@@ -257,6 +257,11 @@ func Run(ctx context.Context, o Options) error {
 		return err
 	}
 	api.capacity = capc
+	claimInformer := factory.Core().V1().PersistentVolumeClaims().Informer()
+	clones, err := newCloneProtection(log, client, claimInformer)
+	if err != nil {
+		return err
+	}
 	registerOrphanMetrics()
 	provisionerv1.RegisterProvisionerServiceServer(srv.Server, api)
 	factory.Start(ctx.Done())
@@ -330,6 +335,7 @@ func Run(ctx context.Context, o Options) error {
 			}
 		}
 	})
+	g.Go(func() error { return clones.run(gctx, claimInformer.HasSynced, o.RecoveryPeriod) })
 	g.Go(func() error {
 		capc.run(gctx, reg.probed, func() bool {
 			return cache.WaitForCacheSync(gctx.Done(), factory.Storage().V1().StorageClasses().Informer().HasSynced)

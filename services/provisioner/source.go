@@ -93,6 +93,14 @@ func (s sources) cloneSource(ctx context.Context, claim *corev1.PersistentVolume
 	if pv.Spec.CSI == nil || pv.Spec.CSI.Driver != d.name() {
 		return nil, fmt.Errorf("source claim %s/%s is not a volume of driver %q", claim.Namespace, name, d.name())
 	}
+	if err := checkCloneVolumeMode(claim, pv); err != nil {
+		return nil, err
+	}
+	// As external-provisioner: the source stays until no Pending claim
+	// clones it (cloneProtection).
+	if err := protectCloneSource(ctx, s.client, src); err != nil {
+		return nil, err
+	}
 	return &csi.VolumeContentSource{Type: &csi.VolumeContentSource_Volume{
 		Volume: &csi.VolumeContentSource_VolumeSource{VolumeId: pv.Spec.CSI.VolumeHandle},
 	}}, nil

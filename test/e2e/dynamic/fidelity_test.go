@@ -2,6 +2,7 @@ package dynamic
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -165,5 +166,53 @@ func TestProvisioningFailedMessages(t *testing.T) {
 			})
 			bound(t, ns, c.Name)
 		})
+	}
+}
+
+// While a clone is made its source claim carries external-provisioner's
+// cloning-protection finalizer (so deleting it waits), removed once no
+// Pending claim clones it; a clone of another volume mode is refused
+// before the driver is asked, with upstream's message.
+func TestCloneProtectsItsSource(t *testing.T) {
+	ns := e2e.Namespace(t, cluster.client)
+	sc := class(t)
+	createClaim(t, ns, "source", "1Gi", sc.Name)
+	bound(t, ns, "source")
+	protected := func() (bool, error) {
+		src, err := cluster.client.CoreV1().PersistentVolumeClaims(ns).Get(t.Context(), "source", metav1.GetOptions{})
+		if err != nil {
+			return false, err
+		}
+		return slices.Contains(src.Finalizers, "provisioner.storage.kubernetes.io/cloning-protection"), nil
+	}
+	// The driver is slow: the clone stays Pending for a while.
+	f := faults(t)
+	f.FailNext("CreateVolume", 3, codes.Unavailable, "copying")
+	createClaim(t, ns, "copy", "1Gi", sc.Name, func(c *corev1.PersistentVolumeClaim) {
+		c.Spec.DataSource = &corev1.TypedLocalObjectReference{Kind: "PersistentVolumeClaim", Name: "source"}
+	})
+	e2e.Eventually(t, 30*time.Second, func() string {
+		if ok, err := protected(); err != nil || !ok {
+			return fmt.Sprintf("the source is not protected while it is cloned (%v)", err)
+		}
+		return ""
+	})
+	bound(t, ns, "copy")
+	e2e.Eventually(t, 30*time.Second, func() string {
+		if ok, err := protected(); err != nil || ok {
+			return fmt.Sprintf("the source keeps its cloning protection after the clone is Bound (%v)", err)
+		}
+		return ""
+	})
+
+	block := corev1.PersistentVolumeBlock
+	bad := createClaim(t, ns, "block-copy", "1Gi", sc.Name, func(c *corev1.PersistentVolumeClaim) {
+		c.Spec.VolumeMode = &block
+		c.Spec.DataSource = &corev1.TypedLocalObjectReference{Kind: "PersistentVolumeClaim", Name: "source"}
+	})
+	hasEventFrom(t, bad, kube.EventProvisioningFailed,
+		"the source PVC and destination PVCs must have the same volume mode for cloning.  Source is Filesystem, but new PVC requested Block", driverName)
+	if n := len(cluster.requests.createsFor(pvName(bad))); n != 0 {
+		t.Errorf("%d CreateVolume calls for a clone of another volume mode", n)
 	}
 }

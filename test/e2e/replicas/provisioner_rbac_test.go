@@ -99,7 +99,7 @@ func TestProvisionerRunsWithTheDeployedRBAC(t *testing.T) {
 	if v := pv.Spec.NodeAffinity.Required.NodeSelectorTerms[0].MatchExpressions[0].Values[0]; v != "rbac-node" {
 		t.Errorf("volume on %q, want rbac-node", v)
 	}
-	e2e.HasEvent(t, client, ns, "PersistentVolumeClaim", "data", "ProvisioningSucceeded", pv.Name, name, 30*time.Second)
+	e2e.HasEvent(t, client, ns, "PersistentVolumeClaim", "data", "ProvisioningSucceeded", pv.Name, name+"_", 30*time.Second) // "<driver>_<host>_<uuid>"
 	cancel()
 	for range 4 {
 		if err := <-errc; err != nil {
