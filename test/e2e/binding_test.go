@@ -21,6 +21,13 @@ func TestBindBestMatch(t *testing.T) {
 	createPV(t, "bm-10g", "10Gi", cls)
 	createPV(t, "bm-5g", "5Gi", cls)
 	createPV(t, "bm-1g", "1Gi", cls)
+	// PVs and claims reach the binder through separate watches (as they
+	// reach kube-controller-manager): wait until it has seen every volume
+	// (it makes them Available), or the claim may come first and get the
+	// only volume seen so far.
+	for _, v := range []string{"bm-10g", "bm-5g", "bm-1g"} {
+		pvPhase(t, v, corev1.VolumeAvailable)
+	}
 	createPVC(t, n, "data", "3Gi", cls)
 
 	c := pvcPhase(t, n, "data", corev1.ClaimBound)
