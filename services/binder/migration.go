@@ -2,6 +2,7 @@ package binder
 
 import (
 	"context"
+	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -18,6 +19,9 @@ import (
 
 // annealClaim sets or removes the claim's migrated-to annotation.
 func (c *controller) annealClaim(ctx context.Context, claim *corev1.PersistentVolumeClaim) (*corev1.PersistentVolumeClaim, error) {
+	if !inTree(claim.Annotations, kube.AnnStorageProvisioner, kube.AnnBetaStorageProvisioner) {
+		return claim, nil // the common case, without a copy
+	}
 	clone := claim.DeepCopy()
 	if !kube.UpdateMigrationAnnotations(clone.Annotations, true) {
 		return claim, nil
@@ -35,6 +39,9 @@ func (c *controller) annealClaim(ctx context.Context, claim *corev1.PersistentVo
 // annealVolume sets or removes the volume's migrated-to annotation and its
 // in-tree deletion finalizers.
 func (c *controller) annealVolume(ctx context.Context, volume *corev1.PersistentVolume) (*corev1.PersistentVolume, error) {
+	if !inTree(volume.Annotations, kube.AnnDynamicallyProvisioned) {
+		return volume, nil // the common case, without a copy
+	}
 	clone := volume.DeepCopy()
 	annotated := kube.UpdateMigrationAnnotations(clone.Annotations, false)
 	finalizers, changed := kube.DeletionFinalizers(clone)
@@ -50,4 +57,19 @@ func (c *controller) annealVolume(ctx context.Context, volume *corev1.Persistent
 		return nil, c.volumeWriteFailed(volume, err, "anneal migration annotations or finalizers of volume %s", volume.Name)
 	}
 	return c.store.refreshVolume(updated), nil
+}
+
+// inTree reports whether an object may need annealing: one of its
+// provisioner annotations names an in-tree plugin, or it carries
+// migrated-to (which may have to go).
+func inTree(ann map[string]string, keys ...string) bool {
+	if _, ok := ann[kube.AnnMigratedTo]; ok {
+		return true
+	}
+	for _, k := range keys {
+		if strings.HasPrefix(ann[k], "kubernetes.io/") {
+			return true
+		}
+	}
+	return false
 }
