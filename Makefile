@@ -91,6 +91,10 @@ compare-kcm: kube-apiserver kube-controller-manager ## Run the drop-in fidelity 
 test-unit: ## Run the tests that need no kube-apiserver.
 	$(GO) test -count=1 -short ./...
 
+.PHONY: test-kcm
+test-kcm: kube-apiserver kube-controller-manager ## Run the fidelity checks on kube-controller-manager itself (test/e2e/kcm; make test skips them without it).
+	VOLPLANE_KUBE_CONTROLLER_MANAGER=$(KUBE_CONTROLLER_MANAGER) $(GO) test -count=1 -v ./test/e2e/kcm/
+
 # The chaos run (docs/chaos.md): `make chaos SEED=7 DURATION=10m`;
 # CHAOS_FLAGS adds volplane-chaos flags (e.g. --static=200 --kill-every=3s).
 SEED        ?= 1

@@ -52,6 +52,7 @@ const (
 	EventProvisioning          = "Provisioning"
 	EventExternalProvisioning  = "ExternalProvisioning"
 	EventWaitForFirstConsumer  = "WaitForFirstConsumer"
+	EventWaitForPodScheduled   = "WaitForPodScheduled"
 	EventClaimLost             = "ClaimLost"
 	EventClaimMisbound         = "ClaimMisbound"
 	EventVolumeFailedRecycle   = "VolumeFailedRecycle"

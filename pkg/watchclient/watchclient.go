@@ -87,7 +87,8 @@ const (
 
 // Options configures Run and RunFailover.
 type Options struct {
-	// Kinds to subscribe to; empty means all.
+	// Kinds to subscribe to; empty means the three storage kinds
+	// (KIND_POD only when listed).
 	Kinds []watcherv1.Kind
 	// Encoding of the objects; default protobuf.
 	Encoding watcherv1.Encoding

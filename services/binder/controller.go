@@ -66,6 +66,7 @@ type controller struct {
 	canAct func() bool
 
 	store       *store
+	pods        *podIndex // pods that use claims (pods.go)
 	claimQueue  *queue
 	volumeQueue *queue
 
@@ -98,6 +99,7 @@ func newController(log *slog.Logger, client kubernetes.Interface, recorder recor
 		recorder:    recorder,
 		owns:        func(string) bool { return true },
 		store:       newStore(),
+		pods:        newPodIndex(),
 		claimQueue:  newQueue("claims", limiter()),
 		volumeQueue: newQueue("volumes", limiter()),
 		syncedCh:    make(chan struct{}),
@@ -113,6 +115,7 @@ func (c *controller) Reset() {
 		watcherv1.Kind_KIND_PERSISTENT_VOLUME:       {},
 		watcherv1.Kind_KIND_PERSISTENT_VOLUME_CLAIM: {},
 		watcherv1.Kind_KIND_STORAGE_CLASS:           {},
+		watcherv1.Kind_KIND_POD:                     {},
 	}
 }
 
@@ -139,6 +142,7 @@ func (c *controller) Synced() {
 		}
 		c.store.mu.Unlock()
 		c.store.endTombstones(c.relisted[watcherv1.Kind_KIND_PERSISTENT_VOLUME_CLAIM], c.relisted[watcherv1.Kind_KIND_PERSISTENT_VOLUME])
+		c.podsRelisted(c.relisted[watcherv1.Kind_KIND_POD])
 		c.relisting, c.relisted = false, nil
 	}
 	c.syncedOnce.Do(func() {
@@ -157,6 +161,8 @@ func (c *controller) Event(ev *watcherv1.WatchResponse) error {
 	}
 	deleted := ev.Type == watcherv1.EventType_EVENT_TYPE_DELETED
 	switch ev.Kind {
+	case watcherv1.Kind_KIND_POD:
+		return c.podEvent(ev)
 	case watcherv1.Kind_KIND_PERSISTENT_VOLUME:
 		v, err := kube.DecodeVolume(ev.Object)
 		if err != nil {

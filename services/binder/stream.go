@@ -70,7 +70,7 @@ func (c *controller) subscribe(ctx context.Context, addrs []string, tls grpcutil
 		watchers = append(watchers, watchclient.Watcher{Name: a, Conn: cc})
 	}
 	err := watchclient.RunFailover(ctx, watchers, watchclient.Options{
-		Kinds:        []watcherv1.Kind{watcherv1.Kind_KIND_PERSISTENT_VOLUME, watcherv1.Kind_KIND_PERSISTENT_VOLUME_CLAIM, watcherv1.Kind_KIND_STORAGE_CLASS},
+		Kinds:        []watcherv1.Kind{watcherv1.Kind_KIND_PERSISTENT_VOLUME, watcherv1.Kind_KIND_PERSISTENT_VOLUME_CLAIM, watcherv1.Kind_KIND_STORAGE_CLASS, watcherv1.Kind_KIND_POD},
 		Logger:       log.With("peer", "watcher"),
 		StallTimeout: c.feed.staleAfter,
 		Status:       &c.feed.status,

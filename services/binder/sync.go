@@ -54,7 +54,8 @@ func (c *controller) syncUnboundClaim(ctx context.Context, claim *corev1.Persist
 	}
 	switch {
 	case delay && claim.Annotations[kube.AnnSelectedNode] == "":
-		c.recorder.Event(claim, corev1.EventTypeNormal, kube.EventWaitForFirstConsumer, "waiting for first consumer to be created before binding")
+		reason, message := c.waitForConsumerEvent(claim)
+		c.recorder.Event(claim, corev1.EventTypeNormal, reason, message)
 	case match.ClaimClass(claim) != "":
 		// Provisioning updates the claim; the next sync finishes the bind.
 		return c.provisionClaim(ctx, claim)

@@ -1,8 +1,9 @@
 // Package watcher is volplane's watcher service: one client-go
 // SharedInformerFactory on PersistentVolumes, PersistentVolumeClaims (all
-// namespaces) and StorageClasses, served as one ordered, resumable gRPC
-// event stream (volplane.watcher.v1.WatcherService) to any number of
-// subscribers. It makes no decisions and writes nothing.
+// namespaces) and StorageClasses, and a pod informer that keeps a slim
+// view of each pod, served as one ordered, resumable gRPC event stream
+// (volplane.watcher.v1.WatcherService) to any number of subscribers. It
+// makes no decisions and writes nothing.
 //
 // # The log
 //
@@ -10,12 +11,28 @@
 // every change gets the next sequence number (starting at 1), goes into a
 // ring of the last Options.HistorySize events, and updates the current
 // state (key -> latest object, per kind) that full lists are made of.
-// Keys are "namespace/name" for claims and "name" for volumes and classes.
-// DELETED events carry the last known object (a
+// Keys are "namespace/name" for claims and pods and "name" for volumes and
+// classes. DELETED events carry the last known object (a
 // cache.DeletedFinalStateUnknown is unwrapped). Updates that do not change
 // the resourceVersion (informer resyncs) are not logged. The epoch is a
 // random string chosen at start; sequences of different epochs do not
 // compare.
+//
+// # Pods
+//
+// KIND_POD events carry a watcherv1.Pod, not a Kubernetes object: the pod
+// informer's transform (slimPod) replaces each pod by a view of what says
+// which claims it uses (persistentVolumeClaim volumes, and the claims of
+// generic ephemeral volumes, "<pod>-<volume>"), whether it is scheduled
+// (nodeName) and whether it is terminated (as Kubernetes' volume
+// controllers count it), so that 100,000 pods cost tens of megabytes, not
+// gigabytes. Pods that use no claim are not logged at all (a pod's volumes
+// never change), nor are updates that leave the view as it was; the
+// resourceVersion of a pod's event is the one at which its view last
+// changed, the same on every replica. Pods are sent only to subscribers
+// that list KIND_POD: no kinds means the three storage kinds. The rest of
+// the contract (ordering, resume, relist, replace) is the same for them;
+// a full list sends them last, after the claims.
 //
 // # The resume contract
 //

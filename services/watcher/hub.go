@@ -50,6 +50,10 @@ func (e *event) encode(enc watcherv1.Encoding) ([]byte, error) {
 			e.jsonErr = e.pbErr
 			return
 		}
+		if e.kind == watcherv1.Kind_KIND_POD {
+			e.json, e.jsonErr = podJSON(e.pb)
+			return
+		}
 		var obj kube.Object
 		if obj, e.jsonErr = decode(e.kind, e.pb); e.jsonErr == nil {
 			e.json, e.jsonErr = kube.EncodeJSON(obj)
@@ -88,7 +92,7 @@ type hub struct {
 	syncedCh    chan struct{}
 	subscribers int
 	// counts of appended events by kind and type, for metrics.
-	appended [4][4]uint64
+	appended [numKinds][4]uint64
 }
 
 func newHub(history int) *hub {
@@ -102,6 +106,7 @@ func newHub(history int) *hub {
 			watcherv1.Kind_KIND_PERSISTENT_VOLUME:       {},
 			watcherv1.Kind_KIND_PERSISTENT_VOLUME_CLAIM: {},
 			watcherv1.Kind_KIND_STORAGE_CLASS:           {},
+			watcherv1.Kind_KIND_POD:                     {},
 		},
 		syncedCh: make(chan struct{}),
 	}
@@ -152,9 +157,10 @@ func (h *hub) snapshot(kinds kindSet) ([]*event, uint64) {
 		}
 	}
 	out := make([]*event, 0, n)
-	// Classes first, then volumes, then claims: a subscriber that acts
-	// during the list sees what claims refer to before the claims.
-	for _, k := range []watcherv1.Kind{watcherv1.Kind_KIND_STORAGE_CLASS, watcherv1.Kind_KIND_PERSISTENT_VOLUME, watcherv1.Kind_KIND_PERSISTENT_VOLUME_CLAIM} {
+	// Classes first, then volumes, then claims, then pods: a subscriber
+	// that acts during the list sees what claims refer to before the
+	// claims, and the claims before the pods that use them.
+	for _, k := range []watcherv1.Kind{watcherv1.Kind_KIND_STORAGE_CLASS, watcherv1.Kind_KIND_PERSISTENT_VOLUME, watcherv1.Kind_KIND_PERSISTENT_VOLUME_CLAIM, watcherv1.Kind_KIND_POD} {
 		if !kinds.has(k) {
 			continue
 		}
@@ -178,13 +184,16 @@ func (h *hub) since(seq uint64, max int) (evs []*event, ok bool, wait <-chan str
 	return evs, true, h.notify
 }
 
-func (h *hub) counts() (pvs, pvcs, classes int) {
+func (h *hub) counts() (pvs, pvcs, classes, pods int) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	return len(h.state[watcherv1.Kind_KIND_PERSISTENT_VOLUME]), len(h.state[watcherv1.Kind_KIND_PERSISTENT_VOLUME_CLAIM]), len(h.state[watcherv1.Kind_KIND_STORAGE_CLASS])
+	return len(h.state[watcherv1.Kind_KIND_PERSISTENT_VOLUME]), len(h.state[watcherv1.Kind_KIND_PERSISTENT_VOLUME_CLAIM]), len(h.state[watcherv1.Kind_KIND_STORAGE_CLASS]), len(h.state[watcherv1.Kind_KIND_POD])
 }
 
+// numKinds bounds the Kind values the watcher serves.
+const numKinds = int(watcherv1.Kind_KIND_POD) + 1
+
 // kindSet is a subscriber's filter.
-type kindSet [4]bool
+type kindSet [numKinds]bool
 
 func (s kindSet) has(k watcherv1.Kind) bool { return int(k) < len(s) && s[k] }

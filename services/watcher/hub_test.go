@@ -244,7 +244,7 @@ func TestHandlerFeedsTheHub(t *testing.T) {
 	if c, err := kube.DecodeClaim(b); err != nil || c.Name != "c" || c.ResourceVersion != "3" {
 		t.Fatalf("DELETED object: %v, %v", c, err)
 	}
-	if pv, pvc, sc := h.counts(); pv != 0 || pvc != 0 || sc != 1 {
+	if pv, pvc, sc, _ := h.counts(); pv != 0 || pvc != 0 || sc != 1 {
 		t.Fatalf("state holds %d volumes, %d claims, %d classes; want 0, 0, 1", pv, pvc, sc)
 	}
 }

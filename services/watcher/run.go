@@ -12,7 +12,9 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/informers"
+	coreinformers "k8s.io/client-go/informers/core/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
@@ -122,6 +124,13 @@ func serve(ctx context.Context, o Options, client kubernetes.Interface, lis net.
 	pvs := factory.Core().V1().PersistentVolumes().Informer()
 	pvcs := factory.Core().V1().PersistentVolumeClaims().Informer()
 	classes := factory.Storage().V1().StorageClasses().Informer()
+	// Pods are many and big, and only their use of claims matters: their
+	// own informer, outside the factory (whose transform is for all its
+	// informers), keeps a slim view of each (slimPod) and no index.
+	pods := coreinformers.NewPodInformer(client, metav1.NamespaceAll, o.ResyncPeriod, cache.Indexers{})
+	if err := pods.SetTransform(slimPod); err != nil {
+		return fmt.Errorf("set pod transform: %w", err)
+	}
 	for _, reg := range []struct {
 		inf  cache.SharedIndexInformer
 		kind watcherv1.Kind
@@ -129,6 +138,7 @@ func serve(ctx context.Context, o Options, client kubernetes.Interface, lis net.
 		{pvs, watcherv1.Kind_KIND_PERSISTENT_VOLUME},
 		{pvcs, watcherv1.Kind_KIND_PERSISTENT_VOLUME_CLAIM},
 		{classes, watcherv1.Kind_KIND_STORAGE_CLASS},
+		{pods, watcherv1.Kind_KIND_POD},
 	} {
 		if _, err := reg.inf.AddEventHandler(handler(h, reg.kind, log)); err != nil {
 			return fmt.Errorf("register %v handler: %w", reg.kind, err)
@@ -156,14 +166,18 @@ func serve(ctx context.Context, o Options, client kubernetes.Interface, lis net.
 	g.Go(func() error { return metrics.Serve(gctx, o.DebugAddress, log) })
 	factory.Start(gctx.Done())
 	defer factory.Shutdown()
+	g.Go(func() error {
+		pods.RunWithContext(gctx)
+		return nil
+	})
 	log.Info("watcher starting", "listen", lis.Addr().String(), "history", o.HistorySize)
 	g.Go(func() error {
-		if !cache.WaitForCacheSync(gctx.Done(), pvs.HasSynced, pvcs.HasSynced, classes.HasSynced) {
+		if !cache.WaitForCacheSync(gctx.Done(), pvs.HasSynced, pvcs.HasSynced, classes.HasSynced, pods.HasSynced) {
 			return nil
 		}
 		h.markSynced()
-		pv, pvc, sc := h.counts()
-		log.Info("watcher synced", "persistent_volumes", pv, "persistent_volume_claims", pvc, "storage_classes", sc)
+		pv, pvc, sc, pod := h.counts()
+		log.Info("watcher synced", "persistent_volumes", pv, "persistent_volume_claims", pvc, "storage_classes", sc, "pods_with_claims", pod)
 		// SERVING while the informers' view is current: NOT_SERVING while
 		// the API server cannot be reached or a watch on it fails, so that
 		// subscribers move to another watcher (or know that theirs is
@@ -198,9 +212,14 @@ func serve(ctx context.Context, o Options, client kubernetes.Interface, lis net.
 	return err
 }
 
-// handler feeds one informer into the hub.
+// handler feeds one informer into the hub. Pods that use no claim are
+// left out (a pod's volumes never change), and so are updates of a pod that
+// leave its view as it was.
 func handler(h *hub, kind watcherv1.Kind, log *slog.Logger) cache.ResourceEventHandler {
 	record := func(typ watcherv1.EventType, obj any) {
+		if p, ok := obj.(*podView); ok && len(p.claims) == 0 {
+			return
+		}
 		o, ok := obj.(kube.Object)
 		if !ok {
 			log.Error("unexpected object from informer", "kind", kind, "type", fmt.Sprintf("%T", obj))
@@ -222,6 +241,11 @@ func handler(h *hub, kind watcherv1.Kind, log *slog.Logger) cache.ResourceEventH
 		UpdateFunc: func(oldObj, newObj any) {
 			if rv(oldObj) != "" && rv(oldObj) == rv(newObj) {
 				return // an informer resync: nothing changed
+			}
+			if o, ok := oldObj.(*podView); ok {
+				if n, ok := newObj.(*podView); ok && o.sameView(n) {
+					return // nothing a subscriber sees changed
+				}
 			}
 			record(watcherv1.EventType_EVENT_TYPE_UPDATED, newObj)
 		},

@@ -34,6 +34,7 @@ type server struct {
 func parseKinds(kinds []watcherv1.Kind) (kindSet, error) {
 	var s kindSet
 	if len(kinds) == 0 {
+		// The storage kinds; pods only for those who ask.
 		s[watcherv1.Kind_KIND_PERSISTENT_VOLUME] = true
 		s[watcherv1.Kind_KIND_PERSISTENT_VOLUME_CLAIM] = true
 		s[watcherv1.Kind_KIND_STORAGE_CLASS] = true
@@ -41,10 +42,10 @@ func parseKinds(kinds []watcherv1.Kind) (kindSet, error) {
 	}
 	for _, k := range kinds {
 		switch k {
-		case watcherv1.Kind_KIND_PERSISTENT_VOLUME, watcherv1.Kind_KIND_PERSISTENT_VOLUME_CLAIM, watcherv1.Kind_KIND_STORAGE_CLASS:
+		case watcherv1.Kind_KIND_PERSISTENT_VOLUME, watcherv1.Kind_KIND_PERSISTENT_VOLUME_CLAIM, watcherv1.Kind_KIND_STORAGE_CLASS, watcherv1.Kind_KIND_POD:
 			s[k] = true
 		default:
-			return s, status.Errorf(codes.InvalidArgument, "kinds: %v is not a kind the watcher serves; use KIND_PERSISTENT_VOLUME, KIND_PERSISTENT_VOLUME_CLAIM or KIND_STORAGE_CLASS, or none for all", k)
+			return s, status.Errorf(codes.InvalidArgument, "kinds: %v is not a kind the watcher serves; use KIND_PERSISTENT_VOLUME, KIND_PERSISTENT_VOLUME_CLAIM, KIND_STORAGE_CLASS or KIND_POD, or none for the three storage kinds", k)
 		}
 	}
 	return s, nil
@@ -197,6 +198,7 @@ func (s *server) GetStatus(_ context.Context, _ *watcherv1.GetStatusRequest) (*w
 		PersistentVolumes:      int64(len(h.state[watcherv1.Kind_KIND_PERSISTENT_VOLUME])),
 		PersistentVolumeClaims: int64(len(h.state[watcherv1.Kind_KIND_PERSISTENT_VOLUME_CLAIM])),
 		StorageClasses:         int64(len(h.state[watcherv1.Kind_KIND_STORAGE_CLASS])),
+		Pods:                   int64(len(h.state[watcherv1.Kind_KIND_POD])),
 		Subscribers:            int32(h.subscribers),
 	}, nil
 }

@@ -29,6 +29,10 @@ const (
 	Kind_KIND_PERSISTENT_VOLUME       Kind = 1
 	Kind_KIND_PERSISTENT_VOLUME_CLAIM Kind = 2
 	Kind_KIND_STORAGE_CLASS           Kind = 3
+	// Pods that use at least one PersistentVolumeClaim, as the slim Pod
+	// message below (not a Kubernetes object). Sent only to subscribers that
+	// list it in WatchRequest.kinds.
+	Kind_KIND_POD Kind = 4
 )
 
 // Enum value maps for Kind.
@@ -38,12 +42,14 @@ var (
 		1: "KIND_PERSISTENT_VOLUME",
 		2: "KIND_PERSISTENT_VOLUME_CLAIM",
 		3: "KIND_STORAGE_CLASS",
+		4: "KIND_POD",
 	}
 	Kind_value = map[string]int32{
 		"KIND_UNSPECIFIED":             0,
 		"KIND_PERSISTENT_VOLUME":       1,
 		"KIND_PERSISTENT_VOLUME_CLAIM": 2,
 		"KIND_STORAGE_CLASS":           3,
+		"KIND_POD":                     4,
 	}
 )
 
@@ -251,7 +257,9 @@ func (x *Cursor) GetSequence() uint64 {
 // WatchRequest opens an event stream.
 type WatchRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// Kinds to receive; empty means all kinds.
+	// Kinds to receive; empty means the three storage kinds
+	// (KIND_PERSISTENT_VOLUME, KIND_PERSISTENT_VOLUME_CLAIM,
+	// KIND_STORAGE_CLASS). KIND_POD is sent only when listed.
 	Kinds []Kind `protobuf:"varint,1,rep,packed,name=kinds,proto3,enum=volplane.watcher.v1.Kind" json:"kinds,omitempty"`
 	// Encoding of the objects in the events.
 	Encoding Encoding `protobuf:"varint,2,opt,name=encoding,proto3,enum=volplane.watcher.v1.Encoding" json:"encoding,omitempty"`
@@ -323,7 +331,9 @@ type WatchResponse struct {
 	Cursor *Cursor `protobuf:"bytes,3,opt,name=cursor,proto3" json:"cursor,omitempty"`
 	// The object's key: "namespace/name" or "name" for cluster objects.
 	Key string `protobuf:"bytes,4,opt,name=key,proto3" json:"key,omitempty"`
-	// The full object, encoded as requested.
+	// The full object, encoded as requested: for the storage kinds the
+	// Kubernetes object (Kubernetes protobuf or JSON); for KIND_POD a Pod
+	// message (protobuf, or its canonical JSON mapping).
 	Object []byte `protobuf:"bytes,5,opt,name=object,proto3" json:"object,omitempty"`
 	// The object's resourceVersion.
 	ResourceVersion string `protobuf:"bytes,6,opt,name=resource_version,json=resourceVersion,proto3" json:"resource_version,omitempty"`
@@ -458,7 +468,9 @@ type GetStatusResponse struct {
 	// Number of storage classes in the cache.
 	StorageClasses int64 `protobuf:"varint,7,opt,name=storage_classes,json=storageClasses,proto3" json:"storage_classes,omitempty"`
 	// Number of subscribers connected now.
-	Subscribers   int32 `protobuf:"varint,8,opt,name=subscribers,proto3" json:"subscribers,omitempty"`
+	Subscribers int32 `protobuf:"varint,8,opt,name=subscribers,proto3" json:"subscribers,omitempty"`
+	// Number of pods that use claims in the cache.
+	Pods          int64 `protobuf:"varint,9,opt,name=pods,proto3" json:"pods,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -549,6 +561,123 @@ func (x *GetStatusResponse) GetSubscribers() int32 {
 	return 0
 }
 
+func (x *GetStatusResponse) GetPods() int64 {
+	if x != nil {
+		return x.Pods
+	}
+	return 0
+}
+
+// Pod is the slim view of a Kubernetes Pod that KIND_POD events carry: which
+// claims the pod uses, whether it is scheduled, and whether it is still
+// active. Pods whose volumes use no claim are not streamed (a pod's volumes
+// never change). An update of the pod that changes none of these fields is
+// not streamed either.
+type Pod struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// metadata.namespace; the claims are in it.
+	Namespace string `protobuf:"bytes,1,opt,name=namespace,proto3" json:"namespace,omitempty"`
+	// metadata.name.
+	Name string `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
+	// metadata.uid.
+	Uid string `protobuf:"bytes,3,opt,name=uid,proto3" json:"uid,omitempty"`
+	// The names of the claims the pod's volumes use, in the order of
+	// spec.volumes, each once: persistentVolumeClaim.claimName, and for a
+	// generic ephemeral volume the claim Kubernetes creates for it,
+	// "<pod name>-<volume name>".
+	ClaimNames []string `protobuf:"bytes,4,rep,name=claim_names,json=claimNames,proto3" json:"claim_names,omitempty"`
+	// spec.nodeName: empty while the pod is not scheduled.
+	NodeName string `protobuf:"bytes,5,opt,name=node_name,json=nodeName,proto3" json:"node_name,omitempty"`
+	// status.phase (Pending, Running, Succeeded, Failed, Unknown).
+	Phase string `protobuf:"bytes,6,opt,name=phase,proto3" json:"phase,omitempty"`
+	// Whether the pod is terminated as Kubernetes' volume controllers count
+	// it: phase Succeeded or Failed, or metadata.deletionTimestamp set while
+	// no init, regular or ephemeral container is running (every container
+	// status is waiting or terminated).
+	Terminated    bool `protobuf:"varint,7,opt,name=terminated,proto3" json:"terminated,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Pod) Reset() {
+	*x = Pod{}
+	mi := &file_volplane_watcher_v1_watcher_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Pod) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Pod) ProtoMessage() {}
+
+func (x *Pod) ProtoReflect() protoreflect.Message {
+	mi := &file_volplane_watcher_v1_watcher_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Pod.ProtoReflect.Descriptor instead.
+func (*Pod) Descriptor() ([]byte, []int) {
+	return file_volplane_watcher_v1_watcher_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *Pod) GetNamespace() string {
+	if x != nil {
+		return x.Namespace
+	}
+	return ""
+}
+
+func (x *Pod) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *Pod) GetUid() string {
+	if x != nil {
+		return x.Uid
+	}
+	return ""
+}
+
+func (x *Pod) GetClaimNames() []string {
+	if x != nil {
+		return x.ClaimNames
+	}
+	return nil
+}
+
+func (x *Pod) GetNodeName() string {
+	if x != nil {
+		return x.NodeName
+	}
+	return ""
+}
+
+func (x *Pod) GetPhase() string {
+	if x != nil {
+		return x.Phase
+	}
+	return ""
+}
+
+func (x *Pod) GetTerminated() bool {
+	if x != nil {
+		return x.Terminated
+	}
+	return false
+}
+
 var File_volplane_watcher_v1_watcher_proto protoreflect.FileDescriptor
 
 const file_volplane_watcher_v1_watcher_proto_rawDesc = "" +
@@ -568,7 +697,7 @@ const file_volplane_watcher_v1_watcher_proto_rawDesc = "" +
 	"\x03key\x18\x04 \x01(\tR\x03key\x12\x16\n" +
 	"\x06object\x18\x05 \x01(\fR\x06object\x12)\n" +
 	"\x10resource_version\x18\x06 \x01(\tR\x0fresourceVersion\"\x12\n" +
-	"\x10GetStatusRequest\"\xba\x02\n" +
+	"\x10GetStatusRequest\"\xce\x02\n" +
 	"\x11GetStatusResponse\x12\x14\n" +
 	"\x05epoch\x18\x01 \x01(\tR\x05epoch\x12\x1a\n" +
 	"\bsequence\x18\x02 \x01(\x04R\bsequence\x12'\n" +
@@ -577,12 +706,25 @@ const file_volplane_watcher_v1_watcher_proto_rawDesc = "" +
 	"\x12persistent_volumes\x18\x05 \x01(\x03R\x11persistentVolumes\x128\n" +
 	"\x18persistent_volume_claims\x18\x06 \x01(\x03R\x16persistentVolumeClaims\x12'\n" +
 	"\x0fstorage_classes\x18\a \x01(\x03R\x0estorageClasses\x12 \n" +
-	"\vsubscribers\x18\b \x01(\x05R\vsubscribers*r\n" +
+	"\vsubscribers\x18\b \x01(\x05R\vsubscribers\x12\x12\n" +
+	"\x04pods\x18\t \x01(\x03R\x04pods\"\xbd\x01\n" +
+	"\x03Pod\x12\x1c\n" +
+	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x12\n" +
+	"\x04name\x18\x02 \x01(\tR\x04name\x12\x10\n" +
+	"\x03uid\x18\x03 \x01(\tR\x03uid\x12\x1f\n" +
+	"\vclaim_names\x18\x04 \x03(\tR\n" +
+	"claimNames\x12\x1b\n" +
+	"\tnode_name\x18\x05 \x01(\tR\bnodeName\x12\x14\n" +
+	"\x05phase\x18\x06 \x01(\tR\x05phase\x12\x1e\n" +
+	"\n" +
+	"terminated\x18\a \x01(\bR\n" +
+	"terminated*\x80\x01\n" +
 	"\x04Kind\x12\x14\n" +
 	"\x10KIND_UNSPECIFIED\x10\x00\x12\x1a\n" +
 	"\x16KIND_PERSISTENT_VOLUME\x10\x01\x12 \n" +
 	"\x1cKIND_PERSISTENT_VOLUME_CLAIM\x10\x02\x12\x16\n" +
-	"\x12KIND_STORAGE_CLASS\x10\x03*N\n" +
+	"\x12KIND_STORAGE_CLASS\x10\x03\x12\f\n" +
+	"\bKIND_POD\x10\x04*N\n" +
 	"\bEncoding\x12\x18\n" +
 	"\x14ENCODING_UNSPECIFIED\x10\x00\x12\x15\n" +
 	"\x11ENCODING_PROTOBUF\x10\x01\x12\x11\n" +
@@ -611,7 +753,7 @@ func file_volplane_watcher_v1_watcher_proto_rawDescGZIP() []byte {
 }
 
 var file_volplane_watcher_v1_watcher_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_volplane_watcher_v1_watcher_proto_msgTypes = make([]protoimpl.MessageInfo, 5)
+var file_volplane_watcher_v1_watcher_proto_msgTypes = make([]protoimpl.MessageInfo, 6)
 var file_volplane_watcher_v1_watcher_proto_goTypes = []any{
 	(Kind)(0),                 // 0: volplane.watcher.v1.Kind
 	(Encoding)(0),             // 1: volplane.watcher.v1.Encoding
@@ -621,6 +763,7 @@ var file_volplane_watcher_v1_watcher_proto_goTypes = []any{
 	(*WatchResponse)(nil),     // 5: volplane.watcher.v1.WatchResponse
 	(*GetStatusRequest)(nil),  // 6: volplane.watcher.v1.GetStatusRequest
 	(*GetStatusResponse)(nil), // 7: volplane.watcher.v1.GetStatusResponse
+	(*Pod)(nil),               // 8: volplane.watcher.v1.Pod
 }
 var file_volplane_watcher_v1_watcher_proto_depIdxs = []int32{
 	0, // 0: volplane.watcher.v1.WatchRequest.kinds:type_name -> volplane.watcher.v1.Kind
@@ -651,7 +794,7 @@ func file_volplane_watcher_v1_watcher_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_volplane_watcher_v1_watcher_proto_rawDesc), len(file_volplane_watcher_v1_watcher_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   5,
+			NumMessages:   6,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -28,9 +28,10 @@ const (
 // For semantics around ctx use and closing/ending streaming RPCs, please refer to https://pkg.go.dev/google.golang.org/grpc/?tab=doc#ClientConn.NewStream.
 //
 // WatcherService streams the Kubernetes storage objects (PersistentVolumes,
-// PersistentVolumeClaims, StorageClasses) that the watcher's informers see.
-// The watcher makes no decisions: it only delivers events, in one total
-// order, to any number of subscribers.
+// PersistentVolumeClaims, StorageClasses) that the watcher's informers see,
+// and, to subscribers that ask for them, a slim view of the pods that use
+// claims. The watcher makes no decisions: it only delivers events, in one
+// total order, to any number of subscribers.
 type WatcherServiceClient interface {
 	// Watch streams events. Without resume_after the stream opens with a
 	// RESET event, then one ADDED event per object in the watcher's cache, then
@@ -86,9 +87,10 @@ func (c *watcherServiceClient) GetStatus(ctx context.Context, in *GetStatusReque
 // for forward compatibility.
 //
 // WatcherService streams the Kubernetes storage objects (PersistentVolumes,
-// PersistentVolumeClaims, StorageClasses) that the watcher's informers see.
-// The watcher makes no decisions: it only delivers events, in one total
-// order, to any number of subscribers.
+// PersistentVolumeClaims, StorageClasses) that the watcher's informers see,
+// and, to subscribers that ask for them, a slim view of the pods that use
+// claims. The watcher makes no decisions: it only delivers events, in one
+// total order, to any number of subscribers.
 type WatcherServiceServer interface {
 	// Watch streams events. Without resume_after the stream opens with a
 	// RESET event, then one ADDED event per object in the watcher's cache, then
