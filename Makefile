@@ -84,16 +84,12 @@ fuzz: ## Fuzz every request decoder and validator for FUZZTIME each (30s).
 		echo "== $$fn ($$pkg)"; $(GO) test -run '^$$' -fuzz "^$$fn\$$" -fuzztime $(FUZZTIME) $$pkg; done
 
 .PHONY: compare-kcm
-compare-kcm: kube-apiserver kube-controller-manager ## Run the drop-in fidelity scenarios (internal/e2e.InTree) against kube-controller-manager itself, as test/e2e runs them against volplane.
+compare-kcm: kube-apiserver kube-controller-manager ## Run the fidelity checks (internal/e2e: in-tree classes, WaitForPodScheduled) on kube-controller-manager itself; make test runs them only when it is cached.
 	VOLPLANE_KUBE_CONTROLLER_MANAGER=$(KUBE_CONTROLLER_MANAGER) $(GO) test -count=1 -v ./test/e2e/kcm/
 
 .PHONY: test-unit
 test-unit: ## Run the tests that need no kube-apiserver.
 	$(GO) test -count=1 -short ./...
-
-.PHONY: test-kcm
-test-kcm: kube-apiserver kube-controller-manager ## Run the fidelity checks on kube-controller-manager itself (test/e2e/kcm; make test skips them without it).
-	VOLPLANE_KUBE_CONTROLLER_MANAGER=$(KUBE_CONTROLLER_MANAGER) $(GO) test -count=1 -v ./test/e2e/kcm/
 
 # The chaos run (docs/chaos.md): `make chaos SEED=7 DURATION=10m`;
 # CHAOS_FLAGS adds volplane-chaos flags (e.g. --static=200 --kill-every=3s).

@@ -53,7 +53,9 @@ func (c *controller) syncUnboundClaim(ctx context.Context, claim *corev1.Persist
 		return err
 	}
 	switch {
-	case delay && claim.Annotations[kube.AnnSelectedNode] == "":
+	case delay && !metav1.HasAnnotation(claim.ObjectMeta, kube.AnnSelectedNode):
+		// As upstream (IsDelayBindingProvisioning): the annotation's
+		// presence, whatever its value, means the scheduler chose.
 		reason, message := c.waitForConsumerEvent(claim)
 		c.recorder.Event(claim, corev1.EventTypeNormal, reason, message)
 	case match.ClaimClass(claim) != "":
