@@ -19,7 +19,7 @@ KUBE_VERSION            := v1.36.3
 # Where heavy builds are cached across clones (git-ignored, outside the tree).
 VOLPLANE_CACHE          ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/volplane
 KUBE_APISERVER          := $(VOLPLANE_CACHE)/kube-apiserver-$(KUBE_VERSION)
-# Only for the comparison benchmarks (make bench-kcm, bench-external-provisioner).
+# Only for the comparison benchmarks (make bench-kcm, bench-external-provisioner, bench-rate-kcm, bench-scale).
 KUBE_CONTROLLER_MANAGER := $(VOLPLANE_CACHE)/kube-controller-manager-$(KUBE_VERSION)
 EXTERNAL_PROVISIONER_VERSION := v6.3.0
 CSI_PROVISIONER         := $(VOLPLANE_CACHE)/csi-provisioner-$(EXTERNAL_PROVISIONER_VERSION)
@@ -31,6 +31,18 @@ BINARIES := watcher binder provisioner reclaimer gateway volplane-csi volplane-d
 N ?= 1000
 # kube-controller-manager's client QPS in `make bench-kcm` (its default is 20).
 KCM_QPS ?= 1000
+# `make bench`: rounds of volplane and of the bare-client ceiling, interleaved A/B.
+ROUNDS ?= 2
+# `make bench-rate`: arrival rates (claims/s) and how long claims arrive at each.
+RATES ?= 25,50,100,150,200
+RATE_DURATION ?= 30s
+# Volumes that exist before the services start (`make bench-scale`; EXISTING=0 elsewhere unless set).
+EXISTING ?= 0
+SCALE_EXISTING ?= 100000
+# More volplane-bench flags for every bench target, e.g. BENCH_FLAGS=--workers=64.
+BENCH_FLAGS ?=
+VOLPLANE_BENCH = $(BIN)/volplane-bench --bin-dir $(BIN) --kube-apiserver $(KUBE_APISERVER) $(BENCH_FLAGS)
+KCM_FLAGS = --kube-controller-manager $(KUBE_CONTROLLER_MANAGER) --kcm-qps $(KCM_QPS)
 
 .PHONY: help
 help: ## Show this help.
@@ -106,23 +118,41 @@ chaos-etcd-cluster: build kube-apiserver ## make chaos with etcd as a 3-member c
 	$(BIN)/volplane-chaos --bin-dir $(BIN) --kube-apiserver $(KUBE_APISERVER) --seed $(SEED) --duration $(DURATION) --etcd-members 3 $(CHAOS_FLAGS)
 
 .PHONY: bench
-bench: build kube-apiserver ## Measure static binds/s, then dynamically provisioned volumes/s, with create-to-Bound latency (N=1000; N=10000 for the big run).
-	$(BIN)/volplane-bench --bin-dir $(BIN) --kube-apiserver $(KUBE_APISERVER) -n $(N)
-	$(BIN)/volplane-bench --bin-dir $(BIN) --kube-apiserver $(KUBE_APISERVER) -n $(N) --dynamic
+bench: build kube-apiserver ## Static binds/s, then dynamically provisioned volumes/s, each against the bare-client ceiling: ROUNDS A/B pairs on fresh apiservers, and the ratio (N=1000).
+	$(VOLPLANE_BENCH) -n $(N) --existing $(EXISTING) --vs-ceiling $(ROUNDS)
+	$(VOLPLANE_BENCH) -n $(N) --existing $(EXISTING) --vs-ceiling $(ROUNDS) --dynamic
+
+.PHONY: bench-ceiling
+bench-ceiling: build kube-apiserver ## Only the ceiling: a bare client making exactly the API writes (and Events, CreateVolume) of N static binds, then of N dynamic ones.
+	$(VOLPLANE_BENCH) -n $(N) --existing $(EXISTING) --ceiling
+	$(VOLPLANE_BENCH) -n $(N) --existing $(EXISTING) --ceiling --dynamic
+
+.PHONY: bench-rate
+bench-rate: build kube-apiserver ## Open-loop claims at each of RATES/s for RATE_DURATION (static, then dynamic): create-to-Bound p50/p90/p99/max per rate.
+	$(VOLPLANE_BENCH) --existing $(EXISTING) --rate $(RATES) --duration $(RATE_DURATION)
+	$(VOLPLANE_BENCH) --existing $(EXISTING) --rate $(RATES) --duration $(RATE_DURATION) --dynamic
+
+.PHONY: bench-rate-kcm
+bench-rate-kcm: build kube-apiserver kube-controller-manager external-provisioner ## make bench-rate with kube-controller-manager (static) and it plus external-provisioner (dynamic), KCM_QPS.
+	$(VOLPLANE_BENCH) --existing $(EXISTING) --rate $(RATES) --duration $(RATE_DURATION) $(KCM_FLAGS)
+	$(VOLPLANE_BENCH) --existing $(EXISTING) --rate $(RATES) --duration $(RATE_DURATION) --dynamic $(KCM_FLAGS) --external-provisioner $(CSI_PROVISIONER)
+
+.PHONY: bench-scale
+bench-scale: build kube-apiserver kube-controller-manager ## N static binds on a cluster of SCALE_EXISTING volumes (100000, mostly Bound): volplane, then kube-controller-manager (KCM_QPS).
+	$(VOLPLANE_BENCH) -n $(N) --existing $(SCALE_EXISTING)
+	$(VOLPLANE_BENCH) -n $(N) --existing $(SCALE_EXISTING) $(KCM_FLAGS)
 
 .PHONY: bench-external-provisioner
 bench-external-provisioner: build kube-apiserver kube-controller-manager external-provisioner ## Dynamic provisioning with kube-controller-manager's PV binder and the upstream external-provisioner, same dev CSI driver (KCM_QPS for both).
-	$(BIN)/volplane-bench --bin-dir $(BIN) --kube-apiserver $(KUBE_APISERVER) -n $(N) --dynamic \
-		--kube-controller-manager $(KUBE_CONTROLLER_MANAGER) --external-provisioner $(CSI_PROVISIONER) --kcm-qps $(KCM_QPS)
+	$(VOLPLANE_BENCH) -n $(N) --existing $(EXISTING) --dynamic $(KCM_FLAGS) --external-provisioner $(CSI_PROVISIONER)
 
 .PHONY: bench-dynamic
-bench-dynamic: build kube-apiserver ## Measure dynamic provisioning only (volumes/s through the dev CSI driver).
-	$(BIN)/volplane-bench --bin-dir $(BIN) --kube-apiserver $(KUBE_APISERVER) -n $(N) --dynamic
+bench-dynamic: build kube-apiserver ## Measure dynamic provisioning only (volumes/s through the dev CSI driver), one burst of N.
+	$(VOLPLANE_BENCH) -n $(N) --existing $(EXISTING) --dynamic
 
 .PHONY: bench-kcm
-bench-kcm: build kube-apiserver kube-controller-manager ## The same benchmark with kube-controller-manager's PV binder (KCM_QPS=1000).
-	$(BIN)/volplane-bench --bin-dir $(BIN) --kube-apiserver $(KUBE_APISERVER) -n $(N) \
-		--kube-controller-manager $(KUBE_CONTROLLER_MANAGER) --kcm-qps $(KCM_QPS)
+bench-kcm: build kube-apiserver kube-controller-manager ## The static burst with kube-controller-manager's PV binder (KCM_QPS=1000).
+	$(VOLPLANE_BENCH) -n $(N) --existing $(EXISTING) $(KCM_FLAGS)
 
 ##@ Verify / fix
 

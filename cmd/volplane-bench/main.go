@@ -1,10 +1,13 @@
-// Command volplane-bench measures how fast volplane binds: it starts a
-// local kube-apiserver and etcd, the watcher and the binder, creates N
-// volumes and then N claims, and prints binds/s, create-to-Bound latency
-// percentiles and the binder's peak RSS. With --dynamic it measures
-// dynamic provisioning instead: the dev CSI driver and the provisioner
-// run too, no volumes are made up front, and it prints volumes/s.
-// `make bench` runs both.
+// Command volplane-bench measures how fast volplane binds, each run on a
+// fresh local etcd and kube-apiserver: a burst of N claims (binds/s and
+// create-to-Bound latency), the same bound by a bare client doing only a
+// bind's API writes (--ceiling, or interleaved with --vs-ceiling), or
+// claims arriving at fixed rates (--rate). --dynamic measures dynamic
+// provisioning through the dev CSI driver instead; --existing runs on a
+// cluster already holding that many volumes. Every run prints each
+// process's peak RSS and CPU time and the apiserver's and etcd's requests
+// per claim. `make bench`, `make bench-rate` and `make help` show the
+// usual invocations.
 package main
 
 import (
@@ -20,25 +23,27 @@ import (
 
 func main() {
 	var o bench.Options
-	flag.IntVar(&o.N, "n", 1000, "number of volume/claim pairs (try 10000 for the big run)")
-	flag.StringVar(&o.BinDir, "bin-dir", "bin", "directory holding the watcher and binder binaries (make build)")
+	flag.IntVar(&o.N, "n", 1000, "claims of a burst (and volumes, static); try 10000 for the big run")
+	flag.StringVar(&o.BinDir, "bin-dir", "bin", "directory holding the service binaries and volplane-etcd (make build)")
 	flag.StringVar(&o.KubeAPIServer, "kube-apiserver", "", "kube-apiserver binary; empty uses the cached build (make kube-apiserver)")
-	flag.IntVar(&o.Workers, "workers", 0, "binder --workers; 0 keeps the binder's default")
-	flag.IntVar(&o.Clients, "clients", 32, "goroutines creating objects in parallel")
-	flag.StringVar(&o.ProfileDir, "profile-dir", "", "save CPU profiles of the binder and the watcher taken while claims are bound into this directory")
+	flag.IntVar(&o.Workers, "workers", 0, "binder --workers and the ceiling's workers; 0 keeps the binder's default")
+	flag.IntVar(&o.Clients, "clients", 32, "goroutines creating a burst's claims, the volumes and the --existing population")
+	flag.StringVar(&o.ProfileDir, "profile-dir", "", "save CPU and heap profiles of the binder and the watcher taken during a burst into this directory")
 	flag.StringVar(&o.KCM, "kube-controller-manager", "", "compare: bind with this kube-controller-manager binary's PV binder instead of volplane (make kube-controller-manager)")
-	flag.IntVar(&o.KCMQPS, "kcm-qps", 20, "kube-controller-manager's --kube-api-qps and burst (its default is 20)")
+	flag.IntVar(&o.KCMQPS, "kcm-qps", 20, "kube-controller-manager's (and csi-provisioner's) --kube-api-qps and burst (its default is 20)")
 	flag.StringVar(&o.ExternalProvisioner, "external-provisioner", "", "compare dynamic provisioning: with --dynamic and --kube-controller-manager, provision with this csi-provisioner binary (make external-provisioner) through the same dev CSI driver")
-	flag.BoolVar(&o.Dynamic, "dynamic", false, "measure dynamic provisioning: N claims of a class of the dev CSI driver, no volumes up front (volumes/s)")
+	flag.BoolVar(&o.Dynamic, "dynamic", false, "measure dynamic provisioning: claims of a class of the dev CSI driver, no volumes up front (volumes/s)")
+	flag.BoolVar(&o.Ceiling, "ceiling", false, "bind with the bare client instead: only the API writes (and, with --dynamic, Events and CreateVolume) of a bind, from as many workers as the binder")
+	flag.IntVar(&o.VsCeiling, "vs-ceiling", 0, "interleave this many bursts of the binder with as many of --ceiling (A/B/A/B, fresh control plane each) and print their ratio")
+	flag.Var(&o.Rates, "rate", "open-loop arrivals instead of a burst: claims per second, comma separated (e.g. 25,50,100,150,200), each for --duration on a fresh control plane")
+	flag.DurationVar(&o.Duration, "duration", bench.DefaultDuration, "how long claims arrive at each --rate")
+	flag.IntVar(&o.Existing, "existing", 0, "volumes (90 % Bound to claims) created before the services start, e.g. 100000")
 	flag.Parse()
-	o.Out = os.Stderr
-
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	r, err := bench.Run(ctx, o)
-	if err != nil {
+	if err := bench.Run(ctx, o); err != nil {
 		fmt.Fprintln(os.Stderr, "volplane-bench:", err)
+		stop()
 		os.Exit(1)
 	}
-	r.Print(os.Stdout)
 }

@@ -158,6 +158,17 @@ func (a *APIServer) Start(ctx context.Context) error {
 	return nil
 }
 
+// PID is the running kube-apiserver's process ID, 0 when none runs (the
+// benchmark reads its CPU time and peak memory from /proc).
+func (a *APIServer) PID() int {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.cmd == nil || a.cmd.Process == nil {
+		return 0
+	}
+	return a.cmd.Process.Pid
+}
+
 // Kill kills kube-apiserver with SIGKILL and waits for it to exit.
 func (a *APIServer) Kill() { a.signal(syscall.SIGKILL, 0) }
 

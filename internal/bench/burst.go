@@ -1,0 +1,88 @@
+package bench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"time"
+)
+
+// load is how the measured claims arrive: all at once from clients
+// goroutines (a burst of n), or open loop at rate per second for duration.
+type load struct {
+	n        int
+	clients  int
+	rate     float64
+	duration time.Duration
+}
+
+func (l load) claims() int {
+	if l.rate > 0 {
+		return arrivals(l.rate, l.duration)
+	}
+	return l.n
+}
+
+// create creates every claim with create(i).
+func (l load) create(ctx context.Context, create func(i int) error) (Lateness, error) {
+	if l.rate > 0 {
+		return schedule(ctx, l.rate, l.claims(), create)
+	}
+	return Lateness{}, parallel(ctx, l.n, l.clients, create)
+}
+
+// boundWait is how long a run waits for the claims to be Bound once all
+// are created.
+func boundWait(n int) time.Duration { return 2*time.Minute + time.Duration(n)*50*time.Millisecond }
+
+// startProfiles takes CPU profiles of volplane's binder and watcher while
+// a burst's claims are bound, into ProfileDir; the function it returns
+// waits for them and saves heap profiles.
+func (t *trial) startProfiles(ctx context.Context, l load, n int) func() error {
+	if t.o.ProfileDir == "" || t.sys != sysVolplane || l.rate > 0 {
+		return func() error { return nil }
+	}
+	seconds := max(2, n/300)
+	errc := make(chan error, 2)
+	for _, s := range []string{"binder", "watcher"} {
+		go func() {
+			errc <- fetch(ctx, fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", t.debug[s], seconds), filepath.Join(t.o.ProfileDir, s+".pprof"))
+		}()
+	}
+	return func() error {
+		err := errors.Join(<-errc, <-errc)
+		for _, s := range []string{"binder", "watcher"} {
+			err = errors.Join(err, fetch(ctx, "http://"+t.debug[s]+"/debug/pprof/heap", filepath.Join(t.o.ProfileDir, s+".heap")))
+		}
+		return err
+	}
+}
+
+// fetch saves what url answers into path.
+func fetch(ctx context.Context, url, path string) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("%s: %s", url, resp.Status)
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(f, resp.Body); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
+}
