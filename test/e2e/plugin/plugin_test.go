@@ -422,8 +422,10 @@ func TestPluginCommands(t *testing.T) {
 			args []string
 			want []string
 		}{
-			"no credential":           {[]string{"drivers", "--user", "none"}, []string{"Error from gateway (401 Unauthorized): unauthorized", "has no token, client certificate"}},
-			"a user bound to nothing": {[]string{"claims", "--user", "nobody"}, []string{"Error from gateway (403 Forbidden): ", `system:serviceaccount:` + ns + `:plugin-nobody" cannot list resource "claims"`, "volplane-viewer"}},
+			"no credential":                {[]string{"drivers", "--user", "none"}, []string{"Error from gateway (401 Unauthorized): unauthorized", "has no token, client certificate"}},
+			"a user bound to nothing":      {[]string{"claims", "--user", "nobody"}, []string{"Error from gateway (403 Forbidden): ", `system:serviceaccount:` + ns + `:plugin-nobody" cannot list resource "claims"`, "volplane-viewer"}},
+			"a filter the gateway refuses": {[]string{"claims", "--phase", "Bogus"}, []string{`Error from gateway (400 Bad Request): phase "Bogus" is not a phase`}},
+			"a driver not served":          {[]string{"orphans", "--driver", "nope.example.com"}, []string{`Error from gateway (404 Not Found): driver "nope.example.com" is not served`}},
 		} {
 			t.Run(name, func(t *testing.T) {
 				_, _, err := plugin(t, kc, append(gatewayFlags(), tc.args...)...)
