@@ -7,7 +7,9 @@
 // ServiceAccount bound to the volplane-operator ClusterRole
 // (<dir>/gateway-token). It prints the kubeconfig path, the gateway URL and
 // curl lines that use the token, and runs until Ctrl-C, then stops
-// everything in order. `make up` runs it.
+// everything in order. It publishes the gateway's URL and CA on the Service
+// volplane-system/volplane-gateway, where kubectl-volplane finds them.
+// `make up` runs it.
 package main
 
 import (
@@ -227,7 +229,14 @@ func run(ctx context.Context, binDir, apiserver, dir, gatewayListen string, work
 	if err := waitHTTP(ctx, "https://"+gatewayListen+"/readyz", certs["gateway"].CAFile, time.Minute); err != nil {
 		return fmt.Errorf("gateway: %w (log: %s)", err, byName("gateway").p.LogPath)
 	}
+	if err := publishGateway(ctx, env, "https://"+gatewayListen, certs["gateway"].CAFile); err != nil {
+		return err
+	}
 
+	absBin, aerr := filepath.Abs(binDir)
+	if aerr != nil {
+		absBin = binDir
+	}
 	fmt.Printf(`
 volplane is up.
 
@@ -246,11 +255,16 @@ Try:
   curl -s --cacert %[4]s -H "Authorization: Bearer $(cat %[5]s)" https://%[2]s/v1/namespaces/default/claims/demo-claim
   curl -s --cacert %[4]s -H "Authorization: Bearer $(cat %[5]s)" https://%[2]s/v1/drivers
 
+The kubectl plugin finds the gateway by the Service volplane-system/volplane-gateway (docs/kubectl-plugin.md):
+  export PATH=%[9]s:$PATH
+  kubectl volplane claims -A
+  kubectl volplane drivers
+
 A client certificate of the same CA authenticates too (its CN is the user, here %[8]s, a volplane-viewer):
   curl -s --cacert %[4]s --cert %[6]s --key %[7]s https://%[2]s/v1/drivers
 
 Ctrl-C stops everything.
-`, kc, gatewayListen, dir, certs["gateway"].CAFile, tokenPath, certs[devUser].CertFile, certs[devUser].KeyFile, devUser)
+`, kc, gatewayListen, dir, certs["gateway"].CAFile, tokenPath, certs[devUser].CertFile, certs[devUser].KeyFile, devUser, absBin)
 
 	exited := make(chan *service, len(services))
 	for _, s := range services {

@@ -2,23 +2,19 @@ package binder
 
 import (
 	"context"
-	"sort"
 	"strings"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/timestamppb"
 	corev1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/volplane/volplane/pkg/guard"
 	"github.com/volplane/volplane/pkg/kube"
+	"github.com/volplane/volplane/pkg/paging"
 	binderv1 "github.com/volplane/volplane/proto/volplane/binder/v1"
-)
-
-const (
-	defaultPageSize = 500
-	maxPageSize     = 5000
 )
 
 // api serves BinderService from the controller's cache.
@@ -40,16 +36,6 @@ func (a *api) ready() error {
 		return status.Error(codes.Unavailable, errNotSynced.Error()+"; retry shortly")
 	}
 	return nil
-}
-
-func pageSize(n int32) (int, error) {
-	switch {
-	case n < 0 || n > maxPageSize:
-		return 0, status.Errorf(codes.InvalidArgument, "page_size %d is out of range: use 1 to %d, or 0 for the default %d", n, maxPageSize, defaultPageSize)
-	case n == 0:
-		return defaultPageSize, nil
-	}
-	return int(n), nil
 }
 
 // checkNames refuses invalid names up front (InvalidArgument naming the
@@ -79,36 +65,64 @@ func checkPhase(phase string, allowed ...string) error {
 	return status.Errorf(codes.InvalidArgument, "phase %q is not a phase: use one of %s, or leave it empty for all", phase, strings.Join(allowed, ", "))
 }
 
-// ListClaims implements BinderService.
+// checkFilters refuses filter values no object could have (InvalidArgument
+// naming the field); an empty value is no filter.
+func checkFilters(namespace string, texts ...string) error {
+	if namespace != "" {
+		if err := guard.CheckName("namespace", namespace, guard.Namespace); err != nil {
+			return status.Error(codes.InvalidArgument, err.Error())
+		}
+	}
+	for i := 0; i+1 < len(texts); i += 2 {
+		if err := guard.CheckText(texts[i], texts[i+1]); err != nil {
+			return status.Error(codes.InvalidArgument, err.Error())
+		}
+	}
+	return nil
+}
+
+// newPage starts a page of a list, InvalidArgument for a bad size or token.
+func newPage[T any](list string, size int32, token string, filters ...string) (*paging.Pager[T], error) {
+	p, err := paging.New[T](list, size, token, filters...)
+	if err != nil {
+		return nil, status.Error(codes.InvalidArgument, err.Error())
+	}
+	return p, nil
+}
+
+// ListClaims implements BinderService: a page of the cached claims that
+// pass the filters, in key order.
 func (a *api) ListClaims(_ context.Context, req *binderv1.ListClaimsRequest) (*binderv1.ListClaimsResponse, error) {
 	if err := a.ready(); err != nil {
-		return nil, err
-	}
-	size, err := pageSize(req.GetPageSize())
-	if err != nil {
 		return nil, err
 	}
 	if err := checkPhase(req.GetPhase(), string(corev1.ClaimPending), string(corev1.ClaimBound), string(corev1.ClaimLost)); err != nil {
 		return nil, err
 	}
-	keys, _ := a.c.store.snapshot()
-	start := sort.SearchStrings(keys, req.GetPageToken())
-	if req.GetPageToken() != "" && start < len(keys) && keys[start] == req.GetPageToken() {
-		start++
+	ns, phase, class, driver := req.GetNamespace(), req.GetPhase(), req.GetStorageClassName(), req.GetDriver()
+	if err := checkFilters(ns, "storage_class_name", class, "driver", driver); err != nil {
+		return nil, err
 	}
-	resp := &binderv1.ListClaimsResponse{}
-	for _, k := range keys[start:] {
-		cl := a.c.store.claim(k)
-		if cl == nil || (req.GetNamespace() != "" && cl.Namespace != req.GetNamespace()) ||
-			(req.GetPhase() != "" && string(cl.Status.Phase) != req.GetPhase()) {
-			continue
+	page, err := newPage[*corev1.PersistentVolumeClaim]("binder.claims", req.GetPageSize(), req.GetPageToken(),
+		"namespace", ns, "phase", phase, "class", class, "driver", driver)
+	if err != nil {
+		return nil, err
+	}
+	a.c.store.eachClaim(func(key string, cl *corev1.PersistentVolumeClaim, sc *storagev1.StorageClass) {
+		switch {
+		case !page.Want(key),
+			ns != "" && cl.Namespace != ns,
+			phase != "" && string(cl.Status.Phase) != phase,
+			class != "" && claimClassName(cl) != class,
+			driver != "" && cl.Annotations[kube.AnnStorageProvisioner] != driver && (sc == nil || sc.Provisioner != driver):
+			return
 		}
-		if len(resp.Claims) == size {
-			last := resp.Claims[len(resp.Claims)-1]
-			resp.NextPageToken = last.GetNamespace() + "/" + last.GetName()
-			break
-		}
-		resp.Claims = append(resp.Claims, claimToAPI(cl))
+		page.Offer(key, cl)
+	})
+	claims, next := page.Page()
+	resp := &binderv1.ListClaimsResponse{NextPageToken: next, Claims: make([]*binderv1.Claim, len(claims))}
+	for i, cl := range claims {
+		resp.Claims[i] = claimToAPI(cl)
 	}
 	return resp, nil
 }
@@ -128,37 +142,55 @@ func (a *api) GetClaim(_ context.Context, req *binderv1.GetClaimRequest) (*binde
 	return &binderv1.GetClaimResponse{Claim: claimToAPI(cl)}, nil
 }
 
-// ListVolumes implements BinderService.
+// ListVolumes implements BinderService: a page of the cached volumes that
+// pass the filters, in name order.
 func (a *api) ListVolumes(_ context.Context, req *binderv1.ListVolumesRequest) (*binderv1.ListVolumesResponse, error) {
 	if err := a.ready(); err != nil {
-		return nil, err
-	}
-	size, err := pageSize(req.GetPageSize())
-	if err != nil {
 		return nil, err
 	}
 	if err := checkPhase(req.GetPhase(), string(corev1.VolumePending), string(corev1.VolumeAvailable),
 		string(corev1.VolumeBound), string(corev1.VolumeReleased), string(corev1.VolumeFailed)); err != nil {
 		return nil, err
 	}
-	_, names := a.c.store.snapshot()
-	start := sort.SearchStrings(names, req.GetPageToken())
-	if req.GetPageToken() != "" && start < len(names) && names[start] == req.GetPageToken() {
-		start++
+	phase, class, driver, ns := req.GetPhase(), req.GetStorageClassName(), req.GetDriver(), req.GetClaimNamespace()
+	if ns != "" {
+		if err := guard.CheckName("claim_namespace", ns, guard.Namespace); err != nil {
+			return nil, status.Error(codes.InvalidArgument, err.Error())
+		}
 	}
-	resp := &binderv1.ListVolumesResponse{}
-	for _, n := range names[start:] {
-		v := a.c.store.volume(n)
-		if v == nil || (req.GetPhase() != "" && string(v.Status.Phase) != req.GetPhase()) {
-			continue
+	if err := checkFilters("", "storage_class_name", class, "driver", driver); err != nil {
+		return nil, err
+	}
+	page, err := newPage[*corev1.PersistentVolume]("binder.volumes", req.GetPageSize(), req.GetPageToken(),
+		"phase", phase, "class", class, "driver", driver, "claimNamespace", ns)
+	if err != nil {
+		return nil, err
+	}
+	a.c.store.eachVolume(func(v *corev1.PersistentVolume) {
+		switch {
+		case !page.Want(v.Name),
+			phase != "" && string(v.Status.Phase) != phase,
+			class != "" && v.Spec.StorageClassName != class,
+			driver != "" && volumeDriver(v) != driver,
+			ns != "" && (v.Spec.ClaimRef == nil || v.Spec.ClaimRef.Namespace != ns):
+			return
 		}
-		if len(resp.Volumes) == size {
-			resp.NextPageToken = resp.Volumes[len(resp.Volumes)-1].GetName()
-			break
-		}
-		resp.Volumes = append(resp.Volumes, volumeToAPI(v))
+		page.Offer(v.Name, v)
+	})
+	volumes, next := page.Page()
+	resp := &binderv1.ListVolumesResponse{NextPageToken: next, Volumes: make([]*binderv1.Volume, len(volumes))}
+	for i, v := range volumes {
+		resp.Volumes[i] = volumeToAPI(v)
 	}
 	return resp, nil
+}
+
+// volumeDriver is a volume's CSI driver, else the provisioner that made it.
+func volumeDriver(v *corev1.PersistentVolume) string {
+	if v.Spec.CSI != nil {
+		return v.Spec.CSI.Driver
+	}
+	return v.Annotations[kube.AnnDynamicallyProvisioned]
 }
 
 // GetVolume implements BinderService.

@@ -12,6 +12,7 @@ import (
 	"k8s.io/client-go/util/workqueue"
 
 	"github.com/volplane/volplane/pkg/kube"
+	"github.com/volplane/volplane/pkg/paging"
 	provisionerv1 "github.com/volplane/volplane/proto/volplane/provisioner/v1"
 )
 
@@ -60,7 +61,23 @@ func (p *provisionerClient) Serves(ctx context.Context, name string) bool {
 
 func (p *provisionerClient) refresh(ctx context.Context) {
 	cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	resp, err := p.c.ListDrivers(cctx, &provisionerv1.ListDriversRequest{})
+	served := map[string]bool{}
+	req := &provisionerv1.ListDriversRequest{PageSize: paging.MaxSize}
+	var err error
+	for {
+		var resp *provisionerv1.ListDriversResponse
+		if resp, err = p.c.ListDrivers(cctx, req); err != nil {
+			break
+		}
+		for _, d := range resp.GetDrivers() {
+			if d.GetProvisionerName() != "" {
+				served[d.GetProvisionerName()] = true
+			}
+		}
+		if req.PageToken = resp.GetNextPageToken(); req.PageToken == "" {
+			break
+		}
+	}
 	cancel()
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -70,12 +87,7 @@ func (p *provisionerClient) refresh(ctx context.Context) {
 		p.fetched = time.Now() // keep the last answer for another servedTTL
 		return
 	}
-	p.served = map[string]bool{}
-	for _, d := range resp.GetDrivers() {
-		if d.GetProvisionerName() != "" {
-			p.served[d.GetProvisionerName()] = true
-		}
-	}
+	p.served = served
 	p.fetched, p.known = time.Now(), true
 }
 

@@ -498,6 +498,27 @@ func (s *store) snapshot() (claims, volumes []string) {
 	return claims, volumes
 }
 
+// eachClaim calls fn with every cached claim, its key and its
+// StorageClass (nil when none is cached), under the read lock: fn must not
+// call the store.
+func (s *store) eachClaim(fn func(key string, c *corev1.PersistentVolumeClaim, class *storagev1.StorageClass)) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	for k, c := range s.claims {
+		fn(k, c, s.classes[match.ClaimClass(c)])
+	}
+}
+
+// eachVolume calls fn with every cached volume under the read lock: fn
+// must not call the store.
+func (s *store) eachVolume(fn func(v *corev1.PersistentVolume)) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	for _, v := range s.volumes {
+		fn(v)
+	}
+}
+
 func (s *store) counts() (claims, volumes int) {
 	s.mu.RLock()
 	defer s.mu.RUnlock()

@@ -20,7 +20,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/volplane/volplane/pkg/auth"
+	"github.com/volplane/volplane/pkg/guard"
 	"github.com/volplane/volplane/pkg/metrics"
+	"github.com/volplane/volplane/pkg/paging"
 	provisionerv1 "github.com/volplane/volplane/proto/volplane/provisioner/v1"
 )
 
@@ -294,8 +296,20 @@ func (p *provisioner) orphanLoop(ctx context.Context, period time.Duration, prob
 	}
 }
 
-// ListOrphans reports the orphans of every driver served (or one).
+// ListOrphans reports a page of the orphans of every driver served (or
+// one), by driver, kind and volume ID. Each page is a scan of its own.
 func (s *server) ListOrphans(ctx context.Context, req *provisionerv1.ListOrphansRequest) (*provisionerv1.ListOrphansResponse, error) {
+	if _, ok := provisionerv1.OrphanKind_name[int32(req.GetKind())]; !ok {
+		return nil, status.Errorf(codes.InvalidArgument, "kind %d is unknown: use ORPHAN_KIND_VOLUME or ORPHAN_KIND_PERSISTENT_VOLUME, or none for both", req.GetKind())
+	}
+	if err := guard.CheckText("driver_name", req.GetDriverName()); err != nil {
+		return nil, status.Error(codes.InvalidArgument, err.Error())
+	}
+	page, err := newPage[*provisionerv1.Orphan]("provisioner.orphans", req.GetPageSize(), req.GetPageToken(),
+		"driver", req.GetDriverName(), "kind", req.GetKind().String())
+	if err != nil {
+		return nil, err
+	}
 	if n := req.GetDriverName(); n != "" && s.p.drivers.byDriver(n) == nil {
 		return nil, status.Errorf(codes.NotFound, "driver %q is not served by this provisioner (GET /v1/drivers lists those that are)", n)
 	}
@@ -306,9 +320,19 @@ func (s *server) ListOrphans(ctx context.Context, req *provisionerv1.ListOrphans
 	out := &provisionerv1.ListOrphansResponse{}
 	for _, sc := range scans {
 		out.Drivers = append(out.Drivers, sc.report)
-		out.Orphans = append(out.Orphans, sc.orphans...)
+		for _, o := range sc.orphans {
+			if req.GetKind() == provisionerv1.OrphanKind_ORPHAN_KIND_UNSPECIFIED || o.GetKind() == req.GetKind() {
+				page.Offer(orphanKey(o), o)
+			}
+		}
 	}
+	out.Orphans, out.NextPageToken = page.Page()
 	return out, nil
+}
+
+// orphanKey orders orphans by driver, kind, then volume ID.
+func orphanKey(o *provisionerv1.Orphan) string {
+	return paging.Key(o.GetDriverName(), fmt.Sprintf("%02d", o.GetKind()), o.GetVolumeId(), o.GetPersistentVolumeName())
 }
 
 // DeleteOrphan deletes one orphaned backing volume after checking, with a

@@ -652,32 +652,36 @@ func (p *provisioner) recoverDelete(ctx context.Context, r coord.Record) error {
 }
 
 // operations lists the journal for ListOperations.
-func (p *provisioner) operations(ctx context.Context) ([]*provisionerv1.Operation, error) {
+func (p *provisioner) operations(ctx context.Context, kind string) ([]*provisionerv1.Operation, error) {
 	var out []*provisionerv1.Operation
-	recs, err := p.journal.List(ctx, kindProvision)
-	if err != nil {
-		return nil, err
-	}
-	for _, r := range recs {
-		var op provisionOp
-		if err := json.Unmarshal(r.Value, &op); err != nil {
-			continue
+	if kind == "" || kind == kindProvision {
+		recs, err := p.journal.List(ctx, kindProvision)
+		if err != nil {
+			return nil, err
 		}
-		out = append(out, &provisionerv1.Operation{Kind: kindProvision, VolumeName: r.Name, ClaimNamespace: op.ClaimNamespace,
-			ClaimName: op.ClaimName, ClaimUid: op.ClaimUID, Attempts: op.Attempts, LastError: op.LastError,
-			StartTime: timestamp(op.Start), Owner: r.Holder, Provisioner: op.Provisioner})
-	}
-	recs, err = p.journal.List(ctx, kindDelete)
-	if err != nil {
-		return nil, err
-	}
-	for _, r := range recs {
-		var op deleteOp
-		if err := json.Unmarshal(r.Value, &op); err != nil {
-			continue
+		for _, r := range recs {
+			var op provisionOp
+			if err := json.Unmarshal(r.Value, &op); err != nil {
+				continue
+			}
+			out = append(out, &provisionerv1.Operation{Kind: kindProvision, VolumeName: r.Name, ClaimNamespace: op.ClaimNamespace,
+				ClaimName: op.ClaimName, ClaimUid: op.ClaimUID, Attempts: op.Attempts, LastError: op.LastError,
+				StartTime: timestamp(op.Start), Owner: r.Holder, Provisioner: op.Provisioner})
 		}
-		out = append(out, &provisionerv1.Operation{Kind: kindDelete, VolumeName: r.Name, Attempts: op.Attempts,
-			LastError: op.LastError, StartTime: timestamp(op.Start), Owner: r.Holder, Provisioner: op.Driver})
+	}
+	if kind == "" || kind == kindDelete {
+		recs, err := p.journal.List(ctx, kindDelete)
+		if err != nil {
+			return nil, err
+		}
+		for _, r := range recs {
+			var op deleteOp
+			if err := json.Unmarshal(r.Value, &op); err != nil {
+				continue
+			}
+			out = append(out, &provisionerv1.Operation{Kind: kindDelete, VolumeName: r.Name, Attempts: op.Attempts,
+				LastError: op.LastError, StartTime: timestamp(op.Start), Owner: r.Holder, Provisioner: op.Driver})
+		}
 	}
 	return out, nil
 }

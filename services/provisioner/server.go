@@ -18,6 +18,7 @@ import (
 	"github.com/volplane/volplane/pkg/guard"
 	"github.com/volplane/volplane/pkg/kube"
 	"github.com/volplane/volplane/pkg/match"
+	"github.com/volplane/volplane/pkg/paging"
 	provisionerv1 "github.com/volplane/volplane/proto/volplane/provisioner/v1"
 )
 
@@ -116,18 +117,61 @@ func (s *server) DeleteVolume(ctx context.Context, req *provisionerv1.DeleteVolu
 	return &provisionerv1.DeleteVolumeResponse{Outcome: res.outcome, Message: res.message}, nil
 }
 
-// ListDrivers lists the configured CSI drivers as last probed.
-func (s *server) ListDrivers(context.Context, *provisionerv1.ListDriversRequest) (*provisionerv1.ListDriversResponse, error) {
-	return &provisionerv1.ListDriversResponse{Drivers: s.p.drivers.list()}, nil
+// ListDrivers lists a page of the configured CSI drivers as last probed,
+// by provisioner name (then endpoint, for drivers not probed yet).
+func (s *server) ListDrivers(_ context.Context, req *provisionerv1.ListDriversRequest) (*provisionerv1.ListDriversResponse, error) {
+	page, err := newPage[*provisionerv1.Driver]("provisioner.drivers", req.GetPageSize(), req.GetPageToken())
+	if err != nil {
+		return nil, err
+	}
+	for _, d := range s.p.drivers.list() {
+		page.Offer(paging.Key(d.GetProvisionerName(), d.GetEndpoint()), d)
+	}
+	drivers, next := page.Page()
+	return &provisionerv1.ListDriversResponse{Drivers: drivers, NextPageToken: next}, nil
 }
 
-// ListOperations lists the journaled operations in flight.
-func (s *server) ListOperations(ctx context.Context, _ *provisionerv1.ListOperationsRequest) (*provisionerv1.ListOperationsResponse, error) {
-	ops, err := s.p.operations(ctx)
+// ListOperations lists a page of the journaled operations in flight, by
+// kind, then volume name.
+func (s *server) ListOperations(ctx context.Context, req *provisionerv1.ListOperationsRequest) (*provisionerv1.ListOperationsResponse, error) {
+	kind, driver, ns := req.GetKind(), req.GetDriver(), req.GetClaimNamespace()
+	if kind != "" && kind != kindProvision && kind != kindDelete {
+		return nil, status.Errorf(codes.InvalidArgument, "kind %q is not a kind of operation: use %s or %s, or leave it empty for both", kind, kindProvision, kindDelete)
+	}
+	if ns != "" {
+		if err := guard.CheckName("claim_namespace", ns, guard.Namespace); err != nil {
+			return nil, status.Error(codes.InvalidArgument, err.Error())
+		}
+	}
+	if err := guard.CheckText("driver", driver); err != nil {
+		return nil, status.Error(codes.InvalidArgument, err.Error())
+	}
+	page, err := newPage[*provisionerv1.Operation]("provisioner.operations", req.GetPageSize(), req.GetPageToken(),
+		"kind", kind, "driver", driver, "claimNamespace", ns)
+	if err != nil {
+		return nil, err
+	}
+	ops, err := s.p.operations(ctx, kind)
 	if err != nil {
 		return nil, toStatus(err)
 	}
-	return &provisionerv1.ListOperationsResponse{Operations: ops}, nil
+	for _, op := range ops {
+		if (driver != "" && op.GetProvisioner() != driver) || (ns != "" && op.GetClaimNamespace() != ns) {
+			continue
+		}
+		page.Offer(paging.Key(op.GetKind(), op.GetVolumeName()), op)
+	}
+	items, next := page.Page()
+	return &provisionerv1.ListOperationsResponse{Operations: items, NextPageToken: next}, nil
+}
+
+// newPage starts a page of a list, InvalidArgument for a bad size or token.
+func newPage[T any](list string, size int32, token string, filters ...string) (*paging.Pager[T], error) {
+	p, err := paging.New[T](list, size, token, filters...)
+	if err != nil {
+		return nil, status.Error(codes.InvalidArgument, err.Error())
+	}
+	return p, nil
 }
 
 // validateProvision checks the request up front and decodes the objects

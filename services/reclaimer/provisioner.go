@@ -9,6 +9,7 @@ import (
 
 	"google.golang.org/grpc"
 
+	"github.com/volplane/volplane/pkg/paging"
 	provisionerv1 "github.com/volplane/volplane/proto/volplane/provisioner/v1"
 )
 
@@ -76,21 +77,27 @@ func (d *drivers) get(ctx context.Context, names ...string) served {
 	d.tried = now
 	ctx, cancel := context.WithTimeout(ctx, listDriversTimeout)
 	defer cancel()
-	resp, err := d.p.ListDrivers(ctx, &provisionerv1.ListDriversRequest{})
-	if err != nil {
-		d.log.Warn("cannot read the provisioner's drivers", "err", err)
-		if !d.cur.known {
-			d.cur.err = err
-		}
-		return d.cur
-	}
 	s := served{known: true, drivers: map[string]bool{}, provisioners: map[string]bool{}}
-	for _, drv := range resp.GetDrivers() {
-		if drv.GetDriverName() != "" {
-			s.drivers[drv.GetDriverName()] = true
+	req := &provisionerv1.ListDriversRequest{PageSize: paging.MaxSize}
+	for {
+		resp, err := d.p.ListDrivers(ctx, req)
+		if err != nil {
+			d.log.Warn("cannot read the provisioner's drivers", "err", err)
+			if !d.cur.known {
+				d.cur.err = err
+			}
+			return d.cur
 		}
-		if drv.GetProvisionerName() != "" {
-			s.provisioners[drv.GetProvisionerName()] = true
+		for _, drv := range resp.GetDrivers() {
+			if drv.GetDriverName() != "" {
+				s.drivers[drv.GetDriverName()] = true
+			}
+			if drv.GetProvisionerName() != "" {
+				s.provisioners[drv.GetProvisionerName()] = true
+			}
+		}
+		if req.PageToken = resp.GetNextPageToken(); req.PageToken == "" {
+			break
 		}
 	}
 	d.cur, d.fetched = s, now

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sort"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
@@ -16,6 +15,7 @@ import (
 	"github.com/volplane/volplane/pkg/coord"
 	"github.com/volplane/volplane/pkg/grpcutil"
 	"github.com/volplane/volplane/pkg/guard"
+	"github.com/volplane/volplane/pkg/paging"
 	reclaimerv1 "github.com/volplane/volplane/proto/volplane/reclaimer/v1"
 )
 
@@ -148,10 +148,25 @@ func (s *server) GetReclaim(ctx context.Context, req *reclaimerv1.GetReclaimRequ
 	return &reclaimerv1.GetReclaimResponse{Reclaim: r}, nil
 }
 
-// ListReclaims implements ReclaimerService.
+// ListReclaims implements ReclaimerService: a page of the reclaims that
+// pass the filters, by volume name.
 func (s *server) ListReclaims(ctx context.Context, req *reclaimerv1.ListReclaimsRequest) (*reclaimerv1.ListReclaimsResponse, error) {
 	if _, ok := reclaimerv1.State_name[int32(req.GetState())]; !ok {
 		return nil, status.Errorf(codes.InvalidArgument, "state %d is unknown: use one of STATE_PENDING, STATE_RUNNING, STATE_RETAINED, STATE_SUCCEEDED, STATE_FAILED, STATE_SKIPPED, STATE_CANCELLED, or none for all", req.GetState())
+	}
+	driver, ns := req.GetDriver(), req.GetClaimNamespace()
+	if ns != "" {
+		if err := guard.CheckName("claim_namespace", ns, guard.Namespace); err != nil {
+			return nil, status.Error(codes.InvalidArgument, err.Error())
+		}
+	}
+	if err := guard.CheckText("driver", driver); err != nil {
+		return nil, status.Error(codes.InvalidArgument, err.Error())
+	}
+	page, err := paging.New[*reclaimerv1.Reclaim]("reclaimer.reclaims", req.GetPageSize(), req.GetPageToken(),
+		"state", req.GetState().String(), "driver", driver, "claimNamespace", ns)
+	if err != nil {
+		return nil, status.Error(codes.InvalidArgument, err.Error())
 	}
 	recs, err := s.c.journal.List(ctx, journalKind)
 	if err != nil {
@@ -174,13 +189,14 @@ func (s *server) ListReclaims(ctx context.Context, req *reclaimerv1.ListReclaims
 			byName[rec.Name] = r
 		}
 	}
-	out := &reclaimerv1.ListReclaimsResponse{}
-	for _, r := range byName {
-		if req.GetState() == reclaimerv1.State_STATE_UNSPECIFIED || r.State == req.GetState() {
-			out.Reclaims = append(out.Reclaims, r)
+	for name, r := range byName {
+		if (req.GetState() == reclaimerv1.State_STATE_UNSPECIFIED || r.State == req.GetState()) &&
+			(driver == "" || r.GetDriver() == driver) && (ns == "" || r.GetClaimNamespace() == ns) {
+			page.Offer(name, r)
 		}
 	}
-	sort.Slice(out.Reclaims, func(i, j int) bool { return out.Reclaims[i].VolumeName < out.Reclaims[j].VolumeName })
+	out := &reclaimerv1.ListReclaimsResponse{}
+	out.Reclaims, out.NextPageToken = page.Page()
 	return out, nil
 }
 

@@ -448,7 +448,8 @@ func (x *Volume) GetDeleting() bool {
 	return false
 }
 
-// ListClaimsRequest selects claims.
+// ListClaimsRequest selects claims. Filters combine (AND); an empty one
+// selects all.
 type ListClaimsRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Only claims in this namespace; empty means all namespaces.
@@ -457,8 +458,15 @@ type ListClaimsRequest struct {
 	Phase string `protobuf:"bytes,2,opt,name=phase,proto3" json:"phase,omitempty"`
 	// At most this many claims (default 500, at most 5000).
 	PageSize int32 `protobuf:"varint,3,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
-	// next_page_token of the previous page.
-	PageToken     string `protobuf:"bytes,4,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
+	// next_page_token of the previous page, with the same filters; an
+	// invalid, expired or foreign token is InvalidArgument: restart the list.
+	PageToken string `protobuf:"bytes,4,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
+	// Only claims of this StorageClass (spec.storageClassName, or the beta
+	// annotation).
+	StorageClassName string `protobuf:"bytes,5,opt,name=storage_class_name,json=storageClassName,proto3" json:"storage_class_name,omitempty"`
+	// Only claims of this provisioner (CSI driver) name: their StorageClass's
+	// provisioner, or volume.kubernetes.io/storage-provisioner.
+	Driver        string `protobuf:"bytes,6,opt,name=driver,proto3" json:"driver,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -521,12 +529,26 @@ func (x *ListClaimsRequest) GetPageToken() string {
 	return ""
 }
 
-// ListClaimsResponse is a page of claims.
+func (x *ListClaimsRequest) GetStorageClassName() string {
+	if x != nil {
+		return x.StorageClassName
+	}
+	return ""
+}
+
+func (x *ListClaimsRequest) GetDriver() string {
+	if x != nil {
+		return x.Driver
+	}
+	return ""
+}
+
+// ListClaimsResponse is a page of claims, by namespace and name.
 type ListClaimsResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The claims.
 	Claims []*Claim `protobuf:"bytes,1,rep,name=claims,proto3" json:"claims,omitempty"`
-	// Pass as page_token for the next page; empty on the last page.
+	// Pass as page_token for the next page; empty on the last page. Opaque.
 	NextPageToken string `protobuf:"bytes,2,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -677,7 +699,8 @@ func (x *GetClaimResponse) GetClaim() *Claim {
 	return nil
 }
 
-// ListVolumesRequest selects volumes.
+// ListVolumesRequest selects volumes. Filters combine (AND); an empty one
+// selects all.
 type ListVolumesRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Only volumes in this phase (Pending, Available, Bound, Released, Failed);
@@ -685,10 +708,18 @@ type ListVolumesRequest struct {
 	Phase string `protobuf:"bytes,1,opt,name=phase,proto3" json:"phase,omitempty"`
 	// At most this many volumes (default 500, at most 5000).
 	PageSize int32 `protobuf:"varint,2,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
-	// next_page_token of the previous page.
-	PageToken     string `protobuf:"bytes,3,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	// next_page_token of the previous page, with the same filters; an
+	// invalid, expired or foreign token is InvalidArgument: restart the list.
+	PageToken string `protobuf:"bytes,3,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
+	// Only volumes of this StorageClass (spec.storageClassName).
+	StorageClassName string `protobuf:"bytes,4,opt,name=storage_class_name,json=storageClassName,proto3" json:"storage_class_name,omitempty"`
+	// Only volumes of this CSI driver (spec.csi.driver, or
+	// pv.kubernetes.io/provisioned-by for other volumes).
+	Driver string `protobuf:"bytes,5,opt,name=driver,proto3" json:"driver,omitempty"`
+	// Only volumes whose claimRef is in this namespace.
+	ClaimNamespace string `protobuf:"bytes,6,opt,name=claim_namespace,json=claimNamespace,proto3" json:"claim_namespace,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *ListVolumesRequest) Reset() {
@@ -742,12 +773,33 @@ func (x *ListVolumesRequest) GetPageToken() string {
 	return ""
 }
 
-// ListVolumesResponse is a page of volumes.
+func (x *ListVolumesRequest) GetStorageClassName() string {
+	if x != nil {
+		return x.StorageClassName
+	}
+	return ""
+}
+
+func (x *ListVolumesRequest) GetDriver() string {
+	if x != nil {
+		return x.Driver
+	}
+	return ""
+}
+
+func (x *ListVolumesRequest) GetClaimNamespace() string {
+	if x != nil {
+		return x.ClaimNamespace
+	}
+	return ""
+}
+
+// ListVolumesResponse is a page of volumes, by name.
 type ListVolumesResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The volumes.
 	Volumes []*Volume `protobuf:"bytes,1,rep,name=volumes,proto3" json:"volumes,omitempty"`
-	// Pass as page_token for the next page; empty on the last page.
+	// Pass as page_token for the next page; empty on the last page. Opaque.
 	NextPageToken string `protobuf:"bytes,2,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -1268,13 +1320,15 @@ const file_volplane_binder_v1_binder_proto_rawDesc = "" +
 	"\x10resource_version\x18\r \x01(\tR\x0fresourceVersion\x12;\n" +
 	"\vcreate_time\x18\x0e \x01(\v2\x1a.google.protobuf.TimestampR\n" +
 	"createTime\x12\x1a\n" +
-	"\bdeleting\x18\x0f \x01(\bR\bdeleting\"\x83\x01\n" +
+	"\bdeleting\x18\x0f \x01(\bR\bdeleting\"\xc9\x01\n" +
 	"\x11ListClaimsRequest\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x14\n" +
 	"\x05phase\x18\x02 \x01(\tR\x05phase\x12\x1b\n" +
 	"\tpage_size\x18\x03 \x01(\x05R\bpageSize\x12\x1d\n" +
 	"\n" +
-	"page_token\x18\x04 \x01(\tR\tpageToken\"o\n" +
+	"page_token\x18\x04 \x01(\tR\tpageToken\x12,\n" +
+	"\x12storage_class_name\x18\x05 \x01(\tR\x10storageClassName\x12\x16\n" +
+	"\x06driver\x18\x06 \x01(\tR\x06driver\"o\n" +
 	"\x12ListClaimsResponse\x121\n" +
 	"\x06claims\x18\x01 \x03(\v2\x19.volplane.binder.v1.ClaimR\x06claims\x12&\n" +
 	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"C\n" +
@@ -1282,12 +1336,15 @@ const file_volplane_binder_v1_binder_proto_rawDesc = "" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\"C\n" +
 	"\x10GetClaimResponse\x12/\n" +
-	"\x05claim\x18\x01 \x01(\v2\x19.volplane.binder.v1.ClaimR\x05claim\"f\n" +
+	"\x05claim\x18\x01 \x01(\v2\x19.volplane.binder.v1.ClaimR\x05claim\"\xd5\x01\n" +
 	"\x12ListVolumesRequest\x12\x14\n" +
 	"\x05phase\x18\x01 \x01(\tR\x05phase\x12\x1b\n" +
 	"\tpage_size\x18\x02 \x01(\x05R\bpageSize\x12\x1d\n" +
 	"\n" +
-	"page_token\x18\x03 \x01(\tR\tpageToken\"s\n" +
+	"page_token\x18\x03 \x01(\tR\tpageToken\x12,\n" +
+	"\x12storage_class_name\x18\x04 \x01(\tR\x10storageClassName\x12\x16\n" +
+	"\x06driver\x18\x05 \x01(\tR\x06driver\x12'\n" +
+	"\x0fclaim_namespace\x18\x06 \x01(\tR\x0eclaimNamespace\"s\n" +
 	"\x13ListVolumesResponse\x124\n" +
 	"\avolumes\x18\x01 \x03(\v2\x1a.volplane.binder.v1.VolumeR\avolumes\x12&\n" +
 	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"&\n" +

@@ -510,7 +510,12 @@ func (x *Driver) GetCapabilities() []string {
 
 // ListDriversRequest asks for the drivers.
 type ListDriversRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// At most this many drivers (default 500, at most 5000).
+	PageSize int32 `protobuf:"varint,1,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
+	// next_page_token of the previous page; an invalid, expired or foreign
+	// token is InvalidArgument: restart the list.
+	PageToken     string `protobuf:"bytes,2,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -545,11 +550,27 @@ func (*ListDriversRequest) Descriptor() ([]byte, []int) {
 	return file_volplane_provisioner_v1_provisioner_proto_rawDescGZIP(), []int{5}
 }
 
-// ListDriversResponse lists the drivers.
+func (x *ListDriversRequest) GetPageSize() int32 {
+	if x != nil {
+		return x.PageSize
+	}
+	return 0
+}
+
+func (x *ListDriversRequest) GetPageToken() string {
+	if x != nil {
+		return x.PageToken
+	}
+	return ""
+}
+
+// ListDriversResponse is a page of drivers, by provisioner name.
 type ListDriversResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The drivers.
-	Drivers       []*Driver `protobuf:"bytes,1,rep,name=drivers,proto3" json:"drivers,omitempty"`
+	Drivers []*Driver `protobuf:"bytes,1,rep,name=drivers,proto3" json:"drivers,omitempty"`
+	// Pass as page_token for the next page; empty on the last page. Opaque.
+	NextPageToken string `protobuf:"bytes,2,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -589,6 +610,13 @@ func (x *ListDriversResponse) GetDrivers() []*Driver {
 		return x.Drivers
 	}
 	return nil
+}
+
+func (x *ListDriversResponse) GetNextPageToken() string {
+	if x != nil {
+		return x.NextPageToken
+	}
+	return ""
 }
 
 // Operation is a journaled operation in flight.
@@ -719,11 +747,23 @@ func (x *Operation) GetProvisioner() string {
 	return ""
 }
 
-// ListOperationsRequest asks for the operations in flight.
+// ListOperationsRequest asks for the operations in flight. Filters
+// combine (AND); an empty one selects all.
 type ListOperationsRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// At most this many operations (default 500, at most 5000).
+	PageSize int32 `protobuf:"varint,1,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
+	// next_page_token of the previous page, with the same filters; an
+	// invalid, expired or foreign token is InvalidArgument: restart the list.
+	PageToken string `protobuf:"bytes,2,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
+	// Only operations of this kind: "provision" or "delete".
+	Kind string `protobuf:"bytes,3,opt,name=kind,proto3" json:"kind,omitempty"`
+	// Only operations of this StorageClass provisioner (CSI driver) name.
+	Driver string `protobuf:"bytes,4,opt,name=driver,proto3" json:"driver,omitempty"`
+	// Only provisionings for claims in this namespace.
+	ClaimNamespace string `protobuf:"bytes,5,opt,name=claim_namespace,json=claimNamespace,proto3" json:"claim_namespace,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *ListOperationsRequest) Reset() {
@@ -756,11 +796,49 @@ func (*ListOperationsRequest) Descriptor() ([]byte, []int) {
 	return file_volplane_provisioner_v1_provisioner_proto_rawDescGZIP(), []int{8}
 }
 
-// ListOperationsResponse lists the operations in flight.
+func (x *ListOperationsRequest) GetPageSize() int32 {
+	if x != nil {
+		return x.PageSize
+	}
+	return 0
+}
+
+func (x *ListOperationsRequest) GetPageToken() string {
+	if x != nil {
+		return x.PageToken
+	}
+	return ""
+}
+
+func (x *ListOperationsRequest) GetKind() string {
+	if x != nil {
+		return x.Kind
+	}
+	return ""
+}
+
+func (x *ListOperationsRequest) GetDriver() string {
+	if x != nil {
+		return x.Driver
+	}
+	return ""
+}
+
+func (x *ListOperationsRequest) GetClaimNamespace() string {
+	if x != nil {
+		return x.ClaimNamespace
+	}
+	return ""
+}
+
+// ListOperationsResponse is a page of operations in flight, by kind, then
+// volume name.
 type ListOperationsResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The operations.
-	Operations    []*Operation `protobuf:"bytes,1,rep,name=operations,proto3" json:"operations,omitempty"`
+	Operations []*Operation `protobuf:"bytes,1,rep,name=operations,proto3" json:"operations,omitempty"`
+	// Pass as page_token for the next page; empty on the last page. Opaque.
+	NextPageToken string `protobuf:"bytes,2,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -800,6 +878,13 @@ func (x *ListOperationsResponse) GetOperations() []*Operation {
 		return x.Operations
 	}
 	return nil
+}
+
+func (x *ListOperationsResponse) GetNextPageToken() string {
+	if x != nil {
+		return x.NextPageToken
+	}
+	return ""
 }
 
 // GetCapacityRequest names a driver.
@@ -1005,11 +1090,19 @@ func (x *GetCapacityResponse) GetCapacities() []*Capacity {
 	return nil
 }
 
-// ListOrphansRequest asks for the orphan report.
+// ListOrphansRequest asks for the orphan report. Every page is a fresh
+// scan; the token only says where the previous page ended.
 type ListOrphansRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Only this driver (CSI name); empty means every driver served.
-	DriverName    string `protobuf:"bytes,1,opt,name=driver_name,json=driverName,proto3" json:"driver_name,omitempty"`
+	DriverName string `protobuf:"bytes,1,opt,name=driver_name,json=driverName,proto3" json:"driver_name,omitempty"`
+	// At most this many orphans (default 500, at most 5000).
+	PageSize int32 `protobuf:"varint,2,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
+	// next_page_token of the previous page, with the same filters; an
+	// invalid, expired or foreign token is InvalidArgument: restart the list.
+	PageToken string `protobuf:"bytes,3,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
+	// Only orphans of this kind; unspecified means both.
+	Kind          OrphanKind `protobuf:"varint,4,opt,name=kind,proto3,enum=volplane.provisioner.v1.OrphanKind" json:"kind,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1049,6 +1142,27 @@ func (x *ListOrphansRequest) GetDriverName() string {
 		return x.DriverName
 	}
 	return ""
+}
+
+func (x *ListOrphansRequest) GetPageSize() int32 {
+	if x != nil {
+		return x.PageSize
+	}
+	return 0
+}
+
+func (x *ListOrphansRequest) GetPageToken() string {
+	if x != nil {
+		return x.PageToken
+	}
+	return ""
+}
+
+func (x *ListOrphansRequest) GetKind() OrphanKind {
+	if x != nil {
+		return x.Kind
+	}
+	return OrphanKind_ORPHAN_KIND_UNSPECIFIED
 }
 
 // Orphan is one entry of the report.
@@ -1243,8 +1357,11 @@ type ListOrphansResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The orphans, by driver, kind and volume ID.
 	Orphans []*Orphan `protobuf:"bytes,1,rep,name=orphans,proto3" json:"orphans,omitempty"`
-	// One entry per driver: whether and how it was checked.
-	Drivers       []*DriverOrphans `protobuf:"bytes,2,rep,name=drivers,proto3" json:"drivers,omitempty"`
+	// One entry per driver: whether and how it was checked (on every page:
+	// each page is a scan of its own).
+	Drivers []*DriverOrphans `protobuf:"bytes,2,rep,name=drivers,proto3" json:"drivers,omitempty"`
+	// Pass as page_token for the next page; empty on the last page. Opaque.
+	NextPageToken string `protobuf:"bytes,3,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1291,6 +1408,13 @@ func (x *ListOrphansResponse) GetDrivers() []*DriverOrphans {
 		return x.Drivers
 	}
 	return nil
+}
+
+func (x *ListOrphansResponse) GetNextPageToken() string {
+	if x != nil {
+		return x.NextPageToken
+	}
+	return ""
 }
 
 // DeleteOrphanRequest names an orphaned backing volume. It travels in the
@@ -1428,10 +1552,14 @@ const file_volplane_provisioner_v1_provisioner_proto_rawDesc = "" +
 	"\bendpoint\x18\x04 \x01(\tR\bendpoint\x12\x14\n" +
 	"\x05ready\x18\x05 \x01(\bR\x05ready\x12\x18\n" +
 	"\amessage\x18\x06 \x01(\tR\amessage\x12\"\n" +
-	"\fcapabilities\x18\a \x03(\tR\fcapabilities\"\x14\n" +
-	"\x12ListDriversRequest\"P\n" +
+	"\fcapabilities\x18\a \x03(\tR\fcapabilities\"P\n" +
+	"\x12ListDriversRequest\x12\x1b\n" +
+	"\tpage_size\x18\x01 \x01(\x05R\bpageSize\x12\x1d\n" +
+	"\n" +
+	"page_token\x18\x02 \x01(\tR\tpageToken\"x\n" +
 	"\x13ListDriversResponse\x129\n" +
-	"\adrivers\x18\x01 \x03(\v2\x1f.volplane.provisioner.v1.DriverR\adrivers\"\xd3\x02\n" +
+	"\adrivers\x18\x01 \x03(\v2\x1f.volplane.provisioner.v1.DriverR\adrivers\x12&\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\xd3\x02\n" +
 	"\tOperation\x12\x12\n" +
 	"\x04kind\x18\x01 \x01(\tR\x04kind\x12\x1f\n" +
 	"\vvolume_name\x18\x02 \x01(\tR\n" +
@@ -1447,12 +1575,19 @@ const file_volplane_provisioner_v1_provisioner_proto_rawDesc = "" +
 	"start_time\x18\b \x01(\v2\x1a.google.protobuf.TimestampR\tstartTime\x12\x14\n" +
 	"\x05owner\x18\t \x01(\tR\x05owner\x12 \n" +
 	"\vprovisioner\x18\n" +
-	" \x01(\tR\vprovisioner\"\x17\n" +
-	"\x15ListOperationsRequest\"\\\n" +
+	" \x01(\tR\vprovisioner\"\xa8\x01\n" +
+	"\x15ListOperationsRequest\x12\x1b\n" +
+	"\tpage_size\x18\x01 \x01(\x05R\bpageSize\x12\x1d\n" +
+	"\n" +
+	"page_token\x18\x02 \x01(\tR\tpageToken\x12\x12\n" +
+	"\x04kind\x18\x03 \x01(\tR\x04kind\x12\x16\n" +
+	"\x06driver\x18\x04 \x01(\tR\x06driver\x12'\n" +
+	"\x0fclaim_namespace\x18\x05 \x01(\tR\x0eclaimNamespace\"\x84\x01\n" +
 	"\x16ListOperationsResponse\x12B\n" +
 	"\n" +
 	"operations\x18\x01 \x03(\v2\".volplane.provisioner.v1.OperationR\n" +
-	"operations\"(\n" +
+	"operations\x12&\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"(\n" +
 	"\x12GetCapacityRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\"\x8f\x03\n" +
 	"\bCapacity\x12\x1c\n" +
@@ -1472,10 +1607,14 @@ const file_volplane_provisioner_v1_provisioner_proto_rawDesc = "" +
 	"driverName\x12A\n" +
 	"\n" +
 	"capacities\x18\x02 \x03(\v2!.volplane.provisioner.v1.CapacityR\n" +
-	"capacities\"5\n" +
+	"capacities\"\xaa\x01\n" +
 	"\x12ListOrphansRequest\x12\x1f\n" +
 	"\vdriver_name\x18\x01 \x01(\tR\n" +
-	"driverName\"\xb7\x02\n" +
+	"driverName\x12\x1b\n" +
+	"\tpage_size\x18\x02 \x01(\x05R\bpageSize\x12\x1d\n" +
+	"\n" +
+	"page_token\x18\x03 \x01(\tR\tpageToken\x127\n" +
+	"\x04kind\x18\x04 \x01(\x0e2#.volplane.provisioner.v1.OrphanKindR\x04kind\"\xb7\x02\n" +
 	"\x06Orphan\x127\n" +
 	"\x04kind\x18\x01 \x01(\x0e2#.volplane.provisioner.v1.OrphanKindR\x04kind\x12\x1f\n" +
 	"\vdriver_name\x18\x02 \x01(\tR\n" +
@@ -1492,10 +1631,11 @@ const file_volplane_provisioner_v1_provisioner_proto_rawDesc = "" +
 	"\achecked\x18\x02 \x01(\bR\achecked\x12\x18\n" +
 	"\amessage\x18\x03 \x01(\tR\amessage\x12%\n" +
 	"\x0evolumes_listed\x18\x04 \x01(\x05R\rvolumesListed\x120\n" +
-	"\x14provisions_in_flight\x18\x05 \x01(\x05R\x12provisionsInFlight\"\x92\x01\n" +
+	"\x14provisions_in_flight\x18\x05 \x01(\x05R\x12provisionsInFlight\"\xba\x01\n" +
 	"\x13ListOrphansResponse\x129\n" +
 	"\aorphans\x18\x01 \x03(\v2\x1f.volplane.provisioner.v1.OrphanR\aorphans\x12@\n" +
-	"\adrivers\x18\x02 \x03(\v2&.volplane.provisioner.v1.DriverOrphansR\adrivers\"S\n" +
+	"\adrivers\x18\x02 \x03(\v2&.volplane.provisioner.v1.DriverOrphansR\adrivers\x12&\n" +
+	"\x0fnext_page_token\x18\x03 \x01(\tR\rnextPageToken\"S\n" +
 	"\x13DeleteOrphanRequest\x12\x1f\n" +
 	"\vdriver_name\x18\x01 \x01(\tR\n" +
 	"driverName\x12\x1b\n" +
@@ -1570,30 +1710,31 @@ var file_volplane_provisioner_v1_provisioner_proto_depIdxs = []int32{
 	21, // 5: volplane.provisioner.v1.Capacity.segment:type_name -> volplane.provisioner.v1.Capacity.SegmentEntry
 	22, // 6: volplane.provisioner.v1.Capacity.create_time:type_name -> google.protobuf.Timestamp
 	13, // 7: volplane.provisioner.v1.GetCapacityResponse.capacities:type_name -> volplane.provisioner.v1.Capacity
-	1,  // 8: volplane.provisioner.v1.Orphan.kind:type_name -> volplane.provisioner.v1.OrphanKind
-	22, // 9: volplane.provisioner.v1.Orphan.create_time:type_name -> google.protobuf.Timestamp
-	16, // 10: volplane.provisioner.v1.ListOrphansResponse.orphans:type_name -> volplane.provisioner.v1.Orphan
-	17, // 11: volplane.provisioner.v1.ListOrphansResponse.drivers:type_name -> volplane.provisioner.v1.DriverOrphans
-	16, // 12: volplane.provisioner.v1.DeleteOrphanResponse.orphan:type_name -> volplane.provisioner.v1.Orphan
-	2,  // 13: volplane.provisioner.v1.ProvisionerService.Provision:input_type -> volplane.provisioner.v1.ProvisionRequest
-	4,  // 14: volplane.provisioner.v1.ProvisionerService.DeleteVolume:input_type -> volplane.provisioner.v1.DeleteVolumeRequest
-	7,  // 15: volplane.provisioner.v1.ProvisionerService.ListDrivers:input_type -> volplane.provisioner.v1.ListDriversRequest
-	10, // 16: volplane.provisioner.v1.ProvisionerService.ListOperations:input_type -> volplane.provisioner.v1.ListOperationsRequest
-	12, // 17: volplane.provisioner.v1.ProvisionerService.GetCapacity:input_type -> volplane.provisioner.v1.GetCapacityRequest
-	15, // 18: volplane.provisioner.v1.ProvisionerService.ListOrphans:input_type -> volplane.provisioner.v1.ListOrphansRequest
-	19, // 19: volplane.provisioner.v1.ProvisionerService.DeleteOrphan:input_type -> volplane.provisioner.v1.DeleteOrphanRequest
-	3,  // 20: volplane.provisioner.v1.ProvisionerService.Provision:output_type -> volplane.provisioner.v1.ProvisionResponse
-	5,  // 21: volplane.provisioner.v1.ProvisionerService.DeleteVolume:output_type -> volplane.provisioner.v1.DeleteVolumeResponse
-	8,  // 22: volplane.provisioner.v1.ProvisionerService.ListDrivers:output_type -> volplane.provisioner.v1.ListDriversResponse
-	11, // 23: volplane.provisioner.v1.ProvisionerService.ListOperations:output_type -> volplane.provisioner.v1.ListOperationsResponse
-	14, // 24: volplane.provisioner.v1.ProvisionerService.GetCapacity:output_type -> volplane.provisioner.v1.GetCapacityResponse
-	18, // 25: volplane.provisioner.v1.ProvisionerService.ListOrphans:output_type -> volplane.provisioner.v1.ListOrphansResponse
-	20, // 26: volplane.provisioner.v1.ProvisionerService.DeleteOrphan:output_type -> volplane.provisioner.v1.DeleteOrphanResponse
-	20, // [20:27] is the sub-list for method output_type
-	13, // [13:20] is the sub-list for method input_type
-	13, // [13:13] is the sub-list for extension type_name
-	13, // [13:13] is the sub-list for extension extendee
-	0,  // [0:13] is the sub-list for field type_name
+	1,  // 8: volplane.provisioner.v1.ListOrphansRequest.kind:type_name -> volplane.provisioner.v1.OrphanKind
+	1,  // 9: volplane.provisioner.v1.Orphan.kind:type_name -> volplane.provisioner.v1.OrphanKind
+	22, // 10: volplane.provisioner.v1.Orphan.create_time:type_name -> google.protobuf.Timestamp
+	16, // 11: volplane.provisioner.v1.ListOrphansResponse.orphans:type_name -> volplane.provisioner.v1.Orphan
+	17, // 12: volplane.provisioner.v1.ListOrphansResponse.drivers:type_name -> volplane.provisioner.v1.DriverOrphans
+	16, // 13: volplane.provisioner.v1.DeleteOrphanResponse.orphan:type_name -> volplane.provisioner.v1.Orphan
+	2,  // 14: volplane.provisioner.v1.ProvisionerService.Provision:input_type -> volplane.provisioner.v1.ProvisionRequest
+	4,  // 15: volplane.provisioner.v1.ProvisionerService.DeleteVolume:input_type -> volplane.provisioner.v1.DeleteVolumeRequest
+	7,  // 16: volplane.provisioner.v1.ProvisionerService.ListDrivers:input_type -> volplane.provisioner.v1.ListDriversRequest
+	10, // 17: volplane.provisioner.v1.ProvisionerService.ListOperations:input_type -> volplane.provisioner.v1.ListOperationsRequest
+	12, // 18: volplane.provisioner.v1.ProvisionerService.GetCapacity:input_type -> volplane.provisioner.v1.GetCapacityRequest
+	15, // 19: volplane.provisioner.v1.ProvisionerService.ListOrphans:input_type -> volplane.provisioner.v1.ListOrphansRequest
+	19, // 20: volplane.provisioner.v1.ProvisionerService.DeleteOrphan:input_type -> volplane.provisioner.v1.DeleteOrphanRequest
+	3,  // 21: volplane.provisioner.v1.ProvisionerService.Provision:output_type -> volplane.provisioner.v1.ProvisionResponse
+	5,  // 22: volplane.provisioner.v1.ProvisionerService.DeleteVolume:output_type -> volplane.provisioner.v1.DeleteVolumeResponse
+	8,  // 23: volplane.provisioner.v1.ProvisionerService.ListDrivers:output_type -> volplane.provisioner.v1.ListDriversResponse
+	11, // 24: volplane.provisioner.v1.ProvisionerService.ListOperations:output_type -> volplane.provisioner.v1.ListOperationsResponse
+	14, // 25: volplane.provisioner.v1.ProvisionerService.GetCapacity:output_type -> volplane.provisioner.v1.GetCapacityResponse
+	18, // 26: volplane.provisioner.v1.ProvisionerService.ListOrphans:output_type -> volplane.provisioner.v1.ListOrphansResponse
+	20, // 27: volplane.provisioner.v1.ProvisionerService.DeleteOrphan:output_type -> volplane.provisioner.v1.DeleteOrphanResponse
+	21, // [21:28] is the sub-list for method output_type
+	14, // [14:21] is the sub-list for method input_type
+	14, // [14:14] is the sub-list for extension type_name
+	14, // [14:14] is the sub-list for extension extendee
+	0,  // [0:14] is the sub-list for field type_name
 }
 
 func init() { file_volplane_provisioner_v1_provisioner_proto_init() }

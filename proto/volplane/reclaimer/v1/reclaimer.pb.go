@@ -569,13 +569,23 @@ func (x *GetReclaimResponse) GetReclaim() *Reclaim {
 	return nil
 }
 
-// ListReclaimsRequest asks for reclaims.
+// ListReclaimsRequest asks for reclaims. Filters combine (AND); an empty
+// one selects all.
 type ListReclaimsRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Only reclaims in this state; unspecified means all.
-	State         State `protobuf:"varint,1,opt,name=state,proto3,enum=volplane.reclaimer.v1.State" json:"state,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	State State `protobuf:"varint,1,opt,name=state,proto3,enum=volplane.reclaimer.v1.State" json:"state,omitempty"`
+	// At most this many reclaims (default 500, at most 5000).
+	PageSize int32 `protobuf:"varint,2,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
+	// next_page_token of the previous page, with the same filters; an
+	// invalid, expired or foreign token is InvalidArgument: restart the list.
+	PageToken string `protobuf:"bytes,3,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
+	// Only reclaims of volumes of this CSI driver.
+	Driver string `protobuf:"bytes,4,opt,name=driver,proto3" json:"driver,omitempty"`
+	// Only reclaims of volumes whose released claim was in this namespace.
+	ClaimNamespace string `protobuf:"bytes,5,opt,name=claim_namespace,json=claimNamespace,proto3" json:"claim_namespace,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *ListReclaimsRequest) Reset() {
@@ -615,11 +625,41 @@ func (x *ListReclaimsRequest) GetState() State {
 	return State_STATE_UNSPECIFIED
 }
 
-// ListReclaimsResponse lists reclaims.
+func (x *ListReclaimsRequest) GetPageSize() int32 {
+	if x != nil {
+		return x.PageSize
+	}
+	return 0
+}
+
+func (x *ListReclaimsRequest) GetPageToken() string {
+	if x != nil {
+		return x.PageToken
+	}
+	return ""
+}
+
+func (x *ListReclaimsRequest) GetDriver() string {
+	if x != nil {
+		return x.Driver
+	}
+	return ""
+}
+
+func (x *ListReclaimsRequest) GetClaimNamespace() string {
+	if x != nil {
+		return x.ClaimNamespace
+	}
+	return ""
+}
+
+// ListReclaimsResponse is a page of reclaims, by volume name.
 type ListReclaimsResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The reclaims.
-	Reclaims      []*Reclaim `protobuf:"bytes,1,rep,name=reclaims,proto3" json:"reclaims,omitempty"`
+	Reclaims []*Reclaim `protobuf:"bytes,1,rep,name=reclaims,proto3" json:"reclaims,omitempty"`
+	// Pass as page_token for the next page; empty on the last page. Opaque.
+	NextPageToken string `protobuf:"bytes,2,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -659,6 +699,13 @@ func (x *ListReclaimsResponse) GetReclaims() []*Reclaim {
 		return x.Reclaims
 	}
 	return nil
+}
+
+func (x *ListReclaimsResponse) GetNextPageToken() string {
+	if x != nil {
+		return x.NextPageToken
+	}
+	return ""
 }
 
 // RetryReclaimRequest names a failed reclaim.
@@ -795,11 +842,17 @@ const file_volplane_reclaimer_v1_reclaimer_proto_rawDesc = "" +
 	"\vvolume_name\x18\x01 \x01(\tR\n" +
 	"volumeName\"N\n" +
 	"\x12GetReclaimResponse\x128\n" +
-	"\areclaim\x18\x01 \x01(\v2\x1e.volplane.reclaimer.v1.ReclaimR\areclaim\"I\n" +
+	"\areclaim\x18\x01 \x01(\v2\x1e.volplane.reclaimer.v1.ReclaimR\areclaim\"\xc6\x01\n" +
 	"\x13ListReclaimsRequest\x122\n" +
-	"\x05state\x18\x01 \x01(\x0e2\x1c.volplane.reclaimer.v1.StateR\x05state\"R\n" +
+	"\x05state\x18\x01 \x01(\x0e2\x1c.volplane.reclaimer.v1.StateR\x05state\x12\x1b\n" +
+	"\tpage_size\x18\x02 \x01(\x05R\bpageSize\x12\x1d\n" +
+	"\n" +
+	"page_token\x18\x03 \x01(\tR\tpageToken\x12\x16\n" +
+	"\x06driver\x18\x04 \x01(\tR\x06driver\x12'\n" +
+	"\x0fclaim_namespace\x18\x05 \x01(\tR\x0eclaimNamespace\"z\n" +
 	"\x14ListReclaimsResponse\x12:\n" +
-	"\breclaims\x18\x01 \x03(\v2\x1e.volplane.reclaimer.v1.ReclaimR\breclaims\"6\n" +
+	"\breclaims\x18\x01 \x03(\v2\x1e.volplane.reclaimer.v1.ReclaimR\breclaims\x12&\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"6\n" +
 	"\x13RetryReclaimRequest\x12\x1f\n" +
 	"\vvolume_name\x18\x01 \x01(\tR\n" +
 	"volumeName\"P\n" +
