@@ -122,7 +122,24 @@ func (s *server) ListDrivers(context.Context, *provisionerv1.ListDriversRequest)
 }
 
 // ListOperations lists the journaled operations in flight.
-func (s *server) ListOperations(ctx context.Context, _ *provisionerv1.ListOperationsRequest) (*provisionerv1.ListOperationsResponse, error) {
+func (s *server) ListOperations(ctx context.Context, req *provisionerv1.ListOperationsRequest) (*provisionerv1.ListOperationsResponse, error) {
+	if uid := req.GetClaimUid(); uid != "" {
+		if err := guard.CheckText("claim_uid", uid); err != nil {
+			return nil, status.Error(codes.InvalidArgument, err.Error())
+		}
+		if strings.Contains(uid, "/") {
+			return nil, status.Errorf(codes.InvalidArgument, "claim_uid %q is not a UID", uid)
+		}
+		op, err := s.p.claimOperation(ctx, uid)
+		if err != nil {
+			return nil, toStatus(err)
+		}
+		resp := &provisionerv1.ListOperationsResponse{}
+		if op != nil {
+			resp.Operations = append(resp.Operations, op)
+		}
+		return resp, nil
+	}
 	ops, err := s.p.operations(ctx)
 	if err != nil {
 		return nil, toStatus(err)

@@ -136,11 +136,19 @@ func local_request_ProvisionerService_ListDrivers_0(ctx context.Context, marshal
 	return msg, metadata, err
 }
 
+var filter_ProvisionerService_ListOperations_0 = &utilities.DoubleArray{Encoding: map[string]int{}, Base: []int(nil), Check: []int(nil)}
+
 func request_ProvisionerService_ListOperations_0(ctx context.Context, marshaler runtime.Marshaler, client ProvisionerServiceClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
 	var (
 		protoReq ListOperationsRequest
 		metadata runtime.ServerMetadata
 	)
+	if err := req.ParseForm(); err != nil {
+		return nil, metadata, status.Errorf(codes.InvalidArgument, "%v", err)
+	}
+	if err := runtime.PopulateQueryParameters(&protoReq, req.Form, filter_ProvisionerService_ListOperations_0); err != nil {
+		return nil, metadata, status.Errorf(codes.InvalidArgument, "%v", err)
+	}
 	if req.Body != nil {
 		_, _ = io.Copy(io.Discard, req.Body)
 	}
@@ -153,6 +161,12 @@ func local_request_ProvisionerService_ListOperations_0(ctx context.Context, mars
 		protoReq ListOperationsRequest
 		metadata runtime.ServerMetadata
 	)
+	if err := req.ParseForm(); err != nil {
+		return nil, metadata, status.Errorf(codes.InvalidArgument, "%v", err)
+	}
+	if err := runtime.PopulateQueryParameters(&protoReq, req.Form, filter_ProvisionerService_ListOperations_0); err != nil {
+		return nil, metadata, status.Errorf(codes.InvalidArgument, "%v", err)
+	}
 	msg, err := server.ListOperations(ctx, &protoReq)
 	return msg, metadata, err
 }
