@@ -79,6 +79,33 @@ func (p *provisionerClient) refresh(ctx context.Context) {
 	p.fetched, p.known = time.Now(), true
 }
 
+// Drivers asks the provisioner for its drivers now (explain wants the
+// answer of the moment, not the cached one Serves uses).
+func (p *provisionerClient) Drivers(ctx context.Context) ([]*provisionerv1.Driver, error) {
+	resp, err := p.c.ListDrivers(ctx, &provisionerv1.ListDriversRequest{})
+	return resp.GetDrivers(), err
+}
+
+// Operation is the journaled provisioning of the claim with uid, nil when
+// none is in flight.
+func (p *provisionerClient) Operation(ctx context.Context, uid string) (*provisionerv1.Operation, error) {
+	resp, err := p.c.ListOperations(ctx, &provisionerv1.ListOperationsRequest{ClaimUid: uid})
+	if err != nil || len(resp.GetOperations()) == 0 {
+		return nil, err
+	}
+	return resp.GetOperations()[0], nil
+}
+
+// Plan asks the provisioner for the CreateVolume request it would send for
+// claim (PlanVolume: nothing is written).
+func (p *provisionerClient) Plan(ctx context.Context, claim *corev1.PersistentVolumeClaim) (*provisionerv1.PlanVolumeResponse, error) {
+	b, err := kube.EncodeProto(claim)
+	if err != nil {
+		return nil, err
+	}
+	return p.c.PlanVolume(ctx, &provisionerv1.PlanVolumeRequest{Claim: b})
+}
+
 func (p *provisionerClient) Provision(ctx context.Context, claim *corev1.PersistentVolumeClaim, class *storagev1.StorageClass) (provisionResult, error) {
 	cb, err := kube.EncodeProto(claim)
 	if err != nil {
@@ -121,6 +148,14 @@ type provisions struct {
 	// notBefore: claims whose last call did not finish, and when the next
 	// may start.
 	notBefore map[string]time.Time
+	// last: how each claim's last call ended, and when, for explain.
+	last map[string]lastProvision
+}
+
+// lastProvision is how a claim's last Provision call ended.
+type lastProvision struct {
+	out provisionOutcome
+	at  time.Time
 }
 
 // provisionOutcome is a finished call for one claim (by UID: a claim
@@ -138,6 +173,7 @@ func newProvisions(slots int) *provisions {
 		running:   map[string]bool{},
 		results:   map[string]provisionOutcome{},
 		notBefore: map[string]time.Time{},
+		last:      map[string]lastProvision{},
 	}
 }
 
@@ -182,6 +218,7 @@ func (p *provisions) start(ctx context.Context, key string, uid types.UID, call 
 		p.mu.Lock()
 		delete(p.running, key)
 		p.results[key] = out
+		p.last[key] = lastProvision{out: out, at: time.Now()}
 		p.mu.Unlock()
 		done(key)
 	}()
@@ -216,6 +253,20 @@ func (p *provisions) finished(key string) {
 func (p *provisions) forget(key string) {
 	p.mu.Lock()
 	delete(p.results, key)
+	delete(p.last, key)
 	p.mu.Unlock()
 	p.finished(key)
+}
+
+// state is what explain shows of claim key's calls: one is running, when
+// the next may start (zero: no backoff), and how the last ended (ok false:
+// none is known).
+func (p *provisions) state(key string, uid types.UID) (running bool, next time.Time, last lastProvision, ok bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	last, ok = p.last[key]
+	if ok && last.out.uid != uid {
+		ok = false
+	}
+	return p.running[key], p.notBefore[key], last, ok
 }
