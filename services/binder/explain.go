@@ -182,6 +182,9 @@ func (c *controller) judge(ctx context.Context, claim *corev1.PersistentVolumeCl
 	case class != "":
 		v.decision, v.provisioning = binderv1.Decision_DECISION_PROVISION, true
 		v.message = fmt.Sprintf("no volume fits: a volume is to be provisioned with StorageClass %q", class)
+		if c.store.class(class) == nil {
+			v.message = fmt.Sprintf("no volume fits, and StorageClass %q does not exist, so nothing provisions one (event ProvisioningFailed): the claim binds when a fitting volume appears", class)
+		}
 	default:
 		v.decision = binderv1.Decision_DECISION_NO_MATCH
 		v.message = "no persistent volumes available for this claim and no storage class is set"
