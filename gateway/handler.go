@@ -1,9 +1,11 @@
 package gateway
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net/http"
 	"strconv"
@@ -15,6 +17,11 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protojson"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+
+	// The services' errors may carry google.rpc.BadRequest details (the
+	// fields a claim gets wrong); the JSON of an error needs their type.
+	_ "google.golang.org/genproto/googleapis/rpc/errdetails"
 
 	"github.com/volplane/volplane/pkg/auth"
 )
@@ -42,12 +49,41 @@ var marshaler = &runtime.JSONPb{
 	UnmarshalOptions: protojson.UnmarshalOptions{DiscardUnknown: false},
 }
 
+// yamlBodies decodes request bodies sent as YAML (Content-Type
+// application/yaml, as Kubernetes manifests are written): the YAML becomes
+// JSON, decoded as JSON bodies are. Answers are JSON whatever the request.
+type yamlBodies struct{ *runtime.JSONPb }
+
+// yamlTypes are the media types read as YAML.
+var yamlTypes = []string{"application/yaml", "application/x-yaml", "text/yaml"}
+
+func (y yamlBodies) NewDecoder(r io.Reader) runtime.Decoder {
+	return runtime.DecoderFunc(func(v any) error {
+		b, err := io.ReadAll(r)
+		if err != nil {
+			return err
+		}
+		if len(bytes.TrimSpace(b)) == 0 {
+			return io.EOF
+		}
+		return y.Unmarshal(b, v)
+	})
+}
+
+func (y yamlBodies) Unmarshal(data []byte, v any) error {
+	j, err := utilyaml.ToJSON(data)
+	if err != nil {
+		return fmt.Errorf("the body is not YAML: %w", err)
+	}
+	return y.JSONPb.NewDecoder(bytes.NewReader(j)).Decode(v)
+}
+
 // muxOptions configures grpc-gateway: the JSON marshaler, the caller's
 // identity as metadata (and no HTTP header as metadata at all, so no caller
 // can forge it), authorization of each matched route, and errors mapped to
 // the HTTP statuses of the README.
 func muxOptions(g *guard, maxBody int64) []runtime.ServeMuxOption {
-	return []runtime.ServeMuxOption{
+	opts := []runtime.ServeMuxOption{
 		runtime.WithMarshalerOption(runtime.MIMEWildcard, marshaler),
 		runtime.WithIncomingHeaderMatcher(func(string) (string, bool) { return "", false }),
 		runtime.WithMetadata(func(ctx context.Context, r *http.Request) metadata.MD {
@@ -80,6 +116,10 @@ func muxOptions(g *guard, maxBody int64) []runtime.ServeMuxOption {
 			runtime.DefaultHTTPErrorHandler(ctx, mux, m, w, r, err)
 		}),
 	}
+	for _, t := range yamlTypes {
+		opts = append(opts, runtime.WithMarshalerOption(t, yamlBodies{marshaler}))
+	}
+	return opts
 }
 
 // middleware runs inside grpc-gateway once it matched a route: it looks

@@ -48,6 +48,10 @@ var routes = []route{
 	{Method: "POST", Path: "/v1/namespaces/{namespace}/claims/{name}:sync", RPC: "volplane.binder.v1.BinderService.SyncClaim", Verb: "update", Resource: "claims", Subresource: "sync"},
 	{Method: "POST", Path: "/v1/volumes/{name}:sync", RPC: "volplane.binder.v1.BinderService.SyncVolume", Verb: "update", Resource: "volumes", Subresource: "sync"},
 	{Method: "GET", Path: "/v1/binder/status", RPC: "volplane.binder.v1.BinderService.GetStatus", Verb: "get", Resource: "status", Name: "binder"},
+	{Method: "GET", Path: "/v1/namespaces/{namespace}/claims/{name}:explain", RPC: "volplane.binder.v1.BinderService.ExplainClaim", Verb: "get", Resource: "claims", Subresource: "explain"},
+	// A match reads (a dry run writes nothing): get, which viewers have.
+	{Method: "POST", Path: "/v1/claims:match", RPC: "volplane.binder.v1.BinderService.MatchClaim", Verb: "get", Resource: "claims", Subresource: "match"},
+	{Method: "POST", Path: "/v1/namespaces/{namespace}/claims:match", RPC: "volplane.binder.v1.BinderService.MatchClaim", Verb: "get", Resource: "claims", Subresource: "match"},
 	// provisioner
 	{Method: "POST", Path: "/v1/provisions", RPC: "volplane.provisioner.v1.ProvisionerService.Provision", Verb: "create", Resource: "provisions"},
 	{Method: "POST", Path: "/v1/volumes/{volume_name}:deleteBacking", RPC: "volplane.provisioner.v1.ProvisionerService.DeleteVolume", Verb: "delete", Resource: "volumes", Subresource: "backing"},
@@ -132,8 +136,12 @@ func (rt *route) attributes(params map[string]string) auth.Attributes {
 	return a
 }
 
-// write reports whether the route changes state (logged at info level).
-func (rt *route) write() bool { return rt.Method != "GET" }
+// write reports whether the route changes state (logged at info level):
+// its verb is not a read. A POST may read (a match sends its claim as the
+// body and writes nothing).
+func (rt *route) write() bool {
+	return rt.Verb != "get" && rt.Verb != "list" && rt.Verb != "watch"
+}
 
 // matchPath reports whether path fits the route's template: the same
 // number of segments, literals equal, variables non-empty, and the

@@ -81,15 +81,21 @@ func (c Caller) attrs() []any {
 	return a
 }
 
-// IsRead reports whether the full method name is a read: Get*, List* or
-// Watch* of a volplane service, or a health or reflection call. Every
-// other call may change something and is logged at info level.
+// IsRead reports whether the full method name is a read: Get*, List*,
+// Watch*, Explain*, Match* or Plan* of a volplane service (the last two are
+// dry runs), or a health or reflection call. Every other call may change
+// something and is logged at info level.
 func IsRead(fullMethod string) bool {
 	if strings.HasPrefix(fullMethod, "/grpc.health.v1.") || strings.HasPrefix(fullMethod, "/grpc.reflection.") {
 		return true
 	}
 	name := fullMethod[strings.LastIndexByte(fullMethod, '/')+1:]
-	return strings.HasPrefix(name, "Get") || strings.HasPrefix(name, "List") || strings.HasPrefix(name, "Watch")
+	for _, p := range []string{"Get", "List", "Watch", "Explain", "Match", "Plan"} {
+		if strings.HasPrefix(name, p) {
+			return true
+		}
+	}
+	return false
 }
 
 // unaryLogger and streamLogger log every call; writes logs successful

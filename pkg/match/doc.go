@@ -12,4 +12,9 @@
 //     claim's selector and not being deleted, wins;
 //   - a WaitForFirstConsumer claim without a node binds only to a volume
 //     pre-bound to it.
+//
+// Fit.Check applies these rules in one fixed order and names the first one
+// a volume breaks (a Rule), and Fit.Before is the order of preference, so
+// that the binder's choice and an explanation of it are the same code: the
+// binder takes the first volume in Before's order that Check lets through.
 package match

@@ -19,6 +19,9 @@ type Fit struct {
 	want     int64
 	class    string
 	vac      string
+	// node and nodeLabels: the selected node, when WithNode gave one.
+	node       string
+	nodeLabels map[string]string
 }
 
 // NewFit prepares c.
@@ -37,18 +40,13 @@ func NewFit(c *corev1.PersistentVolumeClaim) (*Fit, error) {
 // Requested is the claim's requested storage in bytes.
 func (f *Fit) Requested() int64 { return f.want }
 
+// Claim is the claim f checks volumes for.
+func (f *Fit) Claim() *corev1.PersistentVolumeClaim { return f.claim }
+
 // Free reports whether v, a volume without a claimRef, can be bound to the
-// claim now (binding not delayed).
+// claim now (binding not delayed): Check finds no rule it breaks.
 func (f *Fit) Free(v *corev1.PersistentVolume) bool {
-	return v.Spec.ClaimRef == nil &&
-		v.DeletionTimestamp == nil &&
-		v.Status.Phase == corev1.VolumeAvailable &&
-		Capacity(v) >= f.want &&
-		ContainsAllModes(v.Spec.AccessModes, f.claim.Spec.AccessModes) &&
-		!VolumeModeMismatch(f.claim, v) &&
-		(f.selector == nil || f.selector.Matches(labels.Set(v.Labels))) &&
-		VolumeClass(v) == f.class &&
-		attributesClass(v.Spec.VolumeAttributesClassName) == f.vac
+	return v.Spec.ClaimRef == nil && f.Check(v, false, false) == RuleNone
 }
 
 // ModesKey names a volume's set of access modes: Best groups volumes by it.

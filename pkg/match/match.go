@@ -7,8 +7,6 @@ import (
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/labels"
 
 	"github.com/volplane/volplane/pkg/kube"
 )
@@ -124,100 +122,33 @@ func Satisfies(v *corev1.PersistentVolume, c *corev1.PersistentVolumeClaim) erro
 }
 
 // Finder chooses the best volume for claims. Skip, when set, hides volumes
-// (e.g. those reserved for other claims).
+// (e.g. those reserved for other claims): they break RuleReserved.
 type Finder struct {
 	Skip func(v *corev1.PersistentVolume) bool
 }
 
-type group struct {
-	size     int // distinct access modes
-	key      string
-	prebound *corev1.PersistentVolume
-	best     *corev1.PersistentVolume
-	bestSize int64
-}
-
 // Best returns the best volume among candidates for the claim, or nil when
-// none fits. delayBinding says the claim's class is WaitForFirstConsumer and
-// no node is known yet. candidates must hold every volume that could fit:
-// at least the volumes of the claim's class without a claimRef, and the
-// volumes whose claimRef points to the claim.
+// none fits: of the volumes that break no rule (Fit.Check), the first in
+// the binder's order of preference (Fit.Before). delayBinding says the
+// claim's class is WaitForFirstConsumer and no node is known yet.
+// candidates must hold every volume that could fit: at least the volumes of
+// the claim's class without a claimRef, and the volumes whose claimRef
+// points to the claim.
 func (f Finder) Best(c *corev1.PersistentVolumeClaim, candidates []*corev1.PersistentVolume, delayBinding bool) (*corev1.PersistentVolume, error) {
-	var selector labels.Selector
-	if c.Spec.Selector != nil {
-		s, err := metav1.LabelSelectorAsSelector(c.Spec.Selector)
-		if err != nil {
-			return nil, fmt.Errorf("error creating internal label selector for claim: %s/%s: %w", c.Namespace, c.Name, err)
-		}
-		selector = s
+	fit, err := NewFit(c)
+	if err != nil {
+		return nil, err
 	}
-	want := requested(c)
-	class := ClaimClass(c)
-	vac := attributesClass(c.Spec.VolumeAttributesClassName)
-
-	groups := map[string]*group{}
+	var best *corev1.PersistentVolume
 	for _, v := range candidates {
-		if !ContainsAllModes(v.Spec.AccessModes, c.Spec.AccessModes) {
+		if fit.Check(v, delayBinding, f.Skip != nil && f.Skip(v)) != RuleNone {
 			continue
 		}
-		if f.Skip != nil && f.Skip(v) {
-			continue
-		}
-		prebound := BoundToClaim(v, c)
-		if v.Spec.ClaimRef != nil && !prebound {
-			continue
-		}
-		size := Capacity(v)
-		if size < want || VolumeModeMismatch(c, v) || v.DeletionTimestamp != nil {
-			continue
-		}
-		key := modesKey(v.Spec.AccessModes)
-		g := groups[key]
-		if g == nil {
-			g = &group{size: strings.Count(key, ",") + 1, key: key}
-			groups[key] = g
-		}
-		if prebound {
-			if g.prebound == nil || v.Name < g.prebound.Name {
-				g.prebound = v
-			}
-			continue
-		}
-		if delayBinding {
-			continue
-		}
-		if v.Status.Phase != corev1.VolumeAvailable {
-			continue
-		}
-		if selector != nil && !selector.Matches(labels.Set(v.Labels)) {
-			continue
-		}
-		if VolumeClass(v) != class || attributesClass(v.Spec.VolumeAttributesClassName) != vac {
-			continue
-		}
-		if g.best == nil || size < g.bestSize || (size == g.bestSize && v.Name < g.best.Name) {
-			g.best, g.bestSize = v, size
+		if best == nil || fit.Before(v, best) {
+			best = v
 		}
 	}
-	ordered := make([]*group, 0, len(groups))
-	for _, g := range groups {
-		ordered = append(ordered, g)
-	}
-	sort.Slice(ordered, func(i, j int) bool {
-		if ordered[i].size != ordered[j].size {
-			return ordered[i].size < ordered[j].size
-		}
-		return ordered[i].key < ordered[j].key
-	})
-	for _, g := range ordered {
-		if g.prebound != nil {
-			return g.prebound, nil
-		}
-		if g.best != nil {
-			return g.best, nil
-		}
-	}
-	return nil, nil
+	return best, nil
 }
 
 // modesKey is a canonical name for a set of access modes.

@@ -1,6 +1,8 @@
 package match
 
 import (
+	"sort"
+	"strings"
 	"testing"
 	"time"
 
@@ -151,5 +153,110 @@ func TestSatisfies(t *testing.T) {
 				t.Fatalf("Satisfies = %q, want %q", got, tt.want)
 			}
 		})
+	}
+}
+
+func vac(name string) pvOpt {
+	return func(v *corev1.PersistentVolume) { v.Spec.VolumeAttributesClassName = &name }
+}
+
+func nodeAffinity(key, val string) pvOpt {
+	return func(v *corev1.PersistentVolume) {
+		v.Spec.NodeAffinity = &corev1.VolumeNodeAffinity{Required: &corev1.NodeSelector{NodeSelectorTerms: []corev1.NodeSelectorTerm{{
+			MatchExpressions: []corev1.NodeSelectorRequirement{{Key: key, Operator: corev1.NodeSelectorOpIn, Values: []string{val}}},
+		}}}}
+	}
+}
+
+// Check names the first rule a volume breaks, in the declared order; a
+// volume pre-bound to the claim is exempt from class, selector, phase and
+// delayed binding, as in Kubernetes' FindMatchingVolume.
+func TestCheckNamesTheFirstRuleBroken(t *testing.T) {
+	sel := pvc("1Gi", rwo)
+	sel.Spec.Selector = &metav1.LabelSelector{MatchLabels: map[string]string{"tier": "gold"}}
+	tests := []struct {
+		name     string
+		claim    *corev1.PersistentVolumeClaim
+		vol      *corev1.PersistentVolume
+		delay    bool
+		reserved bool
+		node     map[string]string
+		want     Rule
+		why      string
+	}{
+		{name: "fits", claim: pvc("1Gi", rwo), vol: pv("a", "1Gi"), want: RuleNone, why: "fits"},
+		{name: "class before everything", claim: pvc("5Gi", rwx), vol: pv("a", "1Gi", class("slow"), block()), want: RuleStorageClass, why: `storage class "slow", the claim asks for "fast"`},
+		{name: "attributes class", claim: pvc("1Gi", rwo), vol: pv("a", "1Gi", vac("gold")), want: RuleVolumeAttributesClass},
+		{name: "attributes class of a pre-bound volume", claim: pvc("1Gi", rwo), vol: pv("a", "1Gi", vac("gold"), claimRef("ns", "claim", "")), want: RuleVolumeAttributesClass},
+		{name: "volume mode", claim: pvc("5Gi", rwx), vol: pv("a", "1Gi", block()), want: RuleVolumeMode, why: "volume mode Block, the claim asks for Filesystem"},
+		{name: "access modes", claim: pvc("5Gi", rwx, rwo), vol: pv("a", "1Gi"), want: RuleAccessModes, why: "access modes [ReadWriteOnce] lack ReadWriteMany"},
+		{name: "capacity", claim: pvc("5Gi", rwo), vol: pv("a", "1Gi", phase(corev1.VolumeReleased)), want: RuleCapacity, why: "capacity 1Gi is less than the 5Gi requested"},
+		{name: "selector", claim: sel, vol: pv("a", "1Gi", labelled("tier", "silver")), want: RuleSelector, why: "labels {tier=silver} do not match the claim's selector tier=gold"},
+		{name: "selector does not bind a pre-bound volume", claim: sel, vol: pv("a", "1Gi", claimRef("ns", "claim", "")), want: RuleNone, why: "pre-bound to this claim (its claimRef names the claim)"},
+		{name: "bound elsewhere", claim: pvc("1Gi", rwo), vol: pv("a", "1Gi", claimRef("ns", "other", "x")), want: RuleBoundElsewhere, why: "bound to claim ns/other"},
+		{name: "earlier claim of the same name", claim: pvc("1Gi", rwo), vol: pv("a", "1Gi", claimRef("ns", "claim", "uid-0")), want: RuleBoundElsewhere},
+		{name: "reserved", claim: pvc("1Gi", rwo), vol: pv("a", "1Gi"), reserved: true, want: RuleReserved},
+		{name: "reserved pre-bound", claim: pvc("1Gi", rwo), vol: pv("a", "1Gi", claimRef("ns", "claim", "")), reserved: true, want: RuleReserved},
+		{name: "deleting", claim: pvc("1Gi", rwo), vol: pv("a", "1Gi", deleting(), phase(corev1.VolumeReleased)), want: RuleDeleting},
+		{name: "not available", claim: pvc("1Gi", rwo), vol: pv("a", "1Gi", phase(corev1.VolumePending)), want: RuleNotAvailable, why: "phase Pending, not Available"},
+		{name: "pre-bound need not be Available", claim: pvc("1Gi", rwo), vol: pv("a", "1Gi", claimRef("ns", "claim", "uid-1"), phase(corev1.VolumeBound)), want: RuleNone},
+		{name: "delayed binding", claim: pvc("1Gi", rwo), vol: pv("a", "1Gi"), delay: true, want: RuleDelayBinding},
+		{name: "delayed binding takes pre-bound", claim: pvc("1Gi", rwo), vol: pv("a", "1Gi", claimRef("ns", "claim", "")), delay: true, want: RuleNone},
+		{name: "node affinity, delayed", claim: pvc("1Gi", rwo), vol: pv("a", "1Gi", nodeAffinity("zone", "a")), delay: true, node: map[string]string{"zone": "b"}, want: RuleNodeAffinity},
+		{name: "node affinity matching, delayed", claim: pvc("1Gi", rwo), vol: pv("a", "1Gi", nodeAffinity("zone", "a")), delay: true, node: map[string]string{"zone": "a"}, want: RuleDelayBinding},
+		{name: "node affinity never rejects a pre-bound volume", claim: pvc("1Gi", rwo), vol: pv("a", "1Gi", nodeAffinity("zone", "a"), claimRef("ns", "claim", "")), delay: true, node: map[string]string{"zone": "b"}, want: RuleNone},
+		{name: "node affinity not checked without delayed binding", claim: pvc("1Gi", rwo), vol: pv("a", "1Gi", nodeAffinity("zone", "a")), node: map[string]string{"zone": "b"}, want: RuleNone},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			f, err := NewFit(tt.claim)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if tt.node != nil {
+				f = f.WithNode("n1", tt.node)
+			}
+			got := f.Check(tt.vol, tt.delay, tt.reserved)
+			if got != tt.want {
+				t.Fatalf("Check = %v, want %v", got, tt.want)
+			}
+			if tt.why != "" && f.Why(tt.vol, got) != tt.why {
+				t.Errorf("Why = %q, want %q", f.Why(tt.vol, got), tt.why)
+			}
+			if tt.node == nil {
+				// Best agrees with Check on a single volume.
+				best, _ := Finder{Skip: func(*corev1.PersistentVolume) bool { return tt.reserved }}.Best(tt.claim, []*corev1.PersistentVolume{tt.vol}, tt.delay)
+				if (best != nil) != (got == RuleNone) {
+					t.Errorf("Best chose %v, Check says %v", best, got)
+				}
+			}
+		})
+	}
+}
+
+// Best is the first volume, in Before's order, that Check lets through.
+func TestBestIsTheFirstFitInOrder(t *testing.T) {
+	claim := pvc("2Gi", rwo)
+	vols := []*corev1.PersistentVolume{
+		pv("big-rwo", "9Gi"), pv("small", "1Gi"), pv("fit-b", "3Gi"), pv("fit-a", "3Gi"),
+		pv("rwo-rox", "2Gi", modes(rwo, rox)), pv("pre", "5Gi", modes(rwo, rox), claimRef("ns", "claim", "")),
+	}
+	f, _ := NewFit(claim)
+	sorted := append([]*corev1.PersistentVolume(nil), vols...)
+	sort.Slice(sorted, func(i, j int) bool { return f.Before(sorted[i], sorted[j]) })
+	var order []string
+	for _, v := range sorted {
+		order = append(order, v.Name)
+	}
+	if got := strings.Join(order, " "); got != "small fit-a fit-b big-rwo pre rwo-rox" {
+		t.Fatalf("order %s", got)
+	}
+	best, _ := Finder{}.Best(claim, vols, false)
+	if best.Name != "fit-a" {
+		t.Fatalf("Best = %s, want fit-a (smallest of the group with fewest modes, then name)", best.Name)
+	}
+	best, _ = Finder{}.Best(claim, vols, true)
+	if best.Name != "pre" {
+		t.Fatalf("delayed: Best = %s, want the pre-bound volume", best.Name)
 	}
 }

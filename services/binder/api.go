@@ -27,6 +27,12 @@ type api struct {
 	// means every object is this replica's.
 	peers   *peers
 	workers int
+	// prov answers explain's and match's questions to the provisioner
+	// service; nil when the binder has none.
+	prov provisionerInfo
+	// dryRun creates a claim as a dry run for MatchClaim; nil asks the
+	// API server (controller.apiDryRun).
+	dryRun dryRunCreate
 }
 
 var _ binderv1.BinderServiceServer = (*api)(nil)

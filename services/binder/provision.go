@@ -91,6 +91,33 @@ func (p *provisionerClient) refresh(ctx context.Context) {
 	p.fetched, p.known = time.Now(), true
 }
 
+// Drivers asks the provisioner for its drivers now (explain wants the
+// answer of the moment, not the cached one Serves uses).
+func (p *provisionerClient) Drivers(ctx context.Context) ([]*provisionerv1.Driver, error) {
+	resp, err := p.c.ListDrivers(ctx, &provisionerv1.ListDriversRequest{})
+	return resp.GetDrivers(), err
+}
+
+// Operation is the journaled provisioning of the claim with uid, nil when
+// none is in flight.
+func (p *provisionerClient) Operation(ctx context.Context, uid string) (*provisionerv1.Operation, error) {
+	resp, err := p.c.ListOperations(ctx, &provisionerv1.ListOperationsRequest{ClaimUid: uid})
+	if err != nil || len(resp.GetOperations()) == 0 {
+		return nil, err
+	}
+	return resp.GetOperations()[0], nil
+}
+
+// Plan asks the provisioner for the CreateVolume request it would send for
+// claim (PlanVolume: nothing is written).
+func (p *provisionerClient) Plan(ctx context.Context, claim *corev1.PersistentVolumeClaim) (*provisionerv1.PlanVolumeResponse, error) {
+	b, err := kube.EncodeProto(claim)
+	if err != nil {
+		return nil, err
+	}
+	return p.c.PlanVolume(ctx, &provisionerv1.PlanVolumeRequest{Claim: b})
+}
+
 func (p *provisionerClient) Provision(ctx context.Context, claim *corev1.PersistentVolumeClaim, class *storagev1.StorageClass) (provisionResult, error) {
 	cb, err := kube.EncodeProto(claim)
 	if err != nil {
@@ -136,6 +163,8 @@ type provisions struct {
 	// announced: when each claim last got ExternalProvisioning (see
 	// announce).
 	announced map[string]time.Time
+	// last: how each claim's last call ended, and when, for explain.
+	last map[string]lastProvision
 }
 
 // announceEvery is how often a claim waiting for its volume is told so
@@ -155,6 +184,12 @@ func (p *provisions) announce(key string, now time.Time) bool {
 	return true
 }
 
+// lastProvision is how a claim's last Provision call ended.
+type lastProvision struct {
+	out provisionOutcome
+	at  time.Time
+}
+
 // provisionOutcome is a finished call for one claim (by UID: a claim
 // recreated under the same name never gets the old one's volume).
 type provisionOutcome struct {
@@ -171,6 +206,7 @@ func newProvisions(slots int) *provisions {
 		results:   map[string]provisionOutcome{},
 		notBefore: map[string]time.Time{},
 		announced: map[string]time.Time{},
+		last:      map[string]lastProvision{},
 	}
 }
 
@@ -215,6 +251,7 @@ func (p *provisions) start(ctx context.Context, key string, uid types.UID, call 
 		p.mu.Lock()
 		delete(p.running, key)
 		p.results[key] = out
+		p.last[key] = lastProvision{out: out, at: time.Now()}
 		p.mu.Unlock()
 		done(key)
 	}()
@@ -250,6 +287,20 @@ func (p *provisions) forget(key string) {
 	p.mu.Lock()
 	delete(p.results, key)
 	delete(p.announced, key)
+	delete(p.last, key)
 	p.mu.Unlock()
 	p.finished(key)
+}
+
+// state is what explain shows of claim key's calls: one is running, when
+// the next may start (zero: no backoff), and how the last ended (ok false:
+// none is known).
+func (p *provisions) state(key string, uid types.UID) (running bool, next time.Time, last lastProvision, ok bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	last, ok = p.last[key]
+	if ok && last.out.uid != uid {
+		ok = false
+	}
+	return p.running[key], p.notBefore[key], last, ok
 }

@@ -207,13 +207,16 @@ func Run(ctx context.Context, o Options) error {
 		defer cc.Close()
 		c.reclaimer = gatedReclaimer{next: reclaimerClient{reclaimerv1.NewReclaimerServiceClient(cc)}, c: c}
 	}
+	var prov provisionerInfo // nil interface when there is no provisioner
 	if o.ProvisionerAddress != "" {
 		cc, err := grpcutil.Dial(o.ProvisionerAddress, o.TLS)
 		if err != nil {
 			return err
 		}
 		defer cc.Close()
-		c.provisioner = gatedProvisioner{provisioner: newProvisionerClient(provisionerv1.NewProvisionerServiceClient(cc), log), c: c}
+		pc := newProvisionerClient(provisionerv1.NewProvisionerServiceClient(cc), log)
+		c.provisioner = gatedProvisioner{provisioner: pc, c: c}
+		prov = pc
 	}
 
 	own := newOwnership(o.MemberID, o.OwnershipSettle)
@@ -234,6 +237,7 @@ func Run(ctx context.Context, o Options) error {
 		c: c, memberID: o.MemberID, workers: o.Workers,
 		members: own.members,
 		peers:   peers,
+		prov:    prov,
 	})
 
 	log.Info("binder starting", "member", o.MemberID, "listen", lis.Addr().String(), "watcher", o.WatcherAddress, "workers", o.Workers)

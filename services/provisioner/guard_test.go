@@ -111,6 +111,16 @@ func (j *memJournal) List(_ context.Context, kind string) ([]coord.Record, error
 	return out, nil
 }
 
+func (j *memJournal) Get(_ context.Context, kind, name string) (coord.Record, bool, error) {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	v, ok := j.records[kind+"/"+name]
+	if !ok {
+		return coord.Record{}, false, nil
+	}
+	return coord.Record{Kind: kind, Name: name, Value: v, Holder: j.locks[kind+"/"+name]}, true, nil
+}
+
 // guarded is a provisioner over the dev CSI driver and a fake API server,
 // with the CSI requests it sends recorded.
 type guarded struct {

@@ -37,6 +37,7 @@ type journal interface {
 	Put(ctx context.Context, kind, name, holder string, value []byte) error
 	Finish(ctx context.Context, kind, name, holder string) error
 	List(ctx context.Context, kind string) ([]coord.Record, error)
+	Get(ctx context.Context, kind, name string) (coord.Record, bool, error)
 }
 
 var _ journal = (*coord.Coordinator)(nil)
@@ -63,6 +64,18 @@ type provisionOp struct {
 	Attempts       int32      `json:"attempts"`
 	LastError      string     `json:"lastError,omitempty"`
 	Start          time.Time  `json:"start"`
+	// LastCode and LastMessage are the gRPC code and message of the last
+	// error (the driver's, or Unknown for one before the call), and
+	// LastAttempt when that attempt ended, for ListOperations and explain.
+	LastCode    string    `json:"lastCode,omitempty"`
+	LastMessage string    `json:"lastMessage,omitempty"`
+	LastAttempt time.Time `json:"lastAttempt,omitzero"`
+}
+
+// failed records the error an attempt ended with.
+func (op *provisionOp) failed(err error, now time.Time) {
+	st := status.Convert(err)
+	op.LastError, op.LastCode, op.LastMessage, op.LastAttempt = err.Error(), st.Code().String(), st.Message(), now
 }
 
 // deleteOp is the journal record of a DeleteVolume in flight.
@@ -179,7 +192,7 @@ func (p *provisioner) provision(ctx context.Context, claim *corev1.PersistentVol
 		return result{outcome: provisionerv1.Outcome_OUTCOME_NO_CHANGE, message: "finished meanwhile"}, nil
 	}
 	var op provisionOp
-	spec := volumeSpec{name: name, provisioner: class.Provisioner, claim: claim, class: class, fsType: fsType(class, claim, p.defaultFSType)}
+	spec := p.spec(claim, class)
 	var req *csi.CreateVolumeRequest
 	if found {
 		if err := json.Unmarshal(rec.Value, &op); err != nil {
@@ -240,7 +253,7 @@ func (p *provisioner) provision(ctx context.Context, claim *corev1.PersistentVol
 	switch out := classify(err, claim.Annotations[kube.AnnSelectedNode] != ""); out {
 	case provisionerv1.Outcome_OUTCOME_FINISHED:
 	case provisionerv1.Outcome_OUTCOME_IN_BACKGROUND:
-		op.LastError = err.Error()
+		op.failed(err, p.now())
 		if perr := p.put(ctx, kindProvision, name, op); perr != nil {
 			p.log.Warn("journal provisioning attempt", "volume", name, "error", perr)
 		}
@@ -270,7 +283,7 @@ func (p *provisioner) provision(ctx context.Context, claim *corev1.PersistentVol
 		pv, err = p.saveVolume(ctx, buildVolume(spec, resp.GetVolume()), claim)
 	}
 	if err != nil {
-		op.LastError = "the volume was created but its PersistentVolume could not be saved: " + err.Error()
+		op.failed(fmt.Errorf("the volume was created but its PersistentVolume could not be saved: %w", err), p.now())
 		if perr := p.put(ctx, kindProvision, name, op); perr != nil {
 			p.log.Warn("journal provisioning attempt", "volume", name, "error", perr)
 		}
@@ -303,7 +316,7 @@ func failedMessage(err error) string {
 func (p *provisioner) failBeforeCall(ctx context.Context, claim *corev1.PersistentVolumeClaim, class *storagev1.StorageClass, name string, journaled bool, op provisionOp, cause error) result {
 	msg := cause.Error()
 	if journaled {
-		op.LastError = cause.Error()
+		op.failed(cause, p.now())
 		if err := p.put(ctx, kindProvision, name, op); err != nil {
 			p.log.Warn("journal provisioning attempt", "volume", name, "error", err)
 		}
@@ -660,13 +673,9 @@ func (p *provisioner) operations(ctx context.Context, kind string) ([]*provision
 			return nil, err
 		}
 		for _, r := range recs {
-			var op provisionOp
-			if err := json.Unmarshal(r.Value, &op); err != nil {
-				continue
+			if o := provisionOperation(r); o != nil {
+				out = append(out, o)
 			}
-			out = append(out, &provisionerv1.Operation{Kind: kindProvision, VolumeName: r.Name, ClaimNamespace: op.ClaimNamespace,
-				ClaimName: op.ClaimName, ClaimUid: op.ClaimUID, Attempts: op.Attempts, LastError: op.LastError,
-				StartTime: timestamp(op.Start), Owner: r.Holder, Provisioner: op.Provisioner})
 		}
 	}
 	if kind == "" || kind == kindDelete {
@@ -684,4 +693,32 @@ func (p *provisioner) operations(ctx context.Context, kind string) ([]*provision
 		}
 	}
 	return out, nil
+}
+
+// claimOperation is the provisioning of the claim with uid in the journal,
+// nil when there is none: one read, its volume's name derives from the UID.
+func (p *provisioner) claimOperation(ctx context.Context, uid string) (*provisionerv1.Operation, error) {
+	name := VolumeName(p.prefix, &corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{UID: types.UID(uid)}})
+	r, ok, err := p.journal.Get(ctx, kindProvision, name)
+	if err != nil || !ok {
+		return nil, err
+	}
+	o := provisionOperation(r)
+	if o == nil || o.ClaimUid != uid {
+		return nil, nil
+	}
+	return o, nil
+}
+
+// provisionOperation is a provisioning record as ListOperations shows it,
+// nil when it does not decode.
+func provisionOperation(r coord.Record) *provisionerv1.Operation {
+	var op provisionOp
+	if err := json.Unmarshal(r.Value, &op); err != nil {
+		return nil
+	}
+	return &provisionerv1.Operation{Kind: kindProvision, VolumeName: r.Name, ClaimNamespace: op.ClaimNamespace,
+		ClaimName: op.ClaimName, ClaimUid: op.ClaimUID, Attempts: op.Attempts, LastError: op.LastError,
+		StartTime: timestamp(op.Start), Owner: r.Holder, Provisioner: op.Provisioner,
+		LastErrorCode: op.LastCode, LastErrorMessage: op.LastMessage, LastAttemptTime: timestamp(op.LastAttempt)}
 }

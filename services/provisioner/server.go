@@ -134,6 +134,23 @@ func (s *server) ListDrivers(_ context.Context, req *provisionerv1.ListDriversRe
 // ListOperations lists a page of the journaled operations in flight, by
 // kind, then volume name.
 func (s *server) ListOperations(ctx context.Context, req *provisionerv1.ListOperationsRequest) (*provisionerv1.ListOperationsResponse, error) {
+	if uid := req.GetClaimUid(); uid != "" {
+		if err := guard.CheckText("claim_uid", uid); err != nil {
+			return nil, status.Error(codes.InvalidArgument, err.Error())
+		}
+		if strings.Contains(uid, "/") {
+			return nil, status.Errorf(codes.InvalidArgument, "claim_uid %q is not a UID", uid)
+		}
+		op, err := s.p.claimOperation(ctx, uid)
+		if err != nil {
+			return nil, toStatus(err)
+		}
+		resp := &provisionerv1.ListOperationsResponse{}
+		if op != nil {
+			resp.Operations = append(resp.Operations, op)
+		}
+		return resp, nil
+	}
 	kind, driver, ns := req.GetKind(), req.GetDriver(), req.GetClaimNamespace()
 	if kind != "" && kind != kindProvision && kind != kindDelete {
 		return nil, status.Errorf(codes.InvalidArgument, "kind %q is not a kind of operation: use %s or %s, or leave it empty for both", kind, kindProvision, kindDelete)

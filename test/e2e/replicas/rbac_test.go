@@ -2,21 +2,25 @@ package replicas
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	"google.golang.org/protobuf/types/known/structpb"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/yaml"
 	"k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 
 	"github.com/volplane/volplane/internal/devenv"
+	binderv1 "github.com/volplane/volplane/proto/volplane/binder/v1"
 	"github.com/volplane/volplane/services/binder"
 	"github.com/volplane/volplane/services/watcher"
 )
@@ -89,10 +93,53 @@ func TestServicesRunWithTheDeployedRBAC(t *testing.T) {
 	ns := newNamespace(t, "rbac")
 	createPairs(t, ns, "rbac", 5)
 	allBound(t, ns, 5)
+	matchWithItsRights(t, bAddr, ns)
 	cancel()
 	for range 2 {
 		if err := <-errc; err != nil {
 			t.Fatal(err)
 		}
 	}
+}
+
+// matchWithItsRights asks the binder, run with its ServiceAccount's rights,
+// for a match: its dry-run create of the claim is allowed, and the free
+// volume of the namespace's class is what it would bind.
+func matchWithItsRights(t *testing.T, addr, ns string) {
+	t.Helper()
+	if _, err := client.CoreV1().PersistentVolumes().Create(context.Background(), &corev1.PersistentVolume{
+		ObjectMeta: metav1.ObjectMeta{Name: ns + "-spare"},
+		Spec: corev1.PersistentVolumeSpec{
+			Capacity:                      corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")},
+			AccessModes:                   []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
+			PersistentVolumeReclaimPolicy: corev1.PersistentVolumeReclaimRetain,
+			StorageClassName:              ns,
+			PersistentVolumeSource:        corev1.PersistentVolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: "/tmp/x"}},
+		},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	cc, err := cl.Dial(addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cc.Close()
+	claim, err := structpb.NewStruct(map[string]any{
+		"metadata": map[string]any{"name": "what-if"},
+		"spec": map[string]any{"storageClassName": ns, "accessModes": []any{"ReadWriteOnce"},
+			"resources": map[string]any{"requests": map[string]any{"storage": "1Gi"}}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, time.Minute, func() string {
+		resp, err := binderv1.NewBinderServiceClient(cc).MatchClaim(context.Background(), &binderv1.MatchClaimRequest{Namespace: ns, Claim: claim})
+		if err != nil {
+			return err.Error()
+		}
+		if resp.GetWouldBind() != ns+"-spare" {
+			return fmt.Sprintf("match: %v would bind %q: %s", resp.GetDecision(), resp.GetWouldBind(), resp.GetMessage())
+		}
+		return ""
+	})
 }

@@ -7,8 +7,10 @@
 package binderv1
 
 import (
+	v1 "github.com/volplane/volplane/proto/volplane/provisioner/v1"
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
+	structpb "google.golang.org/protobuf/types/known/structpb"
 	timestamppb "google.golang.org/protobuf/types/known/timestamppb"
 	reflect "reflect"
 	sync "sync"
@@ -21,6 +23,205 @@ const (
 	// Verify that runtime/protoimpl is sufficiently up-to-date.
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
+
+// Decision is what the binder does with a claim in its current state, as
+// its sync decides it.
+type Decision int32
+
+const (
+	Decision_DECISION_UNSPECIFIED Decision = 0
+	// The claim is bound (it carries bind-completed and its volume points
+	// back at it); the binder only repairs what is missing.
+	Decision_DECISION_BOUND Decision = 1
+	// The binder binds the claim to would_bind now (a matching volume, a
+	// volume pre-bound to it, or the volume it names).
+	Decision_DECISION_BIND Decision = 2
+	// No volume fits; the claim names no class at all and a default
+	// StorageClass exists: the binder gives it that class, then decides again.
+	Decision_DECISION_ASSIGN_DEFAULT_CLASS Decision = 3
+	// No volume fits; the class is WaitForFirstConsumer and no pod using the
+	// claim is scheduled yet (no selected node): event WaitForFirstConsumer.
+	Decision_DECISION_WAIT_FOR_FIRST_CONSUMER Decision = 4
+	// No volume fits; a volume is to be provisioned with the claim's class
+	// (see provisioning).
+	Decision_DECISION_PROVISION Decision = 5
+	// No volume fits and the claim has no class: event FailedBinding, Pending.
+	Decision_DECISION_NO_MATCH Decision = 6
+	// The claim names a volume (spec.volumeName) that does not exist (yet).
+	Decision_DECISION_VOLUME_MISSING Decision = 7
+	// The claim names a free volume that does not satisfy it: event
+	// VolumeMismatch.
+	Decision_DECISION_VOLUME_MISMATCH Decision = 8
+	// The claim names a volume bound to another claim: event FailedBinding.
+	Decision_DECISION_VOLUME_TAKEN Decision = 9
+	// The claim was bound and its volume is gone (or it lost its
+	// volumeName): phase Lost, event ClaimLost.
+	Decision_DECISION_LOST Decision = 10
+	// The claim was bound, and its volume is bound to another claim: phase
+	// Lost, event ClaimMisbound.
+	Decision_DECISION_MISBOUND Decision = 11
+)
+
+// Enum value maps for Decision.
+var (
+	Decision_name = map[int32]string{
+		0:  "DECISION_UNSPECIFIED",
+		1:  "DECISION_BOUND",
+		2:  "DECISION_BIND",
+		3:  "DECISION_ASSIGN_DEFAULT_CLASS",
+		4:  "DECISION_WAIT_FOR_FIRST_CONSUMER",
+		5:  "DECISION_PROVISION",
+		6:  "DECISION_NO_MATCH",
+		7:  "DECISION_VOLUME_MISSING",
+		8:  "DECISION_VOLUME_MISMATCH",
+		9:  "DECISION_VOLUME_TAKEN",
+		10: "DECISION_LOST",
+		11: "DECISION_MISBOUND",
+	}
+	Decision_value = map[string]int32{
+		"DECISION_UNSPECIFIED":             0,
+		"DECISION_BOUND":                   1,
+		"DECISION_BIND":                    2,
+		"DECISION_ASSIGN_DEFAULT_CLASS":    3,
+		"DECISION_WAIT_FOR_FIRST_CONSUMER": 4,
+		"DECISION_PROVISION":               5,
+		"DECISION_NO_MATCH":                6,
+		"DECISION_VOLUME_MISSING":          7,
+		"DECISION_VOLUME_MISMATCH":         8,
+		"DECISION_VOLUME_TAKEN":            9,
+		"DECISION_LOST":                    10,
+		"DECISION_MISBOUND":                11,
+	}
+)
+
+func (x Decision) Enum() *Decision {
+	p := new(Decision)
+	*p = x
+	return p
+}
+
+func (x Decision) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (Decision) Descriptor() protoreflect.EnumDescriptor {
+	return file_volplane_binder_v1_binder_proto_enumTypes[0].Descriptor()
+}
+
+func (Decision) Type() protoreflect.EnumType {
+	return &file_volplane_binder_v1_binder_proto_enumTypes[0]
+}
+
+func (x Decision) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use Decision.Descriptor instead.
+func (Decision) EnumDescriptor() ([]byte, []int) {
+	return file_volplane_binder_v1_binder_proto_rawDescGZIP(), []int{0}
+}
+
+// Rule is a check a volume must pass before a claim is bound to it. The
+// binder applies them in this order and reports the first one a volume
+// breaks.
+type Rule int32
+
+const (
+	// The volume breaks no rule: the claim can be bound to it now.
+	Rule_RULE_UNSPECIFIED Rule = 0
+	// The volume's StorageClass is not the claim's (a volume pre-bound to
+	// the claim is exempt).
+	Rule_RULE_STORAGE_CLASS Rule = 1
+	// The volume attributes classes differ.
+	Rule_RULE_VOLUME_ATTRIBUTES_CLASS Rule = 2
+	// Filesystem against Block.
+	Rule_RULE_VOLUME_MODE Rule = 3
+	// The volume lacks one of the claim's access modes.
+	Rule_RULE_ACCESS_MODES Rule = 4
+	// The volume is smaller than the claim's request.
+	Rule_RULE_CAPACITY Rule = 5
+	// The volume's labels do not match the claim's selector (a volume
+	// pre-bound to the claim is exempt).
+	Rule_RULE_LABEL_SELECTOR Rule = 6
+	// The volume's node affinity excludes the claim's selected node (checked
+	// for a WaitForFirstConsumer claim with a selected node, for the volumes
+	// the scheduler would bind).
+	Rule_RULE_NODE_AFFINITY Rule = 7
+	// The volume's claimRef names another claim, or an earlier claim of the
+	// same name.
+	Rule_RULE_BOUND_ELSEWHERE Rule = 8
+	// The binder holds the volume for another claim now (this replica binds
+	// it, or another replica holds it in etcd).
+	Rule_RULE_RESERVED Rule = 9
+	// The volume is being deleted.
+	Rule_RULE_DELETING Rule = 10
+	// The volume's phase is not Available.
+	Rule_RULE_NOT_AVAILABLE Rule = 11
+	// The class is WaitForFirstConsumer and no pod using the claim is
+	// scheduled: the binder binds only a volume pre-bound to the claim.
+	Rule_RULE_WAIT_FOR_FIRST_CONSUMER Rule = 12
+)
+
+// Enum value maps for Rule.
+var (
+	Rule_name = map[int32]string{
+		0:  "RULE_UNSPECIFIED",
+		1:  "RULE_STORAGE_CLASS",
+		2:  "RULE_VOLUME_ATTRIBUTES_CLASS",
+		3:  "RULE_VOLUME_MODE",
+		4:  "RULE_ACCESS_MODES",
+		5:  "RULE_CAPACITY",
+		6:  "RULE_LABEL_SELECTOR",
+		7:  "RULE_NODE_AFFINITY",
+		8:  "RULE_BOUND_ELSEWHERE",
+		9:  "RULE_RESERVED",
+		10: "RULE_DELETING",
+		11: "RULE_NOT_AVAILABLE",
+		12: "RULE_WAIT_FOR_FIRST_CONSUMER",
+	}
+	Rule_value = map[string]int32{
+		"RULE_UNSPECIFIED":             0,
+		"RULE_STORAGE_CLASS":           1,
+		"RULE_VOLUME_ATTRIBUTES_CLASS": 2,
+		"RULE_VOLUME_MODE":             3,
+		"RULE_ACCESS_MODES":            4,
+		"RULE_CAPACITY":                5,
+		"RULE_LABEL_SELECTOR":          6,
+		"RULE_NODE_AFFINITY":           7,
+		"RULE_BOUND_ELSEWHERE":         8,
+		"RULE_RESERVED":                9,
+		"RULE_DELETING":                10,
+		"RULE_NOT_AVAILABLE":           11,
+		"RULE_WAIT_FOR_FIRST_CONSUMER": 12,
+	}
+)
+
+func (x Rule) Enum() *Rule {
+	p := new(Rule)
+	*p = x
+	return p
+}
+
+func (x Rule) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (Rule) Descriptor() protoreflect.EnumDescriptor {
+	return file_volplane_binder_v1_binder_proto_enumTypes[1].Descriptor()
+}
+
+func (Rule) Type() protoreflect.EnumType {
+	return &file_volplane_binder_v1_binder_proto_enumTypes[1]
+}
+
+func (x Rule) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use Rule.Descriptor instead.
+func (Rule) EnumDescriptor() ([]byte, []int) {
+	return file_volplane_binder_v1_binder_proto_rawDescGZIP(), []int{1}
+}
 
 // Claim is a PersistentVolumeClaim as the binder sees it.
 type Claim struct {
@@ -1271,11 +1472,915 @@ func (x *GetStatusResponse) GetBindsTotal() int64 {
 	return 0
 }
 
+// Candidate is a volume the binder considers for a claim.
+type Candidate struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Position in the binder's order of preference, from 1 over all pages.
+	// The first candidate that breaks no rule is the one it binds.
+	Rank int32 `protobuf:"varint,1,opt,name=rank,proto3" json:"rank,omitempty"`
+	// Name of the volume.
+	Name string `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
+	// Its StorageClass.
+	StorageClassName string `protobuf:"bytes,3,opt,name=storage_class_name,json=storageClassName,proto3" json:"storage_class_name,omitempty"`
+	// spec.capacity.storage in bytes.
+	CapacityBytes int64 `protobuf:"varint,4,opt,name=capacity_bytes,json=capacityBytes,proto3" json:"capacity_bytes,omitempty"`
+	// spec.accessModes.
+	AccessModes []string `protobuf:"bytes,5,rep,name=access_modes,json=accessModes,proto3" json:"access_modes,omitempty"`
+	// spec.volumeMode: Filesystem or Block.
+	VolumeMode string `protobuf:"bytes,6,opt,name=volume_mode,json=volumeMode,proto3" json:"volume_mode,omitempty"`
+	// Phase.
+	Phase string `protobuf:"bytes,7,opt,name=phase,proto3" json:"phase,omitempty"`
+	// Its claimRef names this claim (pre-bound by name).
+	ClaimRefToClaim bool `protobuf:"varint,8,opt,name=claim_ref_to_claim,json=claimRefToClaim,proto3" json:"claim_ref_to_claim,omitempty"`
+	// The first rule the volume breaks; RULE_UNSPECIFIED: none.
+	RejectedBy Rule `protobuf:"varint,9,opt,name=rejected_by,json=rejectedBy,proto3,enum=volplane.binder.v1.Rule" json:"rejected_by,omitempty"`
+	// Why, in words (or how it fits).
+	Message       string `protobuf:"bytes,10,opt,name=message,proto3" json:"message,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Candidate) Reset() {
+	*x = Candidate{}
+	mi := &file_volplane_binder_v1_binder_proto_msgTypes[17]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Candidate) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Candidate) ProtoMessage() {}
+
+func (x *Candidate) ProtoReflect() protoreflect.Message {
+	mi := &file_volplane_binder_v1_binder_proto_msgTypes[17]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Candidate.ProtoReflect.Descriptor instead.
+func (*Candidate) Descriptor() ([]byte, []int) {
+	return file_volplane_binder_v1_binder_proto_rawDescGZIP(), []int{17}
+}
+
+func (x *Candidate) GetRank() int32 {
+	if x != nil {
+		return x.Rank
+	}
+	return 0
+}
+
+func (x *Candidate) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *Candidate) GetStorageClassName() string {
+	if x != nil {
+		return x.StorageClassName
+	}
+	return ""
+}
+
+func (x *Candidate) GetCapacityBytes() int64 {
+	if x != nil {
+		return x.CapacityBytes
+	}
+	return 0
+}
+
+func (x *Candidate) GetAccessModes() []string {
+	if x != nil {
+		return x.AccessModes
+	}
+	return nil
+}
+
+func (x *Candidate) GetVolumeMode() string {
+	if x != nil {
+		return x.VolumeMode
+	}
+	return ""
+}
+
+func (x *Candidate) GetPhase() string {
+	if x != nil {
+		return x.Phase
+	}
+	return ""
+}
+
+func (x *Candidate) GetClaimRefToClaim() bool {
+	if x != nil {
+		return x.ClaimRefToClaim
+	}
+	return false
+}
+
+func (x *Candidate) GetRejectedBy() Rule {
+	if x != nil {
+		return x.RejectedBy
+	}
+	return Rule_RULE_UNSPECIFIED
+}
+
+func (x *Candidate) GetMessage() string {
+	if x != nil {
+		return x.Message
+	}
+	return ""
+}
+
+// ExplainClaimRequest names a claim.
+type ExplainClaimRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Namespace of the claim.
+	Namespace string `protobuf:"bytes,1,opt,name=namespace,proto3" json:"namespace,omitempty"`
+	// Name of the claim.
+	Name string `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
+	// At most this many candidates (default 100, at most 1000).
+	PageSize int32 `protobuf:"varint,3,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
+	// next_page_token of the previous page.
+	PageToken     string `protobuf:"bytes,4,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ExplainClaimRequest) Reset() {
+	*x = ExplainClaimRequest{}
+	mi := &file_volplane_binder_v1_binder_proto_msgTypes[18]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ExplainClaimRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ExplainClaimRequest) ProtoMessage() {}
+
+func (x *ExplainClaimRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_volplane_binder_v1_binder_proto_msgTypes[18]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ExplainClaimRequest.ProtoReflect.Descriptor instead.
+func (*ExplainClaimRequest) Descriptor() ([]byte, []int) {
+	return file_volplane_binder_v1_binder_proto_rawDescGZIP(), []int{18}
+}
+
+func (x *ExplainClaimRequest) GetNamespace() string {
+	if x != nil {
+		return x.Namespace
+	}
+	return ""
+}
+
+func (x *ExplainClaimRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *ExplainClaimRequest) GetPageSize() int32 {
+	if x != nil {
+		return x.PageSize
+	}
+	return 0
+}
+
+func (x *ExplainClaimRequest) GetPageToken() string {
+	if x != nil {
+		return x.PageToken
+	}
+	return ""
+}
+
+// Binding says how a bound claim was bound.
+type Binding struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The volume.
+	VolumeName string `protobuf:"bytes,1,opt,name=volume_name,json=volumeName,proto3" json:"volume_name,omitempty"`
+	// The binder chose the volume: the claim carries
+	// pv.kubernetes.io/bound-by-controller. False: the user named the volume
+	// in the claim's spec.volumeName (a pre-bound claim).
+	ClaimBoundByController bool `protobuf:"varint,2,opt,name=claim_bound_by_controller,json=claimBoundByController,proto3" json:"claim_bound_by_controller,omitempty"`
+	// The binder set the volume's claimRef: the volume carries
+	// pv.kubernetes.io/bound-by-controller. False: a user pre-bound the
+	// volume to this claim (or the provisioner created it for the claim).
+	VolumeBoundByController bool `protobuf:"varint,3,opt,name=volume_bound_by_controller,json=volumeBoundByController,proto3" json:"volume_bound_by_controller,omitempty"`
+	// pv.kubernetes.io/provisioned-by of the volume: the provisioner that
+	// created it, when it was provisioned.
+	ProvisionedBy string `protobuf:"bytes,4,opt,name=provisioned_by,json=provisionedBy,proto3" json:"provisioned_by,omitempty"`
+	// The volume's phase.
+	VolumePhase string `protobuf:"bytes,5,opt,name=volume_phase,json=volumePhase,proto3" json:"volume_phase,omitempty"`
+	// How, in words.
+	Message       string `protobuf:"bytes,6,opt,name=message,proto3" json:"message,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Binding) Reset() {
+	*x = Binding{}
+	mi := &file_volplane_binder_v1_binder_proto_msgTypes[19]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Binding) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Binding) ProtoMessage() {}
+
+func (x *Binding) ProtoReflect() protoreflect.Message {
+	mi := &file_volplane_binder_v1_binder_proto_msgTypes[19]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Binding.ProtoReflect.Descriptor instead.
+func (*Binding) Descriptor() ([]byte, []int) {
+	return file_volplane_binder_v1_binder_proto_rawDescGZIP(), []int{19}
+}
+
+func (x *Binding) GetVolumeName() string {
+	if x != nil {
+		return x.VolumeName
+	}
+	return ""
+}
+
+func (x *Binding) GetClaimBoundByController() bool {
+	if x != nil {
+		return x.ClaimBoundByController
+	}
+	return false
+}
+
+func (x *Binding) GetVolumeBoundByController() bool {
+	if x != nil {
+		return x.VolumeBoundByController
+	}
+	return false
+}
+
+func (x *Binding) GetProvisionedBy() string {
+	if x != nil {
+		return x.ProvisionedBy
+	}
+	return ""
+}
+
+func (x *Binding) GetVolumePhase() string {
+	if x != nil {
+		return x.VolumePhase
+	}
+	return ""
+}
+
+func (x *Binding) GetMessage() string {
+	if x != nil {
+		return x.Message
+	}
+	return ""
+}
+
+// ProvisioningOperation is the provisioner's journal record of a
+// provisioning in flight (in etcd), as the provisioner reports it.
+type ProvisioningOperation struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The PersistentVolume the operation makes.
+	VolumeName string `protobuf:"bytes,1,opt,name=volume_name,json=volumeName,proto3" json:"volume_name,omitempty"`
+	// CreateVolume attempts so far.
+	Attempts int32 `protobuf:"varint,2,opt,name=attempts,proto3" json:"attempts,omitempty"`
+	// gRPC code of the last CSI error (e.g. DEADLINE_EXCEEDED), if any.
+	LastErrorCode string `protobuf:"bytes,3,opt,name=last_error_code,json=lastErrorCode,proto3" json:"last_error_code,omitempty"`
+	// Message of the last error, if any.
+	LastErrorMessage string `protobuf:"bytes,4,opt,name=last_error_message,json=lastErrorMessage,proto3" json:"last_error_message,omitempty"`
+	// When the last attempt ended.
+	LastAttemptTime *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=last_attempt_time,json=lastAttemptTime,proto3" json:"last_attempt_time,omitempty"`
+	// When the operation was journaled.
+	StartTime *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=start_time,json=startTime,proto3" json:"start_time,omitempty"`
+	// The provisioner replica that holds it; empty when any may take it over.
+	Owner         string `protobuf:"bytes,7,opt,name=owner,proto3" json:"owner,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ProvisioningOperation) Reset() {
+	*x = ProvisioningOperation{}
+	mi := &file_volplane_binder_v1_binder_proto_msgTypes[20]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ProvisioningOperation) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ProvisioningOperation) ProtoMessage() {}
+
+func (x *ProvisioningOperation) ProtoReflect() protoreflect.Message {
+	mi := &file_volplane_binder_v1_binder_proto_msgTypes[20]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ProvisioningOperation.ProtoReflect.Descriptor instead.
+func (*ProvisioningOperation) Descriptor() ([]byte, []int) {
+	return file_volplane_binder_v1_binder_proto_rawDescGZIP(), []int{20}
+}
+
+func (x *ProvisioningOperation) GetVolumeName() string {
+	if x != nil {
+		return x.VolumeName
+	}
+	return ""
+}
+
+func (x *ProvisioningOperation) GetAttempts() int32 {
+	if x != nil {
+		return x.Attempts
+	}
+	return 0
+}
+
+func (x *ProvisioningOperation) GetLastErrorCode() string {
+	if x != nil {
+		return x.LastErrorCode
+	}
+	return ""
+}
+
+func (x *ProvisioningOperation) GetLastErrorMessage() string {
+	if x != nil {
+		return x.LastErrorMessage
+	}
+	return ""
+}
+
+func (x *ProvisioningOperation) GetLastAttemptTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.LastAttemptTime
+	}
+	return nil
+}
+
+func (x *ProvisioningOperation) GetStartTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.StartTime
+	}
+	return nil
+}
+
+func (x *ProvisioningOperation) GetOwner() string {
+	if x != nil {
+		return x.Owner
+	}
+	return ""
+}
+
+// Provisioning is the provisioning side of a claim.
+type Provisioning struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The claim's StorageClass.
+	StorageClassName string `protobuf:"bytes,1,opt,name=storage_class_name,json=storageClassName,proto3" json:"storage_class_name,omitempty"`
+	// The StorageClass exists.
+	ClassFound bool `protobuf:"varint,2,opt,name=class_found,json=classFound,proto3" json:"class_found,omitempty"`
+	// The class's provisioner name.
+	Provisioner string `protobuf:"bytes,3,opt,name=provisioner,proto3" json:"provisioner,omitempty"`
+	// volumeBindingMode of the class.
+	VolumeBindingMode string `protobuf:"bytes,4,opt,name=volume_binding_mode,json=volumeBindingMode,proto3" json:"volume_binding_mode,omitempty"`
+	// volplane's provisioner serves the class's provisioner (asked with
+	// ListDrivers); false: it is left to an external provisioner.
+	Served bool `protobuf:"varint,5,opt,name=served,proto3" json:"served,omitempty"`
+	// The CSI driver that serves it, when served.
+	DriverName string `protobuf:"bytes,6,opt,name=driver_name,json=driverName,proto3" json:"driver_name,omitempty"`
+	// The driver answered its probes.
+	DriverReady bool `protobuf:"varint,7,opt,name=driver_ready,json=driverReady,proto3" json:"driver_ready,omitempty"`
+	// WaitForFirstConsumer and no selected node: provisioning waits for a
+	// pod using the claim to be scheduled.
+	WaitingForNode bool `protobuf:"varint,8,opt,name=waiting_for_node,json=waitingForNode,proto3" json:"waiting_for_node,omitempty"`
+	// volume.kubernetes.io/selected-node of the claim.
+	SelectedNode string `protobuf:"bytes,9,opt,name=selected_node,json=selectedNode,proto3" json:"selected_node,omitempty"`
+	// The claim carries volume.kubernetes.io/storage-provisioner: the binder
+	// asked for provisioning.
+	Requested bool `protobuf:"varint,10,opt,name=requested,proto3" json:"requested,omitempty"`
+	// The journaled operation, when one is in flight.
+	Operation *ProvisioningOperation `protobuf:"bytes,11,opt,name=operation,proto3" json:"operation,omitempty"`
+	// A Provision call of the binder is running now.
+	CallInFlight bool `protobuf:"varint,12,opt,name=call_in_flight,json=callInFlight,proto3" json:"call_in_flight,omitempty"`
+	// When the binder calls Provision again, after its backoff (the
+	// provisioner also retries a journaled operation on its own, every
+	// recovery period).
+	NextRetryTime *timestamppb.Timestamp `protobuf:"bytes,13,opt,name=next_retry_time,json=nextRetryTime,proto3" json:"next_retry_time,omitempty"`
+	// How the binder's last Provision call ended (its outcome and message),
+	// if it is known.
+	LastResult string `protobuf:"bytes,14,opt,name=last_result,json=lastResult,proto3" json:"last_result,omitempty"`
+	// The state in words.
+	Message       string `protobuf:"bytes,15,opt,name=message,proto3" json:"message,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Provisioning) Reset() {
+	*x = Provisioning{}
+	mi := &file_volplane_binder_v1_binder_proto_msgTypes[21]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Provisioning) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Provisioning) ProtoMessage() {}
+
+func (x *Provisioning) ProtoReflect() protoreflect.Message {
+	mi := &file_volplane_binder_v1_binder_proto_msgTypes[21]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Provisioning.ProtoReflect.Descriptor instead.
+func (*Provisioning) Descriptor() ([]byte, []int) {
+	return file_volplane_binder_v1_binder_proto_rawDescGZIP(), []int{21}
+}
+
+func (x *Provisioning) GetStorageClassName() string {
+	if x != nil {
+		return x.StorageClassName
+	}
+	return ""
+}
+
+func (x *Provisioning) GetClassFound() bool {
+	if x != nil {
+		return x.ClassFound
+	}
+	return false
+}
+
+func (x *Provisioning) GetProvisioner() string {
+	if x != nil {
+		return x.Provisioner
+	}
+	return ""
+}
+
+func (x *Provisioning) GetVolumeBindingMode() string {
+	if x != nil {
+		return x.VolumeBindingMode
+	}
+	return ""
+}
+
+func (x *Provisioning) GetServed() bool {
+	if x != nil {
+		return x.Served
+	}
+	return false
+}
+
+func (x *Provisioning) GetDriverName() string {
+	if x != nil {
+		return x.DriverName
+	}
+	return ""
+}
+
+func (x *Provisioning) GetDriverReady() bool {
+	if x != nil {
+		return x.DriverReady
+	}
+	return false
+}
+
+func (x *Provisioning) GetWaitingForNode() bool {
+	if x != nil {
+		return x.WaitingForNode
+	}
+	return false
+}
+
+func (x *Provisioning) GetSelectedNode() string {
+	if x != nil {
+		return x.SelectedNode
+	}
+	return ""
+}
+
+func (x *Provisioning) GetRequested() bool {
+	if x != nil {
+		return x.Requested
+	}
+	return false
+}
+
+func (x *Provisioning) GetOperation() *ProvisioningOperation {
+	if x != nil {
+		return x.Operation
+	}
+	return nil
+}
+
+func (x *Provisioning) GetCallInFlight() bool {
+	if x != nil {
+		return x.CallInFlight
+	}
+	return false
+}
+
+func (x *Provisioning) GetNextRetryTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.NextRetryTime
+	}
+	return nil
+}
+
+func (x *Provisioning) GetLastResult() string {
+	if x != nil {
+		return x.LastResult
+	}
+	return ""
+}
+
+func (x *Provisioning) GetMessage() string {
+	if x != nil {
+		return x.Message
+	}
+	return ""
+}
+
+// ExplainClaimResponse explains a claim.
+type ExplainClaimResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The claim.
+	Claim *Claim `protobuf:"bytes,1,opt,name=claim,proto3" json:"claim,omitempty"`
+	// What the binder does with it now.
+	Decision Decision `protobuf:"varint,2,opt,name=decision,proto3,enum=volplane.binder.v1.Decision" json:"decision,omitempty"`
+	// The decision in words.
+	Message string `protobuf:"bytes,3,opt,name=message,proto3" json:"message,omitempty"`
+	// The volume the binder binds the claim to now, if any.
+	WouldBind string `protobuf:"bytes,4,opt,name=would_bind,json=wouldBind,proto3" json:"would_bind,omitempty"`
+	// A page of the candidates, in the binder's order (empty for a bound or
+	// pre-bound claim: see message).
+	Candidates []*Candidate `protobuf:"bytes,5,rep,name=candidates,proto3" json:"candidates,omitempty"`
+	// How many candidates there are over all pages.
+	TotalCandidates int32 `protobuf:"varint,6,opt,name=total_candidates,json=totalCandidates,proto3" json:"total_candidates,omitempty"`
+	// Pass as page_token for the next page; empty on the last page.
+	NextPageToken string `protobuf:"bytes,7,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
+	// How a bound claim was bound.
+	Binding *Binding `protobuf:"bytes,8,opt,name=binding,proto3" json:"binding,omitempty"`
+	// The provisioning side, for a claim that would be provisioned or waits
+	// for a node.
+	Provisioning *Provisioning `protobuf:"bytes,9,opt,name=provisioning,proto3" json:"provisioning,omitempty"`
+	// The binder replica that answered (the claim's owner).
+	MemberId      string `protobuf:"bytes,10,opt,name=member_id,json=memberId,proto3" json:"member_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ExplainClaimResponse) Reset() {
+	*x = ExplainClaimResponse{}
+	mi := &file_volplane_binder_v1_binder_proto_msgTypes[22]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ExplainClaimResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ExplainClaimResponse) ProtoMessage() {}
+
+func (x *ExplainClaimResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_volplane_binder_v1_binder_proto_msgTypes[22]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ExplainClaimResponse.ProtoReflect.Descriptor instead.
+func (*ExplainClaimResponse) Descriptor() ([]byte, []int) {
+	return file_volplane_binder_v1_binder_proto_rawDescGZIP(), []int{22}
+}
+
+func (x *ExplainClaimResponse) GetClaim() *Claim {
+	if x != nil {
+		return x.Claim
+	}
+	return nil
+}
+
+func (x *ExplainClaimResponse) GetDecision() Decision {
+	if x != nil {
+		return x.Decision
+	}
+	return Decision_DECISION_UNSPECIFIED
+}
+
+func (x *ExplainClaimResponse) GetMessage() string {
+	if x != nil {
+		return x.Message
+	}
+	return ""
+}
+
+func (x *ExplainClaimResponse) GetWouldBind() string {
+	if x != nil {
+		return x.WouldBind
+	}
+	return ""
+}
+
+func (x *ExplainClaimResponse) GetCandidates() []*Candidate {
+	if x != nil {
+		return x.Candidates
+	}
+	return nil
+}
+
+func (x *ExplainClaimResponse) GetTotalCandidates() int32 {
+	if x != nil {
+		return x.TotalCandidates
+	}
+	return 0
+}
+
+func (x *ExplainClaimResponse) GetNextPageToken() string {
+	if x != nil {
+		return x.NextPageToken
+	}
+	return ""
+}
+
+func (x *ExplainClaimResponse) GetBinding() *Binding {
+	if x != nil {
+		return x.Binding
+	}
+	return nil
+}
+
+func (x *ExplainClaimResponse) GetProvisioning() *Provisioning {
+	if x != nil {
+		return x.Provisioning
+	}
+	return nil
+}
+
+func (x *ExplainClaimResponse) GetMemberId() string {
+	if x != nil {
+		return x.MemberId
+	}
+	return ""
+}
+
+// MatchClaimRequest carries a claim to try.
+type MatchClaimRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Namespace to try the claim in: the path's (REST
+	// /v1/namespaces/{namespace}/claims:match); else the claim's
+	// metadata.namespace; else "default".
+	Namespace string `protobuf:"bytes,1,opt,name=namespace,proto3" json:"namespace,omitempty"`
+	// The PersistentVolumeClaim, as its JSON object (apiVersion v1, kind
+	// PersistentVolumeClaim; both may be left out). The REST body is the
+	// claim itself, as JSON or YAML (Content-Type application/yaml).
+	Claim *structpb.Struct `protobuf:"bytes,2,opt,name=claim,proto3" json:"claim,omitempty"`
+	// At most this many candidates (default 100, at most 1000).
+	PageSize int32 `protobuf:"varint,3,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
+	// next_page_token of the previous answer.
+	PageToken     string `protobuf:"bytes,4,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *MatchClaimRequest) Reset() {
+	*x = MatchClaimRequest{}
+	mi := &file_volplane_binder_v1_binder_proto_msgTypes[23]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *MatchClaimRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*MatchClaimRequest) ProtoMessage() {}
+
+func (x *MatchClaimRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_volplane_binder_v1_binder_proto_msgTypes[23]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use MatchClaimRequest.ProtoReflect.Descriptor instead.
+func (*MatchClaimRequest) Descriptor() ([]byte, []int) {
+	return file_volplane_binder_v1_binder_proto_rawDescGZIP(), []int{23}
+}
+
+func (x *MatchClaimRequest) GetNamespace() string {
+	if x != nil {
+		return x.Namespace
+	}
+	return ""
+}
+
+func (x *MatchClaimRequest) GetClaim() *structpb.Struct {
+	if x != nil {
+		return x.Claim
+	}
+	return nil
+}
+
+func (x *MatchClaimRequest) GetPageSize() int32 {
+	if x != nil {
+		return x.PageSize
+	}
+	return 0
+}
+
+func (x *MatchClaimRequest) GetPageToken() string {
+	if x != nil {
+		return x.PageToken
+	}
+	return ""
+}
+
+// MatchClaimResponse says what would happen to the claim if it were
+// created now.
+type MatchClaimResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The claim as the API server would store it (after defaults and
+	// admission, e.g. the default StorageClass).
+	Claim *Claim `protobuf:"bytes,1,opt,name=claim,proto3" json:"claim,omitempty"`
+	// What the binder would do with it.
+	Decision Decision `protobuf:"varint,2,opt,name=decision,proto3,enum=volplane.binder.v1.Decision" json:"decision,omitempty"`
+	// The decision in words.
+	Message string `protobuf:"bytes,3,opt,name=message,proto3" json:"message,omitempty"`
+	// The volume it would bind, if any.
+	WouldBind string `protobuf:"bytes,4,opt,name=would_bind,json=wouldBind,proto3" json:"would_bind,omitempty"`
+	// A page of the candidates, in the binder's order.
+	Candidates []*Candidate `protobuf:"bytes,5,rep,name=candidates,proto3" json:"candidates,omitempty"`
+	// How many candidates there are over all pages.
+	TotalCandidates int32 `protobuf:"varint,6,opt,name=total_candidates,json=totalCandidates,proto3" json:"total_candidates,omitempty"`
+	// Pass as page_token (with the same claim) for the next page.
+	NextPageToken string `protobuf:"bytes,7,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
+	// The provisioning side, for a claim that would be provisioned or wait
+	// for a node.
+	Provisioning *Provisioning `protobuf:"bytes,8,opt,name=provisioning,proto3" json:"provisioning,omitempty"`
+	// The CreateVolume request the provisioner would send, when it would
+	// provision the claim now.
+	CreateVolume  *v1.CreateVolumePlan `protobuf:"bytes,9,opt,name=create_volume,json=createVolume,proto3" json:"create_volume,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *MatchClaimResponse) Reset() {
+	*x = MatchClaimResponse{}
+	mi := &file_volplane_binder_v1_binder_proto_msgTypes[24]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *MatchClaimResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*MatchClaimResponse) ProtoMessage() {}
+
+func (x *MatchClaimResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_volplane_binder_v1_binder_proto_msgTypes[24]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use MatchClaimResponse.ProtoReflect.Descriptor instead.
+func (*MatchClaimResponse) Descriptor() ([]byte, []int) {
+	return file_volplane_binder_v1_binder_proto_rawDescGZIP(), []int{24}
+}
+
+func (x *MatchClaimResponse) GetClaim() *Claim {
+	if x != nil {
+		return x.Claim
+	}
+	return nil
+}
+
+func (x *MatchClaimResponse) GetDecision() Decision {
+	if x != nil {
+		return x.Decision
+	}
+	return Decision_DECISION_UNSPECIFIED
+}
+
+func (x *MatchClaimResponse) GetMessage() string {
+	if x != nil {
+		return x.Message
+	}
+	return ""
+}
+
+func (x *MatchClaimResponse) GetWouldBind() string {
+	if x != nil {
+		return x.WouldBind
+	}
+	return ""
+}
+
+func (x *MatchClaimResponse) GetCandidates() []*Candidate {
+	if x != nil {
+		return x.Candidates
+	}
+	return nil
+}
+
+func (x *MatchClaimResponse) GetTotalCandidates() int32 {
+	if x != nil {
+		return x.TotalCandidates
+	}
+	return 0
+}
+
+func (x *MatchClaimResponse) GetNextPageToken() string {
+	if x != nil {
+		return x.NextPageToken
+	}
+	return ""
+}
+
+func (x *MatchClaimResponse) GetProvisioning() *Provisioning {
+	if x != nil {
+		return x.Provisioning
+	}
+	return nil
+}
+
+func (x *MatchClaimResponse) GetCreateVolume() *v1.CreateVolumePlan {
+	if x != nil {
+		return x.CreateVolume
+	}
+	return nil
+}
+
 var File_volplane_binder_v1_binder_proto protoreflect.FileDescriptor
 
 const file_volplane_binder_v1_binder_proto_rawDesc = "" +
 	"\n" +
-	"\x1fvolplane/binder/v1/binder.proto\x12\x12volplane.binder.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\xf5\x04\n" +
+	"\x1fvolplane/binder/v1/binder.proto\x12\x12volplane.binder.v1\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a)volplane/provisioner/v1/provisioner.proto\"\xf5\x04\n" +
 	"\x05Claim\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x10\n" +
@@ -1370,7 +2475,128 @@ const file_volplane_binder_v1_binder_proto_rawDesc = "" +
 	"\x06claims\x18\a \x01(\x03R\x06claims\x12\x18\n" +
 	"\avolumes\x18\b \x01(\x03R\avolumes\x12\x1f\n" +
 	"\vbinds_total\x18\t \x01(\x03R\n" +
-	"bindsTotal2\x8e\x05\n" +
+	"bindsTotal\"\xe4\x02\n" +
+	"\tCandidate\x12\x12\n" +
+	"\x04rank\x18\x01 \x01(\x05R\x04rank\x12\x12\n" +
+	"\x04name\x18\x02 \x01(\tR\x04name\x12,\n" +
+	"\x12storage_class_name\x18\x03 \x01(\tR\x10storageClassName\x12%\n" +
+	"\x0ecapacity_bytes\x18\x04 \x01(\x03R\rcapacityBytes\x12!\n" +
+	"\faccess_modes\x18\x05 \x03(\tR\vaccessModes\x12\x1f\n" +
+	"\vvolume_mode\x18\x06 \x01(\tR\n" +
+	"volumeMode\x12\x14\n" +
+	"\x05phase\x18\a \x01(\tR\x05phase\x12+\n" +
+	"\x12claim_ref_to_claim\x18\b \x01(\bR\x0fclaimRefToClaim\x129\n" +
+	"\vrejected_by\x18\t \x01(\x0e2\x18.volplane.binder.v1.RuleR\n" +
+	"rejectedBy\x12\x18\n" +
+	"\amessage\x18\n" +
+	" \x01(\tR\amessage\"\x83\x01\n" +
+	"\x13ExplainClaimRequest\x12\x1c\n" +
+	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x12\n" +
+	"\x04name\x18\x02 \x01(\tR\x04name\x12\x1b\n" +
+	"\tpage_size\x18\x03 \x01(\x05R\bpageSize\x12\x1d\n" +
+	"\n" +
+	"page_token\x18\x04 \x01(\tR\tpageToken\"\x86\x02\n" +
+	"\aBinding\x12\x1f\n" +
+	"\vvolume_name\x18\x01 \x01(\tR\n" +
+	"volumeName\x129\n" +
+	"\x19claim_bound_by_controller\x18\x02 \x01(\bR\x16claimBoundByController\x12;\n" +
+	"\x1avolume_bound_by_controller\x18\x03 \x01(\bR\x17volumeBoundByController\x12%\n" +
+	"\x0eprovisioned_by\x18\x04 \x01(\tR\rprovisionedBy\x12!\n" +
+	"\fvolume_phase\x18\x05 \x01(\tR\vvolumePhase\x12\x18\n" +
+	"\amessage\x18\x06 \x01(\tR\amessage\"\xc3\x02\n" +
+	"\x15ProvisioningOperation\x12\x1f\n" +
+	"\vvolume_name\x18\x01 \x01(\tR\n" +
+	"volumeName\x12\x1a\n" +
+	"\battempts\x18\x02 \x01(\x05R\battempts\x12&\n" +
+	"\x0flast_error_code\x18\x03 \x01(\tR\rlastErrorCode\x12,\n" +
+	"\x12last_error_message\x18\x04 \x01(\tR\x10lastErrorMessage\x12F\n" +
+	"\x11last_attempt_time\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\x0flastAttemptTime\x129\n" +
+	"\n" +
+	"start_time\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\tstartTime\x12\x14\n" +
+	"\x05owner\x18\a \x01(\tR\x05owner\"\xe6\x04\n" +
+	"\fProvisioning\x12,\n" +
+	"\x12storage_class_name\x18\x01 \x01(\tR\x10storageClassName\x12\x1f\n" +
+	"\vclass_found\x18\x02 \x01(\bR\n" +
+	"classFound\x12 \n" +
+	"\vprovisioner\x18\x03 \x01(\tR\vprovisioner\x12.\n" +
+	"\x13volume_binding_mode\x18\x04 \x01(\tR\x11volumeBindingMode\x12\x16\n" +
+	"\x06served\x18\x05 \x01(\bR\x06served\x12\x1f\n" +
+	"\vdriver_name\x18\x06 \x01(\tR\n" +
+	"driverName\x12!\n" +
+	"\fdriver_ready\x18\a \x01(\bR\vdriverReady\x12(\n" +
+	"\x10waiting_for_node\x18\b \x01(\bR\x0ewaitingForNode\x12#\n" +
+	"\rselected_node\x18\t \x01(\tR\fselectedNode\x12\x1c\n" +
+	"\trequested\x18\n" +
+	" \x01(\bR\trequested\x12G\n" +
+	"\toperation\x18\v \x01(\v2).volplane.binder.v1.ProvisioningOperationR\toperation\x12$\n" +
+	"\x0ecall_in_flight\x18\f \x01(\bR\fcallInFlight\x12B\n" +
+	"\x0fnext_retry_time\x18\r \x01(\v2\x1a.google.protobuf.TimestampR\rnextRetryTime\x12\x1f\n" +
+	"\vlast_result\x18\x0e \x01(\tR\n" +
+	"lastResult\x12\x18\n" +
+	"\amessage\x18\x0f \x01(\tR\amessage\"\xe6\x03\n" +
+	"\x14ExplainClaimResponse\x12/\n" +
+	"\x05claim\x18\x01 \x01(\v2\x19.volplane.binder.v1.ClaimR\x05claim\x128\n" +
+	"\bdecision\x18\x02 \x01(\x0e2\x1c.volplane.binder.v1.DecisionR\bdecision\x12\x18\n" +
+	"\amessage\x18\x03 \x01(\tR\amessage\x12\x1d\n" +
+	"\n" +
+	"would_bind\x18\x04 \x01(\tR\twouldBind\x12=\n" +
+	"\n" +
+	"candidates\x18\x05 \x03(\v2\x1d.volplane.binder.v1.CandidateR\n" +
+	"candidates\x12)\n" +
+	"\x10total_candidates\x18\x06 \x01(\x05R\x0ftotalCandidates\x12&\n" +
+	"\x0fnext_page_token\x18\a \x01(\tR\rnextPageToken\x125\n" +
+	"\abinding\x18\b \x01(\v2\x1b.volplane.binder.v1.BindingR\abinding\x12D\n" +
+	"\fprovisioning\x18\t \x01(\v2 .volplane.binder.v1.ProvisioningR\fprovisioning\x12\x1b\n" +
+	"\tmember_id\x18\n" +
+	" \x01(\tR\bmemberId\"\x9c\x01\n" +
+	"\x11MatchClaimRequest\x12\x1c\n" +
+	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12-\n" +
+	"\x05claim\x18\x02 \x01(\v2\x17.google.protobuf.StructR\x05claim\x12\x1b\n" +
+	"\tpage_size\x18\x03 \x01(\x05R\bpageSize\x12\x1d\n" +
+	"\n" +
+	"page_token\x18\x04 \x01(\tR\tpageToken\"\xe0\x03\n" +
+	"\x12MatchClaimResponse\x12/\n" +
+	"\x05claim\x18\x01 \x01(\v2\x19.volplane.binder.v1.ClaimR\x05claim\x128\n" +
+	"\bdecision\x18\x02 \x01(\x0e2\x1c.volplane.binder.v1.DecisionR\bdecision\x12\x18\n" +
+	"\amessage\x18\x03 \x01(\tR\amessage\x12\x1d\n" +
+	"\n" +
+	"would_bind\x18\x04 \x01(\tR\twouldBind\x12=\n" +
+	"\n" +
+	"candidates\x18\x05 \x03(\v2\x1d.volplane.binder.v1.CandidateR\n" +
+	"candidates\x12)\n" +
+	"\x10total_candidates\x18\x06 \x01(\x05R\x0ftotalCandidates\x12&\n" +
+	"\x0fnext_page_token\x18\a \x01(\tR\rnextPageToken\x12D\n" +
+	"\fprovisioning\x18\b \x01(\v2 .volplane.binder.v1.ProvisioningR\fprovisioning\x12N\n" +
+	"\rcreate_volume\x18\t \x01(\v2).volplane.provisioner.v1.CreateVolumePlanR\fcreateVolume*\xc3\x02\n" +
+	"\bDecision\x12\x18\n" +
+	"\x14DECISION_UNSPECIFIED\x10\x00\x12\x12\n" +
+	"\x0eDECISION_BOUND\x10\x01\x12\x11\n" +
+	"\rDECISION_BIND\x10\x02\x12!\n" +
+	"\x1dDECISION_ASSIGN_DEFAULT_CLASS\x10\x03\x12$\n" +
+	" DECISION_WAIT_FOR_FIRST_CONSUMER\x10\x04\x12\x16\n" +
+	"\x12DECISION_PROVISION\x10\x05\x12\x15\n" +
+	"\x11DECISION_NO_MATCH\x10\x06\x12\x1b\n" +
+	"\x17DECISION_VOLUME_MISSING\x10\a\x12\x1c\n" +
+	"\x18DECISION_VOLUME_MISMATCH\x10\b\x12\x19\n" +
+	"\x15DECISION_VOLUME_TAKEN\x10\t\x12\x11\n" +
+	"\rDECISION_LOST\x10\n" +
+	"\x12\x15\n" +
+	"\x11DECISION_MISBOUND\x10\v*\xc1\x02\n" +
+	"\x04Rule\x12\x14\n" +
+	"\x10RULE_UNSPECIFIED\x10\x00\x12\x16\n" +
+	"\x12RULE_STORAGE_CLASS\x10\x01\x12 \n" +
+	"\x1cRULE_VOLUME_ATTRIBUTES_CLASS\x10\x02\x12\x14\n" +
+	"\x10RULE_VOLUME_MODE\x10\x03\x12\x15\n" +
+	"\x11RULE_ACCESS_MODES\x10\x04\x12\x11\n" +
+	"\rRULE_CAPACITY\x10\x05\x12\x17\n" +
+	"\x13RULE_LABEL_SELECTOR\x10\x06\x12\x16\n" +
+	"\x12RULE_NODE_AFFINITY\x10\a\x12\x18\n" +
+	"\x14RULE_BOUND_ELSEWHERE\x10\b\x12\x11\n" +
+	"\rRULE_RESERVED\x10\t\x12\x11\n" +
+	"\rRULE_DELETING\x10\n" +
+	"\x12\x16\n" +
+	"\x12RULE_NOT_AVAILABLE\x10\v\x12 \n" +
+	"\x1cRULE_WAIT_FOR_FIRST_CONSUMER\x10\f2\xce\x06\n" +
 	"\rBinderService\x12[\n" +
 	"\n" +
 	"ListClaims\x12%.volplane.binder.v1.ListClaimsRequest\x1a&.volplane.binder.v1.ListClaimsResponse\x12U\n" +
@@ -1380,7 +2606,10 @@ const file_volplane_binder_v1_binder_proto_rawDesc = "" +
 	"\tSyncClaim\x12$.volplane.binder.v1.SyncClaimRequest\x1a%.volplane.binder.v1.SyncClaimResponse\x12[\n" +
 	"\n" +
 	"SyncVolume\x12%.volplane.binder.v1.SyncVolumeRequest\x1a&.volplane.binder.v1.SyncVolumeResponse\x12X\n" +
-	"\tGetStatus\x12$.volplane.binder.v1.GetStatusRequest\x1a%.volplane.binder.v1.GetStatusResponseB@Z>github.com/volplane/volplane/proto/volplane/binder/v1;binderv1b\x06proto3"
+	"\tGetStatus\x12$.volplane.binder.v1.GetStatusRequest\x1a%.volplane.binder.v1.GetStatusResponse\x12a\n" +
+	"\fExplainClaim\x12'.volplane.binder.v1.ExplainClaimRequest\x1a(.volplane.binder.v1.ExplainClaimResponse\x12[\n" +
+	"\n" +
+	"MatchClaim\x12%.volplane.binder.v1.MatchClaimRequest\x1a&.volplane.binder.v1.MatchClaimResponseB@Z>github.com/volplane/volplane/proto/volplane/binder/v1;binderv1b\x06proto3"
 
 var (
 	file_volplane_binder_v1_binder_proto_rawDescOnce sync.Once
@@ -1394,54 +2623,87 @@ func file_volplane_binder_v1_binder_proto_rawDescGZIP() []byte {
 	return file_volplane_binder_v1_binder_proto_rawDescData
 }
 
-var file_volplane_binder_v1_binder_proto_msgTypes = make([]protoimpl.MessageInfo, 17)
+var file_volplane_binder_v1_binder_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
+var file_volplane_binder_v1_binder_proto_msgTypes = make([]protoimpl.MessageInfo, 25)
 var file_volplane_binder_v1_binder_proto_goTypes = []any{
-	(*Claim)(nil),                 // 0: volplane.binder.v1.Claim
-	(*ClaimReference)(nil),        // 1: volplane.binder.v1.ClaimReference
-	(*Volume)(nil),                // 2: volplane.binder.v1.Volume
-	(*ListClaimsRequest)(nil),     // 3: volplane.binder.v1.ListClaimsRequest
-	(*ListClaimsResponse)(nil),    // 4: volplane.binder.v1.ListClaimsResponse
-	(*GetClaimRequest)(nil),       // 5: volplane.binder.v1.GetClaimRequest
-	(*GetClaimResponse)(nil),      // 6: volplane.binder.v1.GetClaimResponse
-	(*ListVolumesRequest)(nil),    // 7: volplane.binder.v1.ListVolumesRequest
-	(*ListVolumesResponse)(nil),   // 8: volplane.binder.v1.ListVolumesResponse
-	(*GetVolumeRequest)(nil),      // 9: volplane.binder.v1.GetVolumeRequest
-	(*GetVolumeResponse)(nil),     // 10: volplane.binder.v1.GetVolumeResponse
-	(*SyncClaimRequest)(nil),      // 11: volplane.binder.v1.SyncClaimRequest
-	(*SyncClaimResponse)(nil),     // 12: volplane.binder.v1.SyncClaimResponse
-	(*SyncVolumeRequest)(nil),     // 13: volplane.binder.v1.SyncVolumeRequest
-	(*SyncVolumeResponse)(nil),    // 14: volplane.binder.v1.SyncVolumeResponse
-	(*GetStatusRequest)(nil),      // 15: volplane.binder.v1.GetStatusRequest
-	(*GetStatusResponse)(nil),     // 16: volplane.binder.v1.GetStatusResponse
-	(*timestamppb.Timestamp)(nil), // 17: google.protobuf.Timestamp
+	(Decision)(0),                 // 0: volplane.binder.v1.Decision
+	(Rule)(0),                     // 1: volplane.binder.v1.Rule
+	(*Claim)(nil),                 // 2: volplane.binder.v1.Claim
+	(*ClaimReference)(nil),        // 3: volplane.binder.v1.ClaimReference
+	(*Volume)(nil),                // 4: volplane.binder.v1.Volume
+	(*ListClaimsRequest)(nil),     // 5: volplane.binder.v1.ListClaimsRequest
+	(*ListClaimsResponse)(nil),    // 6: volplane.binder.v1.ListClaimsResponse
+	(*GetClaimRequest)(nil),       // 7: volplane.binder.v1.GetClaimRequest
+	(*GetClaimResponse)(nil),      // 8: volplane.binder.v1.GetClaimResponse
+	(*ListVolumesRequest)(nil),    // 9: volplane.binder.v1.ListVolumesRequest
+	(*ListVolumesResponse)(nil),   // 10: volplane.binder.v1.ListVolumesResponse
+	(*GetVolumeRequest)(nil),      // 11: volplane.binder.v1.GetVolumeRequest
+	(*GetVolumeResponse)(nil),     // 12: volplane.binder.v1.GetVolumeResponse
+	(*SyncClaimRequest)(nil),      // 13: volplane.binder.v1.SyncClaimRequest
+	(*SyncClaimResponse)(nil),     // 14: volplane.binder.v1.SyncClaimResponse
+	(*SyncVolumeRequest)(nil),     // 15: volplane.binder.v1.SyncVolumeRequest
+	(*SyncVolumeResponse)(nil),    // 16: volplane.binder.v1.SyncVolumeResponse
+	(*GetStatusRequest)(nil),      // 17: volplane.binder.v1.GetStatusRequest
+	(*GetStatusResponse)(nil),     // 18: volplane.binder.v1.GetStatusResponse
+	(*Candidate)(nil),             // 19: volplane.binder.v1.Candidate
+	(*ExplainClaimRequest)(nil),   // 20: volplane.binder.v1.ExplainClaimRequest
+	(*Binding)(nil),               // 21: volplane.binder.v1.Binding
+	(*ProvisioningOperation)(nil), // 22: volplane.binder.v1.ProvisioningOperation
+	(*Provisioning)(nil),          // 23: volplane.binder.v1.Provisioning
+	(*ExplainClaimResponse)(nil),  // 24: volplane.binder.v1.ExplainClaimResponse
+	(*MatchClaimRequest)(nil),     // 25: volplane.binder.v1.MatchClaimRequest
+	(*MatchClaimResponse)(nil),    // 26: volplane.binder.v1.MatchClaimResponse
+	(*timestamppb.Timestamp)(nil), // 27: google.protobuf.Timestamp
+	(*structpb.Struct)(nil),       // 28: google.protobuf.Struct
+	(*v1.CreateVolumePlan)(nil),   // 29: volplane.provisioner.v1.CreateVolumePlan
 }
 var file_volplane_binder_v1_binder_proto_depIdxs = []int32{
-	17, // 0: volplane.binder.v1.Claim.create_time:type_name -> google.protobuf.Timestamp
-	1,  // 1: volplane.binder.v1.Volume.claim_ref:type_name -> volplane.binder.v1.ClaimReference
-	17, // 2: volplane.binder.v1.Volume.create_time:type_name -> google.protobuf.Timestamp
-	0,  // 3: volplane.binder.v1.ListClaimsResponse.claims:type_name -> volplane.binder.v1.Claim
-	0,  // 4: volplane.binder.v1.GetClaimResponse.claim:type_name -> volplane.binder.v1.Claim
-	2,  // 5: volplane.binder.v1.ListVolumesResponse.volumes:type_name -> volplane.binder.v1.Volume
-	2,  // 6: volplane.binder.v1.GetVolumeResponse.volume:type_name -> volplane.binder.v1.Volume
-	3,  // 7: volplane.binder.v1.BinderService.ListClaims:input_type -> volplane.binder.v1.ListClaimsRequest
-	5,  // 8: volplane.binder.v1.BinderService.GetClaim:input_type -> volplane.binder.v1.GetClaimRequest
-	7,  // 9: volplane.binder.v1.BinderService.ListVolumes:input_type -> volplane.binder.v1.ListVolumesRequest
-	9,  // 10: volplane.binder.v1.BinderService.GetVolume:input_type -> volplane.binder.v1.GetVolumeRequest
-	11, // 11: volplane.binder.v1.BinderService.SyncClaim:input_type -> volplane.binder.v1.SyncClaimRequest
-	13, // 12: volplane.binder.v1.BinderService.SyncVolume:input_type -> volplane.binder.v1.SyncVolumeRequest
-	15, // 13: volplane.binder.v1.BinderService.GetStatus:input_type -> volplane.binder.v1.GetStatusRequest
-	4,  // 14: volplane.binder.v1.BinderService.ListClaims:output_type -> volplane.binder.v1.ListClaimsResponse
-	6,  // 15: volplane.binder.v1.BinderService.GetClaim:output_type -> volplane.binder.v1.GetClaimResponse
-	8,  // 16: volplane.binder.v1.BinderService.ListVolumes:output_type -> volplane.binder.v1.ListVolumesResponse
-	10, // 17: volplane.binder.v1.BinderService.GetVolume:output_type -> volplane.binder.v1.GetVolumeResponse
-	12, // 18: volplane.binder.v1.BinderService.SyncClaim:output_type -> volplane.binder.v1.SyncClaimResponse
-	14, // 19: volplane.binder.v1.BinderService.SyncVolume:output_type -> volplane.binder.v1.SyncVolumeResponse
-	16, // 20: volplane.binder.v1.BinderService.GetStatus:output_type -> volplane.binder.v1.GetStatusResponse
-	14, // [14:21] is the sub-list for method output_type
-	7,  // [7:14] is the sub-list for method input_type
-	7,  // [7:7] is the sub-list for extension type_name
-	7,  // [7:7] is the sub-list for extension extendee
-	0,  // [0:7] is the sub-list for field type_name
+	27, // 0: volplane.binder.v1.Claim.create_time:type_name -> google.protobuf.Timestamp
+	3,  // 1: volplane.binder.v1.Volume.claim_ref:type_name -> volplane.binder.v1.ClaimReference
+	27, // 2: volplane.binder.v1.Volume.create_time:type_name -> google.protobuf.Timestamp
+	2,  // 3: volplane.binder.v1.ListClaimsResponse.claims:type_name -> volplane.binder.v1.Claim
+	2,  // 4: volplane.binder.v1.GetClaimResponse.claim:type_name -> volplane.binder.v1.Claim
+	4,  // 5: volplane.binder.v1.ListVolumesResponse.volumes:type_name -> volplane.binder.v1.Volume
+	4,  // 6: volplane.binder.v1.GetVolumeResponse.volume:type_name -> volplane.binder.v1.Volume
+	1,  // 7: volplane.binder.v1.Candidate.rejected_by:type_name -> volplane.binder.v1.Rule
+	27, // 8: volplane.binder.v1.ProvisioningOperation.last_attempt_time:type_name -> google.protobuf.Timestamp
+	27, // 9: volplane.binder.v1.ProvisioningOperation.start_time:type_name -> google.protobuf.Timestamp
+	22, // 10: volplane.binder.v1.Provisioning.operation:type_name -> volplane.binder.v1.ProvisioningOperation
+	27, // 11: volplane.binder.v1.Provisioning.next_retry_time:type_name -> google.protobuf.Timestamp
+	2,  // 12: volplane.binder.v1.ExplainClaimResponse.claim:type_name -> volplane.binder.v1.Claim
+	0,  // 13: volplane.binder.v1.ExplainClaimResponse.decision:type_name -> volplane.binder.v1.Decision
+	19, // 14: volplane.binder.v1.ExplainClaimResponse.candidates:type_name -> volplane.binder.v1.Candidate
+	21, // 15: volplane.binder.v1.ExplainClaimResponse.binding:type_name -> volplane.binder.v1.Binding
+	23, // 16: volplane.binder.v1.ExplainClaimResponse.provisioning:type_name -> volplane.binder.v1.Provisioning
+	28, // 17: volplane.binder.v1.MatchClaimRequest.claim:type_name -> google.protobuf.Struct
+	2,  // 18: volplane.binder.v1.MatchClaimResponse.claim:type_name -> volplane.binder.v1.Claim
+	0,  // 19: volplane.binder.v1.MatchClaimResponse.decision:type_name -> volplane.binder.v1.Decision
+	19, // 20: volplane.binder.v1.MatchClaimResponse.candidates:type_name -> volplane.binder.v1.Candidate
+	23, // 21: volplane.binder.v1.MatchClaimResponse.provisioning:type_name -> volplane.binder.v1.Provisioning
+	29, // 22: volplane.binder.v1.MatchClaimResponse.create_volume:type_name -> volplane.provisioner.v1.CreateVolumePlan
+	5,  // 23: volplane.binder.v1.BinderService.ListClaims:input_type -> volplane.binder.v1.ListClaimsRequest
+	7,  // 24: volplane.binder.v1.BinderService.GetClaim:input_type -> volplane.binder.v1.GetClaimRequest
+	9,  // 25: volplane.binder.v1.BinderService.ListVolumes:input_type -> volplane.binder.v1.ListVolumesRequest
+	11, // 26: volplane.binder.v1.BinderService.GetVolume:input_type -> volplane.binder.v1.GetVolumeRequest
+	13, // 27: volplane.binder.v1.BinderService.SyncClaim:input_type -> volplane.binder.v1.SyncClaimRequest
+	15, // 28: volplane.binder.v1.BinderService.SyncVolume:input_type -> volplane.binder.v1.SyncVolumeRequest
+	17, // 29: volplane.binder.v1.BinderService.GetStatus:input_type -> volplane.binder.v1.GetStatusRequest
+	20, // 30: volplane.binder.v1.BinderService.ExplainClaim:input_type -> volplane.binder.v1.ExplainClaimRequest
+	25, // 31: volplane.binder.v1.BinderService.MatchClaim:input_type -> volplane.binder.v1.MatchClaimRequest
+	6,  // 32: volplane.binder.v1.BinderService.ListClaims:output_type -> volplane.binder.v1.ListClaimsResponse
+	8,  // 33: volplane.binder.v1.BinderService.GetClaim:output_type -> volplane.binder.v1.GetClaimResponse
+	10, // 34: volplane.binder.v1.BinderService.ListVolumes:output_type -> volplane.binder.v1.ListVolumesResponse
+	12, // 35: volplane.binder.v1.BinderService.GetVolume:output_type -> volplane.binder.v1.GetVolumeResponse
+	14, // 36: volplane.binder.v1.BinderService.SyncClaim:output_type -> volplane.binder.v1.SyncClaimResponse
+	16, // 37: volplane.binder.v1.BinderService.SyncVolume:output_type -> volplane.binder.v1.SyncVolumeResponse
+	18, // 38: volplane.binder.v1.BinderService.GetStatus:output_type -> volplane.binder.v1.GetStatusResponse
+	24, // 39: volplane.binder.v1.BinderService.ExplainClaim:output_type -> volplane.binder.v1.ExplainClaimResponse
+	26, // 40: volplane.binder.v1.BinderService.MatchClaim:output_type -> volplane.binder.v1.MatchClaimResponse
+	32, // [32:41] is the sub-list for method output_type
+	23, // [23:32] is the sub-list for method input_type
+	23, // [23:23] is the sub-list for extension type_name
+	23, // [23:23] is the sub-list for extension extendee
+	0,  // [0:23] is the sub-list for field type_name
 }
 
 func init() { file_volplane_binder_v1_binder_proto_init() }
@@ -1454,13 +2716,14 @@ func file_volplane_binder_v1_binder_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_volplane_binder_v1_binder_proto_rawDesc), len(file_volplane_binder_v1_binder_proto_rawDesc)),
-			NumEnums:      0,
-			NumMessages:   17,
+			NumEnums:      2,
+			NumMessages:   25,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
 		GoTypes:           file_volplane_binder_v1_binder_proto_goTypes,
 		DependencyIndexes: file_volplane_binder_v1_binder_proto_depIdxs,
+		EnumInfos:         file_volplane_binder_v1_binder_proto_enumTypes,
 		MessageInfos:      file_volplane_binder_v1_binder_proto_msgTypes,
 	}.Build()
 	File_volplane_binder_v1_binder_proto = out.File

@@ -19,13 +19,15 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	BinderService_ListClaims_FullMethodName  = "/volplane.binder.v1.BinderService/ListClaims"
-	BinderService_GetClaim_FullMethodName    = "/volplane.binder.v1.BinderService/GetClaim"
-	BinderService_ListVolumes_FullMethodName = "/volplane.binder.v1.BinderService/ListVolumes"
-	BinderService_GetVolume_FullMethodName   = "/volplane.binder.v1.BinderService/GetVolume"
-	BinderService_SyncClaim_FullMethodName   = "/volplane.binder.v1.BinderService/SyncClaim"
-	BinderService_SyncVolume_FullMethodName  = "/volplane.binder.v1.BinderService/SyncVolume"
-	BinderService_GetStatus_FullMethodName   = "/volplane.binder.v1.BinderService/GetStatus"
+	BinderService_ListClaims_FullMethodName   = "/volplane.binder.v1.BinderService/ListClaims"
+	BinderService_GetClaim_FullMethodName     = "/volplane.binder.v1.BinderService/GetClaim"
+	BinderService_ListVolumes_FullMethodName  = "/volplane.binder.v1.BinderService/ListVolumes"
+	BinderService_GetVolume_FullMethodName    = "/volplane.binder.v1.BinderService/GetVolume"
+	BinderService_SyncClaim_FullMethodName    = "/volplane.binder.v1.BinderService/SyncClaim"
+	BinderService_SyncVolume_FullMethodName   = "/volplane.binder.v1.BinderService/SyncVolume"
+	BinderService_GetStatus_FullMethodName    = "/volplane.binder.v1.BinderService/GetStatus"
+	BinderService_ExplainClaim_FullMethodName = "/volplane.binder.v1.BinderService/ExplainClaim"
+	BinderService_MatchClaim_FullMethodName   = "/volplane.binder.v1.BinderService/MatchClaim"
 )
 
 // BinderServiceClient is the client API for BinderService service.
@@ -51,6 +53,20 @@ type BinderServiceClient interface {
 	SyncVolume(ctx context.Context, in *SyncVolumeRequest, opts ...grpc.CallOption) (*SyncVolumeResponse, error)
 	// GetStatus reports the binder replica's state.
 	GetStatus(ctx context.Context, in *GetStatusRequest, opts ...grpc.CallOption) (*GetStatusResponse, error)
+	// ExplainClaim says why a claim is where it is. For a claim still
+	// waiting: every volume the binder's matcher considers for it, in the
+	// order it ranks them, each with the first rule that rejects it, the
+	// volume it would bind now (the very choice its sync makes), and the
+	// provisioning side. For a bound claim: how it was bound. The candidates
+	// come in pages. An unknown claim is NotFound. Answered by the replica
+	// that owns the claim (passed on when another gets it).
+	ExplainClaim(ctx context.Context, in *ExplainClaimRequest, opts ...grpc.CallOption) (*ExplainClaimResponse, error)
+	// MatchClaim says what would happen if a claim were created now: the
+	// volume it would bind, or how it would be provisioned, or why neither.
+	// The claim is first created as a server-side dry run, so the API
+	// server's validation and admission apply (a claim it would refuse is
+	// InvalidArgument naming the field); nothing is written anywhere.
+	MatchClaim(ctx context.Context, in *MatchClaimRequest, opts ...grpc.CallOption) (*MatchClaimResponse, error)
 }
 
 type binderServiceClient struct {
@@ -131,6 +147,26 @@ func (c *binderServiceClient) GetStatus(ctx context.Context, in *GetStatusReques
 	return out, nil
 }
 
+func (c *binderServiceClient) ExplainClaim(ctx context.Context, in *ExplainClaimRequest, opts ...grpc.CallOption) (*ExplainClaimResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ExplainClaimResponse)
+	err := c.cc.Invoke(ctx, BinderService_ExplainClaim_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *binderServiceClient) MatchClaim(ctx context.Context, in *MatchClaimRequest, opts ...grpc.CallOption) (*MatchClaimResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(MatchClaimResponse)
+	err := c.cc.Invoke(ctx, BinderService_MatchClaim_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // BinderServiceServer is the server API for BinderService service.
 // All implementations must embed UnimplementedBinderServiceServer
 // for forward compatibility.
@@ -154,6 +190,20 @@ type BinderServiceServer interface {
 	SyncVolume(context.Context, *SyncVolumeRequest) (*SyncVolumeResponse, error)
 	// GetStatus reports the binder replica's state.
 	GetStatus(context.Context, *GetStatusRequest) (*GetStatusResponse, error)
+	// ExplainClaim says why a claim is where it is. For a claim still
+	// waiting: every volume the binder's matcher considers for it, in the
+	// order it ranks them, each with the first rule that rejects it, the
+	// volume it would bind now (the very choice its sync makes), and the
+	// provisioning side. For a bound claim: how it was bound. The candidates
+	// come in pages. An unknown claim is NotFound. Answered by the replica
+	// that owns the claim (passed on when another gets it).
+	ExplainClaim(context.Context, *ExplainClaimRequest) (*ExplainClaimResponse, error)
+	// MatchClaim says what would happen if a claim were created now: the
+	// volume it would bind, or how it would be provisioned, or why neither.
+	// The claim is first created as a server-side dry run, so the API
+	// server's validation and admission apply (a claim it would refuse is
+	// InvalidArgument naming the field); nothing is written anywhere.
+	MatchClaim(context.Context, *MatchClaimRequest) (*MatchClaimResponse, error)
 	mustEmbedUnimplementedBinderServiceServer()
 }
 
@@ -184,6 +234,12 @@ func (UnimplementedBinderServiceServer) SyncVolume(context.Context, *SyncVolumeR
 }
 func (UnimplementedBinderServiceServer) GetStatus(context.Context, *GetStatusRequest) (*GetStatusResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method GetStatus not implemented")
+}
+func (UnimplementedBinderServiceServer) ExplainClaim(context.Context, *ExplainClaimRequest) (*ExplainClaimResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ExplainClaim not implemented")
+}
+func (UnimplementedBinderServiceServer) MatchClaim(context.Context, *MatchClaimRequest) (*MatchClaimResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method MatchClaim not implemented")
 }
 func (UnimplementedBinderServiceServer) mustEmbedUnimplementedBinderServiceServer() {}
 func (UnimplementedBinderServiceServer) testEmbeddedByValue()                       {}
@@ -332,6 +388,42 @@ func _BinderService_GetStatus_Handler(srv interface{}, ctx context.Context, dec 
 	return interceptor(ctx, in, info, handler)
 }
 
+func _BinderService_ExplainClaim_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ExplainClaimRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(BinderServiceServer).ExplainClaim(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: BinderService_ExplainClaim_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(BinderServiceServer).ExplainClaim(ctx, req.(*ExplainClaimRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _BinderService_MatchClaim_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(MatchClaimRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(BinderServiceServer).MatchClaim(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: BinderService_MatchClaim_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(BinderServiceServer).MatchClaim(ctx, req.(*MatchClaimRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // BinderService_ServiceDesc is the grpc.ServiceDesc for BinderService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -366,6 +458,14 @@ var BinderService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "GetStatus",
 			Handler:    _BinderService_GetStatus_Handler,
+		},
+		{
+			MethodName: "ExplainClaim",
+			Handler:    _BinderService_ExplainClaim_Handler,
+		},
+		{
+			MethodName: "MatchClaim",
+			Handler:    _BinderService_MatchClaim_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

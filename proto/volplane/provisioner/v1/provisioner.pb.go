@@ -642,9 +642,15 @@ type Operation struct {
 	// replica may take it over.
 	Owner string `protobuf:"bytes,9,opt,name=owner,proto3" json:"owner,omitempty"`
 	// The StorageClass provisioner (CSI driver) name.
-	Provisioner   string `protobuf:"bytes,10,opt,name=provisioner,proto3" json:"provisioner,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Provisioner string `protobuf:"bytes,10,opt,name=provisioner,proto3" json:"provisioner,omitempty"`
+	// gRPC code of the last CSI error (e.g. DEADLINE_EXCEEDED), if any.
+	LastErrorCode string `protobuf:"bytes,11,opt,name=last_error_code,json=lastErrorCode,proto3" json:"last_error_code,omitempty"`
+	// The message of the last CSI error, if any.
+	LastErrorMessage string `protobuf:"bytes,12,opt,name=last_error_message,json=lastErrorMessage,proto3" json:"last_error_message,omitempty"`
+	// When the last attempt ended.
+	LastAttemptTime *timestamppb.Timestamp `protobuf:"bytes,13,opt,name=last_attempt_time,json=lastAttemptTime,proto3" json:"last_attempt_time,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *Operation) Reset() {
@@ -747,6 +753,27 @@ func (x *Operation) GetProvisioner() string {
 	return ""
 }
 
+func (x *Operation) GetLastErrorCode() string {
+	if x != nil {
+		return x.LastErrorCode
+	}
+	return ""
+}
+
+func (x *Operation) GetLastErrorMessage() string {
+	if x != nil {
+		return x.LastErrorMessage
+	}
+	return ""
+}
+
+func (x *Operation) GetLastAttemptTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.LastAttemptTime
+	}
+	return nil
+}
+
 // ListOperationsRequest asks for the operations in flight. Filters
 // combine (AND); an empty one selects all.
 type ListOperationsRequest struct {
@@ -762,8 +789,11 @@ type ListOperationsRequest struct {
 	Driver string `protobuf:"bytes,4,opt,name=driver,proto3" json:"driver,omitempty"`
 	// Only provisionings for claims in this namespace.
 	ClaimNamespace string `protobuf:"bytes,5,opt,name=claim_namespace,json=claimNamespace,proto3" json:"claim_namespace,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// Only the provisioning of the claim with this UID (found directly: its
+	// volume's name derives from the UID); empty means every operation.
+	ClaimUid      string `protobuf:"bytes,6,opt,name=claim_uid,json=claimUid,proto3" json:"claim_uid,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ListOperationsRequest) Reset() {
@@ -827,6 +857,13 @@ func (x *ListOperationsRequest) GetDriver() string {
 func (x *ListOperationsRequest) GetClaimNamespace() string {
 	if x != nil {
 		return x.ClaimNamespace
+	}
+	return ""
+}
+
+func (x *ListOperationsRequest) GetClaimUid() string {
+	if x != nil {
+		return x.ClaimUid
 	}
 	return ""
 }
@@ -1519,6 +1556,381 @@ func (x *DeleteOrphanResponse) GetOrphan() *Orphan {
 	return nil
 }
 
+// PlanVolumeRequest carries the claim to plan a volume for.
+type PlanVolumeRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The claim (Kubernetes protobuf): its namespace, UID, spec and
+	// annotations (the selected node, for topology) are used.
+	Claim         []byte `protobuf:"bytes,1,opt,name=claim,proto3" json:"claim,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PlanVolumeRequest) Reset() {
+	*x = PlanVolumeRequest{}
+	mi := &file_volplane_provisioner_v1_provisioner_proto_msgTypes[19]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PlanVolumeRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PlanVolumeRequest) ProtoMessage() {}
+
+func (x *PlanVolumeRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_volplane_provisioner_v1_provisioner_proto_msgTypes[19]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PlanVolumeRequest.ProtoReflect.Descriptor instead.
+func (*PlanVolumeRequest) Descriptor() ([]byte, []int) {
+	return file_volplane_provisioner_v1_provisioner_proto_rawDescGZIP(), []int{19}
+}
+
+func (x *PlanVolumeRequest) GetClaim() []byte {
+	if x != nil {
+		return x.Claim
+	}
+	return nil
+}
+
+// VolumeCapability is one CSI volume capability of a CreateVolume request.
+type VolumeCapability struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The CSI access mode, e.g. SINGLE_NODE_WRITER.
+	AccessMode string `protobuf:"bytes,1,opt,name=access_mode,json=accessMode,proto3" json:"access_mode,omitempty"`
+	// A raw block volume; otherwise a mounted filesystem.
+	Block bool `protobuf:"varint,2,opt,name=block,proto3" json:"block,omitempty"`
+	// The filesystem, for a mounted volume.
+	FsType string `protobuf:"bytes,3,opt,name=fs_type,json=fsType,proto3" json:"fs_type,omitempty"`
+	// Mount flags, for a mounted volume.
+	MountFlags    []string `protobuf:"bytes,4,rep,name=mount_flags,json=mountFlags,proto3" json:"mount_flags,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *VolumeCapability) Reset() {
+	*x = VolumeCapability{}
+	mi := &file_volplane_provisioner_v1_provisioner_proto_msgTypes[20]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *VolumeCapability) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*VolumeCapability) ProtoMessage() {}
+
+func (x *VolumeCapability) ProtoReflect() protoreflect.Message {
+	mi := &file_volplane_provisioner_v1_provisioner_proto_msgTypes[20]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use VolumeCapability.ProtoReflect.Descriptor instead.
+func (*VolumeCapability) Descriptor() ([]byte, []int) {
+	return file_volplane_provisioner_v1_provisioner_proto_rawDescGZIP(), []int{20}
+}
+
+func (x *VolumeCapability) GetAccessMode() string {
+	if x != nil {
+		return x.AccessMode
+	}
+	return ""
+}
+
+func (x *VolumeCapability) GetBlock() bool {
+	if x != nil {
+		return x.Block
+	}
+	return false
+}
+
+func (x *VolumeCapability) GetFsType() string {
+	if x != nil {
+		return x.FsType
+	}
+	return ""
+}
+
+func (x *VolumeCapability) GetMountFlags() []string {
+	if x != nil {
+		return x.MountFlags
+	}
+	return nil
+}
+
+// TopologySegment is one CSI topology: segment keys and values.
+type TopologySegment struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The segments.
+	Segments      map[string]string `protobuf:"bytes,1,rep,name=segments,proto3" json:"segments,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TopologySegment) Reset() {
+	*x = TopologySegment{}
+	mi := &file_volplane_provisioner_v1_provisioner_proto_msgTypes[21]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TopologySegment) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TopologySegment) ProtoMessage() {}
+
+func (x *TopologySegment) ProtoReflect() protoreflect.Message {
+	mi := &file_volplane_provisioner_v1_provisioner_proto_msgTypes[21]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TopologySegment.ProtoReflect.Descriptor instead.
+func (*TopologySegment) Descriptor() ([]byte, []int) {
+	return file_volplane_provisioner_v1_provisioner_proto_rawDescGZIP(), []int{21}
+}
+
+func (x *TopologySegment) GetSegments() map[string]string {
+	if x != nil {
+		return x.Segments
+	}
+	return nil
+}
+
+// CreateVolumePlan is a CreateVolume request without its secrets.
+type CreateVolumePlan struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// name: the PersistentVolume's name, from the claim's UID.
+	VolumeName string `protobuf:"bytes,1,opt,name=volume_name,json=volumeName,proto3" json:"volume_name,omitempty"`
+	// The CSI driver it goes to.
+	DriverName string `protobuf:"bytes,2,opt,name=driver_name,json=driverName,proto3" json:"driver_name,omitempty"`
+	// capacity_range.required_bytes.
+	RequiredBytes int64 `protobuf:"varint,3,opt,name=required_bytes,json=requiredBytes,proto3" json:"required_bytes,omitempty"`
+	// capacity_range.limit_bytes; 0 when none.
+	LimitBytes int64 `protobuf:"varint,4,opt,name=limit_bytes,json=limitBytes,proto3" json:"limit_bytes,omitempty"`
+	// volume_capabilities.
+	VolumeCapabilities []*VolumeCapability `protobuf:"bytes,5,rep,name=volume_capabilities,json=volumeCapabilities,proto3" json:"volume_capabilities,omitempty"`
+	// parameters: the class's parameters the driver gets.
+	Parameters map[string]string `protobuf:"bytes,6,rep,name=parameters,proto3" json:"parameters,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// mutable_parameters.
+	MutableParameters map[string]string `protobuf:"bytes,7,rep,name=mutable_parameters,json=mutableParameters,proto3" json:"mutable_parameters,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// accessibility_requirements.requisite.
+	RequisiteTopology []*TopologySegment `protobuf:"bytes,8,rep,name=requisite_topology,json=requisiteTopology,proto3" json:"requisite_topology,omitempty"`
+	// accessibility_requirements.preferred, in order.
+	PreferredTopology []*TopologySegment `protobuf:"bytes,9,rep,name=preferred_topology,json=preferredTopology,proto3" json:"preferred_topology,omitempty"`
+	// volume_content_source: the snapshot to restore, if any.
+	SourceSnapshotId string `protobuf:"bytes,10,opt,name=source_snapshot_id,json=sourceSnapshotId,proto3" json:"source_snapshot_id,omitempty"`
+	// volume_content_source: the volume to clone, if any.
+	SourceVolumeId string `protobuf:"bytes,11,opt,name=source_volume_id,json=sourceVolumeId,proto3" json:"source_volume_id,omitempty"`
+	// The class names provisioner secrets the call would carry (never shown).
+	WithSecrets   bool `protobuf:"varint,12,opt,name=with_secrets,json=withSecrets,proto3" json:"with_secrets,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CreateVolumePlan) Reset() {
+	*x = CreateVolumePlan{}
+	mi := &file_volplane_provisioner_v1_provisioner_proto_msgTypes[22]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CreateVolumePlan) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CreateVolumePlan) ProtoMessage() {}
+
+func (x *CreateVolumePlan) ProtoReflect() protoreflect.Message {
+	mi := &file_volplane_provisioner_v1_provisioner_proto_msgTypes[22]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CreateVolumePlan.ProtoReflect.Descriptor instead.
+func (*CreateVolumePlan) Descriptor() ([]byte, []int) {
+	return file_volplane_provisioner_v1_provisioner_proto_rawDescGZIP(), []int{22}
+}
+
+func (x *CreateVolumePlan) GetVolumeName() string {
+	if x != nil {
+		return x.VolumeName
+	}
+	return ""
+}
+
+func (x *CreateVolumePlan) GetDriverName() string {
+	if x != nil {
+		return x.DriverName
+	}
+	return ""
+}
+
+func (x *CreateVolumePlan) GetRequiredBytes() int64 {
+	if x != nil {
+		return x.RequiredBytes
+	}
+	return 0
+}
+
+func (x *CreateVolumePlan) GetLimitBytes() int64 {
+	if x != nil {
+		return x.LimitBytes
+	}
+	return 0
+}
+
+func (x *CreateVolumePlan) GetVolumeCapabilities() []*VolumeCapability {
+	if x != nil {
+		return x.VolumeCapabilities
+	}
+	return nil
+}
+
+func (x *CreateVolumePlan) GetParameters() map[string]string {
+	if x != nil {
+		return x.Parameters
+	}
+	return nil
+}
+
+func (x *CreateVolumePlan) GetMutableParameters() map[string]string {
+	if x != nil {
+		return x.MutableParameters
+	}
+	return nil
+}
+
+func (x *CreateVolumePlan) GetRequisiteTopology() []*TopologySegment {
+	if x != nil {
+		return x.RequisiteTopology
+	}
+	return nil
+}
+
+func (x *CreateVolumePlan) GetPreferredTopology() []*TopologySegment {
+	if x != nil {
+		return x.PreferredTopology
+	}
+	return nil
+}
+
+func (x *CreateVolumePlan) GetSourceSnapshotId() string {
+	if x != nil {
+		return x.SourceSnapshotId
+	}
+	return ""
+}
+
+func (x *CreateVolumePlan) GetSourceVolumeId() string {
+	if x != nil {
+		return x.SourceVolumeId
+	}
+	return ""
+}
+
+func (x *CreateVolumePlan) GetWithSecrets() bool {
+	if x != nil {
+		return x.WithSecrets
+	}
+	return false
+}
+
+// PlanVolumeResponse is the request Provision would send.
+type PlanVolumeResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The class's provisioner name.
+	ProvisionerName string `protobuf:"bytes,1,opt,name=provisioner_name,json=provisionerName,proto3" json:"provisioner_name,omitempty"`
+	// The driver answered its last probe (Provision waits while it does not).
+	DriverReady bool `protobuf:"varint,2,opt,name=driver_ready,json=driverReady,proto3" json:"driver_ready,omitempty"`
+	// The request.
+	Plan          *CreateVolumePlan `protobuf:"bytes,3,opt,name=plan,proto3" json:"plan,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PlanVolumeResponse) Reset() {
+	*x = PlanVolumeResponse{}
+	mi := &file_volplane_provisioner_v1_provisioner_proto_msgTypes[23]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PlanVolumeResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PlanVolumeResponse) ProtoMessage() {}
+
+func (x *PlanVolumeResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_volplane_provisioner_v1_provisioner_proto_msgTypes[23]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PlanVolumeResponse.ProtoReflect.Descriptor instead.
+func (*PlanVolumeResponse) Descriptor() ([]byte, []int) {
+	return file_volplane_provisioner_v1_provisioner_proto_rawDescGZIP(), []int{23}
+}
+
+func (x *PlanVolumeResponse) GetProvisionerName() string {
+	if x != nil {
+		return x.ProvisionerName
+	}
+	return ""
+}
+
+func (x *PlanVolumeResponse) GetDriverReady() bool {
+	if x != nil {
+		return x.DriverReady
+	}
+	return false
+}
+
+func (x *PlanVolumeResponse) GetPlan() *CreateVolumePlan {
+	if x != nil {
+		return x.Plan
+	}
+	return nil
+}
+
 var File_volplane_provisioner_v1_provisioner_proto protoreflect.FileDescriptor
 
 const file_volplane_provisioner_v1_provisioner_proto_rawDesc = "" +
@@ -1559,7 +1971,7 @@ const file_volplane_provisioner_v1_provisioner_proto_rawDesc = "" +
 	"page_token\x18\x02 \x01(\tR\tpageToken\"x\n" +
 	"\x13ListDriversResponse\x129\n" +
 	"\adrivers\x18\x01 \x03(\v2\x1f.volplane.provisioner.v1.DriverR\adrivers\x12&\n" +
-	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\xd3\x02\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\xf1\x03\n" +
 	"\tOperation\x12\x12\n" +
 	"\x04kind\x18\x01 \x01(\tR\x04kind\x12\x1f\n" +
 	"\vvolume_name\x18\x02 \x01(\tR\n" +
@@ -1575,14 +1987,18 @@ const file_volplane_provisioner_v1_provisioner_proto_rawDesc = "" +
 	"start_time\x18\b \x01(\v2\x1a.google.protobuf.TimestampR\tstartTime\x12\x14\n" +
 	"\x05owner\x18\t \x01(\tR\x05owner\x12 \n" +
 	"\vprovisioner\x18\n" +
-	" \x01(\tR\vprovisioner\"\xa8\x01\n" +
+	" \x01(\tR\vprovisioner\x12&\n" +
+	"\x0flast_error_code\x18\v \x01(\tR\rlastErrorCode\x12,\n" +
+	"\x12last_error_message\x18\f \x01(\tR\x10lastErrorMessage\x12F\n" +
+	"\x11last_attempt_time\x18\r \x01(\v2\x1a.google.protobuf.TimestampR\x0flastAttemptTime\"\xc5\x01\n" +
 	"\x15ListOperationsRequest\x12\x1b\n" +
 	"\tpage_size\x18\x01 \x01(\x05R\bpageSize\x12\x1d\n" +
 	"\n" +
 	"page_token\x18\x02 \x01(\tR\tpageToken\x12\x12\n" +
 	"\x04kind\x18\x03 \x01(\tR\x04kind\x12\x16\n" +
 	"\x06driver\x18\x04 \x01(\tR\x06driver\x12'\n" +
-	"\x0fclaim_namespace\x18\x05 \x01(\tR\x0eclaimNamespace\"\x84\x01\n" +
+	"\x0fclaim_namespace\x18\x05 \x01(\tR\x0eclaimNamespace\x12\x1b\n" +
+	"\tclaim_uid\x18\x06 \x01(\tR\bclaimUid\"\x84\x01\n" +
 	"\x16ListOperationsResponse\x12B\n" +
 	"\n" +
 	"operations\x18\x01 \x03(\v2\".volplane.provisioner.v1.OperationR\n" +
@@ -1641,7 +2057,50 @@ const file_volplane_provisioner_v1_provisioner_proto_rawDesc = "" +
 	"driverName\x12\x1b\n" +
 	"\tvolume_id\x18\x02 \x01(\tR\bvolumeId\"O\n" +
 	"\x14DeleteOrphanResponse\x127\n" +
-	"\x06orphan\x18\x01 \x01(\v2\x1f.volplane.provisioner.v1.OrphanR\x06orphan*\x82\x01\n" +
+	"\x06orphan\x18\x01 \x01(\v2\x1f.volplane.provisioner.v1.OrphanR\x06orphan\")\n" +
+	"\x11PlanVolumeRequest\x12\x14\n" +
+	"\x05claim\x18\x01 \x01(\fR\x05claim\"\x83\x01\n" +
+	"\x10VolumeCapability\x12\x1f\n" +
+	"\vaccess_mode\x18\x01 \x01(\tR\n" +
+	"accessMode\x12\x14\n" +
+	"\x05block\x18\x02 \x01(\bR\x05block\x12\x17\n" +
+	"\afs_type\x18\x03 \x01(\tR\x06fsType\x12\x1f\n" +
+	"\vmount_flags\x18\x04 \x03(\tR\n" +
+	"mountFlags\"\xa2\x01\n" +
+	"\x0fTopologySegment\x12R\n" +
+	"\bsegments\x18\x01 \x03(\v26.volplane.provisioner.v1.TopologySegment.SegmentsEntryR\bsegments\x1a;\n" +
+	"\rSegmentsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xf6\x06\n" +
+	"\x10CreateVolumePlan\x12\x1f\n" +
+	"\vvolume_name\x18\x01 \x01(\tR\n" +
+	"volumeName\x12\x1f\n" +
+	"\vdriver_name\x18\x02 \x01(\tR\n" +
+	"driverName\x12%\n" +
+	"\x0erequired_bytes\x18\x03 \x01(\x03R\rrequiredBytes\x12\x1f\n" +
+	"\vlimit_bytes\x18\x04 \x01(\x03R\n" +
+	"limitBytes\x12Z\n" +
+	"\x13volume_capabilities\x18\x05 \x03(\v2).volplane.provisioner.v1.VolumeCapabilityR\x12volumeCapabilities\x12Y\n" +
+	"\n" +
+	"parameters\x18\x06 \x03(\v29.volplane.provisioner.v1.CreateVolumePlan.ParametersEntryR\n" +
+	"parameters\x12o\n" +
+	"\x12mutable_parameters\x18\a \x03(\v2@.volplane.provisioner.v1.CreateVolumePlan.MutableParametersEntryR\x11mutableParameters\x12W\n" +
+	"\x12requisite_topology\x18\b \x03(\v2(.volplane.provisioner.v1.TopologySegmentR\x11requisiteTopology\x12W\n" +
+	"\x12preferred_topology\x18\t \x03(\v2(.volplane.provisioner.v1.TopologySegmentR\x11preferredTopology\x12,\n" +
+	"\x12source_snapshot_id\x18\n" +
+	" \x01(\tR\x10sourceSnapshotId\x12(\n" +
+	"\x10source_volume_id\x18\v \x01(\tR\x0esourceVolumeId\x12!\n" +
+	"\fwith_secrets\x18\f \x01(\bR\vwithSecrets\x1a=\n" +
+	"\x0fParametersEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\x1aD\n" +
+	"\x16MutableParametersEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xa1\x01\n" +
+	"\x12PlanVolumeResponse\x12)\n" +
+	"\x10provisioner_name\x18\x01 \x01(\tR\x0fprovisionerName\x12!\n" +
+	"\fdriver_ready\x18\x02 \x01(\bR\vdriverReady\x12=\n" +
+	"\x04plan\x18\x03 \x01(\v2).volplane.provisioner.v1.CreateVolumePlanR\x04plan*\x82\x01\n" +
 	"\aOutcome\x12\x17\n" +
 	"\x13OUTCOME_UNSPECIFIED\x10\x00\x12\x14\n" +
 	"\x10OUTCOME_FINISHED\x10\x01\x12\x19\n" +
@@ -1652,7 +2111,7 @@ const file_volplane_provisioner_v1_provisioner_proto_rawDesc = "" +
 	"OrphanKind\x12\x1b\n" +
 	"\x17ORPHAN_KIND_UNSPECIFIED\x10\x00\x12\x16\n" +
 	"\x12ORPHAN_KIND_VOLUME\x10\x01\x12!\n" +
-	"\x1dORPHAN_KIND_PERSISTENT_VOLUME\x10\x022\x83\x06\n" +
+	"\x1dORPHAN_KIND_PERSISTENT_VOLUME\x10\x022\xea\x06\n" +
 	"\x12ProvisionerService\x12b\n" +
 	"\tProvision\x12).volplane.provisioner.v1.ProvisionRequest\x1a*.volplane.provisioner.v1.ProvisionResponse\x12k\n" +
 	"\fDeleteVolume\x12,.volplane.provisioner.v1.DeleteVolumeRequest\x1a-.volplane.provisioner.v1.DeleteVolumeResponse\x12h\n" +
@@ -1660,7 +2119,9 @@ const file_volplane_provisioner_v1_provisioner_proto_rawDesc = "" +
 	"\x0eListOperations\x12..volplane.provisioner.v1.ListOperationsRequest\x1a/.volplane.provisioner.v1.ListOperationsResponse\x12h\n" +
 	"\vGetCapacity\x12+.volplane.provisioner.v1.GetCapacityRequest\x1a,.volplane.provisioner.v1.GetCapacityResponse\x12h\n" +
 	"\vListOrphans\x12+.volplane.provisioner.v1.ListOrphansRequest\x1a,.volplane.provisioner.v1.ListOrphansResponse\x12k\n" +
-	"\fDeleteOrphan\x12,.volplane.provisioner.v1.DeleteOrphanRequest\x1a-.volplane.provisioner.v1.DeleteOrphanResponseBJZHgithub.com/volplane/volplane/proto/volplane/provisioner/v1;provisionerv1b\x06proto3"
+	"\fDeleteOrphan\x12,.volplane.provisioner.v1.DeleteOrphanRequest\x1a-.volplane.provisioner.v1.DeleteOrphanResponse\x12e\n" +
+	"\n" +
+	"PlanVolume\x12*.volplane.provisioner.v1.PlanVolumeRequest\x1a+.volplane.provisioner.v1.PlanVolumeResponseBJZHgithub.com/volplane/volplane/proto/volplane/provisioner/v1;provisionerv1b\x06proto3"
 
 var (
 	file_volplane_provisioner_v1_provisioner_proto_rawDescOnce sync.Once
@@ -1675,7 +2136,7 @@ func file_volplane_provisioner_v1_provisioner_proto_rawDescGZIP() []byte {
 }
 
 var file_volplane_provisioner_v1_provisioner_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_volplane_provisioner_v1_provisioner_proto_msgTypes = make([]protoimpl.MessageInfo, 20)
+var file_volplane_provisioner_v1_provisioner_proto_msgTypes = make([]protoimpl.MessageInfo, 28)
 var file_volplane_provisioner_v1_provisioner_proto_goTypes = []any{
 	(Outcome)(0),                   // 0: volplane.provisioner.v1.Outcome
 	(OrphanKind)(0),                // 1: volplane.provisioner.v1.OrphanKind
@@ -1698,43 +2159,61 @@ var file_volplane_provisioner_v1_provisioner_proto_goTypes = []any{
 	(*ListOrphansResponse)(nil),    // 18: volplane.provisioner.v1.ListOrphansResponse
 	(*DeleteOrphanRequest)(nil),    // 19: volplane.provisioner.v1.DeleteOrphanRequest
 	(*DeleteOrphanResponse)(nil),   // 20: volplane.provisioner.v1.DeleteOrphanResponse
-	nil,                            // 21: volplane.provisioner.v1.Capacity.SegmentEntry
-	(*timestamppb.Timestamp)(nil),  // 22: google.protobuf.Timestamp
+	(*PlanVolumeRequest)(nil),      // 21: volplane.provisioner.v1.PlanVolumeRequest
+	(*VolumeCapability)(nil),       // 22: volplane.provisioner.v1.VolumeCapability
+	(*TopologySegment)(nil),        // 23: volplane.provisioner.v1.TopologySegment
+	(*CreateVolumePlan)(nil),       // 24: volplane.provisioner.v1.CreateVolumePlan
+	(*PlanVolumeResponse)(nil),     // 25: volplane.provisioner.v1.PlanVolumeResponse
+	nil,                            // 26: volplane.provisioner.v1.Capacity.SegmentEntry
+	nil,                            // 27: volplane.provisioner.v1.TopologySegment.SegmentsEntry
+	nil,                            // 28: volplane.provisioner.v1.CreateVolumePlan.ParametersEntry
+	nil,                            // 29: volplane.provisioner.v1.CreateVolumePlan.MutableParametersEntry
+	(*timestamppb.Timestamp)(nil),  // 30: google.protobuf.Timestamp
 }
 var file_volplane_provisioner_v1_provisioner_proto_depIdxs = []int32{
 	0,  // 0: volplane.provisioner.v1.ProvisionResponse.outcome:type_name -> volplane.provisioner.v1.Outcome
 	0,  // 1: volplane.provisioner.v1.DeleteVolumeResponse.outcome:type_name -> volplane.provisioner.v1.Outcome
 	6,  // 2: volplane.provisioner.v1.ListDriversResponse.drivers:type_name -> volplane.provisioner.v1.Driver
-	22, // 3: volplane.provisioner.v1.Operation.start_time:type_name -> google.protobuf.Timestamp
-	9,  // 4: volplane.provisioner.v1.ListOperationsResponse.operations:type_name -> volplane.provisioner.v1.Operation
-	21, // 5: volplane.provisioner.v1.Capacity.segment:type_name -> volplane.provisioner.v1.Capacity.SegmentEntry
-	22, // 6: volplane.provisioner.v1.Capacity.create_time:type_name -> google.protobuf.Timestamp
-	13, // 7: volplane.provisioner.v1.GetCapacityResponse.capacities:type_name -> volplane.provisioner.v1.Capacity
-	1,  // 8: volplane.provisioner.v1.ListOrphansRequest.kind:type_name -> volplane.provisioner.v1.OrphanKind
-	1,  // 9: volplane.provisioner.v1.Orphan.kind:type_name -> volplane.provisioner.v1.OrphanKind
-	22, // 10: volplane.provisioner.v1.Orphan.create_time:type_name -> google.protobuf.Timestamp
-	16, // 11: volplane.provisioner.v1.ListOrphansResponse.orphans:type_name -> volplane.provisioner.v1.Orphan
-	17, // 12: volplane.provisioner.v1.ListOrphansResponse.drivers:type_name -> volplane.provisioner.v1.DriverOrphans
-	16, // 13: volplane.provisioner.v1.DeleteOrphanResponse.orphan:type_name -> volplane.provisioner.v1.Orphan
-	2,  // 14: volplane.provisioner.v1.ProvisionerService.Provision:input_type -> volplane.provisioner.v1.ProvisionRequest
-	4,  // 15: volplane.provisioner.v1.ProvisionerService.DeleteVolume:input_type -> volplane.provisioner.v1.DeleteVolumeRequest
-	7,  // 16: volplane.provisioner.v1.ProvisionerService.ListDrivers:input_type -> volplane.provisioner.v1.ListDriversRequest
-	10, // 17: volplane.provisioner.v1.ProvisionerService.ListOperations:input_type -> volplane.provisioner.v1.ListOperationsRequest
-	12, // 18: volplane.provisioner.v1.ProvisionerService.GetCapacity:input_type -> volplane.provisioner.v1.GetCapacityRequest
-	15, // 19: volplane.provisioner.v1.ProvisionerService.ListOrphans:input_type -> volplane.provisioner.v1.ListOrphansRequest
-	19, // 20: volplane.provisioner.v1.ProvisionerService.DeleteOrphan:input_type -> volplane.provisioner.v1.DeleteOrphanRequest
-	3,  // 21: volplane.provisioner.v1.ProvisionerService.Provision:output_type -> volplane.provisioner.v1.ProvisionResponse
-	5,  // 22: volplane.provisioner.v1.ProvisionerService.DeleteVolume:output_type -> volplane.provisioner.v1.DeleteVolumeResponse
-	8,  // 23: volplane.provisioner.v1.ProvisionerService.ListDrivers:output_type -> volplane.provisioner.v1.ListDriversResponse
-	11, // 24: volplane.provisioner.v1.ProvisionerService.ListOperations:output_type -> volplane.provisioner.v1.ListOperationsResponse
-	14, // 25: volplane.provisioner.v1.ProvisionerService.GetCapacity:output_type -> volplane.provisioner.v1.GetCapacityResponse
-	18, // 26: volplane.provisioner.v1.ProvisionerService.ListOrphans:output_type -> volplane.provisioner.v1.ListOrphansResponse
-	20, // 27: volplane.provisioner.v1.ProvisionerService.DeleteOrphan:output_type -> volplane.provisioner.v1.DeleteOrphanResponse
-	21, // [21:28] is the sub-list for method output_type
-	14, // [14:21] is the sub-list for method input_type
-	14, // [14:14] is the sub-list for extension type_name
-	14, // [14:14] is the sub-list for extension extendee
-	0,  // [0:14] is the sub-list for field type_name
+	30, // 3: volplane.provisioner.v1.Operation.start_time:type_name -> google.protobuf.Timestamp
+	30, // 4: volplane.provisioner.v1.Operation.last_attempt_time:type_name -> google.protobuf.Timestamp
+	9,  // 5: volplane.provisioner.v1.ListOperationsResponse.operations:type_name -> volplane.provisioner.v1.Operation
+	26, // 6: volplane.provisioner.v1.Capacity.segment:type_name -> volplane.provisioner.v1.Capacity.SegmentEntry
+	30, // 7: volplane.provisioner.v1.Capacity.create_time:type_name -> google.protobuf.Timestamp
+	13, // 8: volplane.provisioner.v1.GetCapacityResponse.capacities:type_name -> volplane.provisioner.v1.Capacity
+	1,  // 9: volplane.provisioner.v1.ListOrphansRequest.kind:type_name -> volplane.provisioner.v1.OrphanKind
+	1,  // 10: volplane.provisioner.v1.Orphan.kind:type_name -> volplane.provisioner.v1.OrphanKind
+	30, // 11: volplane.provisioner.v1.Orphan.create_time:type_name -> google.protobuf.Timestamp
+	16, // 12: volplane.provisioner.v1.ListOrphansResponse.orphans:type_name -> volplane.provisioner.v1.Orphan
+	17, // 13: volplane.provisioner.v1.ListOrphansResponse.drivers:type_name -> volplane.provisioner.v1.DriverOrphans
+	16, // 14: volplane.provisioner.v1.DeleteOrphanResponse.orphan:type_name -> volplane.provisioner.v1.Orphan
+	27, // 15: volplane.provisioner.v1.TopologySegment.segments:type_name -> volplane.provisioner.v1.TopologySegment.SegmentsEntry
+	22, // 16: volplane.provisioner.v1.CreateVolumePlan.volume_capabilities:type_name -> volplane.provisioner.v1.VolumeCapability
+	28, // 17: volplane.provisioner.v1.CreateVolumePlan.parameters:type_name -> volplane.provisioner.v1.CreateVolumePlan.ParametersEntry
+	29, // 18: volplane.provisioner.v1.CreateVolumePlan.mutable_parameters:type_name -> volplane.provisioner.v1.CreateVolumePlan.MutableParametersEntry
+	23, // 19: volplane.provisioner.v1.CreateVolumePlan.requisite_topology:type_name -> volplane.provisioner.v1.TopologySegment
+	23, // 20: volplane.provisioner.v1.CreateVolumePlan.preferred_topology:type_name -> volplane.provisioner.v1.TopologySegment
+	24, // 21: volplane.provisioner.v1.PlanVolumeResponse.plan:type_name -> volplane.provisioner.v1.CreateVolumePlan
+	2,  // 22: volplane.provisioner.v1.ProvisionerService.Provision:input_type -> volplane.provisioner.v1.ProvisionRequest
+	4,  // 23: volplane.provisioner.v1.ProvisionerService.DeleteVolume:input_type -> volplane.provisioner.v1.DeleteVolumeRequest
+	7,  // 24: volplane.provisioner.v1.ProvisionerService.ListDrivers:input_type -> volplane.provisioner.v1.ListDriversRequest
+	10, // 25: volplane.provisioner.v1.ProvisionerService.ListOperations:input_type -> volplane.provisioner.v1.ListOperationsRequest
+	12, // 26: volplane.provisioner.v1.ProvisionerService.GetCapacity:input_type -> volplane.provisioner.v1.GetCapacityRequest
+	15, // 27: volplane.provisioner.v1.ProvisionerService.ListOrphans:input_type -> volplane.provisioner.v1.ListOrphansRequest
+	19, // 28: volplane.provisioner.v1.ProvisionerService.DeleteOrphan:input_type -> volplane.provisioner.v1.DeleteOrphanRequest
+	21, // 29: volplane.provisioner.v1.ProvisionerService.PlanVolume:input_type -> volplane.provisioner.v1.PlanVolumeRequest
+	3,  // 30: volplane.provisioner.v1.ProvisionerService.Provision:output_type -> volplane.provisioner.v1.ProvisionResponse
+	5,  // 31: volplane.provisioner.v1.ProvisionerService.DeleteVolume:output_type -> volplane.provisioner.v1.DeleteVolumeResponse
+	8,  // 32: volplane.provisioner.v1.ProvisionerService.ListDrivers:output_type -> volplane.provisioner.v1.ListDriversResponse
+	11, // 33: volplane.provisioner.v1.ProvisionerService.ListOperations:output_type -> volplane.provisioner.v1.ListOperationsResponse
+	14, // 34: volplane.provisioner.v1.ProvisionerService.GetCapacity:output_type -> volplane.provisioner.v1.GetCapacityResponse
+	18, // 35: volplane.provisioner.v1.ProvisionerService.ListOrphans:output_type -> volplane.provisioner.v1.ListOrphansResponse
+	20, // 36: volplane.provisioner.v1.ProvisionerService.DeleteOrphan:output_type -> volplane.provisioner.v1.DeleteOrphanResponse
+	25, // 37: volplane.provisioner.v1.ProvisionerService.PlanVolume:output_type -> volplane.provisioner.v1.PlanVolumeResponse
+	30, // [30:38] is the sub-list for method output_type
+	22, // [22:30] is the sub-list for method input_type
+	22, // [22:22] is the sub-list for extension type_name
+	22, // [22:22] is the sub-list for extension extendee
+	0,  // [0:22] is the sub-list for field type_name
 }
 
 func init() { file_volplane_provisioner_v1_provisioner_proto_init() }
@@ -1748,7 +2227,7 @@ func file_volplane_provisioner_v1_provisioner_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_volplane_provisioner_v1_provisioner_proto_rawDesc), len(file_volplane_provisioner_v1_provisioner_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   20,
+			NumMessages:   28,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

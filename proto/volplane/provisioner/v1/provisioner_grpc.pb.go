@@ -26,6 +26,7 @@ const (
 	ProvisionerService_GetCapacity_FullMethodName    = "/volplane.provisioner.v1.ProvisionerService/GetCapacity"
 	ProvisionerService_ListOrphans_FullMethodName    = "/volplane.provisioner.v1.ProvisionerService/ListOrphans"
 	ProvisionerService_DeleteOrphan_FullMethodName   = "/volplane.provisioner.v1.ProvisionerService/DeleteOrphan"
+	ProvisionerService_PlanVolume_FullMethodName     = "/volplane.provisioner.v1.ProvisionerService/PlanVolume"
 )
 
 // ProvisionerServiceClient is the client API for ProvisionerService service.
@@ -64,6 +65,17 @@ type ProvisionerServiceClient interface {
 	// orphan (no PersistentVolume, no journal record); else
 	// FailedPrecondition saying why.
 	DeleteOrphan(ctx context.Context, in *DeleteOrphanRequest, opts ...grpc.CallOption) (*DeleteOrphanResponse, error)
+	// PlanVolume builds, with Provision's own code, the CreateVolume request
+	// Provision would send for a claim, and returns it without secrets. It
+	// writes nothing (no journal record, PersistentVolume or Event), calls
+	// no CSI method with side effects and reads no Secret. The claim is the
+	// caller's and need not exist (the binder's MatchClaim sends the API
+	// server's answer to a dry-run create); its StorageClass is read from
+	// the API server. A class whose provisioner is not served is
+	// FailedPrecondition, a missing class NotFound, a claim and class from
+	// which no request can be built FailedPrecondition saying why. Not routed
+	// by the gateway: MatchClaim is its REST face.
+	PlanVolume(ctx context.Context, in *PlanVolumeRequest, opts ...grpc.CallOption) (*PlanVolumeResponse, error)
 }
 
 type provisionerServiceClient struct {
@@ -144,6 +156,16 @@ func (c *provisionerServiceClient) DeleteOrphan(ctx context.Context, in *DeleteO
 	return out, nil
 }
 
+func (c *provisionerServiceClient) PlanVolume(ctx context.Context, in *PlanVolumeRequest, opts ...grpc.CallOption) (*PlanVolumeResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(PlanVolumeResponse)
+	err := c.cc.Invoke(ctx, ProvisionerService_PlanVolume_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // ProvisionerServiceServer is the server API for ProvisionerService service.
 // All implementations must embed UnimplementedProvisionerServiceServer
 // for forward compatibility.
@@ -180,6 +202,17 @@ type ProvisionerServiceServer interface {
 	// orphan (no PersistentVolume, no journal record); else
 	// FailedPrecondition saying why.
 	DeleteOrphan(context.Context, *DeleteOrphanRequest) (*DeleteOrphanResponse, error)
+	// PlanVolume builds, with Provision's own code, the CreateVolume request
+	// Provision would send for a claim, and returns it without secrets. It
+	// writes nothing (no journal record, PersistentVolume or Event), calls
+	// no CSI method with side effects and reads no Secret. The claim is the
+	// caller's and need not exist (the binder's MatchClaim sends the API
+	// server's answer to a dry-run create); its StorageClass is read from
+	// the API server. A class whose provisioner is not served is
+	// FailedPrecondition, a missing class NotFound, a claim and class from
+	// which no request can be built FailedPrecondition saying why. Not routed
+	// by the gateway: MatchClaim is its REST face.
+	PlanVolume(context.Context, *PlanVolumeRequest) (*PlanVolumeResponse, error)
 	mustEmbedUnimplementedProvisionerServiceServer()
 }
 
@@ -210,6 +243,9 @@ func (UnimplementedProvisionerServiceServer) ListOrphans(context.Context, *ListO
 }
 func (UnimplementedProvisionerServiceServer) DeleteOrphan(context.Context, *DeleteOrphanRequest) (*DeleteOrphanResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method DeleteOrphan not implemented")
+}
+func (UnimplementedProvisionerServiceServer) PlanVolume(context.Context, *PlanVolumeRequest) (*PlanVolumeResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method PlanVolume not implemented")
 }
 func (UnimplementedProvisionerServiceServer) mustEmbedUnimplementedProvisionerServiceServer() {}
 func (UnimplementedProvisionerServiceServer) testEmbeddedByValue()                            {}
@@ -358,6 +394,24 @@ func _ProvisionerService_DeleteOrphan_Handler(srv interface{}, ctx context.Conte
 	return interceptor(ctx, in, info, handler)
 }
 
+func _ProvisionerService_PlanVolume_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(PlanVolumeRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ProvisionerServiceServer).PlanVolume(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: ProvisionerService_PlanVolume_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ProvisionerServiceServer).PlanVolume(ctx, req.(*PlanVolumeRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // ProvisionerService_ServiceDesc is the grpc.ServiceDesc for ProvisionerService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -392,6 +446,10 @@ var ProvisionerService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "DeleteOrphan",
 			Handler:    _ProvisionerService_DeleteOrphan_Handler,
+		},
+		{
+			MethodName: "PlanVolume",
+			Handler:    _ProvisionerService_PlanVolume_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},
