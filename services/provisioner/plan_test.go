@@ -87,7 +87,8 @@ func TestPlanVolumeIsWhatProvisionSends(t *testing.T) {
 			if !proto.Equal(planOf(sent, plan.GetDriverName(), true), plan) {
 				t.Fatalf("PlanVolume said\n%v\nProvision sent\n%v", plan, sent)
 			}
-			if plan.GetVolumeName() != "pvc-u1" || plan.GetRequiredBytes() != 1<<20 || plan.GetLimitBytes() != 2<<20 || plan.GetParameters()["tier"] != "gold" {
+			// No limit_bytes, as external-provisioner sends none.
+			if plan.GetVolumeName() != "pvc-u1" || plan.GetRequiredBytes() != 1<<20 || plan.GetLimitBytes() != 0 || plan.GetParameters()["tier"] != "gold" {
 				t.Errorf("plan %v", plan)
 			}
 			if vc := plan.GetVolumeCapabilities(); len(vc) != 2 || vc[0].GetBlock() != (name == "block") || (name != "block" && vc[0].GetFsType() != "xfs") {
