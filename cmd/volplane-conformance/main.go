@@ -13,6 +13,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -52,7 +53,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&only, "run", "", "run only the checks whose name matches this regular expression")
 	fs.BoolVar(&list, "list", false, "list the checks and what each asserts, and exit")
 	fs.BoolVar(&verbose, "v", false, "log each check's progress")
-	if err := fs.Parse(args[1:]); err != nil {
+	if err := fs.Parse(args[1:]); errors.Is(err, flag.ErrHelp) {
+		return 0
+	} else if err != nil {
 		return 2
 	}
 	if fs.NArg() > 0 {

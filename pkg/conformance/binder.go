@@ -44,7 +44,7 @@ func checkBinderStatus(t *T) {
 	t.Eventually("the binder synced", func() string {
 		st, err := t.binder().GetStatus(t.ctx, &binderv1.GetStatusRequest{})
 		if err != nil {
-			return "GetStatus: " + describe(err)
+			return t.retry("GetStatus", err)
 		}
 		if !st.GetSynced() {
 			return "GetStatus says not synced"
@@ -111,7 +111,7 @@ func (t *T) binderSynced() {
 	t.Eventually("the binder synced", func() string {
 		_, err := t.binder().ListVolumes(t.ctx, &binderv1.ListVolumesRequest{PageSize: 1})
 		if err != nil {
-			return "ListVolumes: " + describe(err)
+			return t.retry("ListVolumes", err)
 		}
 		return ""
 	})
@@ -164,7 +164,7 @@ func (t *T) binderClaim(ns, name string, ok func(*binderv1.Claim) string) *binde
 	t.Eventually("GetClaim of "+ns+"/"+name, func() string {
 		resp, err := t.binder().GetClaim(t.ctx, &binderv1.GetClaimRequest{Namespace: ns, Name: name})
 		if err != nil {
-			return "GetClaim: " + describe(err)
+			return t.retry("GetClaim", err)
 		}
 		out = resp.GetClaim()
 		return ok(out)
@@ -178,7 +178,7 @@ func (t *T) binderVolume(name string, ok func(*binderv1.Volume) string) *binderv
 	t.Eventually("GetVolume of "+name, func() string {
 		resp, err := t.binder().GetVolume(t.ctx, &binderv1.GetVolumeRequest{Name: name})
 		if err != nil {
-			return "GetVolume: " + describe(err)
+			return t.retry("GetVolume", err)
 		}
 		out = resp.GetVolume()
 		return ok(out)
@@ -295,7 +295,7 @@ func checkListClaims(t *T) {
 	t.Eventually("ListClaims of namespace "+ns, func() string {
 		resp, err := b.ListClaims(t.ctx, &binderv1.ListClaimsRequest{Namespace: ns})
 		if err != nil {
-			return "ListClaims: " + describe(err)
+			return t.retry("ListClaims", err)
 		}
 		if got := claimKeys(resp.GetClaims()); !slices.Equal(got, want) {
 			return fmt.Sprintf("lists %v, want %v", got, want)

@@ -60,7 +60,7 @@ func checkHealth(t *T, service string) {
 		t.Eventually(fmt.Sprintf("health of %q", name), func() string {
 			resp, err := hc.Check(t.ctx, &healthpb.HealthCheckRequest{Service: name})
 			if err != nil {
-				return err.Error()
+				return t.retry("health Check", err)
 			}
 			if resp.GetStatus() != healthpb.HealthCheckResponse_SERVING {
 				return "status " + resp.GetStatus().String()
@@ -170,4 +170,13 @@ func (s *Suite) csiController() (csi.ControllerClient, error) {
 		s.csi = cc
 	}
 	return csi.NewControllerClient(s.csi), nil
+}
+
+// retry is the reason to poll again after an RPC failed; Unimplemented
+// ends the check at once (the contract requires the RPC).
+func (t *T) retry(rpc string, err error) string {
+	if unimplemented(err) {
+		t.Fatalf("%s: %s: the contract requires it", rpc, describe(err))
+	}
+	return rpc + ": " + describe(err)
 }

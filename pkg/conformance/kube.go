@@ -308,11 +308,4 @@ func (t *T) getVolume(name string) *corev1.PersistentVolume {
 	return v
 }
 
-func quantity(s string) int64 {
-	q := resource.MustParse(s)
-	return q.Value()
-}
-
 func claimKey(c *corev1.PersistentVolumeClaim) string { return c.Namespace + "/" + c.Name }
-
-func ptr[T any](v T) *T { return &v }

@@ -29,7 +29,7 @@ func provisionerChecks() []Check {
 		{Name: "provision-not-found", Needs: kube, run: checkProvisionNotFound,
 			Doc: "Provision of a claim that does not exist (in an existing namespace, and in a namespace that does not exist) is NotFound."},
 		{Name: "provision-failed-precondition", Needs: kube, run: checkProvisionPrecondition,
-			Doc: "Provision is FailedPrecondition for a claim whose UID is not claim_uid (recreated), that names no StorageClass, that asks for another volume (spec.volumeName), or whose class's provisioner is not served; NotFound or FailedPrecondition when its class does not exist. No PersistentVolume is made for any of them."},
+			Doc: "Provision is FailedPrecondition for a claim whose UID is not claim_uid (recreated), that names no StorageClass, that asks for another volume (spec.volumeName), or whose class's provisioner is not served; NotFound or FailedPrecondition when its class does not exist; NO_CHANGE (or FailedPrecondition) for a claim being deleted. No PersistentVolume is made for any of them."},
 		{Name: "provision-idempotent", Needs: kube, run: checkProvisionIdempotent,
 			Doc: "Provision of a claim of the driver's class ends FINISHED (IN_BACKGROUND is retried) with the PersistentVolume: named volume_name, a claimRef with the claim's UID, the driver's CSI source, the class's name and reclaim policy, at least the size asked for, pv.kubernetes.io/provisioned-by. Asked again (the same request, with the claim and class sent as hints, without claim_uid) it answers FINISHED with the same volume (name, UID, volume handle); exactly one PersistentVolume names the claim; the backing volume exists (with --csi-endpoint); ListOperations holds nothing for it once finished."},
 		{Name: "delete-volume-invalid-argument", run: checkDeleteInvalid,
@@ -37,7 +37,7 @@ func provisionerChecks() []Check {
 		{Name: "delete-volume-unknown-volume", run: checkDeleteUnknown,
 			Doc: "DeleteVolume of a PersistentVolume that does not exist (and whose deletion this provisioner never journaled) is FailedPrecondition: there is nothing it may delete."},
 		{Name: "delete-volume-lifecycle", Needs: kube, run: checkDeleteLifecycle,
-			Doc: "DeleteVolume refuses (FailedPrecondition) while the claim exists, for reclaim policy Retain, and when the volume sent has another UID, and deletes nothing then; once the claim is gone and the volume Released with policy Delete it ends FINISHED (IN_BACKGROUND is retried), and asked again it is FINISHED again (idempotent); the PersistentVolume object stays (the caller deletes it); the backing volume is gone (with --csi-endpoint); ListOperations holds nothing for it once finished."},
+			Doc: "DeleteVolume refuses (FailedPrecondition) while the claim exists (also when the request carries a forged Released copy of the volume), for reclaim policy Retain, and when the volume sent has another UID, and deletes nothing then; once the claim is gone and the volume Released with policy Delete it ends FINISHED (IN_BACKGROUND is retried), and asked again it is FINISHED again (idempotent); the PersistentVolume object stays (the caller deletes it); the backing volume is gone (with --csi-endpoint); ListOperations holds nothing for it once finished."},
 		{Name: "list-operations", run: checkListOperations,
 			Doc: "ListOperations answers; every operation has kind provision or delete and a volume_name."},
 		{Name: "optional-rpcs", run: checkOptionalRPCs,
@@ -55,7 +55,7 @@ func (t *T) driver() *provisionerv1.Driver {
 	t.Eventually("a ready driver", func() string {
 		resp, err := t.provisioner().ListDrivers(t.ctx, &provisionerv1.ListDriversRequest{})
 		if err != nil {
-			return "ListDrivers: " + describe(err)
+			return t.retry("ListDrivers", err)
 		}
 		d = pickDriver(resp.GetDrivers(), t.s.cfg.ProvisionerName)
 		switch {
@@ -183,6 +183,46 @@ func checkProvisionPrecondition(t *T) {
 			t.Errorf("Provision of %s made PersistentVolumes %v", tc.what, vs)
 		}
 	}
+
+	// A claim being deleted (held by a finalizer of the suite's) gets no
+	// volume: NO_CHANGE, or FailedPrecondition.
+	held := t.newClaim(ns, "being-deleted", served.Name, "1Mi")
+	held.Finalizers = []string{holdFinalizer}
+	c := t.createClaim(held)
+	t.Cleanup(func(ctx context.Context) { release(ctx, t.kube(), ns, c.Name) })
+	if err := t.kube().CoreV1().PersistentVolumeClaims(ns).Delete(t.ctx, c.Name, metav1.DeleteOptions{}); err != nil {
+		t.Fatalf("delete claim %s: %v", c.Name, err)
+	}
+	if now, err := t.kube().CoreV1().PersistentVolumeClaims(ns).Get(t.ctx, c.Name, metav1.GetOptions{}); err != nil || now.DeletionTimestamp == nil {
+		t.Logf("the claim held by a finalizer was deleted at once (%v): a claim being deleted is not checked", err)
+		return
+	}
+	resp, err := t.provisioner().Provision(t.ctx, &provisionerv1.ProvisionRequest{ClaimNamespace: ns, ClaimName: c.Name, ClaimUid: string(c.UID)})
+	switch {
+	case err != nil:
+		expectCode(t, "Provision of a claim being deleted", err, codes.FailedPrecondition)
+	case resp.GetOutcome() != provisionerv1.Outcome_OUTCOME_NO_CHANGE:
+		t.Errorf("Provision of a claim being deleted answered %s (%s), want NO_CHANGE or FailedPrecondition", resp.GetOutcome(), resp.GetMessage())
+	}
+	if vs := t.volumesOfClaim(c.UID); len(vs) > 0 {
+		t.Errorf("Provision of a claim being deleted made PersistentVolumes %v", vs)
+	}
+}
+
+// holdFinalizer keeps a claim of the suite's in its deletion.
+const holdFinalizer = "conformance.volplane.io/hold"
+
+// release removes holdFinalizer from a claim.
+func release(ctx context.Context, c kubernetes.Interface, ns, name string) {
+	_ = retry.RetryOnConflict(retry.DefaultBackoff, func() error {
+		cl, err := c.CoreV1().PersistentVolumeClaims(ns).Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return nil
+		}
+		cl.Finalizers = slices.DeleteFunc(cl.Finalizers, func(f string) bool { return f == holdFinalizer })
+		_, err = c.CoreV1().PersistentVolumeClaims(ns).Update(ctx, cl, metav1.UpdateOptions{})
+		return err
+	})
 }
 
 // provisioned is a volume the suite had provisioned for a claim.
@@ -223,7 +263,7 @@ func (t *T) provisionUntilFinished(pc provisionerv1.ProvisionerServiceClient, re
 		resp, err := pc.Provision(t.ctx, req)
 		if err != nil {
 			if transient(err) {
-				return "Provision: " + describe(err)
+				return t.retry("Provision", err)
 			}
 			t.Fatalf("Provision of %s, a claim its driver can provision: %s", key, describe(err))
 		}
@@ -382,7 +422,7 @@ func (t *T) noOperation(volume string) {
 	t.Eventually("no operation in flight for "+volume, func() string {
 		resp, err := t.provisioner().ListOperations(t.ctx, &provisionerv1.ListOperationsRequest{})
 		if err != nil {
-			return "ListOperations: " + describe(err)
+			return t.retry("ListOperations", err)
 		}
 		for _, op := range resp.GetOperations() {
 			if op.GetVolumeName() == volume {
@@ -436,6 +476,13 @@ func checkDeleteLifecycle(t *T) {
 	_, err := pc.DeleteVolume(t.ctx, &provisionerv1.DeleteVolumeRequest{VolumeName: v.Name})
 	expectCode(t, "DeleteVolume while the claim exists", err, codes.FailedPrecondition)
 	stillThere("DeleteVolume while the claim exists")
+	// The request decides nothing: a forged copy that says Released is
+	// only a hint, the API server's volume is what counts.
+	forged := v.DeepCopy()
+	forged.Status.Phase, forged.Spec.ClaimRef = corev1.VolumeReleased, nil
+	_, err = pc.DeleteVolume(t.ctx, &provisionerv1.DeleteVolumeRequest{VolumeName: v.Name, Volume: mustEncode(t, forged)})
+	expectCode(t, "DeleteVolume with a forged Released copy of a volume whose claim exists", err, codes.FailedPrecondition)
+	stillThere("DeleteVolume with a forged Released copy")
 
 	// Keep every deleter but this check's calls off the volume, then
 	// release it as Kubernetes does when the claim goes.
@@ -480,7 +527,7 @@ func (t *T) deleteUntilFinished(pc provisionerv1.ProvisionerServiceClient, name,
 		resp, err := pc.DeleteVolume(t.ctx, &provisionerv1.DeleteVolumeRequest{VolumeName: name})
 		if err != nil {
 			if transient(err) {
-				return "DeleteVolume: " + describe(err)
+				return t.retry("DeleteVolume", err)
 			}
 			t.Fatalf("DeleteVolume of Released volume %s with policy Delete (%s): %s", name, when, describe(err))
 		}

@@ -28,7 +28,7 @@ func reclaimerChecks() []Check {
 		{Name: "reclaim-unknown-volume", run: checkReclaimUnknown,
 			Doc: "Reclaim of a volume that does not exist (and has no journaled reclaim) is NotFound (the proto) or FailedPrecondition (the README): the two documents differ, the suite accepts either."},
 		{Name: "reclaim-not-released", Needs: kube, run: checkReclaimNotReleased,
-			Doc: "Reclaim of a volume that is not Released or Failed is FailedPrecondition, and so is a volume_uid that is not the volume's (recreated)."},
+			Doc: "Reclaim of a volume that is not Released or Failed is FailedPrecondition, also when the request carries a forged Released copy of it (the volume is not touched), and so is a volume_uid that is not the volume's (recreated)."},
 		{Name: "reclaim-retain", Needs: kube, run: checkReclaimRetain,
 			Doc: "Reclaim of a Released volume with policy Retain answers the reclaim (volume name and UID, policy, the released claim) and reaches RETAINED with method NONE; asked again it answers the same reclaim; GetReclaim and ListReclaims (with state RETAINED, not with FAILED) show it; RetryReclaim is FailedPrecondition; the volume stays, Released."},
 		{Name: "reclaim-skipped", Needs: kube, run: checkReclaimSkipped,
@@ -130,7 +130,7 @@ func (t *T) reclaimState(name string, states ...reclaimerv1.State) *reclaimerv1.
 	t.Eventually(fmt.Sprintf("reclaim of %s in state %v", name, states), func() string {
 		resp, err := t.reclaimer().GetReclaim(t.ctx, &reclaimerv1.GetReclaimRequest{VolumeName: name})
 		if err != nil {
-			return "GetReclaim: " + describe(err)
+			return t.retry("GetReclaim", err)
 		}
 		out = resp.GetReclaim()
 		if !slices.Contains(states, out.GetState()) {
@@ -175,9 +175,19 @@ func (t *T) reclaim(req *reclaimerv1.ReclaimRequest) *reclaimerv1.Reclaim {
 }
 
 func checkReclaimNotReleased(t *T) {
-	v := t.createVolume(t.newVolume(t.s.name("pv"), t.s.name("class"), "1Mi"))
+	v := t.newVolume(t.s.name("pv"), t.s.name("class"), "1Mi")
+	v.Spec.PersistentVolumeReclaimPolicy = corev1.PersistentVolumeReclaimDelete
+	v = t.createVolume(v)
 	_, err := t.reclaimer().Reclaim(t.ctx, &reclaimerv1.ReclaimRequest{VolumeName: v.Name})
 	expectCode(t, "Reclaim of a volume that is not Released", err, codes.FailedPrecondition)
+	// The request decides nothing: a forged Released copy is refused.
+	forged := v.DeepCopy()
+	forged.Status.Phase = corev1.VolumeReleased
+	_, err = t.reclaimer().Reclaim(t.ctx, &reclaimerv1.ReclaimRequest{VolumeName: v.Name, Volume: mustEncode(t, forged)})
+	expectCode(t, "Reclaim with a forged Released copy of a volume that is not Released", err, codes.FailedPrecondition)
+	if now := t.getVolume(v.Name); now == nil || now.Status.Phase == corev1.VolumeReleased || now.Status.Phase == corev1.VolumeFailed {
+		t.Errorf("a refused Reclaim changed the volume: %v", now)
+	}
 	r := t.releasedVolume(corev1.PersistentVolumeReclaimRetain, nil)
 	_, err = t.reclaimer().Reclaim(t.ctx, &reclaimerv1.ReclaimRequest{VolumeName: r.Name, VolumeUid: "9b4a1a8e-0000-4000-8000-000000000014"})
 	expectCode(t, "Reclaim with a volume_uid that is not the volume's", err, codes.FailedPrecondition)
@@ -313,7 +323,7 @@ func pickDriverOf(t *T, pc provisionerv1.ProvisionerServiceClient) *provisionerv
 	t.Eventually("provisioner "+t.s.cfg.ProvisionerName+" ready", func() string {
 		resp, err := pc.ListDrivers(t.ctx, &provisionerv1.ListDriversRequest{})
 		if err != nil {
-			return "ListDrivers: " + describe(err)
+			return t.retry("ListDrivers", err)
 		}
 		if d = pickDriver(resp.GetDrivers(), t.s.cfg.ProvisionerName); d == nil || !d.GetReady() {
 			return fmt.Sprintf("no ready driver of %q in %v", t.s.cfg.ProvisionerName, resp.GetDrivers())

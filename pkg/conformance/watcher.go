@@ -212,7 +212,7 @@ func (t *T) syncedStatus() *watcherv1.GetStatusResponse {
 	t.Eventually("the watcher synced", func() string {
 		var err error
 		if st, err = t.watcher().GetStatus(t.ctx, &watcherv1.GetStatusRequest{}); err != nil {
-			return "GetStatus: " + describe(err)
+			return t.retry("GetStatus", err)
 		}
 		if !st.GetSynced() {
 			return "GetStatus says not synced"

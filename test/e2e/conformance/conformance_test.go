@@ -23,7 +23,7 @@ func config(address string) conformance.Config {
 func TestWatcherConforms(t *testing.T) {
 	cfg := config(cluster.watcherAddr)
 	cfg.HistoryWrites = 5 * historySize
-	expectAllPass(t, conformance.RunTest(t, conformance.Watcher, cfg), "")
+	expectAllPass(t, conformance.RunTest(t, conformance.Watcher, cfg))
 }
 
 // TestProvisionerConforms runs the provisioner suite against volplane's
@@ -31,7 +31,7 @@ func TestWatcherConforms(t *testing.T) {
 func TestProvisionerConforms(t *testing.T) {
 	cfg := config(cluster.provisionerAddr)
 	cfg.ProvisionerName = driverName
-	expectAllPass(t, conformance.RunTest(t, conformance.Provisioner, cfg), "")
+	expectAllPass(t, conformance.RunTest(t, conformance.Provisioner, cfg))
 }
 
 // TestReclaimerConforms runs the reclaimer suite, the Delete check through
@@ -39,7 +39,7 @@ func TestProvisionerConforms(t *testing.T) {
 func TestReclaimerConforms(t *testing.T) {
 	cfg := config(cluster.reclaimerAddr)
 	cfg.ProvisionerAddress, cfg.ProvisionerName = cluster.provisionerAddr, driverName
-	expectAllPass(t, conformance.RunTest(t, conformance.Reclaimer, cfg), "")
+	expectAllPass(t, conformance.RunTest(t, conformance.Reclaimer, cfg))
 }
 
 // TestBinderConforms runs the binder suite, dynamic provisioning through
@@ -47,16 +47,16 @@ func TestReclaimerConforms(t *testing.T) {
 func TestBinderConforms(t *testing.T) {
 	cfg := config(cluster.binderAddr)
 	cfg.ProvisionerName = driverName
-	expectAllPass(t, conformance.RunTest(t, conformance.Binder, cfg), "")
+	expectAllPass(t, conformance.RunTest(t, conformance.Binder, cfg))
 }
 
-// expectAllPass fails the test unless every check passed, except the one
-// named optional, which may be skipped: volplane's services implement the
-// whole contract, so nothing may be skipped for want of a feature.
-func expectAllPass(t *testing.T, results []conformance.Result, optional string) {
+// expectAllPass fails the test when a check was skipped (RunTest fails
+// it for a failed check): volplane's services implement the whole
+// contract, and the cluster here gives every check what it needs.
+func expectAllPass(t *testing.T, results []conformance.Result) {
 	t.Helper()
 	for _, r := range results {
-		if r.Outcome == conformance.Skipped && r.Check != optional {
+		if r.Outcome == conformance.Skipped {
 			t.Errorf("%s was skipped against volplane's own service: %s", r.Check, r.Message)
 		}
 	}

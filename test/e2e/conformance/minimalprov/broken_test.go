@@ -42,7 +42,7 @@ func fakeKube() *fake.Clientset {
 func startCSI(t *testing.T) string {
 	t.Helper()
 	dir := t.TempDir()
-	drv, err := devcsi.New(devcsi.Options{RootDir: filepath.Join(dir, "root"), NodeID: "node-a"})
+	drv, err := devcsi.New(devcsi.Options{RootDir: filepath.Join(dir, "root"), NodeID: "node-a", Logger: discard()})
 	if err != nil {
 		t.Fatal(err)
 	}
