@@ -32,10 +32,14 @@ func provisionerChecks() []Check {
 			Doc: "Provision is FailedPrecondition for a claim whose UID is not claim_uid (recreated), that names no StorageClass, that asks for another volume (spec.volumeName), or whose class's provisioner is not served; NotFound or FailedPrecondition when its class does not exist; NO_CHANGE (or FailedPrecondition) for a claim being deleted. No PersistentVolume is made for any of them."},
 		{Name: "provision-idempotent", Needs: kube, run: checkProvisionIdempotent,
 			Doc: "Provision of a claim of the driver's class ends FINISHED (IN_BACKGROUND is retried) with the PersistentVolume: named volume_name, a claimRef with the claim's UID, the driver's CSI source, the class's name and reclaim policy, at least the size asked for, pv.kubernetes.io/provisioned-by. Asked again (the same request, with the claim and class sent as hints, without claim_uid) it answers FINISHED with the same volume (name, UID, volume handle); exactly one PersistentVolume names the claim; the backing volume exists (with --csi-endpoint); ListOperations holds nothing for it once finished."},
+		{Name: "provision-outcomes", Needs: kube, run: checkProvisionOutcomes,
+			Doc: "A driver's refusal is an outcome, not an error: Provision of a Block claim answers FINISHED with a Block volume (a driver that serves block), or NO_CHANGE with a message (one that does not; the dev driver), then no PersistentVolume exists, asking again answers NO_CHANGE again, and ListOperations holds nothing for it."},
 		{Name: "delete-volume-invalid-argument", run: checkDeleteInvalid,
 			Doc: "DeleteVolume answers InvalidArgument for no volume_name, an invalid name, volume bytes that are not Kubernetes protobuf, and a volume in the request of another name."},
 		{Name: "delete-volume-unknown-volume", run: checkDeleteUnknown,
 			Doc: "DeleteVolume of a PersistentVolume that does not exist (and whose deletion this provisioner never journaled) is FailedPrecondition: there is nothing it may delete."},
+		{Name: "delete-volume-not-served", Needs: kube, run: checkDeleteNotServed,
+			Doc: "DeleteVolume of a Released volume with policy Delete that is not of a served CSI driver (an NFS volume, a CSI volume of another driver) is FailedPrecondition."},
 		{Name: "delete-volume-lifecycle", Needs: kube, run: checkDeleteLifecycle,
 			Doc: "DeleteVolume refuses (FailedPrecondition) while the claim exists (also when the request carries a forged Released copy of the volume), for reclaim policy Retain, and when the volume sent has another UID, and deletes nothing then; once the claim is gone and the volume Released with policy Delete it ends FINISHED (IN_BACKGROUND is retried), and asked again it is FINISHED again (idempotent); the PersistentVolume object stays (the caller deletes it); the backing volume is gone (with --csi-endpoint); ListOperations holds nothing for it once finished."},
 		{Name: "list-operations", run: checkListOperations,
@@ -431,6 +435,76 @@ func (t *T) noOperation(volume string) {
 		}
 		return ""
 	})
+}
+
+func checkProvisionOutcomes(t *T) {
+	ns := t.namespace()
+	d := t.driver()
+	pc := t.provisioner()
+	class := t.createClass(d.GetProvisionerName())
+	block := corev1.PersistentVolumeBlock
+	c := t.newClaim(ns, "block", class.Name, "1Mi")
+	c.Spec.VolumeMode = &block
+	claim := t.createClaim(c)
+	t.Cleanup(func(ctx context.Context) {
+		for _, v := range volumesOf(ctx, t.kube(), claim.UID) {
+			dispose(ctx, t.kube(), pc, ns, claim.Name, v)
+		}
+	})
+	req := &provisionerv1.ProvisionRequest{ClaimNamespace: ns, ClaimName: claim.Name, ClaimUid: string(claim.UID)}
+	var first *provisionerv1.ProvisionResponse
+	t.Eventually("Provision of a Block claim FINISHED or NO_CHANGE", func() string {
+		resp, err := pc.Provision(t.ctx, req)
+		if err != nil {
+			if transient(err) {
+				return t.retry("Provision", err)
+			}
+			t.Fatalf("Provision of a Block claim: %s; a driver's answer is an outcome, not an error", describe(err))
+		}
+		checkAnswer(t, "Provision of a Block claim", resp.GetOutcome(), resp.GetMessage())
+		if resp.GetOutcome() == provisionerv1.Outcome_OUTCOME_IN_BACKGROUND {
+			return "IN_BACKGROUND: " + resp.GetMessage()
+		}
+		first = resp
+		return ""
+	})
+	switch first.GetOutcome() {
+	case provisionerv1.Outcome_OUTCOME_FINISHED:
+		v := t.checkProvisioned(provisioned{claim: claim, class: class, driver: d, resp: first})
+		if v.Spec.VolumeMode == nil || *v.Spec.VolumeMode != block {
+			t.Errorf("PersistentVolume %s of a Block claim has volume mode %v", v.Name, v.Spec.VolumeMode)
+		}
+		t.Logf("the driver serves block volumes: NO_CHANGE not checked")
+		return
+	case provisionerv1.Outcome_OUTCOME_NO_CHANGE:
+	default:
+		t.Fatalf("Provision of a Block claim answered %s (%s), want FINISHED or NO_CHANGE", first.GetOutcome(), first.GetMessage())
+	}
+	if vs := t.volumesOfClaim(claim.UID); len(vs) > 0 {
+		t.Errorf("Provision answered NO_CHANGE, yet PersistentVolumes %v name the claim", vs)
+	}
+	resp, err := pc.Provision(t.ctx, req)
+	switch {
+	case err != nil:
+		t.Errorf("Provision of the Block claim again: %s", describe(err))
+	case resp.GetOutcome() != provisionerv1.Outcome_OUTCOME_NO_CHANGE && resp.GetOutcome() != provisionerv1.Outcome_OUTCOME_IN_BACKGROUND:
+		t.Errorf("Provision of the Block claim again answered %s (%s), first NO_CHANGE", resp.GetOutcome(), resp.GetMessage())
+	}
+	t.noOperation(first.GetVolumeName())
+}
+
+func checkDeleteNotServed(t *T) {
+	nfs := t.releasedVolume(corev1.PersistentVolumeReclaimDelete, func(v *corev1.PersistentVolume) {
+		metav1.SetMetaDataAnnotation(&v.ObjectMeta, annProvisionedBy, handsOff)
+		v.Spec.PersistentVolumeSource = corev1.PersistentVolumeSource{NFS: &corev1.NFSVolumeSource{Server: "nfs.conformance.invalid", Path: "/exports/absent"}}
+	})
+	other := t.releasedVolume(corev1.PersistentVolumeReclaimDelete, func(v *corev1.PersistentVolume) {
+		metav1.SetMetaDataAnnotation(&v.ObjectMeta, annProvisionedBy, handsOff)
+	})
+	for _, tc := range []struct{ what, name string }{{"an NFS volume", nfs.Name}, {"a CSI volume of a driver not served", other.Name}} {
+		_, err := t.provisioner().DeleteVolume(t.ctx, &provisionerv1.DeleteVolumeRequest{VolumeName: tc.name})
+		expectCode(t, "DeleteVolume of "+tc.what, err, codes.FailedPrecondition)
+	}
 }
 
 func checkDeleteInvalid(t *T) {
