@@ -1,5 +1,7 @@
 package kube
 
+import corev1 "k8s.io/api/core/v1"
+
 // Annotations, finalizers and event reasons, spelled as Kubernetes spells them.
 const (
 	// AnnBindCompleted on a claim: the binder finished binding it.
@@ -61,3 +63,18 @@ const (
 	EventVolumeUnknownReclaim  = "VolumeUnknownReclaimPolicy"
 	EventRecyclerPod           = "RecyclerPod"
 )
+
+// MsgUnknownReclaimPolicy is the message of EventVolumeUnknownReclaim, in
+// kube-controller-manager's words.
+const MsgUnknownReclaimPolicy = "Volume has unrecognized PersistentVolumeReclaimPolicy"
+
+// KnownReclaimPolicy reports whether p is a reclaim policy Kubernetes
+// runs: Retain, Recycle or Delete. The binder and the reclaimer both ask
+// here.
+func KnownReclaimPolicy(p corev1.PersistentVolumeReclaimPolicy) bool {
+	switch p {
+	case corev1.PersistentVolumeReclaimRetain, corev1.PersistentVolumeReclaimRecycle, corev1.PersistentVolumeReclaimDelete:
+		return true
+	}
+	return false
+}

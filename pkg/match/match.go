@@ -3,75 +3,50 @@ package match
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
-
-	"github.com/volplane/volplane/pkg/kube"
+	storagehelpers "k8s.io/component-helpers/storage/volume"
 )
 
 // ClaimClass is the class a claim asks for: the beta annotation wins over
-// spec.storageClassName, as in Kubernetes.
+// spec.storageClassName (component-helpers' GetPersistentVolumeClaimClass,
+// as Kubernetes' PV controller).
 func ClaimClass(c *corev1.PersistentVolumeClaim) string {
-	if v, ok := c.Annotations[kube.AnnBetaStorageClass]; ok {
-		return v
-	}
-	if c.Spec.StorageClassName != nil {
-		return *c.Spec.StorageClassName
-	}
-	return ""
+	return storagehelpers.GetPersistentVolumeClaimClass(c)
 }
 
 // ClaimHasClass reports whether the claim names a class at all (possibly "").
 func ClaimHasClass(c *corev1.PersistentVolumeClaim) bool {
-	_, ok := c.Annotations[kube.AnnBetaStorageClass]
-	return ok || c.Spec.StorageClassName != nil
+	return storagehelpers.PersistentVolumeClaimHasClass(c)
 }
 
 // VolumeClass is the class of a volume: the beta annotation wins over
 // spec.storageClassName.
 func VolumeClass(v *corev1.PersistentVolume) string {
-	if c, ok := v.Annotations[kube.AnnBetaStorageClass]; ok {
-		return c
-	}
-	return v.Spec.StorageClassName
+	return storagehelpers.GetPersistentVolumeClass(v)
 }
 
 // BoundToClaim reports whether the volume's claimRef points to the claim:
 // same namespace and name, and a UID that is empty or the claim's.
 func BoundToClaim(v *corev1.PersistentVolume, c *corev1.PersistentVolumeClaim) bool {
-	r := v.Spec.ClaimRef
-	if r == nil || r.Name != c.Name || r.Namespace != c.Namespace {
-		return false
-	}
-	return r.UID == "" || r.UID == c.UID
+	return storagehelpers.IsVolumeBoundToClaim(v, c)
 }
 
 // VolumeModeMismatch reports whether claim and volume ask for different
 // volume modes (unset means Filesystem).
 func VolumeModeMismatch(c *corev1.PersistentVolumeClaim, v *corev1.PersistentVolume) bool {
-	cm, vm := corev1.PersistentVolumeFilesystem, corev1.PersistentVolumeFilesystem
-	if c.Spec.VolumeMode != nil {
-		cm = *c.Spec.VolumeMode
-	}
-	if v.Spec.VolumeMode != nil {
-		vm = *v.Spec.VolumeMode
-	}
-	return cm != vm
+	return storagehelpers.CheckVolumeModeMismatches(&c.Spec, &v.Spec)
 }
 
-// ContainsAllModes reports whether have includes every mode in want.
+// ContainsAllModes reports whether have includes every mode in want: the
+// index's test of a group of access modes (ModesKey) against a claim. A
+// volume against a claim is component-helpers' CheckAccessModes.
 func ContainsAllModes(have, want []corev1.PersistentVolumeAccessMode) bool {
 	for _, w := range want {
-		found := false
-		for _, h := range have {
-			if h == w {
-				found = true
-				break
-			}
-		}
-		if !found {
+		if !slices.Contains(have, w) {
 			return false
 		}
 	}

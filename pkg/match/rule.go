@@ -95,7 +95,7 @@ func (f *Fit) Check(v *corev1.PersistentVolume, delayBinding, reserved bool) Rul
 		return RuleVolumeAttributesClass
 	case VolumeModeMismatch(f.claim, v):
 		return RuleVolumeMode
-	case !ContainsAllModes(v.Spec.AccessModes, f.claim.Spec.AccessModes):
+	case !storagehelpers.CheckAccessModes(f.claim, v):
 		return RuleAccessModes
 	case Capacity(v) < f.want:
 		return RuleCapacity

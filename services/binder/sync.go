@@ -391,11 +391,8 @@ func (c *controller) reclaimVolume(ctx context.Context, volume *corev1.Persisten
 	if volume.Annotations[kube.AnnMigratedTo] != "" {
 		return nil // an external CSI deleter owns it
 	}
-	switch volume.Spec.PersistentVolumeReclaimPolicy {
-	case corev1.PersistentVolumeReclaimRetain, corev1.PersistentVolumeReclaimRecycle, corev1.PersistentVolumeReclaimDelete:
-	default:
-		_, err := c.updateVolumePhaseWithEvent(ctx, volume, corev1.VolumeFailed, kube.EventVolumeUnknownReclaim,
-			"Volume has unrecognized PersistentVolumeReclaimPolicy")
+	if !kube.KnownReclaimPolicy(volume.Spec.PersistentVolumeReclaimPolicy) {
+		_, err := c.updateVolumePhaseWithEvent(ctx, volume, corev1.VolumeFailed, kube.EventVolumeUnknownReclaim, kube.MsgUnknownReclaimPolicy)
 		return err
 	}
 	if c.reclaimer == nil {

@@ -137,9 +137,7 @@ func (c *controller) reclaim(ctx context.Context, v *corev1.PersistentVolume) (*
 	if claimUID(v) == "" {
 		return nil, &preconditionError{fmt.Sprintf("volume %q has no claimRef with a UID: no claim was released", v.Name)}
 	}
-	switch v.Spec.PersistentVolumeReclaimPolicy {
-	case corev1.PersistentVolumeReclaimRetain, corev1.PersistentVolumeReclaimDelete, corev1.PersistentVolumeReclaimRecycle:
-	default:
+	if !kube.KnownReclaimPolicy(v.Spec.PersistentVolumeReclaimPolicy) {
 		return nil, &preconditionError{fmt.Sprintf("volume %q has reclaim policy %q: set spec.persistentVolumeReclaimPolicy to Retain, Recycle or Delete",
 			v.Name, v.Spec.PersistentVolumeReclaimPolicy)}
 	}

@@ -53,7 +53,6 @@ func (p plan) acts() bool {
 const (
 	msgRetained    = "policy Retain: the volume stays Released with its data until an administrator deletes or reuses it"
 	msgNoRecycler  = "No recycler plugin found for the volume!"
-	msgUnknown     = "Volume has unrecognized PersistentVolumeReclaimPolicy"
 	msgNoDeleterFm = "error getting deleter volume plugin for volume %q: no deletable volume plugin matched"
 )
 
@@ -68,7 +67,7 @@ func decide(v *corev1.PersistentVolume, s served, mode RecycleMode, n node) plan
 	case corev1.PersistentVolumeReclaimRecycle:
 		return decideRecycle(v, mode, n)
 	}
-	return unsupported(kube.EventVolumeUnknownReclaim, msgUnknown)
+	return unsupported(kube.EventVolumeUnknownReclaim, kube.MsgUnknownReclaimPolicy)
 }
 
 func unsupported(reason, message string) plan {
