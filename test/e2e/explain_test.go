@@ -221,11 +221,17 @@ func TestMatchPredictsTheBinder(t *testing.T) {
 				hasEvent(t, n, "PersistentVolumeClaim", "data", tc.event, "")
 			}
 			pvcPhase(t, n, "data", corev1.ClaimPending)
-			// The live claim, explained, gets the decision match gave.
-			ex, err := bc.ExplainClaim(t.Context(), &binderv1.ExplainClaimRequest{Namespace: n, Name: "data"})
-			if err != nil {
-				t.Fatal(err)
-			}
+			// The live claim, explained, gets the decision match gave. A
+			// claim the API server shows may not have reached the binder
+			// yet (a case without an event proves nothing was synced).
+			var ex *binderv1.ExplainClaimResponse
+			eventually(t, 30*time.Second, func() string {
+				var err error
+				if ex, err = bc.ExplainClaim(t.Context(), &binderv1.ExplainClaimRequest{Namespace: n, Name: "data"}); err != nil {
+					return err.Error()
+				}
+				return ""
+			})
 			if ex.Decision != tc.decision || ex.WouldBind != "" || ex.GetClaim().GetUid() != string(created.UID) {
 				t.Fatalf("explain of the pending claim: %v would bind %q (%s)", ex.Decision, ex.WouldBind, ex.Message)
 			}
