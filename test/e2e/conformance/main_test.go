@@ -66,6 +66,12 @@ func run(m *testing.M) int {
 		fmt.Fprintln(os.Stderr, "e2e/conformance: dev CSI driver:", err)
 		return 1
 	}
+	// The node a kubelet would register for the driver: its topology is
+	// what the provisioner offers CreateVolume, as external-provisioner.
+	if err := devcsi.RegisterNode(ctx, c.Client, drv.Name(), drv.NodeID()); err != nil {
+		fmt.Fprintln(os.Stderr, "e2e/conformance:", err)
+		return 1
+	}
 	cluster.csiEndpoint = "unix://" + filepath.Join(c.Dir(), "csi.sock")
 	lis, err := grpcutil.Listen(cluster.csiEndpoint)
 	if err != nil {
