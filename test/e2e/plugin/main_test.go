@@ -76,6 +76,12 @@ func run(m *testing.M) int {
 		fmt.Fprintln(os.Stderr, "e2e/plugin: dev CSI driver:", err)
 		return 1
 	}
+	// The node a kubelet would register for the driver: its topology is
+	// what the provisioner offers CreateVolume, as external-provisioner.
+	if err := devcsi.RegisterNode(ctx, c.Client, drv.Name(), drv.NodeID()); err != nil {
+		fmt.Fprintln(os.Stderr, "e2e/plugin:", err)
+		return 1
+	}
 	cluster.driver = drv
 	sock := "unix://" + filepath.Join(dir, "csi.sock")
 	lis, err := grpcutil.Listen(sock)
