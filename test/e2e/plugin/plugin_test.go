@@ -445,16 +445,6 @@ func TestPluginCommands(t *testing.T) {
 	e2e.ClaimPhase(t, cluster.client, ns, "stuck-claim", corev1.ClaimBound, time.Minute)
 }
 
-// routeMissing reports whether err says the gateway has no such route:
-// explain and match are built on another branch, and until it is merged
-// the gateway answers 404 "no route", or reads "NAME:explain" as a claim
-// name (400).
-func routeMissing(err error, verb string) bool {
-	var ge *kubectlplugin.Error
-	return errors.As(err, &ge) && (strings.Contains(ge.Message, "no route") || strings.Contains(ge.Message, "is not allowed on") ||
-		strings.Contains(ge.Message, ":"+verb+`" in the path`))
-}
-
 // explain and match show whatever the gateway answers, as a description
 // and as JSON; an unknown claim is 404; nothing is needed but a viewer's
 // token.
@@ -471,9 +461,6 @@ func TestPluginExplainAndMatch(t *testing.T) {
 	}
 	t.Run("explain", func(t *testing.T) {
 		out, _, err := plugin(t, kc, append(gatewayFlags(), "explain", "pvc", "lonely")...)
-		if routeMissing(err, "explain") {
-			t.Skipf("the gateway has no explain route yet: %v", err)
-		}
 		if err != nil || !strings.Contains(out, "lonely") {
 			t.Fatalf("explain: %v\n%s", err, out)
 		}
@@ -488,9 +475,6 @@ func TestPluginExplainAndMatch(t *testing.T) {
 	})
 	t.Run("match", func(t *testing.T) {
 		out, _, err := plugin(t, kc, append(gatewayFlags(), "match", "-f", claimFile)...)
-		if routeMissing(err, "match") {
-			t.Skipf("the gateway has no match route yet: %v", err)
-		}
 		if err != nil || strings.TrimSpace(out) == "" {
 			t.Fatalf("match: %v\n%s", err, out)
 		}
