@@ -169,14 +169,18 @@ func run(ctx context.Context, binDir, apiserver, dir, gatewayListen string, work
 	}
 	services := []*service{
 		{name: "volplane-csi", addr: csiEndpoint, args: []string{"--endpoint", csiEndpoint,
-			"--root-dir", filepath.Join(dir, "csi", "root"), "--node-id", nodeID}},
+			"--root-dir", filepath.Join(dir, "csi", "root"), "--node-id", nodeID,
+			// 100 GiB on the one node: GetCapacity reports what is left.
+			"--node-capacity", strconv.FormatInt(100<<30, 10)}},
 		{name: "watcher", addr: watcher, args: []string{"--kubeconfig", kc, "--listen", watcher}},
 		{name: "watcher-2", bin: "watcher", addr: watcher2, args: []string{"--kubeconfig", kc, "--listen", watcher2}},
 		// The gateway serves HTTPS with its service certificate, checks
 		// bearer tokens and SubjectAccessReviews with the apiserver, and
 		// accepts client certificates of the same CA.
+		// Capacity tracking publishes CSIStorageCapacity objects (also for
+		// Immediate classes, so the demo's class "fast" has one).
 		{name: "provisioner", addr: provisioner, args: []string{"--kubeconfig", kc, "--etcd-endpoints", etcd, "--listen", provisioner,
-			"--csi-endpoint", csiEndpoint}},
+			"--csi-endpoint", csiEndpoint, "--enable-capacity", "--capacity-namespace", "volplane-system", "--capacity-for-immediate-binding"}},
 		// No kubelet runs recycler pods here: the reclaimer scrubs hostPath
 		// volumes of Recycle policy itself, on this machine, and only
 		// under <dir>/hostpath.
