@@ -12,31 +12,25 @@ import (
 	"k8s.io/client-go/util/workqueue"
 
 	"github.com/volplane/volplane/pkg/kube"
-	"github.com/volplane/volplane/pkg/paging"
+	"github.com/volplane/volplane/pkg/served"
 	provisionerv1 "github.com/volplane/volplane/proto/volplane/provisioner/v1"
 )
 
 // servedTTL is how long the list of provisioner names the provisioner
-// serves is trusted before it is asked again.
+// serves is trusted before it is asked again (in the background).
 const servedTTL = 10 * time.Second
 
 // provisionerClient adapts the provisioner's gRPC client to the binder's
-// needs, caching which provisioner names it serves.
+// needs; served caches which provisioner names it serves.
 type provisionerClient struct {
-	c   provisionerv1.ProvisionerServiceClient
-	log *slog.Logger
-
-	mu         sync.Mutex
-	served     map[string]bool
-	fetched    time.Time
-	known      bool // the provisioner has answered once
-	refreshing bool
+	c      provisionerv1.ProvisionerServiceClient
+	served *served.Cache
 }
 
 var _ provisioner = (*provisionerClient)(nil)
 
 func newProvisionerClient(c provisionerv1.ProvisionerServiceClient, log *slog.Logger) *provisionerClient {
-	return &provisionerClient{c: c, log: log}
+	return &provisionerClient{c: c, served: served.New(c, served.Options{Period: servedTTL}, log)}
 }
 
 // Serves answers from the provisioner's last ListDrivers. Until it has
@@ -44,51 +38,7 @@ func newProvisionerClient(c provisionerv1.ProvisionerServiceClient, log *slog.Lo
 // the list is refreshed in the background when older than servedTTL, so
 // no worker waits on the provisioner, which may be down.
 func (p *provisionerClient) Serves(ctx context.Context, name string) bool {
-	p.mu.Lock()
-	known, stale := p.known, time.Since(p.fetched) > servedTTL
-	if known && stale && !p.refreshing {
-		p.refreshing = true
-		go p.refresh(context.WithoutCancel(ctx))
-	}
-	p.mu.Unlock()
-	if !known {
-		p.refresh(ctx)
-	}
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.served[name]
-}
-
-func (p *provisionerClient) refresh(ctx context.Context) {
-	cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	served := map[string]bool{}
-	req := &provisionerv1.ListDriversRequest{PageSize: paging.MaxSize}
-	var err error
-	for {
-		var resp *provisionerv1.ListDriversResponse
-		if resp, err = p.c.ListDrivers(cctx, req); err != nil {
-			break
-		}
-		for _, d := range resp.GetDrivers() {
-			if d.GetProvisionerName() != "" {
-				served[d.GetProvisionerName()] = true
-			}
-		}
-		if req.PageToken = resp.GetNextPageToken(); req.PageToken == "" {
-			break
-		}
-	}
-	cancel()
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.refreshing = false
-	if err != nil {
-		p.log.Warn("list the provisioner's drivers", "error", err)
-		p.fetched = time.Now() // keep the last answer for another servedTTL
-		return
-	}
-	p.served = served
-	p.fetched, p.known = time.Now(), true
+	return p.served.Get(ctx).Provisioners[name]
 }
 
 // Drivers asks the provisioner for its drivers now (explain wants the

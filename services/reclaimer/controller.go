@@ -17,6 +17,7 @@ import (
 
 	"github.com/volplane/volplane/pkg/coord"
 	"github.com/volplane/volplane/pkg/kube"
+	"github.com/volplane/volplane/pkg/served"
 	reclaimerv1 "github.com/volplane/volplane/proto/volplane/reclaimer/v1"
 )
 
@@ -61,7 +62,7 @@ type controller struct {
 	member   string
 	kube     cluster
 	journal  journal
-	drivers  *drivers
+	drivers  *served.Cache
 	prov     provisioner // nil: no CSI volume is served
 	recorder record.EventRecorder
 	cfg      config
@@ -77,7 +78,7 @@ type controller struct {
 	entries map[string]*entry
 }
 
-func newController(log *slog.Logger, member string, kc cluster, j journal, drv *drivers, prov provisioner,
+func newController(log *slog.Logger, member string, kc cluster, j journal, drv *served.Cache, prov provisioner,
 	recorder record.EventRecorder, cfg config, retryStart, retryMax time.Duration, lost <-chan struct{}) *controller {
 	limiter := workqueue.NewTypedItemExponentialFailureRateLimiter[string](retryStart, retryMax)
 	return &controller{
@@ -360,13 +361,13 @@ func (c *controller) finish(ctx context.Context, r *reclaimerv1.Reclaim, state r
 
 // plan decides the reclaim of the volume as it is now.
 func (c *controller) plan(ctx context.Context, v *corev1.PersistentVolume) plan {
-	s := served{known: true}
+	s := served.Set{Known: true}
 	if v.Spec.PersistentVolumeReclaimPolicy == corev1.PersistentVolumeReclaimDelete {
 		var names []string
 		if v.Spec.CSI != nil {
 			names = append(names, v.Spec.CSI.Driver)
 		}
-		s = c.drivers.get(ctx, append(names, v.Annotations[kube.AnnDynamicallyProvisioned])...)
+		s = c.drivers.Get(ctx, append(names, v.Annotations[kube.AnnDynamicallyProvisioned])...)
 	}
 	n := node{name: c.cfg.nodeName}
 	if c.cfg.mode == RecycleNodeLocal && v.Spec.Local != nil && v.Spec.PersistentVolumeReclaimPolicy == corev1.PersistentVolumeReclaimRecycle {

@@ -8,22 +8,9 @@ import (
 	"k8s.io/apimachinery/pkg/selection"
 
 	"github.com/volplane/volplane/pkg/kube"
+	"github.com/volplane/volplane/pkg/served"
 	reclaimerv1 "github.com/volplane/volplane/proto/volplane/reclaimer/v1"
 )
-
-// served is what volplane's provisioner serves, from its ListDrivers.
-type served struct {
-	// known is false while a configured provisioner has not answered yet:
-	// then no CSI volume can be judged ours or another deleter's.
-	known bool
-	// why the list is not known.
-	err error
-	// drivers are the CSI driver names (Driver.driver_name).
-	drivers map[string]bool
-	// provisioners are the StorageClass provisioner names
-	// (Driver.provisioner_name), as in pv.kubernetes.io/provisioned-by.
-	provisioners map[string]bool
-}
 
 // node is the node this replica runs on, for node-local recycling.
 type node struct {
@@ -58,7 +45,7 @@ const (
 
 // decide is the whole policy decision for a volume, from the volume alone
 // and what this replica can do. It reads nothing and writes nothing.
-func decide(v *corev1.PersistentVolume, s served, mode RecycleMode, n node) plan {
+func decide(v *corev1.PersistentVolume, s served.Set, mode RecycleMode, n node) plan {
 	switch v.Spec.PersistentVolumeReclaimPolicy {
 	case corev1.PersistentVolumeReclaimRetain:
 		return plan{method: reclaimerv1.Method_METHOD_NONE, state: reclaimerv1.State_STATE_RETAINED, message: msgRetained}
@@ -79,9 +66,9 @@ func skipped(format string, args ...any) plan {
 }
 
 // undecided is a plan that cannot be made until the provisioner answers.
-func undecided(s served) plan {
+func undecided(s served.Set) plan {
 	return plan{method: reclaimerv1.Method_METHOD_UNSPECIFIED, state: reclaimerv1.State_STATE_PENDING,
-		message: fmt.Sprintf("waiting for the provisioner's list of drivers to tell whether volplane deletes this volume: %v", s.err)}
+		message: fmt.Sprintf("waiting for the provisioner's list of drivers to tell whether volplane deletes this volume: %v", s.Err)}
 }
 
 // decideDelete: a volume an in-tree plugin provisioned fails as upstream
@@ -89,7 +76,7 @@ func undecided(s served) plan {
 // does not serve belongs to that provisioner's deleter (as external-provisioner
 // ignores volumes of other provisioners); a CSI volume of a served driver
 // is deleted through the provisioner; anything else cannot be deleted.
-func decideDelete(v *corev1.PersistentVolume, s served) plan {
+func decideDelete(v *corev1.PersistentVolume, s served.Set) plan {
 	if msg, inTree := kube.InTreeDeleteFailure(v); inTree {
 		// Provisioned by a non-migrated in-tree plugin: kube-controller-
 		// manager's own deleter would try, and no v1.36 plugin can.
@@ -97,13 +84,13 @@ func decideDelete(v *corev1.PersistentVolume, s served) plan {
 	}
 	by := v.Annotations[kube.AnnDynamicallyProvisioned]
 	csi := v.Spec.CSI
-	if (by != "" || csi != nil) && !s.known {
+	if (by != "" || csi != nil) && !s.Known {
 		return undecided(s)
 	}
 	switch {
-	case by != "" && !s.provisioners[by]:
+	case by != "" && !s.Provisioners[by]:
 		return skipped("provisioned by %q, which volplane's provisioner does not serve: its own deleter deletes it", by)
-	case csi != nil && s.drivers[csi.Driver]:
+	case csi != nil && s.Drivers[csi.Driver]:
 		return plan{method: reclaimerv1.Method_METHOD_PROVISIONER, state: reclaimerv1.State_STATE_PENDING, driver: csi.Driver,
 			message: "the backing volume is deleted through volplane's provisioner"}
 	case csi != nil:

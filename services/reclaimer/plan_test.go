@@ -8,13 +8,14 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/volplane/volplane/pkg/kube"
+	"github.com/volplane/volplane/pkg/served"
 	reclaimerv1 "github.com/volplane/volplane/proto/volplane/reclaimer/v1"
 )
 
 func TestDecide(t *testing.T) {
-	serving := served{known: true, drivers: map[string]bool{"dev.csi.volplane.io": true}, provisioners: map[string]bool{"dev.csi.volplane.io": true}}
-	nothing := served{known: true}
-	unknown := served{err: errors.New("provisioner unreachable")}
+	serving := served.Set{Known: true, Drivers: map[string]bool{"dev.csi.volplane.io": true}, Provisioners: map[string]bool{"dev.csi.volplane.io": true}}
+	nothing := served.Set{Known: true}
+	unknown := served.Set{Err: errors.New("provisioner unreachable")}
 	here := node{name: "node-a", labels: map[string]string{corev1.LabelHostname: "node-a"}}
 	const (
 		none        = reclaimerv1.Method_METHOD_NONE
@@ -27,7 +28,7 @@ func TestDecide(t *testing.T) {
 	for _, tc := range []struct {
 		name    string
 		pv      *corev1.PersistentVolume
-		served  served
+		served  served.Set
 		mode    RecycleMode
 		method  reclaimerv1.Method
 		state   reclaimerv1.State

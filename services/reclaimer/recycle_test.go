@@ -10,6 +10,8 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
+
+	"github.com/volplane/volplane/pkg/served"
 )
 
 func write(t *testing.T, path, data string) {
@@ -100,7 +102,7 @@ func TestRecyclerPod(t *testing.T) {
 	v := releasedPV("pv-1", corev1.PersistentVolumeReclaimRecycle, func(v *corev1.PersistentVolume) {
 		v.Spec.Capacity[corev1.ResourceStorage] = resource.MustParse("10Gi")
 	})
-	rec := r.newRecord(v, decide(v, served{known: true}, RecyclePod, node{}))
+	rec := r.newRecord(v, decide(v, served.Set{Known: true}, RecyclePod, node{}))
 
 	t.Run("default pod for hostPath", func(t *testing.T) {
 		p, err := r.recyclerPod(v, rec)
