@@ -142,6 +142,10 @@ bench-scale: build kube-apiserver kube-controller-manager ## N static binds on a
 	$(VOLPLANE_BENCH) -n $(N) --existing $(SCALE_EXISTING)
 	$(VOLPLANE_BENCH) -n $(N) --existing $(SCALE_EXISTING) $(KCM_FLAGS)
 
+.PHONY: bench-replicas
+bench-replicas: build kube-apiserver ## Static bursts of N with 1 binder replica, then 2, interleaved ROUNDS times (the check of docs/scaling.md's model).
+	for r in $$(seq $(ROUNDS)); do $(VOLPLANE_BENCH) -n $(N) --binders 1 && $(VOLPLANE_BENCH) -n $(N) --binders 2 || exit 1; done
+
 .PHONY: bench-external-provisioner
 bench-external-provisioner: build kube-apiserver kube-controller-manager external-provisioner ## Dynamic provisioning with kube-controller-manager's PV binder and the upstream external-provisioner, same dev CSI driver (KCM_QPS for both).
 	$(VOLPLANE_BENCH) -n $(N) --existing $(EXISTING) --dynamic $(KCM_FLAGS) --external-provisioner $(CSI_PROVISIONER)

@@ -26,6 +26,7 @@ func main() {
 	flag.IntVar(&o.N, "n", 1000, "claims of a burst (and volumes, static); try 10000 for the big run")
 	flag.StringVar(&o.BinDir, "bin-dir", "bin", "directory holding the service binaries and volplane-etcd (make build)")
 	flag.StringVar(&o.KubeAPIServer, "kube-apiserver", "", "kube-apiserver binary; empty uses the cached build (make kube-apiserver)")
+	flag.IntVar(&o.Binders, "binders", 1, "binder replicas (sharing the claims through etcd membership, as in production)")
 	flag.IntVar(&o.Workers, "workers", 0, "binder --workers and the ceiling's workers; 0 keeps the binder's default")
 	flag.IntVar(&o.Clients, "clients", 32, "goroutines creating a burst's claims, the volumes and the --existing population")
 	flag.StringVar(&o.ProfileDir, "profile-dir", "", "save CPU and heap profiles of the binder and the watcher taken during a burst into this directory")

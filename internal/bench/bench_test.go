@@ -90,6 +90,10 @@ func TestValidate(t *testing.T) {
 		{"dynamic kcm alone", Options{N: 1, Dynamic: true, KCM: "kcm"}, "--external-provisioner"},
 		{"external provisioner static", Options{N: 1, KCM: "kcm", ExternalProvisioner: "p"}, "goes with --dynamic"},
 		{"negative existing", Options{N: 1, Existing: -1}, "existing must not be negative"},
+		{"negative binders", Options{N: 1, Binders: -1}, "binders must not be negative"},
+		{"binders and kcm", Options{N: 1, Binders: 2, KCM: "kcm"}, "does not go with --kube-controller-manager or --ceiling"},
+		{"binders and ceiling", Options{N: 1, Binders: 2, Ceiling: true}, "does not go with --kube-controller-manager or --ceiling"},
+		{"two binders vs ceiling", Options{N: 1, Binders: 2, VsCeiling: 1}, ""},
 		{"rate with existing", Options{N: 1, Rates: Rates{10}, Duration: time.Second, Existing: 5}, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -325,41 +325,58 @@ func (t *trial) startVolplane(ctx context.Context) error {
 			return fmt.Errorf("provisioner: %w (log: %s)", err, p.LogPath)
 		}
 	}
-	watcherAddr, err1 := devenv.FreeAddr()
-	binderAddr, err2 := devenv.FreeAddr()
-	if err := errors.Join(err1, err2); err != nil {
+	watcherAddr, err := devenv.FreeAddr()
+	if err != nil {
 		return err
 	}
 	watcherArgs := append([]string{"--kubeconfig", t.api.Kubeconfig, "--listen", watcherAddr, "--log-level", "warn"}, devenv.TLSArgs(t.certs["watcher"])...)
-	binderArgs := append([]string{"--kubeconfig", t.api.Kubeconfig, "--etcd-endpoints", etcd,
-		"--listen", binderAddr, "--watcher-address", watcherAddr, "--log-level", "warn"}, devenv.TLSArgs(t.certs["binder"])...)
-	if t.o.Workers > 0 {
-		binderArgs = append(binderArgs, "--workers", strconv.Itoa(t.o.Workers))
-	}
-	if provisionerAddr != "" {
-		binderArgs = append(binderArgs, "--provisioner-address", provisionerAddr)
-	}
 	if t.o.ProfileDir != "" {
-		for _, s := range []string{"watcher", "binder"} {
-			if t.debug[s], err = devenv.FreeAddr(); err != nil {
-				return err
-			}
+		if t.debug["watcher"], err = devenv.FreeAddr(); err != nil {
+			return err
 		}
 		watcherArgs = append(watcherArgs, "--debug-address", t.debug["watcher"])
-		binderArgs = append(binderArgs, "--debug-address", t.debug["binder"])
 	}
 	w, err := t.startProcess("watcher", filepath.Join(t.o.BinDir, "watcher"), watcherArgs...)
 	if err != nil {
 		return err
 	}
 	t.procs = append(t.procs, w)
-	b, err := t.startProcess("binder", filepath.Join(t.o.BinDir, "binder"), binderArgs...)
-	if err != nil {
-		return err
-	}
-	t.procs, t.binder = append(t.procs, b), b
-	if err := devenv.WaitServing(ctx, binderAddr, "", t.certs["bench"], 2*time.Minute); err != nil {
-		return fmt.Errorf("binder: %w (log: %s)", err, b.LogPath)
+	// Every binder replica streams from the one watcher; the first is the
+	// one whose log a stuck run names and, with ProfileDir, is profiled.
+	for i := range max(t.o.Binders, 1) {
+		name := "binder"
+		if i > 0 {
+			name = fmt.Sprintf("binder-%d", i+1)
+		}
+		binderAddr, err := devenv.FreeAddr()
+		if err != nil {
+			return err
+		}
+		binderArgs := append([]string{"--kubeconfig", t.api.Kubeconfig, "--etcd-endpoints", etcd,
+			"--listen", binderAddr, "--watcher-address", watcherAddr, "--member-id", name, "--log-level", "warn"}, devenv.TLSArgs(t.certs["binder"])...)
+		if t.o.Workers > 0 {
+			binderArgs = append(binderArgs, "--workers", strconv.Itoa(t.o.Workers))
+		}
+		if provisionerAddr != "" {
+			binderArgs = append(binderArgs, "--provisioner-address", provisionerAddr)
+		}
+		if t.o.ProfileDir != "" && i == 0 {
+			if t.debug["binder"], err = devenv.FreeAddr(); err != nil {
+				return err
+			}
+			binderArgs = append(binderArgs, "--debug-address", t.debug["binder"])
+		}
+		b, err := t.startProcess(name, filepath.Join(t.o.BinDir, "binder"), binderArgs...)
+		if err != nil {
+			return err
+		}
+		t.procs = append(t.procs, b)
+		if i == 0 {
+			t.binder = b
+		}
+		if err := devenv.WaitServing(ctx, binderAddr, "", t.certs["bench"], 2*time.Minute); err != nil {
+			return fmt.Errorf("%s: %w (log: %s)", name, err, b.LogPath)
+		}
 	}
 	return nil
 }

@@ -24,6 +24,9 @@ type Options struct {
 	BinDir string
 	// KubeAPIServer is the kube-apiserver binary; empty finds the cached one.
 	KubeAPIServer string
+	// Binders is how many binder replicas bind (they share the claims by
+	// etcd membership, as in production); 0 means one. volplane only.
+	Binders int
 	// Workers is the binder's --workers, and the ceiling's worker count;
 	// 0 keeps the binder's default for both.
 	Workers int
@@ -120,6 +123,12 @@ func (o *Options) validate() error {
 	if o.Workers < 0 {
 		errs = append(errs, fmt.Errorf("workers must not be negative, got %d", o.Workers))
 	}
+	if o.Binders < 0 {
+		errs = append(errs, fmt.Errorf("binders must not be negative, got %d", o.Binders))
+	}
+	if o.Binders > 1 && (o.KCM != "" || o.Ceiling) {
+		errs = append(errs, errors.New("--binders runs several volplane binders: it does not go with --kube-controller-manager or --ceiling"))
+	}
 	if o.Existing < 0 {
 		errs = append(errs, fmt.Errorf("existing must not be negative, got %d", o.Existing))
 	}
@@ -196,6 +205,9 @@ func (o *Options) name(s system) string {
 		}
 		return "kube-controller-manager"
 	default:
+		if o.Binders > 1 {
+			return fmt.Sprintf("volplane (%d binders)", o.Binders)
+		}
 		return "volplane"
 	}
 }
