@@ -2,7 +2,6 @@ package gateway
 
 import (
 	"flag"
-	"os"
 	"strings"
 
 	"github.com/volplane/volplane/pkg/auth"
@@ -10,7 +9,7 @@ import (
 
 // AuthFlags registers the flags of AuthOptions on fs.
 func AuthFlags(fs *flag.FlagSet, o *AuthOptions) {
-	fs.StringVar(&o.Kubeconfig, "kubeconfig", os.Getenv("KUBECONFIG"), "kubeconfig of the client that checks callers with TokenReviews and SubjectAccessReviews; empty ($KUBECONFIG unset) uses the in-cluster configuration")
+	fs.StringVar(&o.Kubeconfig, "kubeconfig", "", "kubeconfig of the client that checks callers with TokenReviews and SubjectAccessReviews; empty: the files $KUBECONFIG lists, else ~/.kube/config, else the in-cluster configuration")
 	fs.StringVar(&o.ClientCAFile, "client-ca-file", "", "PEM CA certificates that sign client certificates (user = CN, groups = O); empty accepts none. Needs --tls-serving-cert-file")
 	fs.BoolVar(&o.AllowAnonymous, "allow-anonymous", false, "serve requests without credentials as system:anonymous (group system:unauthenticated), still authorized by RBAC")
 	fs.Func("authentication-token-audiences", "comma-separated audiences a bearer token must be meant for; empty accepts tokens for the API server", func(s string) error {

@@ -33,7 +33,7 @@ func LogFlags() *Logging {
 
 // KubeFlags registers --kubeconfig, --kube-api-qps and --kube-api-burst.
 func KubeFlags(kubeconfig *string, qps *float32, burst *int) {
-	flag.StringVar(kubeconfig, "kubeconfig", os.Getenv("KUBECONFIG"), "path to a kubeconfig; empty ($KUBECONFIG unset) uses the in-cluster configuration")
+	flag.StringVar(kubeconfig, "kubeconfig", "", "path to a kubeconfig; empty: the files $KUBECONFIG lists, else ~/.kube/config, else the in-cluster configuration")
 	flag.Var((*float32Value)(qps), "kube-api-qps", "client-side limit on Kubernetes API requests per second; 0 means no limit")
 	flag.IntVar(burst, "kube-api-burst", 0, "burst above --kube-api-qps")
 }

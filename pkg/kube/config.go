@@ -11,9 +11,13 @@ import (
 
 // ClientOptions configures the connection to the Kubernetes API.
 type ClientOptions struct {
-	// Kubeconfig is the path of a kubeconfig file; empty means the in-cluster
-	// configuration.
+	// Kubeconfig is the path of a kubeconfig file. Empty means client-go's
+	// loading rules, as kubectl's: the files $KUBECONFIG lists (merged),
+	// else ~/.kube/config, else the in-cluster configuration.
 	Kubeconfig string
+	// Context is the kubeconfig context to use; empty means its
+	// current-context.
+	Context string
 	// QPS limits requests per second on the client side; 0 or less means no
 	// client-side limit (the API server's own priority and fairness still
 	// applies).
@@ -27,17 +31,12 @@ type ClientOptions struct {
 // RESTConfig builds a REST config that speaks protobuf and is not throttled
 // unless QPS asks for it.
 func RESTConfig(o ClientOptions) (*rest.Config, error) {
-	var (
-		cfg *rest.Config
-		err error
-	)
-	if o.Kubeconfig != "" {
-		cfg, err = clientcmd.BuildConfigFromFlags("", o.Kubeconfig)
-	} else {
-		cfg, err = rest.InClusterConfig()
-	}
+	rules := clientcmd.NewDefaultClientConfigLoadingRules()
+	rules.ExplicitPath = o.Kubeconfig
+	cfg, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules,
+		&clientcmd.ConfigOverrides{CurrentContext: o.Context}).ClientConfig()
 	if err != nil {
-		return nil, fmt.Errorf("kubernetes client config (set --kubeconfig outside a cluster): %w", err)
+		return nil, fmt.Errorf("kubernetes client config (set --kubeconfig or $KUBECONFIG outside a cluster): %w", err)
 	}
 	return Tune(cfg, o), nil
 }
