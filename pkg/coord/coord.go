@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	"go.etcd.io/etcd/client/pkg/v3/transport"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/client/v3/concurrency"
@@ -302,7 +303,7 @@ func (c *Coordinator) Reserve(ctx context.Context, resource, holder string) erro
 		Else(clientv3.OpGet(key)).
 		Commit()
 	if err != nil {
-		if strings.Contains(err.Error(), "requested lease not found") {
+		if errors.Is(err, rpctypes.ErrLeaseNotFound) {
 			return ErrSessionLost
 		}
 		return fmt.Errorf("reserve %s in etcd: %w", resource, err)

@@ -9,6 +9,9 @@ import (
 	"testing"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
 	"github.com/volplane/volplane/internal/devenv"
 	"github.com/volplane/volplane/pkg/coord"
 )
@@ -192,5 +195,24 @@ func TestRingSpreadsAndMovesLittle(t *testing.T) {
 	}
 	if (&coord.Ring{}).Owner("x") != "" || coord.NewRing([]string{"solo"}).Owner("x") != "solo" {
 		t.Error("empty or single-member ring")
+	}
+}
+
+// TestRevokedLeaseErrorIsRPCType pins what Reserve and the journal rely on
+// to turn a write on an expired lease into ErrSessionLost: etcd's client
+// returns rpctypes.ErrLeaseNotFound, matched by value, not by its text.
+func TestRevokedLeaseErrorIsRPCType(t *testing.T) {
+	ctx := context.Background()
+	a := newCoord(t, "/t4b", 0)
+	lease, err := a.Client().Grant(ctx, 60)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.Client().Revoke(ctx, lease.ID); err != nil {
+		t.Fatal(err)
+	}
+	_, err = a.Client().Txn(ctx).Then(clientv3.OpPut("/t4b/x", "v", clientv3.WithLease(lease.ID))).Commit()
+	if !errors.Is(err, rpctypes.ErrLeaseNotFound) {
+		t.Fatalf("write on a revoked lease: %v (%T), want rpctypes.ErrLeaseNotFound", err, err)
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -71,7 +72,7 @@ func (c *Coordinator) AcquireGet(ctx context.Context, kind, name, holder string)
 		Else(clientv3.OpGet(lock), clientv3.OpGet(rec)).
 		Commit()
 	if err != nil {
-		if strings.Contains(err.Error(), "requested lease not found") {
+		if errors.Is(err, rpctypes.ErrLeaseNotFound) {
 			return Record{}, false, ErrSessionLost
 		}
 		return Record{}, false, fmt.Errorf("acquire %s/%s in etcd: %w", kind, name, err)
