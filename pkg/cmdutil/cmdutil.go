@@ -14,6 +14,8 @@ import (
 	"strings"
 	"syscall"
 
+	"k8s.io/klog/v2"
+
 	"github.com/volplane/volplane/pkg/coord"
 	"github.com/volplane/volplane/pkg/grpcutil"
 )
@@ -90,6 +92,7 @@ func Run(component string, l *Logging, run func(ctx context.Context, log *slog.L
 	}
 	// Packages without a logger of their own (TLS reloads) log here too.
 	slog.SetDefault(log)
+	RouteKlog(log)
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	if err := run(ctx, log); err != nil {
@@ -97,6 +100,13 @@ func Run(component string, l *Logging, run func(ctx context.Context, log *slog.L
 		return 1
 	}
 	return 0
+}
+
+// RouteKlog sends client-go's klog output (reflector and leader-election
+// messages, its V-levels as slog levels below Info) through log, so that
+// --log-format=json gives one format on stderr.
+func RouteKlog(log *slog.Logger) {
+	klog.SetSlogLogger(log.With("logger", "client-go"))
 }
 
 type float32Value float32
