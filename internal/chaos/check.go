@@ -69,13 +69,6 @@ func (b *Book) Deleted(uid types.UID, key string) {
 	b.deleted[uid] = key
 }
 
-func (b *Book) isDynamic(uid types.UID) bool {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	_, ok := b.dynamic[uid]
-	return ok
-}
-
 // Counts says how many claims the run made and deleted.
 func (b *Book) Counts() (static, dynamic, deleted, markers int) {
 	b.mu.Lock()

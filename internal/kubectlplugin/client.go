@@ -163,6 +163,7 @@ func (o *options) findGateway(ctx context.Context, cfg *rest.Config) (string, []
 	if os.Getenv("KUBERNETES_SERVICE_HOST") != "" {
 		return fmt.Sprintf("https://%s.%s.svc:%d", name, ns, port), ca, nil
 	}
+	//lint:ignore ST1005 Service is the Kubernetes kind, capitalized as kubectl writes it
 	return "", nil, fmt.Errorf("Service %s/%s has no %s annotation and no load-balancer address, so the gateway cannot be reached from here: "+
 		"pass --gateway URL (e.g. run `kubectl -n %s port-forward svc/%s 8443:%d` and pass --gateway https://localhost:8443 --certificate-authority CA-FILE)",
 		ns, name, AnnotationGatewayURL, ns, name, port)

@@ -96,6 +96,7 @@ func Run(ctx context.Context, args []string, s Streams) error {
 	fs := flagSet(&o)
 	fs.SetOutput(io.Discard)
 	if err := fs.Parse(args); err != nil {
+		//lint:ignore ST1005 kubectl's usage hint, printed as kubectl prints it
 		return fmt.Errorf("%w: %v\nSee 'kubectl volplane --help'.", ErrUsage, err)
 	}
 	cmds := commands()
@@ -110,6 +111,7 @@ func Run(ctx context.Context, args []string, s Streams) error {
 	name := fs.Arg(0)
 	i := slices.IndexFunc(cmds, func(c *command) bool { return c.name == name })
 	if i < 0 {
+		//lint:ignore ST1005 kubectl's usage hint, printed as kubectl prints it
 		return fmt.Errorf("%w: unknown command %q\nSee 'kubectl volplane --help'.", ErrUsage, name)
 	}
 	cmd := cmds[i]

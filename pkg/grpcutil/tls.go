@@ -138,7 +138,7 @@ func (c *reloadingCreds) ServerHandshake(conn net.Conn) (net.Conn, credentials.A
 }
 
 func (c *reloadingCreds) Info() credentials.ProtocolInfo {
-	return credentials.ProtocolInfo{SecurityProtocol: "tls", SecurityVersion: "1.2"}
+	return credentials.ProtocolInfo{SecurityProtocol: "tls"}
 }
 
 func (c *reloadingCreds) Clone() credentials.TransportCredentials {

@@ -298,6 +298,7 @@ func (c *controller) recyclerPod(v *corev1.PersistentVolume, r *reclaimerv1.Recl
 	case v.Spec.NFS != nil:
 		src.NFS = &corev1.NFSVolumeSource{Server: v.Spec.NFS.Server, Path: v.Spec.NFS.Path}
 	default:
+		//lint:ignore ST1005 kube-controller-manager's exact message, kept for fidelity
 		return nil, errors.New(msgNoRecycler)
 	}
 	var pod *corev1.Pod

@@ -25,7 +25,7 @@ func fullPod(i int, scheduled bool) *corev1.Pod {
 			Labels:          map[string]string{"app": "web", "controller-revision-hash": "web-7d9f8c6b5", "statefulset.kubernetes.io/pod-name": name},
 			Annotations:     map[string]string{"kubectl.kubernetes.io/restartedAt": "2026-01-01T00:00:00Z"},
 			OwnerReferences: []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "StatefulSet", Name: "web", UID: "f00"}},
-			ManagedFields:   []metav1.ManagedFieldsEntry{{Manager: "kube-controller-manager", Operation: metav1.ManagedFieldsOperationUpdate, FieldsV1: &metav1.FieldsV1{Raw: make([]byte, 1500)}}},
+			ManagedFields:   []metav1.ManagedFieldsEntry{{Manager: "kube-controller-manager", Operation: metav1.ManagedFieldsOperationUpdate, FieldsV1: metav1.NewFieldsV1(string(make([]byte, 1500)))}},
 		},
 		Spec: corev1.PodSpec{
 			Volumes: []corev1.Volume{

@@ -65,9 +65,6 @@ func ns(t *testing.T) string {
 
 type pvOpt func(*corev1.PersistentVolume)
 
-func withClass(c string) pvOpt {
-	return func(v *corev1.PersistentVolume) { v.Spec.StorageClassName = c }
-}
 func withPolicy(p corev1.PersistentVolumeReclaimPolicy) pvOpt {
 	return func(v *corev1.PersistentVolume) { v.Spec.PersistentVolumeReclaimPolicy = p }
 }

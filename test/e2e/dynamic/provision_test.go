@@ -29,7 +29,7 @@ func TestProvisionMakesTheVolumeAUserExpects(t *testing.T) {
 		sc.Parameters = map[string]string{"tier": "gold", "csi.storage.k8s.io/fstype": "xfs"}
 		sc.MountOptions = []string{"noatime"}
 	})
-	c := createClaim(t, ns, "data", "1Gi", sc.Name)
+	createClaim(t, ns, "data", "1Gi", sc.Name)
 	c, pv := bound(t, ns, "data")
 
 	if pv.Name != pvName(c) {
