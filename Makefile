@@ -9,6 +9,7 @@ BIN          := $(CURDIR)/bin
 GO           ?= go
 # Pinned tool versions, installed into ./bin with `go install`.
 BUF_VERSION             := v1.75.0
+STATICCHECK_VERSION     := v0.8.2
 PROTOC_GEN_GO_VERSION   := v1.36.12
 PROTOC_GEN_GRPC_VERSION := v1.6.0
 GRPC_GATEWAY_VERSION    := v2.33.0
@@ -23,6 +24,10 @@ KUBE_APISERVER          := $(VOLPLANE_CACHE)/kube-apiserver-$(KUBE_VERSION)
 KUBE_CONTROLLER_MANAGER := $(VOLPLANE_CACHE)/kube-controller-manager-$(KUBE_VERSION)
 EXTERNAL_PROVISIONER_VERSION := v6.3.0
 CSI_PROVISIONER         := $(VOLPLANE_CACHE)/csi-provisioner-$(EXTERNAL_PROVISIONER_VERSION)
+# What ships: the services, the gateway, the dev CSI driver and the kubectl
+# plugin (make verify-deps keeps etcd's server out of them).
+PRODUCT_BINARIES = ./services/watcher/cmd/watcher ./services/binder/cmd/binder ./services/provisioner/cmd/provisioner \
+	./services/reclaimer/cmd/reclaimer ./gateway/cmd/gateway ./cmd/volplane-csi ./cmd/kubectl-volplane
 export VOLPLANE_KUBE_APISERVER := $(KUBE_APISERVER)
 export VOLPLANE_CSI_SANITY := $(BIN)/csi-sanity
 
@@ -161,7 +166,7 @@ bench-kcm: build kube-apiserver kube-controller-manager ## The static burst with
 ##@ Verify / fix
 
 .PHONY: verify
-verify: verify-fmt verify-vet verify-lint verify-generate ## Run every verify-* target.
+verify: verify-fmt verify-vet verify-staticcheck verify-deps verify-lint verify-generate ## Run every verify-* target.
 
 .PHONY: verify-fmt fix-fmt
 verify-fmt: ## Fail when gofmt would change a file.
@@ -173,6 +178,17 @@ fix-fmt: ## Format every Go file.
 .PHONY: verify-vet
 verify-vet: ## go vet every package.
 	$(GO) vet ./...
+
+.PHONY: verify-staticcheck
+verify-staticcheck: $(BIN)/staticcheck ## staticcheck every package (pinned, installed into ./bin).
+	$(BIN)/staticcheck ./...
+$(BIN)/staticcheck:
+	GOBIN=$(BIN) $(GO) install honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION)
+
+.PHONY: verify-deps
+verify-deps: ## Fail when a product binary links etcd's server (only the dev environment and tests embed etcd).
+	@for b in $(PRODUCT_BINARIES); do \
+		if $(GO) list -deps $$b | grep -q '^go.etcd.io/etcd/server/'; then echo "$$b links go.etcd.io/etcd/server"; exit 1; fi; done
 
 .PHONY: verify-lint
 verify-lint: tools ## buf lint the protos.
