@@ -1,0 +1,151 @@
+package provisioner
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/volplane/volplane/pkg/coord"
+)
+
+// recoverAll goes through the journal once: operations of this replica
+// that are not running, and operations whose replica is gone, are
+// finished or undone.
+func (p *provisioner) recoverAll(ctx context.Context) {
+	recs, err := p.journal.List(ctx, kindProvision)
+	if err != nil {
+		p.log.Warn("list provisioning journal", "error", err)
+	}
+	for _, r := range recs {
+		if ctx.Err() != nil {
+			return
+		}
+		if (r.Holder != "" && r.Holder != p.member) || p.running(kindProvision, r.Name) {
+			continue
+		}
+		if err := p.recoverProvision(ctx, r); err != nil {
+			p.log.Warn("recover provisioning", "volume", r.Name, "error", err)
+		}
+	}
+	recs, err = p.journal.List(ctx, kindDelete)
+	if err != nil {
+		p.log.Warn("list deletion journal", "error", err)
+	}
+	for _, r := range recs {
+		if ctx.Err() != nil {
+			return
+		}
+		if r.Holder != "" && r.Holder != p.member {
+			continue
+		}
+		if err := p.recoverDelete(ctx, r); err != nil {
+			p.log.Warn("recover deletion", "volume", r.Name, "error", err)
+		}
+	}
+}
+
+// recoverProvision finishes a journaled provisioning whose claim still
+// wants it, and undoes one whose claim is gone, is being deleted or got
+// another volume: the volume is created again with the same request (which
+// returns the volume if it exists, or makes it) and then deleted, so that
+// nothing is leaked whatever the driver did in the background.
+func (p *provisioner) recoverProvision(ctx context.Context, r coord.Record) error {
+	var op provisionOp
+	if err := json.Unmarshal(r.Value, &op); err != nil {
+		return fmt.Errorf("journal record: %w", err)
+	}
+	d := p.drivers.byProvisioner(op.Provisioner)
+	if d == nil {
+		return nil // another provisioner's operation
+	}
+	claim, err := p.client.CoreV1().PersistentVolumeClaims(op.ClaimNamespace).Get(ctx, op.ClaimName, metav1.GetOptions{})
+	switch {
+	case apierrors.IsNotFound(err):
+		claim = nil
+	case err != nil:
+		return err
+	}
+	why := unwanted(claim, types.UID(op.ClaimUID), r.Name)
+	if why == "" {
+		class, err := p.client.StorageV1().StorageClasses().Get(ctx, op.Class, metav1.GetOptions{})
+		if err != nil {
+			return fmt.Errorf("class %q of claim %s/%s: %w", op.Class, op.ClaimNamespace, op.ClaimName, err)
+		}
+		res, err := p.provision(ctx, claim, class, true)
+		if err != nil {
+			return err
+		}
+		p.log.Info("recovered provisioning", "volume", r.Name, "claim", op.ClaimNamespace+"/"+op.ClaimName, "outcome", res.outcome, "message", res.message)
+		return nil
+	}
+
+	if !p.begin(kindProvision, r.Name) {
+		return nil
+	}
+	defer p.end(kindProvision, r.Name)
+	if err := p.journal.Acquire(ctx, kindProvision, r.Name, p.member); err != nil {
+		if errors.Is(err, coord.ErrReserved) {
+			return nil
+		}
+		return err
+	}
+	if _, err := p.client.CoreV1().PersistentVolumes().Get(ctx, r.Name, metav1.GetOptions{}); err == nil {
+		// The PV was saved: the volume is the reclaimer's now.
+		return p.journal.Finish(ctx, kindProvision, r.Name, p.member)
+	} else if !apierrors.IsNotFound(err) {
+		return err
+	}
+	if !d.ready() {
+		// Let a replica whose driver is ready take it.
+		if err := p.journal.Unlock(ctx, kindProvision, r.Name, p.member); err != nil {
+			p.log.Warn("unlock provisioning", "volume", r.Name, "error", err)
+		}
+		return fmt.Errorf("CSI driver %q is not ready to undo provisioning %s", op.Provisioner, r.Name)
+	}
+	return p.undo(ctx, d, r.Name, op, why)
+}
+
+// recoverDelete finishes a journaled deletion whose replica is gone. While
+// the PV exists the reclaimer asks again; only a deletion whose PV is
+// already gone needs finishing here.
+func (p *provisioner) recoverDelete(ctx context.Context, r coord.Record) error {
+	var op deleteOp
+	if err := json.Unmarshal(r.Value, &op); err != nil {
+		return fmt.Errorf("journal record: %w", err)
+	}
+	d := p.drivers.byDriver(op.Driver)
+	if d == nil {
+		return nil // another provisioner's operation
+	}
+	if !p.begin(kindDelete, r.Name) {
+		return nil // running here now
+	}
+	defer p.end(kindDelete, r.Name)
+	if _, err := p.client.CoreV1().PersistentVolumes().Get(ctx, r.Name, metav1.GetOptions{}); err == nil {
+		// The reclaimer asks again through the PV, of whichever replica.
+		if r.Holder == p.member {
+			return p.journal.Unlock(ctx, kindDelete, r.Name, p.member)
+		}
+		return nil
+	} else if !apierrors.IsNotFound(err) {
+		return err
+	}
+	if !d.ready() {
+		return fmt.Errorf("CSI driver %q is not ready to finish deleting %s", op.Driver, r.Name)
+	}
+	if err := p.journal.Acquire(ctx, kindDelete, r.Name, p.member); err != nil {
+		if errors.Is(err, coord.ErrReserved) {
+			return nil
+		}
+		return err
+	}
+	op.Attempts++
+	res := p.runDelete(ctx, d, r.Name, op)
+	p.log.Info("recovered deletion", "volume", r.Name, "outcome", res.outcome, "message", res.message)
+	return nil
+}
