@@ -2,7 +2,6 @@ package devcsi
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"maps"
 	"os"
@@ -12,7 +11,6 @@ import (
 	csi "github.com/container-storage-interface/spec/lib/go/csi"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
-	"google.golang.org/protobuf/types/known/timestamppb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 )
 
@@ -44,119 +42,6 @@ func (s *controllerServer) ControllerGetCapabilities(context.Context, *csi.Contr
 		})
 	}
 	return resp, nil
-}
-
-// checkCapability says why a capability cannot be served, or nil. Volumes
-// are directories: access type mount with any file system type (there is
-// none to format) and any access mode; block is not supported.
-func checkCapability(c *csi.VolumeCapability) error {
-	if c == nil {
-		return errors.New("a volume capability is empty")
-	}
-	switch c.GetAccessType().(type) {
-	case *csi.VolumeCapability_Mount:
-	case *csi.VolumeCapability_Block:
-		return errors.New("access type block is not supported: volumes are directories (use mount)")
-	default:
-		return errors.New("a volume capability has no access type (mount or block)")
-	}
-	mode := c.GetAccessMode().GetMode()
-	if _, known := csi.VolumeCapability_AccessMode_Mode_name[int32(mode)]; !known || mode == csi.VolumeCapability_AccessMode_UNKNOWN {
-		return fmt.Errorf("access mode %v is not supported", mode)
-	}
-	return nil
-}
-
-func checkCapabilities(caps []*csi.VolumeCapability) error {
-	if len(caps) == 0 {
-		return status.Error(codes.InvalidArgument, "volume_capabilities are required")
-	}
-	for _, c := range caps {
-		if err := checkCapability(c); err != nil {
-			return status.Error(codes.InvalidArgument, err.Error())
-		}
-	}
-	return nil
-}
-
-// checkRange validates a capacity range's shape.
-func checkRange(cr *csi.CapacityRange) error {
-	req, lim := cr.GetRequiredBytes(), cr.GetLimitBytes()
-	if req < 0 || lim < 0 {
-		return status.Errorf(codes.InvalidArgument, "capacity_range: required_bytes %d and limit_bytes %d must not be negative", req, lim)
-	}
-	if lim > 0 && req > lim {
-		return status.Errorf(codes.InvalidArgument, "capacity_range: required_bytes %d is above limit_bytes %d", req, lim)
-	}
-	return nil
-}
-
-// inRange reports whether a volume of size bytes satisfies cr.
-func inRange(size int64, cr *csi.CapacityRange) bool {
-	return size >= cr.GetRequiredBytes() && (cr.GetLimitBytes() == 0 || size <= cr.GetLimitBytes())
-}
-
-// size picks a new volume's capacity: the required bytes, else the default
-// (within the limit), at least minimum (the content source's size).
-func (d *Driver) size(cr *csi.CapacityRange, minimum int64) (int64, error) {
-	size, lim := cr.GetRequiredBytes(), cr.GetLimitBytes()
-	if size == 0 {
-		size = d.defaultSize
-		if lim > 0 && size > lim {
-			size = lim
-		}
-	}
-	size = max(size, minimum)
-	if lim > 0 && size > lim {
-		return 0, status.Errorf(codes.OutOfRange, "the content source holds %d bytes, above limit_bytes %d", minimum, lim)
-	}
-	if d.maxSize > 0 && size > d.maxSize {
-		return 0, status.Errorf(codes.OutOfRange, "%d bytes is above this driver's largest volume, %d bytes", size, d.maxSize)
-	}
-	return size, nil
-}
-
-// reserve checks that grow more bytes fit in the driver's capacity; d.mu
-// must be held.
-func (d *Driver) reserve(grow int64) error {
-	if d.capacity == 0 {
-		return nil
-	}
-	if grow > d.capacity {
-		return status.Errorf(codes.OutOfRange, "%d bytes is above this driver's whole capacity, %d bytes", grow, d.capacity)
-	}
-	if used := d.st.usedBytes(); used+grow > d.capacity {
-		return status.Errorf(codes.ResourceExhausted, "not enough capacity: %d of %d bytes are used, %d more asked for", used, d.capacity, grow)
-	}
-	return nil
-}
-
-// pickNode chooses the node a new volume goes on: the first preferred
-// segment naming a node under TopologyKey, else the first such requisite
-// segment, else (no requirements) this driver's node.
-func (d *Driver) pickNode(tr *csi.TopologyRequirement) (string, error) {
-	if len(tr.GetPreferred()) == 0 && len(tr.GetRequisite()) == 0 {
-		return d.nodeID, nil
-	}
-	for _, t := range append(tr.GetPreferred(), tr.GetRequisite()...) {
-		if n := t.GetSegments()[TopologyKey]; n != "" {
-			return n, nil
-		}
-	}
-	return "", status.Errorf(codes.ResourceExhausted, "no accessibility requirement names a node under %s", TopologyKey)
-}
-
-// allowsNode reports whether tr accepts a volume on node.
-func allowsNode(tr *csi.TopologyRequirement, node string) bool {
-	if len(tr.GetPreferred()) == 0 && len(tr.GetRequisite()) == 0 {
-		return true
-	}
-	for _, t := range append(tr.GetPreferred(), tr.GetRequisite()...) {
-		if t.GetSegments()[TopologyKey] == node {
-			return true
-		}
-	}
-	return false
 }
 
 func (d *Driver) csiVolume(v *volume) *csi.Volume {
@@ -475,115 +360,4 @@ func (s *controllerServer) ControllerExpandVolume(ctx context.Context, req *csi.
 	}
 	d.log.Info("volume expanded", "volume", v.ID, "from", old, "to", want)
 	return &csi.ControllerExpandVolumeResponse{CapacityBytes: want}, nil
-}
-
-func csiSnapshot(sn *snapshot) *csi.Snapshot {
-	return &csi.Snapshot{
-		SnapshotId:     sn.ID,
-		SourceVolumeId: sn.SourceVolumeID,
-		SizeBytes:      sn.SizeBytes,
-		CreationTime:   timestamppb.New(sn.CreatedAt),
-		ReadyToUse:     true,
-	}
-}
-
-func (s *controllerServer) CreateSnapshot(ctx context.Context, req *csi.CreateSnapshotRequest) (*csi.CreateSnapshotResponse, error) {
-	d := s.d
-	if !validName(req.GetName()) {
-		return nil, status.Error(codes.InvalidArgument, "name is required")
-	}
-	if req.GetSourceVolumeId() == "" {
-		return nil, status.Error(codes.InvalidArgument, "source_volume_id is required")
-	}
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if sn := d.st.snapshotByName(req.GetName()); sn != nil {
-		if sn.SourceVolumeID != req.GetSourceVolumeId() {
-			return nil, status.Errorf(codes.AlreadyExists, "snapshot %q exists (%s) of another volume, %s", req.GetName(), sn.ID, sn.SourceVolumeID)
-		}
-		return &csi.CreateSnapshotResponse{Snapshot: csiSnapshot(sn)}, nil
-	}
-	v := d.st.Volumes[req.GetSourceVolumeId()]
-	if v == nil {
-		return nil, status.Errorf(codes.NotFound, "source volume %q does not exist", req.GetSourceVolumeId())
-	}
-	sn := &snapshot{
-		ID: snapshotID(req.GetName()), Name: req.GetName(), SourceVolumeID: v.ID, SizeBytes: v.CapacityBytes,
-		Parameters: req.GetParameters(), CreatedAt: time.Now().UTC(),
-	}
-	dir := filepath.Join(d.root, snapshotsDir, sn.ID)
-	if err := os.RemoveAll(dir); err != nil {
-		return nil, status.Errorf(codes.Internal, "snapshot directory: %v", err)
-	}
-	if err := copyTree(d.VolumePath(v.ID), dir); err != nil {
-		return nil, status.Errorf(codes.Internal, "%v", err)
-	}
-	d.st.Snapshots[sn.ID] = sn
-	if err := d.st.saveSnapshot(d.root, sn.ID); err != nil {
-		delete(d.st.Snapshots, sn.ID)
-		_ = os.RemoveAll(dir)
-		return nil, status.Errorf(codes.Internal, "%v", err)
-	}
-	d.log.Info("snapshot created", "snapshot", sn.ID, "name", sn.Name, "volume", v.ID)
-	return &csi.CreateSnapshotResponse{Snapshot: csiSnapshot(sn)}, nil
-}
-
-func (s *controllerServer) DeleteSnapshot(ctx context.Context, req *csi.DeleteSnapshotRequest) (*csi.DeleteSnapshotResponse, error) {
-	d := s.d
-	id := req.GetSnapshotId()
-	if id == "" {
-		return nil, status.Error(codes.InvalidArgument, "snapshot_id is required")
-	}
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	sn := d.st.Snapshots[id]
-	if sn == nil {
-		return &csi.DeleteSnapshotResponse{}, nil
-	}
-	delete(d.st.Snapshots, id)
-	if err := d.st.saveSnapshot(d.root, id); err != nil {
-		d.st.Snapshots[id] = sn
-		return nil, status.Errorf(codes.Internal, "%v", err)
-	}
-	if err := os.RemoveAll(filepath.Join(d.root, snapshotsDir, id)); err != nil {
-		d.log.Warn("snapshot deleted but its directory was not removed", "snapshot", id, "error", err)
-	}
-	d.log.Info("snapshot deleted", "snapshot", id, "name", sn.Name)
-	return &csi.DeleteSnapshotResponse{}, nil
-}
-
-func (s *controllerServer) ListSnapshots(ctx context.Context, req *csi.ListSnapshotsRequest) (*csi.ListSnapshotsResponse, error) {
-	d := s.d
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	var ids []string
-	for _, id := range d.st.sortedSnapshotIDs() {
-		sn := d.st.Snapshots[id]
-		if (req.GetSnapshotId() == "" || id == req.GetSnapshotId()) &&
-			(req.GetSourceVolumeId() == "" || sn.SourceVolumeID == req.GetSourceVolumeId()) {
-			ids = append(ids, id)
-		}
-	}
-	ids, next, err := page(ids, req.GetStartingToken(), req.GetMaxEntries(), snapshotIDPattern.MatchString)
-	if err != nil {
-		return nil, err
-	}
-	resp := &csi.ListSnapshotsResponse{NextToken: next}
-	for _, id := range ids {
-		resp.Entries = append(resp.Entries, &csi.ListSnapshotsResponse_Entry{Snapshot: csiSnapshot(d.st.Snapshots[id])})
-	}
-	return resp, nil
-}
-
-func (s *controllerServer) GetSnapshot(ctx context.Context, req *csi.GetSnapshotRequest) (*csi.GetSnapshotResponse, error) {
-	if req.GetSnapshotId() == "" {
-		return nil, status.Error(codes.InvalidArgument, "snapshot_id is required")
-	}
-	s.d.mu.Lock()
-	defer s.d.mu.Unlock()
-	sn := s.d.st.Snapshots[req.GetSnapshotId()]
-	if sn == nil {
-		return nil, status.Errorf(codes.NotFound, "snapshot %q does not exist", req.GetSnapshotId())
-	}
-	return &csi.GetSnapshotResponse{Snapshot: csiSnapshot(sn)}, nil
 }

@@ -1,0 +1,136 @@
+package reclaimer
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"time"
+
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	reclaimerv1 "github.com/volplane/volplane/proto/volplane/reclaimer/v1"
+)
+
+// run runs the workers, the takeover of orphaned reclaims and the pruning
+// of old records until ctx ends.
+func (c *controller) run(ctx context.Context, workers int, takeover time.Duration) {
+	var wg sync.WaitGroup
+	for range workers {
+		wg.Go(func() {
+			for c.processNext(ctx) {
+			}
+		})
+	}
+	wg.Go(func() {
+		t := time.NewTicker(takeover)
+		defer t.Stop()
+		for {
+			c.takeOver(ctx)
+			c.prune()
+			select {
+			case <-ctx.Done():
+				return
+			case <-c.lost:
+				return
+			case <-t.C:
+			}
+		}
+	})
+	select {
+	case <-ctx.Done():
+	case <-c.lost:
+	}
+	c.queue.ShutDown()
+	wg.Wait()
+}
+
+func (c *controller) processNext(ctx context.Context) bool {
+	key, quit := c.queue.Get()
+	if quit {
+		return false
+	}
+	defer c.queue.Done(key)
+	c.handle(ctx, key)
+	return true
+}
+
+func (c *controller) stopping(ctx context.Context) bool {
+	select {
+	case <-c.lost:
+		return true
+	default:
+		return ctx.Err() != nil
+	}
+}
+
+// handle runs one sync of a held reclaim; a failed step is retried after
+// the volume's exponential backoff.
+func (c *controller) handle(ctx context.Context, key string) {
+	r := c.heldRecord(key)
+	if r == nil || c.stopping(ctx) {
+		c.queue.Forget(key)
+		return
+	}
+	if c.backingOff(key, r) {
+		// A change (e.g. of the recycler pod) arrived during the backoff:
+		// the attempt already scheduled comes when it is due.
+		return
+	}
+	err := c.sync(ctx, r)
+	switch {
+	case err == nil:
+		c.queue.Forget(key)
+	case c.stopping(ctx):
+	case errors.Is(err, errSuperseded):
+		c.queue.Forget(key)
+		c.log.Info("reclaim step dropped", "volume", key, "why", err)
+	default:
+		d := c.limiter.When(key)
+		c.noteRetry(ctx, key, d, err)
+		c.queue.AddAfter(key, d)
+	}
+}
+
+// backingOff reports whether the reclaim waits for its next attempt.
+func (c *controller) backingOff(key string, r *reclaimerv1.Reclaim) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if e := c.entries[key]; e != nil && e.wake {
+		e.wake = false
+		return false
+	}
+	due := r.GetNextAttemptTime()
+	return due != nil && c.now().Add(retrySlack).Before(due.AsTime())
+}
+
+// retrySlack lets an attempt scheduled for a time start a little early.
+const retrySlack = 10 * time.Millisecond
+
+// noteRetry records when the next attempt is due (and why, unless the
+// sync recorded it).
+func (c *controller) noteRetry(ctx context.Context, key string, d time.Duration, err error) {
+	r := c.heldRecord(key)
+	if r == nil {
+		return
+	}
+	if !errors.As(err, new(recorded)) {
+		r.Message = err.Error()
+	}
+	r.NextAttemptTime = timestamppb.New(c.now().Add(d))
+	if serr := c.save(ctx, r); serr != nil {
+		c.log.Warn("cannot record the reclaim's retry", "volume", key, "err", serr)
+	}
+	c.log.Info("reclaim step failed; retrying", "volume", key, "state", r.State, "after", d, "err", err)
+}
+
+// prune forgets finished records older than RecordTTL.
+func (c *controller) prune() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	now := c.now()
+	for name, e := range c.entries {
+		if !e.held && !now.Before(e.expires) {
+			delete(c.entries, name)
+		}
+	}
+}
