@@ -1,6 +1,7 @@
 package grpcutil
 
 import (
+	csi "github.com/container-storage-interface/spec/lib/go/csi"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
@@ -8,7 +9,7 @@ import (
 
 // Sanitize renders a protobuf message as JSON for logs with every field
 // marked secret replaced by "***": fields with the debug_redact option, and
-// fields whose name says they hold secrets (CSI's secrets maps). Anything
+// fields with the CSI spec's csi_secret option (its secrets maps). Anything
 // that is not a protobuf message is rendered as "<non-proto>".
 func Sanitize(m any) string {
 	msg, ok := m.(proto.Message)
@@ -65,7 +66,7 @@ func isSecret(fd protoreflect.FieldDescriptor) bool {
 	if opts, ok := fd.Options().(interface{ GetDebugRedact() bool }); ok && opts.GetDebugRedact() {
 		return true
 	}
-	name := string(fd.Name())
-	return name == "secrets" || name == "controller_publish_secrets" || name == "node_stage_secrets" ||
-		name == "node_publish_secrets" || name == "controller_expand_secrets" || name == "node_expand_secrets"
+	// CSI's secrets maps carry the spec's csi_secret field option.
+	secret, _ := proto.GetExtension(fd.Options(), csi.E_CsiSecret).(bool)
+	return secret
 }

@@ -11,11 +11,11 @@ import (
 	"time"
 
 	csi "github.com/container-storage-interface/spec/lib/go/csi"
+	"github.com/kubernetes-csi/csi-lib-utils/protosanitizer"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
-	"github.com/volplane/volplane/pkg/grpcutil"
 	provisionerv1 "github.com/volplane/volplane/proto/volplane/provisioner/v1"
 )
 
@@ -223,8 +223,8 @@ func parseEndpoint(s string) (name, endpoint string) {
 }
 
 // csiLogger logs every CSI call with its code and duration, and at debug
-// level the request with every secret replaced by "***" (as
-// csi-lib-utils' protosanitizer does).
+// level the request with every field the CSI spec marks csi_secret
+// stripped (csi-lib-utils' protosanitizer, as the CSI sidecars log).
 //
 // It also times every call in csi_sidecar_operations_seconds; driver names
 // the driver once it has said who it is.
@@ -236,7 +236,7 @@ func csiLogger(log *slog.Logger, endpoint string, driver func() string) grpc.Una
 		csiOperations.WithLabelValues(driver(), method, status.Code(err).String()).Observe(took.Seconds())
 		attrs := []any{"endpoint", endpoint, "method", method, "code", status.Code(err).String(), "duration", took}
 		if log.Enabled(ctx, slog.LevelDebug) {
-			attrs = append(attrs, "request", grpcutil.Sanitize(req))
+			attrs = append(attrs, "request", protosanitizer.StripSecrets(req).String())
 		}
 		if err != nil && !strings.HasSuffix(method, "/Probe") {
 			log.InfoContext(ctx, "CSI call failed", append(attrs, "error", err)...)
