@@ -113,6 +113,12 @@ func (b *syncBuffer) String() string {
 	return b.Buffer.String()
 }
 
+func (b *syncBuffer) Reset() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.Buffer.Reset()
+}
+
 // startServer runs a NewServer on loopback serving a test service whose
 // unary method Delete and stream method WatchThings run the given
 // functions; it returns its address and its log.
@@ -388,5 +394,55 @@ func TestIsRead(t *testing.T) {
 		if got := grpcutil.IsRead(m); got != want {
 			t.Errorf("IsRead(%s) = %v", m, got)
 		}
+	}
+}
+
+// TestCallLogLevels: at info level a write is logged as "grpc write", a
+// read not at all, the caller's mistake as "grpc call rejected" and the
+// server's failure as a warning, each with its code.
+func TestCallLogLevels(t *testing.T) {
+	certs, err := pki.Generate(t.TempDir(), "a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	var next error
+	handler := func(context.Context) error { mu.Lock(); defer mu.Unlock(); return next }
+	addr, logs := startServer(t, grpcutil.ServerOptions{TLS: certs["a"]}, handler, handler)
+	cc := dial(t, addr, certs["a"])
+	for _, tc := range []struct {
+		name string
+		err  error
+		call func(context.Context, *grpc.ClientConn) error
+		want string
+	}{
+		{"write", nil, func(ctx context.Context, cc *grpc.ClientConn) error { return callDelete(ctx, cc) }, `level=INFO msg="grpc write" method=/test.Things/Delete code=OK`},
+		{"read", nil, callWatch, ""},
+		{"caller's mistake", status.Error(codes.NotFound, "no such thing"), func(ctx context.Context, cc *grpc.ClientConn) error { return callDelete(ctx, cc) },
+			`level=INFO msg="grpc call rejected" method=/test.Things/Delete code=NotFound`},
+		{"server's failure", status.Error(codes.Unavailable, "etcd down"), callWatch, `level=WARN msg="grpc call failed" method=/test.Things/WatchThings code=Unavailable`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			mu.Lock()
+			next = tc.err
+			mu.Unlock()
+			logs.Reset()
+			if err := tc.call(ctxTimeout(t), cc); status.Code(err) != status.Code(tc.err) {
+				t.Fatalf("call: %v, want %v", err, tc.err)
+			}
+			l := logs.String()
+			if tc.want == "" {
+				if l != "" {
+					t.Fatalf("a read was logged at info:\n%s", l)
+				}
+				return
+			}
+			if !strings.Contains(l, tc.want) {
+				t.Fatalf("log:\n%s\nwant a line with %s", l, tc.want)
+			}
+			if tc.err != nil && !strings.Contains(l, status.Convert(tc.err).Message()) {
+				t.Fatalf("log:\n%s\nwant the error", l)
+			}
+		})
 	}
 }

@@ -7,6 +7,9 @@ import (
 	"strings"
 	"time"
 
+	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors"
+	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/logging"
+	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/recovery"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
@@ -98,83 +101,108 @@ func IsRead(fullMethod string) bool {
 	return false
 }
 
-// unaryLogger and streamLogger log every call; writes logs successful
-// writes at info level (a volplane service's audit trail), else at debug.
-func unaryLogger(log *slog.Logger, writes bool) grpc.UnaryServerInterceptor {
-	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
-		start := time.Now()
-		resp, err := handler(ctx, req)
-		logCall(ctx, log, writes, info.FullMethod, start, err, req)
-		return resp, err
+// Keys of the fields serverLogging adds to go-grpc-middleware's.
+const (
+	callerField   = "volplane.caller"
+	requestField  = "volplane.request"
+	durationField = "volplane.duration"
+)
+
+// serverLogging logs every call through go-grpc-middleware's logging
+// interceptors, once when it finishes, in volplane's words: writes logs
+// successful writes at info level (a volplane service's audit trail),
+// everything else that succeeds at debug, the caller's mistakes at info
+// and the server's failures at warn, each with the method, code, duration
+// and caller, and at debug level the request with its secrets redacted.
+func serverLogging(log *slog.Logger, writes bool) (grpc.UnaryServerInterceptor, grpc.StreamServerInterceptor) {
+	opts := []logging.Option{
+		logging.WithLogOnEvents(logging.FinishCall),
+		logging.WithLevels(codeLevel),
+		logging.WithDurationField(func(d time.Duration) logging.Fields { return logging.Fields{durationField, d} }),
+		logging.WithFieldsFromContextAndCallMeta(func(ctx context.Context, c interceptors.CallMeta) logging.Fields {
+			f := logging.Fields{callerField, CallerFrom(ctx)}
+			if c.ReqOrNil != nil {
+				f = append(f, requestField, c.ReqOrNil)
+			}
+			return f
+		}),
 	}
+	l := logging.LoggerFunc(func(ctx context.Context, lvl logging.Level, _ string, fields ...any) {
+		logCall(ctx, log, writes, lvl, fields)
+	})
+	return logging.UnaryServerInterceptor(l, opts...), logging.StreamServerInterceptor(l, opts...)
 }
 
-func streamLogger(log *slog.Logger, writes bool) grpc.StreamServerInterceptor {
-	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
-		start := time.Now()
-		err := handler(srv, ss)
-		logCall(ss.Context(), log, writes, info.FullMethod, start, err, nil)
-		return err
+// codeLevel: the caller's doing (a closed stream, a bad request) is info,
+// as is success; anything else is the server's trouble.
+func codeLevel(code codes.Code) logging.Level {
+	switch code {
+	case codes.OK, codes.Canceled, codes.InvalidArgument, codes.NotFound, codes.AlreadyExists, codes.FailedPrecondition, codes.OutOfRange, codes.Unimplemented,
+		codes.PermissionDenied, codes.Unauthenticated:
+		return logging.LevelInfo
 	}
+	return logging.LevelWarn
 }
 
-func logCall(ctx context.Context, log *slog.Logger, writes bool, method string, start time.Time, err error, req any) {
-	if method == "/grpc.health.v1.Health/Check" || method == "/grpc.health.v1.Health/Watch" {
+func logCall(ctx context.Context, log *slog.Logger, writes bool, lvl logging.Level, fields []any) {
+	var (
+		service, method, code, errText string
+		took                           time.Duration
+		caller                         Caller
+		req                            any
+	)
+	for i := 0; i+1 < len(fields); i += 2 {
+		k, _ := fields[i].(string)
+		switch v := fields[i+1]; k {
+		case logging.ServiceFieldKey:
+			service, _ = v.(string)
+		case logging.MethodFieldKey:
+			method, _ = v.(string)
+		case "grpc.code":
+			code, _ = v.(string)
+		case "grpc.error":
+			errText, _ = v.(string)
+		case durationField:
+			took, _ = v.(time.Duration)
+		case callerField:
+			caller, _ = v.(Caller)
+		case requestField:
+			req = v
+		}
+	}
+	full := "/" + service + "/" + method
+	if full == "/grpc.health.v1.Health/Check" || full == "/grpc.health.v1.Health/Watch" {
 		return
 	}
-	code := status.Code(err)
-	attrs := append([]any{"method", method, "code", code.String(), "duration", time.Since(start)}, CallerFrom(ctx).attrs()...)
+	attrs := append([]any{"method", full, "code", code, "duration", took}, caller.attrs()...)
 	if req != nil && log.Enabled(ctx, slog.LevelDebug) {
 		attrs = append(attrs, "request", Sanitize(req))
 	}
-	switch code {
-	case codes.OK:
-	case codes.Canceled, codes.InvalidArgument, codes.NotFound, codes.AlreadyExists, codes.FailedPrecondition, codes.OutOfRange, codes.Unimplemented,
-		codes.PermissionDenied, codes.Unauthenticated:
-		// The caller's doing (a closed stream, a bad request): the caller
-		// got the message; it is not this service's trouble.
-		log.InfoContext(ctx, "grpc call rejected", append(attrs, "error", err)...)
-		return
-	default:
-		log.WarnContext(ctx, "grpc call failed", append(attrs, "error", err)...)
-		return
-	}
-	if writes && !IsRead(method) {
+	switch {
+	case lvl == logging.LevelWarn:
+		log.WarnContext(ctx, "grpc call failed", append(attrs, "error", errText)...)
+	case errText != "":
+		// The caller got the message; it is not this service's trouble.
+		log.InfoContext(ctx, "grpc call rejected", append(attrs, "error", errText)...)
+	case writes && !IsRead(full):
 		log.InfoContext(ctx, "grpc write", attrs...)
-		return
+	default:
+		log.DebugContext(ctx, "grpc call", attrs...)
 	}
-	log.DebugContext(ctx, "grpc call", attrs...)
 }
 
 // errPanic is what the caller of a handler that panicked gets: no detail,
 // the log has it.
 var errPanic = status.Error(codes.Internal, "internal error")
 
-func unaryRecovery(log *slog.Logger) grpc.UnaryServerInterceptor {
-	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (resp any, err error) {
-		defer func() {
-			if p := recover(); p != nil {
-				logPanic(ctx, log, info.FullMethod, p)
-				resp, err = nil, errPanic
-			}
-		}()
-		return handler(ctx, req)
-	}
-}
-
-func streamRecovery(log *slog.Logger) grpc.StreamServerInterceptor {
-	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) (err error) {
-		defer func() {
-			if p := recover(); p != nil {
-				logPanic(ss.Context(), log, info.FullMethod, p)
-				err = errPanic
-			}
-		}()
-		return handler(srv, ss)
-	}
-}
-
-func logPanic(ctx context.Context, log *slog.Logger, method string, p any) {
-	log.ErrorContext(ctx, "grpc handler panicked; the call failed with Internal and the server goes on",
-		append([]any{"method", method, "panic", p, "stack", string(debug.Stack())}, CallerFrom(ctx).attrs()...)...)
+// serverRecovery turns a handler's panic into Internal (go-grpc-middleware's
+// recovery interceptors), logged once with its stack.
+func serverRecovery(log *slog.Logger) (grpc.UnaryServerInterceptor, grpc.StreamServerInterceptor) {
+	opt := recovery.WithRecoveryHandlerContext(func(ctx context.Context, p any) error {
+		method, _ := grpc.Method(ctx)
+		log.ErrorContext(ctx, "grpc handler panicked; the call failed with Internal and the server goes on",
+			append([]any{"method", method, "panic", p, "stack", string(debug.Stack())}, CallerFrom(ctx).attrs()...)...)
+		return errPanic
+	})
+	return recovery.UnaryServerInterceptor(opt), recovery.StreamServerInterceptor(opt)
 }

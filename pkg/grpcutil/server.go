@@ -100,10 +100,12 @@ func NewCSIServer(log *slog.Logger, opts ...grpc.ServerOption) *Server {
 }
 
 func newServer(log *slog.Logger, reflect, logWrites bool, opts ...grpc.ServerOption) *Server {
+	logUnary, logStream := serverLogging(log, logWrites)
+	recoverUnary, recoverStream := serverRecovery(log)
 	opts = append([]grpc.ServerOption{
 		// The logger sees what the caller gets: the recovery runs inside it.
-		grpc.ChainUnaryInterceptor(unaryLogger(log, logWrites), unaryRecovery(log)),
-		grpc.ChainStreamInterceptor(streamLogger(log, logWrites), streamRecovery(log)),
+		grpc.ChainUnaryInterceptor(logUnary, recoverUnary),
+		grpc.ChainStreamInterceptor(logStream, recoverStream),
 		grpc.ConnectionTimeout(ConnectionTimeout),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}),
 	}, opts...)
