@@ -25,6 +25,7 @@ import (
 
 	"github.com/volplane/volplane/internal/pki"
 	"github.com/volplane/volplane/pkg/grpcutil"
+	"github.com/volplane/volplane/pkg/metrics"
 )
 
 func TestSanitizeRedactsSecrets(t *testing.T) {
@@ -444,5 +445,50 @@ func TestCallLogLevels(t *testing.T) {
 				t.Fatalf("log:\n%s\nwant the error", l)
 			}
 		})
+	}
+}
+
+// TestCallMetrics: every call is counted by code on the process's
+// registry, on the server's side and the client's.
+func TestCallMetrics(t *testing.T) {
+	certs, err := pki.Generate(t.TempDir(), "a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	notFound := func(context.Context) error { return status.Error(codes.NotFound, "no") }
+	addr, _ := startServer(t, grpcutil.ServerOptions{TLS: certs["a"]}, notFound, notFound)
+	cc := dial(t, addr, certs["a"])
+	count := func(name string) float64 {
+		mfs, err := metrics.Registry.Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, mf := range mfs {
+			if mf.GetName() != name {
+				continue
+			}
+			for _, m := range mf.GetMetric() {
+				labels := map[string]string{}
+				for _, l := range m.GetLabel() {
+					labels[l.GetName()] = l.GetValue()
+				}
+				if labels["grpc_service"] == "test.Things" && labels["grpc_method"] == "Delete" && labels["grpc_code"] == "NotFound" {
+					return m.GetCounter().GetValue()
+				}
+			}
+		}
+		return 0
+	}
+	server, client := count("grpc_server_handled_total"), count("grpc_client_handled_total")
+	for range 3 {
+		if err := callDelete(ctxTimeout(t), cc); status.Code(err) != codes.NotFound {
+			t.Fatalf("call: %v", err)
+		}
+	}
+	if d := count("grpc_server_handled_total") - server; d != 3 {
+		t.Fatalf("grpc_server_handled_total grew by %v, want 3", d)
+	}
+	if d := count("grpc_client_handled_total") - client; d != 3 {
+		t.Fatalf("grpc_client_handled_total grew by %v, want 3", d)
 	}
 }

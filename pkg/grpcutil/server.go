@@ -104,8 +104,8 @@ func newServer(log *slog.Logger, reflect, logWrites bool, opts ...grpc.ServerOpt
 	recoverUnary, recoverStream := serverRecovery(log)
 	opts = append([]grpc.ServerOption{
 		// The logger sees what the caller gets: the recovery runs inside it.
-		grpc.ChainUnaryInterceptor(logUnary, recoverUnary),
-		grpc.ChainStreamInterceptor(logStream, recoverStream),
+		grpc.ChainUnaryInterceptor(serverMetrics.UnaryServerInterceptor(), logUnary, recoverUnary),
+		grpc.ChainStreamInterceptor(serverMetrics.StreamServerInterceptor(), logStream, recoverStream),
 		grpc.ConnectionTimeout(ConnectionTimeout),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}),
 	}, opts...)
@@ -194,6 +194,8 @@ func DialCSI(target string, opts ...grpc.DialOption) (*grpc.ClientConn, error) {
 
 func dial(target string, opts ...grpc.DialOption) (*grpc.ClientConn, error) {
 	opts = append([]grpc.DialOption{
+		grpc.WithChainUnaryInterceptor(clientMetrics.UnaryClientInterceptor()),
+		grpc.WithChainStreamInterceptor(clientMetrics.StreamClientInterceptor()),
 		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: 30 * time.Second, Timeout: 10 * time.Second, PermitWithoutStream: true}),
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(DefaultMaxSendMsgSize)),
 		// Peers are other volplane services nearby: after a restart,
