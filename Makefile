@@ -7,6 +7,8 @@ SHELL := /usr/bin/env bash
 
 BIN          := $(CURDIR)/bin
 GO           ?= go
+# The images' tag (make images); deploy/kubernetes/kustomization.yaml pins the same.
+VERSION      ?= 0.1.0
 # Pinned tool versions, installed into ./bin with `go install`.
 BUF_VERSION             := v1.75.0
 STATICCHECK_VERSION     := v0.8.2
