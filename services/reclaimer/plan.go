@@ -4,8 +4,8 @@ import (
 	"fmt"
 
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/labels"
-	"k8s.io/apimachinery/pkg/selection"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/component-helpers/scheduling/corev1/nodeaffinity"
 
 	"github.com/volplane/volplane/pkg/kube"
 	"github.com/volplane/volplane/pkg/served"
@@ -136,56 +136,12 @@ func decideRecycle(v *corev1.PersistentVolume, mode RecycleMode, n node) plan {
 }
 
 // nodeMatches reports whether a volume's required node affinity admits the
-// node: its terms are ORed, the requirements of one term ANDed, as the
-// scheduler evaluates them. No affinity admits every node.
+// node, as the scheduler evaluates it (component-helpers' nodeaffinity:
+// terms ORed, the requirements of one term ANDed, an empty term matching
+// nothing, metadata.name as the one field). No affinity admits every node.
 func nodeMatches(a *corev1.VolumeNodeAffinity, n node) (bool, error) {
 	if a == nil || a.Required == nil {
 		return true, nil
 	}
-	for _, term := range a.Required.NodeSelectorTerms {
-		ok, err := termMatches(term, n)
-		if err != nil {
-			return false, err
-		}
-		if ok {
-			return true, nil
-		}
-	}
-	return false, nil
-}
-
-var operators = map[corev1.NodeSelectorOperator]selection.Operator{
-	corev1.NodeSelectorOpIn:           selection.In,
-	corev1.NodeSelectorOpNotIn:        selection.NotIn,
-	corev1.NodeSelectorOpExists:       selection.Exists,
-	corev1.NodeSelectorOpDoesNotExist: selection.DoesNotExist,
-	corev1.NodeSelectorOpGt:           selection.GreaterThan,
-	corev1.NodeSelectorOpLt:           selection.LessThan,
-}
-
-// termMatches: an empty term matches no node.
-func termMatches(term corev1.NodeSelectorTerm, n node) (bool, error) {
-	if len(term.MatchExpressions) == 0 && len(term.MatchFields) == 0 {
-		return false, nil
-	}
-	match := func(reqs []corev1.NodeSelectorRequirement, set labels.Set) (bool, error) {
-		for _, r := range reqs {
-			op, ok := operators[r.Operator]
-			if !ok {
-				return false, fmt.Errorf("unknown operator %q", r.Operator)
-			}
-			req, err := labels.NewRequirement(r.Key, op, r.Values)
-			if err != nil {
-				return false, err
-			}
-			if !req.Matches(set) {
-				return false, nil
-			}
-		}
-		return true, nil
-	}
-	if ok, err := match(term.MatchExpressions, n.labels); !ok || err != nil {
-		return false, err
-	}
-	return match(term.MatchFields, labels.Set{"metadata.name": n.name})
+	return nodeaffinity.NewLazyErrorNodeSelector(a.Required).Match(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: n.name, Labels: n.labels}})
 }
