@@ -112,13 +112,18 @@ func pvPhase(p corev1.PersistentVolumePhase) func(*corev1.PersistentVolume) {
 	return func(v *corev1.PersistentVolume) { v.Status.Phase = p }
 }
 
-func pvAnn(k, val string) func(*corev1.PersistentVolume) {
-	return func(v *corev1.PersistentVolume) {
-		if v.Annotations == nil {
-			v.Annotations = map[string]string{}
-		}
-		v.Annotations[k] = val
+// annotate sets one annotation on a volume or a claim.
+func annotate(o metav1.Object, k, val string) {
+	a := o.GetAnnotations()
+	if a == nil {
+		a = map[string]string{}
 	}
+	a[k] = val
+	o.SetAnnotations(a)
+}
+
+func pvAnn(k, val string) func(*corev1.PersistentVolume) {
+	return func(v *corev1.PersistentVolume) { annotate(v, k, val) }
 }
 
 func policy(p corev1.PersistentVolumeReclaimPolicy) func(*corev1.PersistentVolume) {
@@ -139,12 +144,7 @@ func volumeName(n string) func(*corev1.PersistentVolumeClaim) {
 }
 
 func claimAnn(k, val string) func(*corev1.PersistentVolumeClaim) {
-	return func(c *corev1.PersistentVolumeClaim) {
-		if c.Annotations == nil {
-			c.Annotations = map[string]string{}
-		}
-		c.Annotations[k] = val
-	}
+	return func(c *corev1.PersistentVolumeClaim) { annotate(c, k, val) }
 }
 
 func claimPhase(p corev1.PersistentVolumeClaimPhase) func(*corev1.PersistentVolumeClaim) {
