@@ -7,17 +7,14 @@ import (
 	"log/slog"
 	"time"
 
-	"golang.org/x/sync/errgroup"
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/client-go/kubernetes/scheme"
-	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/record"
 
 	"github.com/volplane/volplane/pkg/coord"
 	"github.com/volplane/volplane/pkg/grpcutil"
 	"github.com/volplane/volplane/pkg/kube"
 	"github.com/volplane/volplane/pkg/metrics"
+	"github.com/volplane/volplane/pkg/replica"
 	binderv1 "github.com/volplane/volplane/proto/volplane/binder/v1"
 	provisionerv1 "github.com/volplane/volplane/proto/volplane/provisioner/v1"
 	reclaimerv1 "github.com/volplane/volplane/proto/volplane/reclaimer/v1"
@@ -147,15 +144,7 @@ func (o *Options) validate() error {
 	if o.ProvisionCalls == 0 {
 		o.ProvisionCalls = DefaultProvisionCalls
 	}
-	if o.Logger == nil {
-		o.Logger = slog.Default()
-	}
-	if o.AdvertiseAddress == "" {
-		o.AdvertiseAddress = o.Listen
-	}
-	if o.MemberID == "" {
-		o.MemberID = coord.DefaultMemberID()
-	}
+	replica.Defaults(&o.Logger, &o.AdvertiseAddress, o.Listen, &o.MemberID)
 	return errors.Join(errs...)
 }
 
@@ -164,28 +153,18 @@ func Run(ctx context.Context, o Options) error {
 	if err := o.validate(); err != nil {
 		return fmt.Errorf("binder options: %w", err)
 	}
-	log := o.Logger
-	client, err := kube.Client(o.RESTConfig, kube.ClientOptions{Kubeconfig: o.Kubeconfig, QPS: o.KubeQPS, Burst: o.KubeBurst, UserAgent: "volplane-binder"})
-	if err != nil {
-		return err
-	}
-
 	// The etcd session is kept through outages: Run never ends because of
 	// etcd. Without a session the replica owns nothing (session.go).
-	co, err := coord.NewKeeper(coord.Options{Endpoints: o.EtcdEndpoints, Security: o.Etcd, Logger: log}, Service, o.MemberID, o.AdvertiseAddress)
+	r, err := replica.Start(ctx, replica.Config{
+		Service: Service, RESTConfig: o.RESTConfig, Kube: kube.ClientOptions{Kubeconfig: o.Kubeconfig, QPS: o.KubeQPS, Burst: o.KubeBurst},
+		Etcd: coord.Options{Endpoints: o.EtcdEndpoints, Security: o.Etcd}, MemberID: o.MemberID, AdvertiseAddress: o.AdvertiseAddress,
+		Listen: o.Listen, DebugAddress: o.DebugAddress, TLS: o.TLS, Reflection: o.GRPCReflection, Log: o.Logger,
+	})
 	if err != nil {
 		return err
 	}
-
-	lis, err := grpcutil.Listen(o.Listen)
-	if err != nil {
-		return err
-	}
-
-	broadcaster := record.NewBroadcaster(record.WithContext(ctx))
-	broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: client.CoreV1().Events("")})
-	defer broadcaster.Shutdown()
-	recorder := broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: kube.ControllerComponent})
+	defer r.Close()
+	log, client, co, recorder := r.Log, r.Client, r.Coord, r.Recorder
 
 	metrics.RegisterWorkqueueMetrics()
 	registerRetries()
@@ -221,43 +200,31 @@ func Run(ctx context.Context, o Options) error {
 
 	own := newOwnership(o.MemberID, o.OwnershipSettle)
 	c.owns = own.owns
-	apiProbe := kube.NewAPIProbe(client)
 	c.canAct = func() bool {
-		ok, _ := apiProbe.Healthy(3 * time.Second)
+		ok, _ := r.API.Healthy(3 * time.Second)
 		return ok && own.ready()
 	}
 
 	peers := newPeers(o.MemberID, own.current, o.TLS)
 	defer peers.close()
-	srv, err := grpcutil.NewServer(log, grpcutil.ServerOptions{TLS: o.TLS, Reflection: o.GRPCReflection})
-	if err != nil {
-		return err
-	}
-	binderv1.RegisterBinderServiceServer(srv.Server, &api{
+	binderv1.RegisterBinderServiceServer(r.Server.Server, &api{
 		c: c, memberID: o.MemberID, workers: o.Workers,
 		members: own.members,
 		peers:   peers,
 		prov:    prov,
 	})
 
-	log.Info("binder starting", "member", o.MemberID, "listen", lis.Addr().String(), "watcher", o.WatcherAddress, "workers", o.Workers)
-
-	g, gctx := errgroup.WithContext(ctx)
-	g.Go(func() error { return srv.Serve(gctx, lis, 10*time.Second) })
-	g.Go(func() error { return metrics.Serve(gctx, o.DebugAddress, log) })
-	g.Go(func() error { return c.subscribe(gctx, watcherAddresses(o.WatcherAddress), o.TLS, log) })
-	g.Go(func() error { return c.run(gctx, o.Workers, o.ResyncPeriod) })
-	g.Go(func() error { return c.readiness(gctx, srv) })
-	g.Go(func() error { return co.Run(gctx) })
-	g.Go(func() error {
-		followMembers(gctx, co, own, peers, c.enqueueAll, log)
-		return nil
-	})
-	g.Go(func() error {
-		apiProbe.Run(gctx, time.Second)
-		return nil
-	})
-	err = g.Wait()
+	log.Info("binder starting", "member", o.MemberID, "listen", r.Addr(), "watcher", o.WatcherAddress, "workers", o.Workers)
+	err = r.Run(ctx,
+		func(ctx context.Context) error {
+			return c.subscribe(ctx, watcherAddresses(o.WatcherAddress), o.TLS, log)
+		},
+		func(ctx context.Context) error { return c.run(ctx, o.Workers, o.ResyncPeriod) },
+		func(ctx context.Context) error { return c.readiness(ctx, r.Server) },
+		func(ctx context.Context) error {
+			followMembers(ctx, co, own, peers, c.enqueueAll, log)
+			return nil
+		})
 	log.Info("binder stopped")
 	return err
 }

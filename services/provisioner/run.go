@@ -10,7 +10,6 @@ import (
 	"sync"
 	"time"
 
-	"golang.org/x/sync/errgroup"
 	"google.golang.org/grpc"
 	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
@@ -19,7 +18,6 @@ import (
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes/scheme"
-	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 	corelisters "k8s.io/client-go/listers/core/v1"
 	storagelisters "k8s.io/client-go/listers/storage/v1"
 	"k8s.io/client-go/rest"
@@ -29,7 +27,7 @@ import (
 	"github.com/volplane/volplane/pkg/coord"
 	"github.com/volplane/volplane/pkg/grpcutil"
 	"github.com/volplane/volplane/pkg/kube"
-	"github.com/volplane/volplane/pkg/metrics"
+	"github.com/volplane/volplane/pkg/replica"
 	provisionerv1 "github.com/volplane/volplane/proto/volplane/provisioner/v1"
 )
 
@@ -166,15 +164,7 @@ func (o *Options) validate() error {
 	if o.OrphanScanPeriod == 0 {
 		o.OrphanScanPeriod = DefaultOrphanScanPeriod
 	}
-	if o.Logger == nil {
-		o.Logger = slog.Default()
-	}
-	if o.AdvertiseAddress == "" {
-		o.AdvertiseAddress = o.Listen
-	}
-	if o.MemberID == "" {
-		o.MemberID = coord.DefaultMemberID()
-	}
+	replica.Defaults(&o.Logger, &o.AdvertiseAddress, o.Listen, &o.MemberID)
 	return errors.Join(errs...)
 }
 
@@ -183,43 +173,28 @@ func Run(ctx context.Context, o Options) error {
 	if err := o.validate(); err != nil {
 		return fmt.Errorf("provisioner options: %w", err)
 	}
-	log := o.Logger
-	cfg := o.RESTConfig
-	if cfg == nil {
-		var err error
-		if cfg, err = kube.RESTConfig(kube.ClientOptions{Kubeconfig: o.Kubeconfig}); err != nil {
-			return err
-		}
-	}
-	copts := kube.ClientOptions{QPS: o.KubeQPS, Burst: o.KubeBurst, UserAgent: "volplane-provisioner"}
-	client, err := kube.Client(cfg, copts)
-	if err != nil {
-		return err
-	}
-	dyn, err := dynamic.NewForConfig(kube.Tune(rest.CopyConfig(cfg), copts))
-	if err != nil {
-		return fmt.Errorf("kubernetes dynamic client: %w", err)
-	}
 	// The etcd session is kept through outages: while there is none the
 	// journal refuses every fenced write (no CreateVolume or DeleteVolume
 	// starts) and the replica is NOT_SERVING; Run goes on.
-	co, err := coord.NewKeeper(coord.Options{Endpoints: o.EtcdEndpoints, Security: o.Etcd, Logger: log}, Service, o.MemberID, o.AdvertiseAddress)
+	r, err := replica.Start(ctx, replica.Config{
+		Service: Service, RESTConfig: o.RESTConfig, Kube: kube.ClientOptions{Kubeconfig: o.Kubeconfig, QPS: o.KubeQPS, Burst: o.KubeBurst},
+		Etcd: coord.Options{Endpoints: o.EtcdEndpoints, Security: o.Etcd}, MemberID: o.MemberID, AdvertiseAddress: o.AdvertiseAddress,
+		Listen: o.Listen, DebugAddress: o.DebugAddress, TLS: o.TLS, Reflection: o.GRPCReflection, Log: o.Logger,
+	})
 	if err != nil {
 		return err
 	}
-	lis, err := grpcutil.Listen(o.Listen)
+	defer r.Close()
+	log, client, co, srv := r.Log, r.Client, r.Coord, r.Server
+	dyn, err := dynamic.NewForConfig(r.RESTConfig)
 	if err != nil {
-		return err
+		return fmt.Errorf("kubernetes dynamic client: %w", err)
 	}
 
 	registerMetrics()
 	factory := informers.NewSharedInformerFactory(client, 0)
 	nodeLister := factory.Core().V1().Nodes().Lister()
 	csiNodeLister := factory.Storage().V1().CSINodes().Lister()
-
-	broadcaster := record.NewBroadcaster(record.WithContext(ctx))
-	broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: client.CoreV1().Events("")})
-	defer broadcaster.Shutdown()
 
 	reg := newRegistry(log)
 	capc := newCapacityController(o.Capacity, log, o.MemberID, client, reg, listers{nodeLister, csiNodeLister}, o.Timeout, co, factory)
@@ -244,13 +219,9 @@ func Run(ctx context.Context, o Options) error {
 		log: log, member: o.MemberID, client: client, journal: co, drivers: reg,
 		nodes:   listers{nodeLister, csiNodeLister},
 		sources: sources{client: client, dynamic: dyn},
-		events:  recorders(broadcaster),
+		events:  recorders(r.Events),
 		prefix:  o.VolumeNamePrefix, defaultFSType: o.DefaultFSType, strictTopology: o.StrictTopology, extraMetadata: o.ExtraCreateMetadata,
 		timeout: o.Timeout, now: time.Now, inflight: map[string]bool{}, instance: newInstance(time.Now()),
-	}
-	srv, err := grpcutil.NewServer(log, grpcutil.ServerOptions{TLS: o.TLS, Reflection: o.GRPCReflection})
-	if err != nil {
-		return err
 	}
 	api, err := newServer(p, factory) // adds the claim and class informers
 	if err != nil {
@@ -266,84 +237,76 @@ func Run(ctx context.Context, o Options) error {
 	provisionerv1.RegisterProvisionerServiceServer(srv.Server, api)
 	factory.Start(ctx.Done())
 	defer factory.Shutdown()
-	log.Info("provisioner starting", "member", o.MemberID, "listen", lis.Addr().String(), "csi_endpoints", o.CSIEndpoints)
+	log.Info("provisioner starting", "member", o.MemberID, "listen", r.Addr(), "csi_endpoints", o.CSIEndpoints)
 
-	g, gctx := errgroup.WithContext(ctx)
-	g.Go(func() error { return srv.Serve(gctx, lis, 10*time.Second) })
-	g.Go(func() error { return metrics.Serve(gctx, o.DebugAddress, log) })
-	g.Go(func() error { return co.Run(gctx) })
-	apiProbe := kube.NewAPIProbe(client)
-	g.Go(func() error {
-		apiProbe.Run(gctx, time.Second)
-		return nil
-	})
-	g.Go(func() error {
-		reg.probeLoop(gctx, o.ProbePeriod)
-		return nil
-	})
-	g.Go(func() error {
-		// Serving once the node caches are filled and every driver has
-		// been probed; NOT_SERVING while any driver is not ready, while
-		// there is no etcd session, or while the API server is out of
-		// reach.
-		for _, ok := range factory.WaitForCacheSync(gctx.Done()) {
-			if !ok {
-				return nil
-			}
-		}
-		select {
-		case <-reg.probed:
-		case <-gctx.Done():
+	err = r.Run(ctx,
+		func(ctx context.Context) error {
+			reg.probeLoop(ctx, o.ProbePeriod)
 			return nil
-		}
-		t := time.NewTicker(time.Second)
-		defer t.Stop()
-		serving := false
-		for {
-			ready := co.Ready()
-			for _, d := range reg.all() {
-				ready = ready && d.ready()
+		},
+		func(ctx context.Context) error {
+			// Serving once the node caches are filled and every driver has
+			// been probed; NOT_SERVING while any driver is not ready, while
+			// there is no etcd session, or while the API server is out of
+			// reach.
+			for _, ok := range factory.WaitForCacheSync(ctx.Done()) {
+				if !ok {
+					return nil
+				}
 			}
-			api, apiErr := apiProbe.Healthy(apiGrace)
-			ready = ready && api
-			if ready != serving {
-				serving = ready
-				log.Info("provisioner readiness changed", "serving", ready, "etcd_session", co.Ready(), "api_server", api, "api_error", apiErr)
-			}
-			srv.SetServing(ready, provisionerv1.ProvisionerService_ServiceDesc.ServiceName)
 			select {
-			case <-t.C:
-			case <-gctx.Done():
+			case <-reg.probed:
+			case <-ctx.Done():
 				return nil
 			}
-		}
-	})
-	g.Go(func() error {
-		select {
-		case <-reg.probed:
-		case <-gctx.Done():
+			t := time.NewTicker(time.Second)
+			defer t.Stop()
+			serving := false
+			for {
+				ready := co.Ready()
+				for _, d := range reg.all() {
+					ready = ready && d.ready()
+				}
+				api, apiErr := r.API.Healthy(apiGrace)
+				ready = ready && api
+				if ready != serving {
+					serving = ready
+					log.Info("provisioner readiness changed", "serving", ready, "etcd_session", co.Ready(), "api_server", api, "api_error", apiErr)
+				}
+				srv.SetServing(ready, provisionerv1.ProvisionerService_ServiceDesc.ServiceName)
+				select {
+				case <-t.C:
+				case <-ctx.Done():
+					return nil
+				}
+			}
+		},
+		func(ctx context.Context) error {
+			select {
+			case <-reg.probed:
+			case <-ctx.Done():
+				return nil
+			}
+			t := time.NewTicker(o.RecoveryPeriod)
+			defer t.Stop()
+			for {
+				p.recoverAll(ctx)
+				select {
+				case <-t.C:
+				case <-ctx.Done():
+					return nil
+				}
+			}
+		},
+		func(ctx context.Context) error { return clones.run(ctx, claimInformer.HasSynced, o.RecoveryPeriod) },
+		func(ctx context.Context) error {
+			capc.run(ctx, reg.probed, func() bool {
+				return cache.WaitForCacheSync(ctx.Done(), factory.Storage().V1().StorageClasses().Informer().HasSynced)
+			})
 			return nil
-		}
-		t := time.NewTicker(o.RecoveryPeriod)
-		defer t.Stop()
-		for {
-			p.recoverAll(gctx)
-			select {
-			case <-t.C:
-			case <-gctx.Done():
-				return nil
-			}
-		}
-	})
-	g.Go(func() error { return clones.run(gctx, claimInformer.HasSynced, o.RecoveryPeriod) })
-	g.Go(func() error {
-		capc.run(gctx, reg.probed, func() bool {
-			return cache.WaitForCacheSync(gctx.Done(), factory.Storage().V1().StorageClasses().Informer().HasSynced)
-		})
-		return nil
-	})
-	g.Go(func() error { p.orphanLoop(gctx, o.OrphanScanPeriod, reg.probed); return nil })
-	err = g.Wait()
+		},
+		func(ctx context.Context) error { p.orphanLoop(ctx, o.OrphanScanPeriod, reg.probed); return nil },
+	)
 	log.Info("provisioner stopped")
 	return err
 }

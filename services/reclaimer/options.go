@@ -13,6 +13,7 @@ import (
 
 	"github.com/volplane/volplane/pkg/coord"
 	"github.com/volplane/volplane/pkg/grpcutil"
+	startup "github.com/volplane/volplane/pkg/replica"
 )
 
 // Service is the reclaimer's name in etcd membership.
@@ -205,15 +206,7 @@ func (o *Options) validate() error {
 	if o.RecyclerNamespace == "" {
 		o.RecyclerNamespace = DefaultRecyclerNamespace
 	}
-	if o.Logger == nil {
-		o.Logger = slog.Default()
-	}
-	if o.AdvertiseAddress == "" {
-		o.AdvertiseAddress = o.Listen
-	}
-	if o.MemberID == "" {
-		o.MemberID = coord.DefaultMemberID()
-	}
+	startup.Defaults(&o.Logger, &o.AdvertiseAddress, o.Listen, &o.MemberID)
 	return errors.Join(errs...)
 }
 

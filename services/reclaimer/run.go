@@ -6,19 +6,15 @@ import (
 	"log/slog"
 	"time"
 
-	"golang.org/x/sync/errgroup"
-	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/informers"
-	"k8s.io/client-go/kubernetes/scheme"
-	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/client-go/tools/cache"
-	"k8s.io/client-go/tools/record"
 
 	"github.com/volplane/volplane/pkg/coord"
 	"github.com/volplane/volplane/pkg/grpcutil"
 	"github.com/volplane/volplane/pkg/kube"
 	"github.com/volplane/volplane/pkg/metrics"
+	startup "github.com/volplane/volplane/pkg/replica"
 	provisionerv1 "github.com/volplane/volplane/proto/volplane/provisioner/v1"
 	reclaimerv1 "github.com/volplane/volplane/proto/volplane/reclaimer/v1"
 )
@@ -33,15 +29,16 @@ func Run(ctx context.Context, o Options) error {
 	if err := o.validate(); err != nil {
 		return fmt.Errorf("reclaimer options: %w", err)
 	}
-	log := o.Logger
-	client, err := kube.Client(o.RESTConfig, kube.ClientOptions{Kubeconfig: o.Kubeconfig, QPS: o.KubeQPS, Burst: o.KubeBurst, UserAgent: "volplane-reclaimer"})
+	r, err := startup.Start(ctx, startup.Config{
+		Service: Service, RESTConfig: o.RESTConfig, Kube: kube.ClientOptions{Kubeconfig: o.Kubeconfig, QPS: o.KubeQPS, Burst: o.KubeBurst},
+		Etcd: coord.Options{Endpoints: o.EtcdEndpoints, Security: o.Etcd}, MemberID: o.MemberID, AdvertiseAddress: o.AdvertiseAddress,
+		Listen: o.Listen, DebugAddress: o.DebugAddress, TLS: o.TLS, Reflection: o.GRPCReflection, Log: o.Logger,
+	})
 	if err != nil {
 		return err
 	}
-	co, err := coord.NewKeeper(coord.Options{Endpoints: o.EtcdEndpoints, Security: o.Etcd, Logger: log}, Service, o.MemberID, o.AdvertiseAddress)
-	if err != nil {
-		return err
-	}
+	defer r.Close()
+	log, client, co, recorder, srv := r.Log, r.Client, r.Coord, r.Recorder, r.Server
 
 	var prov provisioner
 	if o.ProvisionerAddress != "" {
@@ -52,11 +49,6 @@ func Run(ctx context.Context, o Options) error {
 		defer cc.Close()
 		prov = provisionerv1.NewProvisionerServiceClient(cc)
 	}
-
-	broadcaster := record.NewBroadcaster(record.WithContext(ctx))
-	broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: client.CoreV1().Events("")})
-	defer broadcaster.Shutdown()
-	recorder := broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: kube.ControllerComponent})
 
 	metrics.RegisterWorkqueueMetrics()
 	cfg := config{
@@ -84,14 +76,6 @@ func Run(ctx context.Context, o Options) error {
 	c := newController(log, o.MemberID, kubeCluster{c: client, claims: claimInformer.GetIndexer()}, co, newDrivers(prov, o.DriversRefreshPeriod, log), prov,
 		recorder, cfg, o.RetryIntervalStart, o.RetryIntervalMax, nil)
 
-	lis, err := grpcutil.Listen(o.Listen)
-	if err != nil {
-		return err
-	}
-	srv, err := grpcutil.NewServer(log, grpcutil.ServerOptions{TLS: o.TLS, Reflection: o.GRPCReflection})
-	if err != nil {
-		return err
-	}
 	reclaimerv1.RegisterReclaimerServiceServer(srv.Server, &server{c: c, tls: o.TLS, peer: func(ctx context.Context, id string) (string, error) {
 		ms, err := co.Members(ctx, Service)
 		if err != nil {
@@ -104,48 +88,41 @@ func Run(ctx context.Context, o Options) error {
 		}
 		return "", nil
 	}})
-	log.Info("reclaimer starting", "member", o.MemberID, "listen", lis.Addr().String(), "recycleMode", o.RecycleMode,
+	log.Info("reclaimer starting", "member", o.MemberID, "listen", r.Addr(), "recycleMode", o.RecycleMode,
 		"node", o.NodeName, "provisioner", o.ProvisionerAddress)
 
-	g, gctx := errgroup.WithContext(ctx)
-	g.Go(func() error { return srv.Serve(gctx, lis, 10*time.Second) })
-	g.Go(func() error { return metrics.Serve(gctx, o.DebugAddress, log) })
-	g.Go(func() error { return co.Run(gctx) })
-	g.Go(func() error {
-		// Every session after the first replaces a lost one.
-		first := true
-		for {
-			changed := co.Changed()
-			if co.Ready() {
-				if !first {
-					c.sessionOpened(gctx)
+	tasks := []func(context.Context) error{
+		func(ctx context.Context) error {
+			// Every session after the first replaces a lost one.
+			first := true
+			for {
+				changed := co.Changed()
+				if co.Ready() {
+					if !first {
+						c.sessionOpened(ctx)
+					}
+					first = false
 				}
-				first = false
+				select {
+				case <-changed:
+				case <-ctx.Done():
+					return nil
+				}
 			}
-			select {
-			case <-changed:
-			case <-gctx.Done():
-				return nil
-			}
-		}
-	})
-	apiProbe := kube.NewAPIProbe(client)
-	g.Go(func() error {
-		apiProbe.Run(gctx, time.Second)
-		return nil
-	})
-	g.Go(func() error {
-		readiness(gctx, srv, co, apiProbe, log)
-		return nil
-	})
-	g.Go(func() error {
-		c.run(gctx, o.Workers, o.TakeoverPeriod)
-		return nil
-	})
-	if o.RecycleMode == RecyclePod {
-		g.Go(func() error { return c.watchRecyclers(gctx, client) })
+		},
+		func(ctx context.Context) error {
+			readiness(ctx, srv, co, r.API, log)
+			return nil
+		},
+		func(ctx context.Context) error {
+			c.run(ctx, o.Workers, o.TakeoverPeriod)
+			return nil
+		},
 	}
-	err = g.Wait()
+	if o.RecycleMode == RecyclePod {
+		tasks = append(tasks, func(ctx context.Context) error { return c.watchRecyclers(ctx, client) })
+	}
+	err = r.Run(ctx, tasks...)
 	log.Info("reclaimer stopped")
 	return err
 }

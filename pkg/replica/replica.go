@@ -1,0 +1,156 @@
+// Package replica is the start-up every replica of a volplane service
+// shares (the binder, the provisioner, the reclaimer): its Kubernetes
+// client, its etcd session (a coord.Keeper, kept through outages), its
+// Event broadcaster, its gRPC server and listener, its API server probe,
+// and the group of goroutines that serve them until the context ends.
+// Each service adds its own controller and tasks to the group.
+package replica
+
+import (
+	"context"
+	"log/slog"
+	"net"
+	"time"
+
+	"golang.org/x/sync/errgroup"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/kubernetes/scheme"
+	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/record"
+
+	"github.com/volplane/volplane/pkg/coord"
+	"github.com/volplane/volplane/pkg/grpcutil"
+	"github.com/volplane/volplane/pkg/kube"
+	"github.com/volplane/volplane/pkg/metrics"
+)
+
+// Config is what a replica starts from: the flags every service shares.
+type Config struct {
+	// Service names the replica's etcd membership group and its user
+	// agent (volplane-<Service>).
+	Service string
+	// RESTConfig, when set (tests), is used instead of Kube.Kubeconfig.
+	RESTConfig *rest.Config
+	// Kube is the client's kubeconfig and rate limits (--kubeconfig,
+	// --kube-api-qps, --kube-api-burst).
+	Kube kube.ClientOptions
+	// Etcd is the coordination store (--etcd-endpoints and its security
+	// flags).
+	Etcd coord.Options
+	// MemberID, AdvertiseAddress: this replica in etcd (see Defaults).
+	MemberID, AdvertiseAddress string
+	// Listen is the gRPC address; DebugAddress serves /metrics and pprof
+	// ("" serves nothing).
+	Listen, DebugAddress string
+	// TLS is the mutual TLS of the gRPC server; Reflection serves gRPC
+	// reflection.
+	TLS        grpcutil.TLSFiles
+	Reflection bool
+	Log        *slog.Logger
+}
+
+// Defaults fills the shared options a replica may leave unset: the logger
+// (slog's default), the advertised address (the listen address) and the
+// member ID (hostname and a random suffix).
+func Defaults(log **slog.Logger, advertise *string, listen string, member *string) {
+	if *log == nil {
+		*log = slog.Default()
+	}
+	if *advertise == "" {
+		*advertise = listen
+	}
+	if *member == "" {
+		*member = coord.DefaultMemberID()
+	}
+}
+
+// Replica is a started replica: what its service builds on.
+type Replica struct {
+	Log *slog.Logger
+	// RESTConfig is the client's configuration, tuned (protobuf, limits,
+	// user agent), for the service's other clients.
+	RESTConfig *rest.Config
+	Client     kubernetes.Interface
+	// Coord is the etcd session, kept through outages: without one the
+	// replica owns nothing and its fenced writes fail.
+	Coord *coord.Keeper
+	// Events posts the Events of the service's recorders; Recorder is one
+	// for kube-controller-manager's component name.
+	Events   record.EventBroadcaster
+	Recorder record.EventRecorder
+	Server   *grpcutil.Server
+	// API says whether the API server answers (readiness).
+	API *kube.APIProbe
+
+	lis net.Listener
+	cfg Config
+}
+
+// Start builds the replica's parts; nothing runs until Run. Close releases
+// what Start made when Run is not called.
+func Start(ctx context.Context, c Config) (*Replica, error) {
+	c.Kube.UserAgent = "volplane-" + c.Service
+	cfg := c.RESTConfig
+	if cfg == nil {
+		var err error
+		if cfg, err = kube.RESTConfig(c.Kube); err != nil {
+			return nil, err
+		}
+	}
+	cfg = kube.Tune(cfg, c.Kube)
+	client, err := kube.Client(cfg, c.Kube)
+	if err != nil {
+		return nil, err
+	}
+	c.Etcd.Logger = c.Log
+	co, err := coord.NewKeeper(c.Etcd, c.Service, c.MemberID, c.AdvertiseAddress)
+	if err != nil {
+		return nil, err
+	}
+	srv, err := grpcutil.NewServer(c.Log, grpcutil.ServerOptions{TLS: c.TLS, Reflection: c.Reflection})
+	if err != nil {
+		return nil, err
+	}
+	lis, err := grpcutil.Listen(c.Listen)
+	if err != nil {
+		return nil, err
+	}
+	events := record.NewBroadcaster(record.WithContext(ctx))
+	events.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: client.CoreV1().Events("")})
+	return &Replica{
+		Log: c.Log, RESTConfig: cfg, Client: client, Coord: co,
+		Events: events, Recorder: events.NewRecorder(scheme.Scheme, corev1.EventSource{Component: kube.ControllerComponent}),
+		Server: srv, API: kube.NewAPIProbe(client),
+		lis: lis, cfg: c,
+	}, nil
+}
+
+// Addr is the address the gRPC server listens on.
+func (r *Replica) Addr() string { return r.lis.Addr().String() }
+
+// Close stops the Event broadcaster and closes the listener.
+func (r *Replica) Close() {
+	r.Events.Shutdown()
+	r.lis.Close()
+}
+
+// Run serves the gRPC server (draining calls for 10 s at the end), the
+// debug server, the etcd session and the API server probe, and the
+// service's tasks, until ctx ends or one of them fails; then it stops the
+// others and returns the first error.
+func (r *Replica) Run(ctx context.Context, tasks ...func(context.Context) error) error {
+	g, gctx := errgroup.WithContext(ctx)
+	g.Go(func() error { return r.Server.Serve(gctx, r.lis, 10*time.Second) })
+	g.Go(func() error { return metrics.Serve(gctx, r.cfg.DebugAddress, r.Log) })
+	g.Go(func() error { return r.Coord.Run(gctx) })
+	g.Go(func() error {
+		r.API.Run(gctx, time.Second)
+		return nil
+	})
+	for _, t := range tasks {
+		g.Go(func() error { return t(gctx) })
+	}
+	return g.Wait()
+}
