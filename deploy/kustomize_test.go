@@ -11,8 +11,8 @@ import (
 	policyv1 "k8s.io/api/policy/v1"
 	"k8s.io/apimachinery/pkg/runtime/serializer/json"
 	"k8s.io/client-go/kubernetes/scheme"
-	"sigs.k8s.io/kustomize/api/krusty"
-	"sigs.k8s.io/kustomize/kyaml/filesys"
+
+	"github.com/volplane/volplane/internal/manifests"
 )
 
 // components are volplane's services; each runs at least two replicas
@@ -22,20 +22,11 @@ var components = []string{"volplane-watcher", "volplane-binder", "volplane-provi
 // render runs kustomize on dir, as `kubectl kustomize` does.
 func render(t *testing.T, dir string) [][]byte {
 	t.Helper()
-	k := krusty.MakeKustomizer(krusty.MakeDefaultOptions())
-	m, err := k.Run(filesys.MakeFsOnDisk(), dir)
+	docs, _, err := manifests.Render(dir)
 	if err != nil {
-		t.Fatalf("kustomize %s: %v", dir, err)
+		t.Fatal(err)
 	}
-	var out [][]byte
-	for _, r := range m.Resources() {
-		b, err := r.MarshalJSON()
-		if err != nil {
-			t.Fatal(err)
-		}
-		out = append(out, b)
-	}
-	return out
+	return docs
 }
 
 // makefileVersion is the Makefile's VERSION, the tag make images gives.
