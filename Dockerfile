@@ -1,14 +1,9 @@
-# One image with every volplane binary: docker build -t volplane .
-FROM golang:1.26 AS build
-WORKDIR /src
-COPY go.mod go.sum ./
-RUN go mod download
-COPY . .
-RUN CGO_ENABLED=0 go build -trimpath -ldflags='-s -w' -o /out/ \
-      ./services/watcher/cmd/watcher ./services/binder/cmd/binder \
-      ./services/provisioner/cmd/provisioner ./services/reclaimer/cmd/reclaimer \
-      ./gateway/cmd/gateway ./cmd/volplane-csi
-
-FROM gcr.io/distroless/static-debian12:nonroot
-COPY --from=build /out/ /usr/local/bin/
-USER nonroot
+# Every volplane image, FROM scratch: `make images` (hack/build-images.sh)
+# stages a context per image (static binaries in usr/local/bin, a passwd
+# with the non-root user 65532, the build host's CA certificates, an empty
+# /tmp and the data directories under var/lib/volplane) and builds this
+# file in it. No registry is needed.
+FROM scratch
+COPY rootfs/ /
+COPY --chown=65532:65532 data/ /var/lib/volplane/
+USER 65532:65532

@@ -38,14 +38,14 @@ import (
 
 func main() {
 	var (
-		binDir     = flag.String("bin-dir", "", "directory holding the service binaries (make build); default: this binary's directory")
-		apiserver  = flag.String("kube-apiserver", "", "kube-apiserver binary; default: the cached build (make kube-apiserver)")
-		dir        = flag.String("dir", filepath.Join(".cache", "dev"), "state directory (etcd data, certificates, kubeconfig, logs); wiped at start")
-		gatewayURL = flag.String("gateway-listen", "127.0.0.1:8080", "the REST gateway's listen address")
-		workers    = flag.Int("workers", 0, "binder --workers; 0 keeps the binder's default")
-		logLevel   = flag.String("log-level", "info", "services' log level: debug, info, warn or error")
-		roles      = flag.String("roles", filepath.Join("deploy", "kubernetes", "roles.yaml"), "ClusterRoles to apply (volplane-viewer, volplane-operator); when the file is missing, the same two roles are made in code")
-		writeCerts = flag.String("write-certs", "", "only write a CA and a certificate for etcd and each service into this directory (for docker-compose.yaml), then exit")
+		binDir       = flag.String("bin-dir", "", "directory holding the service binaries (make build); default: this binary's directory")
+		apiserver    = flag.String("kube-apiserver", "", "kube-apiserver binary; default: the cached build (make kube-apiserver)")
+		dir          = flag.String("dir", filepath.Join(".cache", "dev"), "state directory (etcd data, certificates, kubeconfig, logs); wiped at start")
+		gatewayURL   = flag.String("gateway-listen", "127.0.0.1:8080", "the REST gateway's listen address")
+		workers      = flag.Int("workers", 0, "binder --workers; 0 keeps the binder's default")
+		logLevel     = flag.String("log-level", "info", "services' log level: debug, info, warn or error")
+		roles        = flag.String("roles", filepath.Join("deploy", "kubernetes", "roles.yaml"), "ClusterRoles to apply (volplane-viewer, volplane-operator); when the file is missing, the same two roles are made in code")
+		writeCompose = flag.String("write-compose", "", "only write what docker-compose.yaml mounts into this directory (a CA, a certificate for etcd, kube-apiserver and each service, the service-account keys, an admin token and the services' kubeconfig), then exit")
 	)
 	flag.Usage = func() {
 		fmt.Fprintf(flag.CommandLine.Output(), "Usage: %s [flags]\n\nRuns etcd, kube-apiserver and every volplane service on loopback until Ctrl-C.\n\nFlags:\n", os.Args[0])
@@ -56,12 +56,12 @@ func main() {
 		fmt.Fprintf(os.Stderr, "volplane-dev: unexpected arguments %q\n", flag.Args())
 		os.Exit(2)
 	}
-	if *writeCerts != "" {
-		if err := composeCerts(*writeCerts); err != nil {
+	if *writeCompose != "" {
+		if err := writeComposeFiles(*writeCompose); err != nil {
 			fmt.Fprintln(os.Stderr, "volplane-dev:", err)
 			os.Exit(1)
 		}
-		fmt.Println("certificates written to", *writeCerts)
+		fmt.Println("docker-compose.yaml's certificates, keys, token and kubeconfig written to", *writeCompose)
 		return
 	}
 	if *binDir == "" {
@@ -321,24 +321,4 @@ func waitHTTP(ctx context.Context, url, caFile string, timeout time.Duration) er
 		}
 	}
 	return fmt.Errorf("%s not ready within %s: %s", url, timeout, last)
-}
-
-// composeCerts writes docker-compose.yaml's CA and certificates: one per
-// service, named after it (its compose host name), the watcher's also
-// valid for its second replica, watcher-2.
-func composeCerts(dir string) error {
-	ca, err := pki.NewCA(dir, "volplane-dev-ca")
-	if err != nil {
-		return err
-	}
-	for _, n := range append([]string{"etcd"}, pki.Services...) {
-		var hosts []string
-		if n == "watcher" {
-			hosts = []string{"watcher-2"}
-		}
-		if _, err := ca.Issue(n, hosts...); err != nil {
-			return err
-		}
-	}
-	return nil
 }

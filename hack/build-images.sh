@@ -1,0 +1,79 @@
+#!/usr/bin/env bash
+# Builds volplane's images FROM scratch, with no registry: static binaries
+# (CGO_ENABLED=0) packed with a non-root user (65532) and the build host's
+# CA certificates.
+#
+#   hack/build-images.sh VERSION KUBE_APISERVER_BINARY KUBE_VERSION
+#
+#   volplane:VERSION                  the services, the gateway, the dev CSI driver
+#   volplane-etcd:ETCD_VERSION        etcd itself, from hack/etcd (go.mod's etcd version)
+#   volplane-kube-apiserver:KUBE_VERSION  the cached kube-apiserver (make kube-apiserver)
+#
+# The contexts are staged under .cache/images; the Dockerfile at the top
+# of the tree is built in each.
+set -euo pipefail
+version=${1:?usage: $0 VERSION KUBE_APISERVER_BINARY KUBE_VERSION}
+apiserver=${2:?usage: $0 VERSION KUBE_APISERVER_BINARY KUBE_VERSION}
+kube_version=${3:?usage: $0 VERSION KUBE_APISERVER_BINARY KUBE_VERSION}
+root=$(cd "$(dirname "$0")/.." && pwd)
+out="$root/.cache/images"
+certs=/etc/ssl/certs/ca-certificates.crt
+etcd_version=$(sed -n 's/^\tgo.etcd.io\/etcd\/server\/v3 \(v[^ ]*\)$/\1/p' "$root/go.mod")
+want=$(sed -n 's/^require go.etcd.io\/etcd\/server\/v3 \(v[^ ]*\)$/\1/p' "$root/hack/etcd/go.mod")
+if [[ "$etcd_version" != "$want" ]]; then
+	echo "hack/etcd/go.mod pins etcd $want, go.mod $etcd_version: make them agree first" >&2
+	exit 1
+fi
+if [[ ! -r "$certs" ]]; then
+	echo "$certs is missing: install Debian's ca-certificates (the images carry the build host's CA bundle)" >&2
+	exit 1
+fi
+if ! docker info >/dev/null 2>&1; then
+	echo "no Docker daemon answers: run 'make docker-daemon' (installs docker.io and starts dockerd) first" >&2
+	exit 1
+fi
+# The legacy builder where BuildKit's buildx plugin is missing (Debian's
+# docker.io); it builds FROM scratch just as well.
+if ! docker buildx version >/dev/null 2>&1; then
+	export DOCKER_BUILDKIT=0
+fi
+
+rm -rf "$out"
+# stage NAME: an image context with the root filesystem every image shares.
+stage() {
+	local d="$out/$1"
+	mkdir -p "$d/rootfs/etc/ssl/certs" "$d/rootfs/usr/local/bin" "$d/rootfs/tmp" "$d/data/etcd" "$d/data/csi" "$d/data/csi-socket"
+	chmod 1777 "$d/rootfs/tmp"
+	printf 'root:x:0:0:root:/root:/sbin/nologin\nnonroot:x:65532:65532:nonroot:/home/nonroot:/sbin/nologin\n' >"$d/rootfs/etc/passwd"
+	printf 'root:x:0:\nnonroot:x:65532:\n' >"$d/rootfs/etc/group"
+	cp "$certs" "$d/rootfs/etc/ssl/certs/ca-certificates.crt"
+	cp "$root/Dockerfile" "$d/Dockerfile"
+	echo "$d/rootfs/usr/local/bin"
+}
+build() { # NAME TAG
+	local log
+	if ! log=$(docker build -q -t "$2" "$out/$1" 2>&1); then
+		echo "$log" >&2
+		exit 1
+	fi
+	echo "built $2" >&2
+}
+
+export CGO_ENABLED=0
+bin=$(stage volplane)
+(cd "$root" && go build -trimpath -ldflags='-s -w' -o "$bin/" \
+	./services/watcher/cmd/watcher ./services/binder/cmd/binder ./services/provisioner/cmd/provisioner \
+	./services/reclaimer/cmd/reclaimer ./gateway/cmd/gateway ./cmd/volplane-csi)
+build volplane "volplane:$version"
+
+bin=$(stage etcd)
+(cd "$root/hack/etcd" && GOFLAGS=-mod=mod go build -trimpath -ldflags='-s -w' -o "$bin/etcd" .)
+build etcd "volplane-etcd:$etcd_version"
+
+bin=$(stage kube-apiserver)
+if ! file_out=$(go version "$apiserver" 2>&1) || ! grep -q 'CGO_ENABLED=0' <(go version -m "$apiserver"); then
+	echo "$apiserver is not a static Go binary (CGO_ENABLED=0): ${file_out}" >&2
+	exit 1
+fi
+cp "$apiserver" "$bin/kube-apiserver"
+build kube-apiserver "volplane-kube-apiserver:$kube_version"
