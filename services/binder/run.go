@@ -4,13 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/client-go/rest"
 
-	"github.com/volplane/volplane/pkg/coord"
 	"github.com/volplane/volplane/pkg/grpcutil"
 	"github.com/volplane/volplane/pkg/kube"
 	"github.com/volplane/volplane/pkg/metrics"
@@ -25,33 +22,10 @@ const Service = "binder"
 
 // Options configures a binder replica.
 type Options struct {
-	// Kubeconfig is the kubeconfig path; empty means in-cluster config.
-	Kubeconfig string
-	// RESTConfig, when set, is used instead of Kubeconfig (tests).
-	RESTConfig *rest.Config
-	// KubeQPS limits API requests per second; 0 means no client-side limit.
-	KubeQPS float32
-	// KubeBurst is the burst allowed above KubeQPS.
-	KubeBurst int
-	// EtcdEndpoints are the etcd client URLs for membership and reservations.
-	EtcdEndpoints []string
-	// Etcd is the etcd client's TLS and authentication (--etcd-cacert,
-	// --etcd-cert, --etcd-key, --etcd-username, --etcd-password-file).
-	Etcd coord.Security
-	// Listen is the gRPC listen address of BinderService.
-	Listen string
-	// AdvertiseAddress is the address other components reach this replica
-	// at; defaults to Listen. Its host must be in the replica's
-	// certificate.
-	AdvertiseAddress string
-	// TLS is the replica's mutual TLS with the other volplane services,
-	// for serving and for dialing them (--tls-ca-file, --tls-cert-file,
-	// --tls-key-file). Required: name the files, or set InsecurePlaintext
-	// (--insecure-plaintext, local experiments only).
-	TLS grpcutil.TLSFiles
-	// GRPCReflection serves the gRPC reflection service
-	// (--grpc-reflection); off by default.
-	GRPCReflection bool
+	// Options are the flags every replica shares (--kubeconfig, --listen,
+	// --etcd-endpoints, the TLS files, ...).
+	replica.Options
+
 	// WatcherAddress is the gRPC address of the watcher service, or of
 	// several watcher replicas, comma-separated (required). The binder
 	// streams from one at a time and fails over to another when its stream
@@ -79,14 +53,6 @@ type Options struct {
 	// previous owner has stopped (--ownership-settle); 0 means
 	// DefaultOwnershipSettle.
 	OwnershipSettle time.Duration
-	// MemberID names this replica in etcd; defaults to hostname plus a
-	// random suffix.
-	MemberID string
-	// DebugAddress serves /metrics and /debug/pprof over HTTP; empty
-	// disables.
-	DebugAddress string
-	// Logger receives the binder's logs; defaults to slog.Default().
-	Logger *slog.Logger
 }
 
 // DefaultWorkers is the default number of workers per queue: enough
@@ -103,6 +69,9 @@ const DefaultProvisionCalls = 128
 // kube-controller-manager.
 const DefaultResyncPeriod = 15 * time.Second
 
+// etcdUse is what the binder keeps in etcd besides membership.
+const etcdUse = "reservations"
+
 func (o *Options) validate() error {
 	var errs []error
 	if len(watcherAddresses(o.WatcherAddress)) == 0 {
@@ -114,15 +83,7 @@ func (o *Options) validate() error {
 	if o.StaleAfter == 0 {
 		o.StaleAfter = DefaultStaleAfter
 	}
-	if len(o.EtcdEndpoints) == 0 {
-		errs = append(errs, errors.New("etcd endpoints are required for membership and reservations (--etcd-endpoints)"))
-	}
-	if o.Listen == "" {
-		errs = append(errs, errors.New("a listen address is required (--listen)"))
-	}
-	if err := o.TLS.Validate(); err != nil {
-		errs = append(errs, err)
-	}
+	errs = append(errs, o.Options.Validate(etcdUse)...)
 	if o.Workers < 0 {
 		errs = append(errs, fmt.Errorf("workers must be at least 1, got %d (--workers)", o.Workers))
 	}
@@ -144,7 +105,6 @@ func (o *Options) validate() error {
 	if o.ProvisionCalls == 0 {
 		o.ProvisionCalls = DefaultProvisionCalls
 	}
-	replica.Defaults(&o.Logger, &o.AdvertiseAddress, o.Listen, &o.MemberID)
 	return errors.Join(errs...)
 }
 
@@ -155,11 +115,7 @@ func Run(ctx context.Context, o Options) error {
 	}
 	// The etcd session is kept through outages: Run never ends because of
 	// etcd. Without a session the replica owns nothing (session.go).
-	r, err := replica.Start(ctx, replica.Config{
-		Service: Service, RESTConfig: o.RESTConfig, Kube: kube.ClientOptions{Kubeconfig: o.Kubeconfig, QPS: o.KubeQPS, Burst: o.KubeBurst},
-		Etcd: coord.Options{Endpoints: o.EtcdEndpoints, Security: o.Etcd}, MemberID: o.MemberID, AdvertiseAddress: o.AdvertiseAddress,
-		Listen: o.Listen, DebugAddress: o.DebugAddress, TLS: o.TLS, Reflection: o.GRPCReflection, Log: o.Logger,
-	})
+	r, err := replica.Start(ctx, o.Config(Service))
 	if err != nil {
 		return err
 	}

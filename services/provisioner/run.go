@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"os"
 	"strings"
 	"sync"
@@ -20,13 +19,10 @@ import (
 	"k8s.io/client-go/kubernetes/scheme"
 	corelisters "k8s.io/client-go/listers/core/v1"
 	storagelisters "k8s.io/client-go/listers/storage/v1"
-	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
 
-	"github.com/volplane/volplane/pkg/coord"
 	"github.com/volplane/volplane/pkg/grpcutil"
-	"github.com/volplane/volplane/pkg/kube"
 	"github.com/volplane/volplane/pkg/replica"
 	provisionerv1 "github.com/volplane/volplane/proto/volplane/provisioner/v1"
 )
@@ -49,34 +45,10 @@ const apiGrace = 3 * time.Second
 
 // Options configures a provisioner replica.
 type Options struct {
-	// Kubeconfig is the kubeconfig path; empty means in-cluster config.
-	Kubeconfig string
-	// RESTConfig, when set, is used instead of Kubeconfig (tests).
-	RESTConfig *rest.Config
-	// KubeQPS limits API requests per second; 0 means no client-side limit.
-	KubeQPS float32
-	// KubeBurst is the burst allowed above KubeQPS.
-	KubeBurst int
-	// EtcdEndpoints are the etcd client URLs for membership and the journal.
-	EtcdEndpoints []string
-	// Etcd is the etcd client's TLS and authentication (--etcd-cacert,
-	// --etcd-cert, --etcd-key, --etcd-username, --etcd-password-file).
-	Etcd coord.Security
-	// Listen is the gRPC listen address.
-	Listen string
-	// TLS is the replica's mutual TLS with the other volplane services,
-	// for serving (--tls-ca-file, --tls-cert-file,
-	// --tls-key-file). Required: name the files, or set InsecurePlaintext
-	// (--insecure-plaintext, local experiments only).
-	TLS grpcutil.TLSFiles
-	// GRPCReflection serves the gRPC reflection service
-	// (--grpc-reflection); off by default.
-	GRPCReflection bool
-	// AdvertiseAddress is where peers reach this replica; default Listen.
-	AdvertiseAddress string
-	// MemberID names this replica in etcd; default hostname plus a random
-	// suffix.
-	MemberID string
+	// Options are the flags every replica shares (--kubeconfig, --listen,
+	// --etcd-endpoints, the TLS files, ...).
+	replica.Options
+
 	// CSIEndpoints are the CSI drivers' gRPC addresses (unix:///path or
 	// host:port), each optionally as provisioner-name=endpoint to serve
 	// StorageClasses of that provisioner name; by default a driver serves
@@ -106,30 +78,20 @@ type Options struct {
 	RecoveryPeriod time.Duration
 	// ProbePeriod is how often the drivers are probed.
 	ProbePeriod time.Duration
-	// DebugAddress serves /metrics and /debug/pprof over HTTP; empty
-	// disables.
-	DebugAddress string
 	// Capacity configures storage capacity tracking (capacity.go).
 	Capacity CapacityOptions
 	// OrphanScanPeriod is how often the orphan report is made to refresh
 	// volplane_provisioner_orphans (orphans.go); default
 	// DefaultOrphanScanPeriod, negative never (only ListOrphans does).
 	OrphanScanPeriod time.Duration
-	// Logger; default slog.Default().
-	Logger *slog.Logger
 }
+
+// etcdUse is what the provisioner keeps in etcd besides membership.
+const etcdUse = "the operation journal"
 
 func (o *Options) validate() error {
 	var errs []error
-	if o.Listen == "" {
-		errs = append(errs, errors.New("a listen address is required (--listen)"))
-	}
-	if len(o.EtcdEndpoints) == 0 {
-		errs = append(errs, errors.New("etcd endpoints are required for membership and the operation journal (--etcd-endpoints)"))
-	}
-	if err := o.TLS.Validate(); err != nil {
-		errs = append(errs, err)
-	}
+	errs = append(errs, o.Options.Validate(etcdUse)...)
 	seen := map[string]bool{}
 	for _, e := range o.CSIEndpoints {
 		name, ep := parseEndpoint(strings.TrimSpace(e))
@@ -164,7 +126,6 @@ func (o *Options) validate() error {
 	if o.OrphanScanPeriod == 0 {
 		o.OrphanScanPeriod = DefaultOrphanScanPeriod
 	}
-	replica.Defaults(&o.Logger, &o.AdvertiseAddress, o.Listen, &o.MemberID)
 	return errors.Join(errs...)
 }
 
@@ -176,11 +137,7 @@ func Run(ctx context.Context, o Options) error {
 	// The etcd session is kept through outages: while there is none the
 	// journal refuses every fenced write (no CreateVolume or DeleteVolume
 	// starts) and the replica is NOT_SERVING; Run goes on.
-	r, err := replica.Start(ctx, replica.Config{
-		Service: Service, RESTConfig: o.RESTConfig, Kube: kube.ClientOptions{Kubeconfig: o.Kubeconfig, QPS: o.KubeQPS, Burst: o.KubeBurst},
-		Etcd: coord.Options{Endpoints: o.EtcdEndpoints, Security: o.Etcd}, MemberID: o.MemberID, AdvertiseAddress: o.AdvertiseAddress,
-		Listen: o.Listen, DebugAddress: o.DebugAddress, TLS: o.TLS, Reflection: o.GRPCReflection, Log: o.Logger,
-	})
+	r, err := replica.Start(ctx, o.Config(Service))
 	if err != nil {
 		return err
 	}

@@ -3,16 +3,12 @@ package reclaimer
 import (
 	"errors"
 	"fmt"
-	"log/slog"
 	"os"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/util/yaml"
-	"k8s.io/client-go/rest"
 
-	"github.com/volplane/volplane/pkg/coord"
-	"github.com/volplane/volplane/pkg/grpcutil"
 	startup "github.com/volplane/volplane/pkg/replica"
 )
 
@@ -50,35 +46,10 @@ const (
 
 // Options configures a reclaimer replica.
 type Options struct {
-	// Kubeconfig is the kubeconfig path; empty means in-cluster config.
-	Kubeconfig string
-	// RESTConfig, when set, is used instead of Kubeconfig (tests).
-	RESTConfig *rest.Config
-	// KubeQPS limits API requests per second; 0 means no client-side limit.
-	KubeQPS float32
-	// KubeBurst is the burst allowed above KubeQPS.
-	KubeBurst int
-	// EtcdEndpoints are the etcd client URLs for membership and the
-	// reclaim journal.
-	EtcdEndpoints []string
-	// Etcd is the etcd client's TLS and authentication (--etcd-cacert,
-	// --etcd-cert, --etcd-key, --etcd-username, --etcd-password-file).
-	Etcd coord.Security
-	// Listen is the gRPC listen address.
-	Listen string
-	// TLS is the replica's mutual TLS with the other volplane services,
-	// for serving and for dialing them (--tls-ca-file, --tls-cert-file,
-	// --tls-key-file). Required: name the files, or set InsecurePlaintext
-	// (--insecure-plaintext, local experiments only).
-	TLS grpcutil.TLSFiles
-	// GRPCReflection serves the gRPC reflection service
-	// (--grpc-reflection); off by default.
-	GRPCReflection bool
-	// AdvertiseAddress is where peers reach this replica; default Listen.
-	AdvertiseAddress string
-	// MemberID names this replica in etcd; default hostname plus a random
-	// suffix.
-	MemberID string
+	// Options are the flags every replica shares (--kubeconfig, --listen,
+	// --etcd-endpoints, the TLS files, ...).
+	startup.Options
+
 	// ProvisionerAddress is the provisioner service's gRPC address. Delete
 	// of a CSI volume whose driver it serves goes through its DeleteVolume;
 	// empty means it serves nothing, and such volumes are left to their own
@@ -128,26 +99,16 @@ type Options struct {
 	// RecordTTL is how long a finished, retained or skipped reclaim stays
 	// visible in the API; default 10m.
 	RecordTTL time.Duration
-	// DebugAddress serves /metrics and /debug/pprof over HTTP; empty
-	// disables.
-	DebugAddress string
-	// Logger; default slog.Default().
-	Logger *slog.Logger
 
 	template *corev1.Pod // parsed RecyclerPodTemplate
 }
 
+// etcdUse is what the reclaimer keeps in etcd besides membership.
+const etcdUse = "the reclaim journal"
+
 func (o *Options) validate() error {
 	var errs []error
-	if o.Listen == "" {
-		errs = append(errs, errors.New("a listen address is required (--listen)"))
-	}
-	if len(o.EtcdEndpoints) == 0 {
-		errs = append(errs, errors.New("etcd endpoints are required for membership and the reclaim journal (--etcd-endpoints)"))
-	}
-	if err := o.TLS.Validate(); err != nil {
-		errs = append(errs, err)
-	}
+	errs = append(errs, o.Options.Validate(etcdUse)...)
 	switch o.RecycleMode {
 	case "":
 		o.RecycleMode = RecyclePod
@@ -206,7 +167,6 @@ func (o *Options) validate() error {
 	if o.RecyclerNamespace == "" {
 		o.RecyclerNamespace = DefaultRecyclerNamespace
 	}
-	startup.Defaults(&o.Logger, &o.AdvertiseAddress, o.Listen, &o.MemberID)
 	return errors.Join(errs...)
 }
 

@@ -7,12 +7,14 @@ import (
 	"time"
 
 	"github.com/volplane/volplane/pkg/grpcutil"
+	startup "github.com/volplane/volplane/pkg/replica"
 )
 
 func TestOptionsValidate(t *testing.T) {
 	base := func() Options {
-		return Options{Listen: "127.0.0.1:0", EtcdEndpoints: []string{"http://127.0.0.1:2379"},
-			TLS: grpcutil.TLSFiles{CAFile: "ca.crt", CertFile: "tls.crt", KeyFile: "tls.key"}}
+		return Options{
+			Options: startup.Options{Listen: "127.0.0.1:0", EtcdEndpoints: []string{"http://127.0.0.1:2379"}, TLS: grpcutil.TLSFiles{CAFile: "ca.crt", CertFile: "tls.crt", KeyFile: "tls.key"}},
+		}
 	}
 	for _, tc := range []struct {
 		name   string

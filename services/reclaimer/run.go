@@ -29,11 +29,7 @@ func Run(ctx context.Context, o Options) error {
 	if err := o.validate(); err != nil {
 		return fmt.Errorf("reclaimer options: %w", err)
 	}
-	r, err := startup.Start(ctx, startup.Config{
-		Service: Service, RESTConfig: o.RESTConfig, Kube: kube.ClientOptions{Kubeconfig: o.Kubeconfig, QPS: o.KubeQPS, Burst: o.KubeBurst},
-		Etcd: coord.Options{Endpoints: o.EtcdEndpoints, Security: o.Etcd}, MemberID: o.MemberID, AdvertiseAddress: o.AdvertiseAddress,
-		Listen: o.Listen, DebugAddress: o.DebugAddress, TLS: o.TLS, Reflection: o.GRPCReflection, Log: o.Logger,
-	})
+	r, err := startup.Start(ctx, o.Config(Service))
 	if err != nil {
 		return err
 	}

@@ -15,6 +15,7 @@ import (
 
 	"github.com/volplane/volplane/internal/devenv"
 	"github.com/volplane/volplane/internal/e2e"
+	"github.com/volplane/volplane/pkg/replica"
 	"github.com/volplane/volplane/services/binder"
 	"github.com/volplane/volplane/services/reclaimer"
 	"github.com/volplane/volplane/services/watcher"
@@ -82,24 +83,25 @@ func run(m *testing.M) int {
 		errc <- watcher.Run(ctx, watcher.Options{Kubeconfig: env.Kubeconfig, Listen: cluster.watcherAddr, TLS: c.TLS("watcher"), Logger: logger("watcher")})
 	}()
 	go func() {
-		errc <- reclaimer.Run(ctx, reclaimer.Options{Kubeconfig: env.Kubeconfig, EtcdEndpoints: env.EtcdEndpoints, Listen: reclaimerAddr,
+		errc <- reclaimer.Run(ctx, reclaimer.Options{
+			Options: replica.Options{Kubeconfig: env.Kubeconfig, EtcdEndpoints: env.EtcdEndpoints, Listen: reclaimerAddr, TLS: c.TLS("reclaimer"), Logger: logger("reclaimer")},
 			// The tests' hostPath volumes are directories under the
 			// temporary directory.
-			RecycleMode: reclaimer.RecycleNodeLocal, NodeName: e2eNode, RecyclePathPrefixes: []string{os.TempDir()}, RetryIntervalStart: 100 * time.Millisecond, RetryIntervalMax: 2 * time.Second,
-			TLS: c.TLS("reclaimer"), Logger: logger("reclaimer")})
+			RecycleMode:         reclaimer.RecycleNodeLocal,
+			NodeName:            e2eNode,
+			RecyclePathPrefixes: []string{os.TempDir()},
+			RetryIntervalStart:  100 * time.Millisecond,
+			RetryIntervalMax:    2 * time.Second,
+		})
 	}()
 	go func() {
 		errc <- binder.Run(ctx, binder.Options{
-			Kubeconfig:       env.Kubeconfig,
-			EtcdEndpoints:    env.EtcdEndpoints,
-			Listen:           cluster.binderAddr,
+			Options:          replica.Options{Kubeconfig: env.Kubeconfig, EtcdEndpoints: env.EtcdEndpoints, Listen: cluster.binderAddr, TLS: c.TLS("binder"), Logger: logger("binder")},
 			WatcherAddress:   cluster.watcherAddr,
 			ReclaimerAddress: reclaimerAddr,
 			// Long enough that every test below proves the event-driven
 			// path, not the periodic resync.
 			ResyncPeriod: 10 * time.Minute,
-			TLS:          c.TLS("binder"),
-			Logger:       logger("binder"),
 		})
 	}()
 	if err := waitServing(ctx, cluster.binderAddr, errc); err != nil {

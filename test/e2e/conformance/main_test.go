@@ -19,6 +19,7 @@ import (
 	"github.com/volplane/volplane/internal/devenv"
 	"github.com/volplane/volplane/internal/e2e"
 	"github.com/volplane/volplane/pkg/grpcutil"
+	"github.com/volplane/volplane/pkg/replica"
 	"github.com/volplane/volplane/services/binder"
 	"github.com/volplane/volplane/services/provisioner"
 	"github.com/volplane/volplane/services/reclaimer"
@@ -95,18 +96,26 @@ func run(m *testing.M) int {
 			TLS: c.TLS("watcher"), Logger: logger("watcher")})
 	}()
 	go func() {
-		errc <- provisioner.Run(ctx, provisioner.Options{Kubeconfig: env.Kubeconfig, EtcdEndpoints: env.EtcdEndpoints,
-			Listen: cluster.provisionerAddr, CSIEndpoints: []string{cluster.csiEndpoint}, Timeout: 5 * time.Second,
-			RecoveryPeriod: time.Second, TLS: c.TLS("provisioner"), Logger: logger("provisioner")})
+		errc <- provisioner.Run(ctx, provisioner.Options{
+			Options:        replica.Options{Kubeconfig: env.Kubeconfig, EtcdEndpoints: env.EtcdEndpoints, Listen: cluster.provisionerAddr, TLS: c.TLS("provisioner"), Logger: logger("provisioner")},
+			CSIEndpoints:   []string{cluster.csiEndpoint},
+			Timeout:        5 * time.Second,
+			RecoveryPeriod: time.Second,
+		})
 	}()
 	go func() {
-		errc <- reclaimer.Run(ctx, reclaimer.Options{Kubeconfig: env.Kubeconfig, EtcdEndpoints: env.EtcdEndpoints,
-			Listen: cluster.reclaimerAddr, ProvisionerAddress: cluster.provisionerAddr, TLS: c.TLS("reclaimer"), Logger: logger("reclaimer")})
+		errc <- reclaimer.Run(ctx, reclaimer.Options{
+			Options:            replica.Options{Kubeconfig: env.Kubeconfig, EtcdEndpoints: env.EtcdEndpoints, Listen: cluster.reclaimerAddr, TLS: c.TLS("reclaimer"), Logger: logger("reclaimer")},
+			ProvisionerAddress: cluster.provisionerAddr,
+		})
 	}()
 	go func() {
-		errc <- binder.Run(ctx, binder.Options{Kubeconfig: env.Kubeconfig, EtcdEndpoints: env.EtcdEndpoints,
-			Listen: cluster.binderAddr, WatcherAddress: cluster.watcherAddr, ReclaimerAddress: cluster.reclaimerAddr,
-			ProvisionerAddress: cluster.provisionerAddr, TLS: c.TLS("binder"), Logger: logger("binder")})
+		errc <- binder.Run(ctx, binder.Options{
+			Options:            replica.Options{Kubeconfig: env.Kubeconfig, EtcdEndpoints: env.EtcdEndpoints, Listen: cluster.binderAddr, TLS: c.TLS("binder"), Logger: logger("binder")},
+			WatcherAddress:     cluster.watcherAddr,
+			ReclaimerAddress:   cluster.reclaimerAddr,
+			ProvisionerAddress: cluster.provisionerAddr,
+		})
 	}()
 	return c.RunTests(m, "e2e/conformance", cancel, errc, 5)
 }

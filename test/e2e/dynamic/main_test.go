@@ -25,6 +25,7 @@ import (
 	"github.com/volplane/volplane/internal/devenv"
 	"github.com/volplane/volplane/internal/e2e"
 	"github.com/volplane/volplane/pkg/grpcutil"
+	"github.com/volplane/volplane/pkg/replica"
 	"github.com/volplane/volplane/services/binder"
 	"github.com/volplane/volplane/services/provisioner"
 	"github.com/volplane/volplane/services/reclaimer"
@@ -124,17 +125,21 @@ func run(m *testing.M) int {
 	}()
 	go func() {
 		errc <- provisioner.Run(ctx, provisioner.Options{
-			Kubeconfig: env.Kubeconfig, EtcdEndpoints: env.EtcdEndpoints, Listen: cluster.provisionerAddr,
-			CSIEndpoints: []string{sock}, Timeout: csiTimeout, RecoveryPeriod: recoveryPeriod,
-			ExtraCreateMetadata: true, TLS: c.TLS("provisioner"), Logger: logger("provisioner"),
+			Options:             replica.Options{Kubeconfig: env.Kubeconfig, EtcdEndpoints: env.EtcdEndpoints, Listen: cluster.provisionerAddr, TLS: c.TLS("provisioner"), Logger: logger("provisioner")},
+			CSIEndpoints:        []string{sock},
+			Timeout:             csiTimeout,
+			RecoveryPeriod:      recoveryPeriod,
+			ExtraCreateMetadata: true,
 			// The poll is slow, so capacity_test.go proves the refresh
 			// after each CreateVolume and DeleteVolume.
 			Capacity: provisioner.CapacityOptions{Enabled: true, Namespace: capacityNamespace, PollInterval: 10 * time.Minute},
 		})
 	}()
 	go func() {
-		errc <- reclaimer.Run(ctx, reclaimer.Options{Kubeconfig: env.Kubeconfig, EtcdEndpoints: env.EtcdEndpoints,
-			Listen: cluster.reclaimerAddr, ProvisionerAddress: cluster.provisionerAddr, TLS: c.TLS("reclaimer"), Logger: logger("reclaimer")})
+		errc <- reclaimer.Run(ctx, reclaimer.Options{
+			Options:            replica.Options{Kubeconfig: env.Kubeconfig, EtcdEndpoints: env.EtcdEndpoints, Listen: cluster.reclaimerAddr, TLS: c.TLS("reclaimer"), Logger: logger("reclaimer")},
+			ProvisionerAddress: cluster.provisionerAddr,
+		})
 	}()
 	if err := c.WaitServing(ctx, cluster.provisionerAddr, 2*time.Minute); err != nil {
 		fmt.Fprintln(os.Stderr, "e2e/dynamic: provisioner did not start:", err)
@@ -143,13 +148,13 @@ func run(m *testing.M) int {
 	}
 	go func() {
 		errc <- binder.Run(ctx, binder.Options{
-			Kubeconfig: env.Kubeconfig, EtcdEndpoints: env.EtcdEndpoints, Listen: cluster.binderAddr,
-			WatcherAddress: watcherAddr, ReclaimerAddress: cluster.reclaimerAddr, ProvisionerAddress: cluster.provisionerAddr,
+			Options:            replica.Options{Kubeconfig: env.Kubeconfig, EtcdEndpoints: env.EtcdEndpoints, Listen: cluster.binderAddr, TLS: c.TLS("binder"), Logger: logger("binder")},
+			WatcherAddress:     watcherAddr,
+			ReclaimerAddress:   cluster.reclaimerAddr,
+			ProvisionerAddress: cluster.provisionerAddr,
 			// Every test below proves the event-driven path and the
 			// binder's own retries, not the periodic resync.
 			ResyncPeriod: 10 * time.Minute,
-			TLS:          c.TLS("binder"),
-			Logger:       logger("binder"),
 		})
 	}()
 	if err := c.WaitServing(ctx, cluster.binderAddr, 2*time.Minute); err != nil {

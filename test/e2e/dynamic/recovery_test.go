@@ -12,6 +12,7 @@ import (
 	"github.com/volplane/volplane/internal/devcsi"
 	"github.com/volplane/volplane/internal/e2e"
 	"github.com/volplane/volplane/pkg/kube"
+	"github.com/volplane/volplane/pkg/replica"
 	provisionerv1 "github.com/volplane/volplane/proto/volplane/provisioner/v1"
 	"github.com/volplane/volplane/services/provisioner"
 )
@@ -26,9 +27,10 @@ func startProvisioner(t *testing.T, member, name string) (addr string, stop func
 	done := make(chan error, 1)
 	go func() {
 		done <- provisioner.Run(ctx, provisioner.Options{
-			Kubeconfig: cluster.env.Kubeconfig, EtcdEndpoints: cluster.etcd, Listen: addr, MemberID: member,
-			CSIEndpoints: []string{name + "=" + cluster.csiEndpoint}, Timeout: csiTimeout, RecoveryPeriod: recoveryPeriod,
-			TLS: cluster.e2e.TLS("provisioner"), Logger: testLogger(member),
+			Options:        replica.Options{Kubeconfig: cluster.env.Kubeconfig, EtcdEndpoints: cluster.etcd, Listen: addr, MemberID: member, TLS: cluster.e2e.TLS("provisioner"), Logger: testLogger(member)},
+			CSIEndpoints:   []string{name + "=" + cluster.csiEndpoint},
+			Timeout:        csiTimeout,
+			RecoveryPeriod: recoveryPeriod,
 		})
 	}()
 	stopped := false

@@ -25,6 +25,7 @@ import (
 	"github.com/volplane/volplane/internal/devenv"
 	"github.com/volplane/volplane/internal/e2e"
 	"github.com/volplane/volplane/pkg/grpcutil"
+	"github.com/volplane/volplane/pkg/replica"
 	"github.com/volplane/volplane/services/binder"
 	"github.com/volplane/volplane/services/provisioner"
 	"github.com/volplane/volplane/services/reclaimer"
@@ -145,19 +146,28 @@ func run(m *testing.M) int {
 		})
 	}
 	prov = newService("provisioner", func(ctx context.Context, addr string) error {
-		return provisioner.Run(ctx, provisioner.Options{Kubeconfig: env.Kubeconfig, EtcdEndpoints: env.EtcdEndpoints, Listen: addr,
-			CSIEndpoints: []string{sock}, Timeout: 2 * time.Second, RecoveryPeriod: 500 * time.Millisecond,
-			TLS: cl.TLS("provisioner"), Logger: logger("provisioner")})
+		return provisioner.Run(ctx, provisioner.Options{
+			Options:        replica.Options{Kubeconfig: env.Kubeconfig, EtcdEndpoints: env.EtcdEndpoints, Listen: addr, TLS: cl.TLS("provisioner"), Logger: logger("provisioner")},
+			CSIEndpoints:   []string{sock},
+			Timeout:        2 * time.Second,
+			RecoveryPeriod: 500 * time.Millisecond,
+		})
 	})
 	recl = newService("reclaimer", func(ctx context.Context, addr string) error {
-		return reclaimer.Run(ctx, reclaimer.Options{Kubeconfig: env.Kubeconfig, EtcdEndpoints: env.EtcdEndpoints, Listen: addr,
-			ProvisionerAddress: prov.addr, TakeoverPeriod: time.Second, TLS: cl.TLS("reclaimer"), Logger: logger("reclaimer")})
+		return reclaimer.Run(ctx, reclaimer.Options{
+			Options:            replica.Options{Kubeconfig: env.Kubeconfig, EtcdEndpoints: env.EtcdEndpoints, Listen: addr, TLS: cl.TLS("reclaimer"), Logger: logger("reclaimer")},
+			ProvisionerAddress: prov.addr,
+			TakeoverPeriod:     time.Second,
+		})
 	})
 	bind = newService("binder", func(ctx context.Context, addr string) error {
-		return binder.Run(ctx, binder.Options{Kubeconfig: env.Kubeconfig, EtcdEndpoints: env.EtcdEndpoints, Listen: addr,
-			WatcherAddress:   watchers[0].addr + "," + watchers[1].addr,
-			ReclaimerAddress: recl.addr, ProvisionerAddress: prov.addr, ResyncPeriod: 10 * time.Minute,
-			TLS: cl.TLS("binder"), Logger: logger("binder")})
+		return binder.Run(ctx, binder.Options{
+			Options:            replica.Options{Kubeconfig: env.Kubeconfig, EtcdEndpoints: env.EtcdEndpoints, Listen: addr, TLS: cl.TLS("binder"), Logger: logger("binder")},
+			WatcherAddress:     watchers[0].addr + "," + watchers[1].addr,
+			ReclaimerAddress:   recl.addr,
+			ProvisionerAddress: prov.addr,
+			ResyncPeriod:       10 * time.Minute,
+		})
 	})
 	for _, s := range []*service{watchers[0], watchers[1], prov, recl, bind} {
 		s.start()

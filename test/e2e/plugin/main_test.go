@@ -29,6 +29,7 @@ import (
 	"github.com/volplane/volplane/internal/devenv"
 	"github.com/volplane/volplane/internal/e2e"
 	"github.com/volplane/volplane/pkg/grpcutil"
+	"github.com/volplane/volplane/pkg/replica"
 	"github.com/volplane/volplane/services/binder"
 	"github.com/volplane/volplane/services/provisioner"
 	"github.com/volplane/volplane/services/reclaimer"
@@ -114,18 +115,26 @@ func run(m *testing.M) int {
 		errc <- watcher.Run(ctx, watcher.Options{Kubeconfig: env.Kubeconfig, Listen: watcherAddr, TLS: c.TLS("watcher"), Logger: logger("watcher")})
 	}()
 	go func() {
-		errc <- provisioner.Run(ctx, provisioner.Options{Kubeconfig: env.Kubeconfig, EtcdEndpoints: env.EtcdEndpoints, Listen: provisionerAddr,
-			CSIEndpoints: []string{sock}, Timeout: 2 * time.Second, RecoveryPeriod: 500 * time.Millisecond,
-			TLS: c.TLS("provisioner"), Logger: logger("provisioner")})
+		errc <- provisioner.Run(ctx, provisioner.Options{
+			Options:        replica.Options{Kubeconfig: env.Kubeconfig, EtcdEndpoints: env.EtcdEndpoints, Listen: provisionerAddr, TLS: c.TLS("provisioner"), Logger: logger("provisioner")},
+			CSIEndpoints:   []string{sock},
+			Timeout:        2 * time.Second,
+			RecoveryPeriod: 500 * time.Millisecond,
+		})
 	}()
 	go func() {
-		errc <- reclaimer.Run(ctx, reclaimer.Options{Kubeconfig: env.Kubeconfig, EtcdEndpoints: env.EtcdEndpoints, Listen: reclaimerAddr,
-			ProvisionerAddress: provisionerAddr, TLS: c.TLS("reclaimer"), Logger: logger("reclaimer")})
+		errc <- reclaimer.Run(ctx, reclaimer.Options{
+			Options:            replica.Options{Kubeconfig: env.Kubeconfig, EtcdEndpoints: env.EtcdEndpoints, Listen: reclaimerAddr, TLS: c.TLS("reclaimer"), Logger: logger("reclaimer")},
+			ProvisionerAddress: provisionerAddr,
+		})
 	}()
 	go func() {
-		errc <- binder.Run(ctx, binder.Options{Kubeconfig: env.Kubeconfig, EtcdEndpoints: env.EtcdEndpoints, Listen: binderAddr,
-			WatcherAddress: watcherAddr, ReclaimerAddress: reclaimerAddr, ProvisionerAddress: provisionerAddr,
-			TLS: c.TLS("binder"), Logger: logger("binder")})
+		errc <- binder.Run(ctx, binder.Options{
+			Options:            replica.Options{Kubeconfig: env.Kubeconfig, EtcdEndpoints: env.EtcdEndpoints, Listen: binderAddr, TLS: c.TLS("binder"), Logger: logger("binder")},
+			WatcherAddress:     watcherAddr,
+			ReclaimerAddress:   reclaimerAddr,
+			ProvisionerAddress: provisionerAddr,
+		})
 	}()
 	// The gateway as deployed: HTTPS with its service certificate,
 	// TokenReview and SubjectAccessReview against the API server, client

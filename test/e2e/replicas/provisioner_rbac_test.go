@@ -14,6 +14,7 @@ import (
 	"github.com/volplane/volplane/internal/devenv"
 	"github.com/volplane/volplane/internal/e2e"
 	"github.com/volplane/volplane/pkg/grpcutil"
+	startup "github.com/volplane/volplane/pkg/replica"
 	"github.com/volplane/volplane/services/binder"
 	"github.com/volplane/volplane/services/provisioner"
 	"github.com/volplane/volplane/services/watcher"
@@ -48,15 +49,20 @@ func TestProvisionerRunsWithTheDeployedRBAC(t *testing.T) {
 		errc <- watcher.Run(ctx, watcher.Options{RESTConfig: asComponent("watcher"), Listen: wAddr, TLS: cl.TLS("watcher"), Logger: logger("watcher-prov-rbac")})
 	}()
 	go func() {
-		errc <- provisioner.Run(ctx, provisioner.Options{RESTConfig: asComponent("provisioner"), EtcdEndpoints: env.EtcdEndpoints, Etcd: env.EtcdSecurity, Listen: pAddr, TLS: cl.TLS("provisioner"),
-			MemberID: "provisioner-rbac", CSIEndpoints: []string{name + "=" + sock}, Logger: logger("provisioner-rbac")})
+		errc <- provisioner.Run(ctx, provisioner.Options{
+			Options:      startup.Options{RESTConfig: asComponent("provisioner"), EtcdEndpoints: env.EtcdEndpoints, Etcd: env.EtcdSecurity, Listen: pAddr, TLS: cl.TLS("provisioner"), MemberID: "provisioner-rbac", Logger: logger("provisioner-rbac")},
+			CSIEndpoints: []string{name + "=" + sock},
+		})
 	}()
 	if err := cl.WaitServing(ctx, pAddr, time.Minute); err != nil {
 		t.Fatal(err)
 	}
 	go func() {
-		errc <- binder.Run(ctx, binder.Options{RESTConfig: asComponent("binder"), EtcdEndpoints: env.EtcdEndpoints, Etcd: env.EtcdSecurity, Listen: bAddr, TLS: cl.TLS("binder"),
-			WatcherAddress: wAddr, ProvisionerAddress: pAddr, MemberID: "binder-prov-rbac", Logger: logger("binder-prov-rbac")})
+		errc <- binder.Run(ctx, binder.Options{
+			Options:            startup.Options{RESTConfig: asComponent("binder"), EtcdEndpoints: env.EtcdEndpoints, Etcd: env.EtcdSecurity, Listen: bAddr, TLS: cl.TLS("binder"), MemberID: "binder-prov-rbac", Logger: logger("binder-prov-rbac")},
+			WatcherAddress:     wAddr,
+			ProvisionerAddress: pAddr,
+		})
 	}()
 	if err := cl.WaitServing(ctx, bAddr, time.Minute); err != nil {
 		t.Fatal(err)

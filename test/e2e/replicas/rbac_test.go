@@ -20,6 +20,7 @@ import (
 	"k8s.io/client-go/rest"
 
 	"github.com/volplane/volplane/internal/devenv"
+	startup "github.com/volplane/volplane/pkg/replica"
 	binderv1 "github.com/volplane/volplane/proto/volplane/binder/v1"
 	"github.com/volplane/volplane/services/binder"
 	"github.com/volplane/volplane/services/watcher"
@@ -84,8 +85,10 @@ func TestServicesRunWithTheDeployedRBAC(t *testing.T) {
 		errc <- watcher.Run(ctx, watcher.Options{RESTConfig: asComponent("watcher"), Listen: wAddr, TLS: cl.TLS("watcher"), Logger: logger("watcher-rbac")})
 	}()
 	go func() {
-		errc <- binder.Run(ctx, binder.Options{RESTConfig: asComponent("binder"), EtcdEndpoints: env.EtcdEndpoints, Etcd: env.EtcdSecurity, Listen: bAddr, TLS: cl.TLS("binder"),
-			WatcherAddress: wAddr, MemberID: "binder-rbac", Logger: logger("binder-rbac")})
+		errc <- binder.Run(ctx, binder.Options{
+			Options:        startup.Options{RESTConfig: asComponent("binder"), EtcdEndpoints: env.EtcdEndpoints, Etcd: env.EtcdSecurity, Listen: bAddr, TLS: cl.TLS("binder"), MemberID: "binder-rbac", Logger: logger("binder-rbac")},
+			WatcherAddress: wAddr,
+		})
 	}()
 	if err := cl.WaitServing(ctx, bAddr, time.Minute); err != nil {
 		t.Fatal(err)

@@ -14,6 +14,7 @@ import (
 
 	"github.com/volplane/volplane/internal/devenv"
 	"github.com/volplane/volplane/pkg/kube"
+	startup "github.com/volplane/volplane/pkg/replica"
 	reclaimerv1 "github.com/volplane/volplane/proto/volplane/reclaimer/v1"
 	"github.com/volplane/volplane/services/reclaimer"
 )
@@ -101,7 +102,7 @@ func TestReclaimerRunsWithTheDeployedRBAC(t *testing.T) {
 		if _, err := client.CoreV1().ServiceAccounts(ns).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "default"}}, metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
 		}
-		c := runReclaimer(t, reclaimer.Options{RESTConfig: sa, RecyclerNamespace: ns, MemberID: "reclaimer-rbac-pod", Logger: logger("reclaimer-rbac-pod")})
+		c := runReclaimer(t, reclaimer.Options{Options: startup.Options{RESTConfig: sa, MemberID: "reclaimer-rbac-pod", Logger: logger("reclaimer-rbac-pod")}, RecyclerNamespace: ns})
 		v := releasedVolume(t, "rbac-nfs", corev1.PersistentVolumeSource{NFS: &corev1.NFSVolumeSource{Server: "nfs.example", Path: "/x"}}, nil)
 		if _, err := c.Reclaim(ctx, &reclaimerv1.ReclaimRequest{VolumeName: v.Name}); err != nil {
 			t.Fatal(err)
@@ -126,8 +127,12 @@ func TestReclaimerRunsWithTheDeployedRBAC(t *testing.T) {
 		if err := os.WriteFile(filepath.Join(dir, ".data"), []byte("x"), 0o644); err != nil {
 			t.Fatal(err)
 		}
-		c := runReclaimer(t, reclaimer.Options{RESTConfig: sa, RecycleMode: reclaimer.RecycleNodeLocal, NodeName: "rbac-node",
-			RecyclePathPrefixes: []string{filepath.Dir(dir)}, MemberID: "reclaimer-rbac-node", Logger: logger("reclaimer-rbac-node")})
+		c := runReclaimer(t, reclaimer.Options{
+			Options:             startup.Options{RESTConfig: sa, MemberID: "reclaimer-rbac-node", Logger: logger("reclaimer-rbac-node")},
+			RecycleMode:         reclaimer.RecycleNodeLocal,
+			NodeName:            "rbac-node",
+			RecyclePathPrefixes: []string{filepath.Dir(dir)},
+		})
 		affinity := &corev1.VolumeNodeAffinity{Required: &corev1.NodeSelector{NodeSelectorTerms: []corev1.NodeSelectorTerm{{
 			MatchExpressions: []corev1.NodeSelectorRequirement{{Key: corev1.LabelHostname, Operator: corev1.NodeSelectorOpIn, Values: []string{"rbac-node"}}},
 		}}}}

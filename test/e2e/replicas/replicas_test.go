@@ -22,6 +22,7 @@ import (
 
 	"github.com/volplane/volplane/internal/devenv"
 	"github.com/volplane/volplane/internal/e2e"
+	startup "github.com/volplane/volplane/pkg/replica"
 	binderv1 "github.com/volplane/volplane/proto/volplane/binder/v1"
 	"github.com/volplane/volplane/services/binder"
 	"github.com/volplane/volplane/services/watcher"
@@ -116,8 +117,9 @@ func startBinder(t *testing.T, id string) *replica {
 	r := &replica{id: id, addr: addr, cancel: cancel, done: make(chan error, 1)}
 	go func() {
 		r.done <- binder.Run(ctx, binder.Options{
-			Kubeconfig: env.Kubeconfig, EtcdEndpoints: env.EtcdEndpoints, Etcd: env.EtcdSecurity, Listen: addr, TLS: cl.TLS("binder"),
-			WatcherAddress: watcherAddr, MemberID: id, ResyncPeriod: 10 * time.Minute, Logger: logger(id),
+			Options:        startup.Options{Kubeconfig: env.Kubeconfig, EtcdEndpoints: env.EtcdEndpoints, Etcd: env.EtcdSecurity, Listen: addr, TLS: cl.TLS("binder"), MemberID: id, Logger: logger(id)},
+			WatcherAddress: watcherAddr,
+			ResyncPeriod:   10 * time.Minute,
 		})
 	}()
 	t.Cleanup(r.stop)

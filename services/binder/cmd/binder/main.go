@@ -16,14 +16,7 @@ import (
 
 func main() {
 	var o binder.Options
-	cmdutil.KubeFlags(&o.Kubeconfig, &o.KubeQPS, &o.KubeBurst)
-	cmdutil.EtcdFlag(&o.EtcdEndpoints, "membership and reservations")
-	cmdutil.EtcdSecurityFlags(&o.Etcd)
-	cmdutil.TLSFlags(&o.TLS)
-	cmdutil.ReflectionFlag(&o.GRPCReflection)
-	flag.StringVar(&o.Listen, "listen", "127.0.0.1:7702", "gRPC listen address (host:port or unix:///path)")
-	flag.StringVar(&o.AdvertiseAddress, "advertise-address", "", "address other components reach this replica at; defaults to --listen")
-	flag.StringVar(&o.MemberID, "member-id", "", "this replica's member id in etcd; defaults to hostname plus a random suffix")
+	o.AddFlags("127.0.0.1:7702", "reservations")
 	watchers := []string{"127.0.0.1:7701"}
 	cmdutil.ListFlag(&watchers, "watcher-address", "gRPC address of the watcher service; repeat the flag or separate addresses with commas for several watcher replicas (the binder streams from one and fails over to another) (default 127.0.0.1:7701)")
 	flag.DurationVar(&o.StaleAfter, "watcher-stale-after", binder.DefaultStaleAfter, "how long without a live, caught-up watcher stream before the binder turns NOT_SERVING and hands off no reclaim or provisioning")
@@ -33,7 +26,6 @@ func main() {
 	flag.IntVar(&o.ProvisionCalls, "provision-calls", binder.DefaultProvisionCalls, "provisioner calls in flight at most (they run off the workers, so a hanging CSI driver never holds one)")
 	flag.DurationVar(&o.ResyncPeriod, "resync-period", binder.DefaultResyncPeriod, "how often every claim and volume is synced again; 0 disables")
 	flag.DurationVar(&o.OwnershipSettle, "ownership-settle", binder.DefaultOwnershipSettle, "how long the replica waits before acting on a claim or volume it gains (ring change, new etcd session, start), so that the previous owner has stopped")
-	flag.StringVar(&o.DebugAddress, "debug-address", "", "HTTP address serving /metrics (Prometheus) and /debug/pprof; empty disables")
 	logging := cmdutil.LogFlags()
 	flag.Parse()
 	o.WatcherAddress = strings.Join(watchers, ",")

@@ -15,14 +15,7 @@ import (
 
 func main() {
 	var o provisioner.Options
-	cmdutil.KubeFlags(&o.Kubeconfig, &o.KubeQPS, &o.KubeBurst)
-	cmdutil.EtcdFlag(&o.EtcdEndpoints, "membership and the operation journal")
-	cmdutil.EtcdSecurityFlags(&o.Etcd)
-	cmdutil.TLSFlags(&o.TLS)
-	cmdutil.ReflectionFlag(&o.GRPCReflection)
-	flag.StringVar(&o.Listen, "listen", "127.0.0.1:7703", "gRPC listen address (host:port or unix:///path)")
-	flag.StringVar(&o.AdvertiseAddress, "advertise-address", "", "address peers reach this replica at; defaults to --listen")
-	flag.StringVar(&o.MemberID, "member-id", "", "this replica's member id in etcd; defaults to hostname plus a random suffix")
+	o.AddFlags("127.0.0.1:7703", "the operation journal")
 	cmdutil.ListFlag(&o.CSIEndpoints, "csi-endpoint", "a CSI driver's gRPC address, [provisioner-name=]unix:///path/csi.sock or host:port; repeat or comma-separate for several drivers (the name defaults to the driver's own)")
 	flag.StringVar(&o.VolumeNamePrefix, "volume-name-prefix", provisioner.DefaultVolumeNamePrefix, "provisioned PVs are named <prefix>-<claim UID>")
 	flag.BoolVar(&o.StrictTopology, "strict-topology", false, "a claim with a selected node asks only for that node's topology segment (as external-provisioner's flag)")
@@ -31,7 +24,6 @@ func main() {
 	flag.DurationVar(&o.Timeout, "timeout", provisioner.DefaultTimeout, "timeout of each CSI call; a call that times out is retried with the same volume name")
 	flag.DurationVar(&o.RecoveryPeriod, "recovery-period", provisioner.DefaultRecoveryPeriod, "how often the journal is scanned to finish or undo interrupted operations")
 	flag.DurationVar(&o.ProbePeriod, "probe-period", provisioner.DefaultProbePeriod, "how often the CSI drivers are probed")
-	flag.StringVar(&o.DebugAddress, "debug-address", "", "HTTP address serving /metrics (Prometheus) and /debug/pprof; empty disables")
 	flag.BoolVar(&o.Capacity.Enabled, "enable-capacity", false, "publish CSIStorageCapacity objects for drivers with GET_CAPACITY, per topology segment and StorageClass, as external-provisioner does")
 	flag.DurationVar(&o.Capacity.PollInterval, "capacity-poll-interval", provisioner.DefaultCapacityPollInterval, "how often every CSIStorageCapacity object is refreshed (also after each volume created or deleted)")
 	flag.StringVar(&o.Capacity.Namespace, "capacity-namespace", os.Getenv("POD_NAMESPACE"), "namespace of the CSIStorageCapacity objects; defaults to $POD_NAMESPACE")

@@ -16,14 +16,7 @@ import (
 
 func main() {
 	var o reclaimer.Options
-	cmdutil.KubeFlags(&o.Kubeconfig, &o.KubeQPS, &o.KubeBurst)
-	cmdutil.EtcdFlag(&o.EtcdEndpoints, "membership and the reclaim journal")
-	cmdutil.EtcdSecurityFlags(&o.Etcd)
-	cmdutil.TLSFlags(&o.TLS)
-	cmdutil.ReflectionFlag(&o.GRPCReflection)
-	flag.StringVar(&o.Listen, "listen", "127.0.0.1:7704", "gRPC listen address (host:port or unix:///path)")
-	flag.StringVar(&o.AdvertiseAddress, "advertise-address", "", "address peers reach this replica at; defaults to --listen")
-	flag.StringVar(&o.MemberID, "member-id", "", "this replica's member id in etcd; defaults to hostname plus a random suffix")
+	o.AddFlags("127.0.0.1:7704", "the reclaim journal")
 	flag.StringVar(&o.ProvisionerAddress, "provisioner-address", "", "gRPC address of the provisioner service, which deletes the CSI volumes of the drivers it serves; empty leaves every CSI volume to its own deleter")
 	flag.DurationVar(&o.DriversRefreshPeriod, "drivers-refresh-period", reclaimer.DefaultDriversRefreshPeriod, "how often the provisioner's served drivers are read again")
 	flag.StringVar((*string)(&o.RecycleMode), "recycle-mode", string(reclaimer.RecyclePod), "how Recycle scrubs a volume: pod (a recycler pod, as Kubernetes does; hostPath and NFS) or node-local (this process scrubs hostPath volumes and the local volumes of --node-name)")
@@ -42,7 +35,6 @@ func main() {
 	flag.DurationVar(&o.RetryIntervalMax, "retry-interval-max", reclaimer.DefaultRetryIntervalMax, "longest delay between retries of a failed reclaim step")
 	flag.DurationVar(&o.TakeoverPeriod, "takeover-period", reclaimer.DefaultTakeoverPeriod, "how often the journal is scanned for reclaims whose replica stopped")
 	flag.DurationVar(&o.RecordTTL, "record-ttl", reclaimer.DefaultRecordTTL, "how long a finished, retained or skipped reclaim stays visible in the API")
-	flag.StringVar(&o.DebugAddress, "debug-address", "", "HTTP address serving /metrics (Prometheus) and /debug/pprof; empty disables")
 	logging := cmdutil.LogFlags()
 	flag.Parse()
 	os.Exit(cmdutil.Run(reclaimer.Service, logging, func(ctx context.Context, log *slog.Logger) error {

@@ -15,6 +15,7 @@ import (
 	"github.com/volplane/volplane/internal/devenv"
 	"github.com/volplane/volplane/internal/e2e"
 	"github.com/volplane/volplane/pkg/grpcutil"
+	"github.com/volplane/volplane/pkg/replica"
 	provisionerv1 "github.com/volplane/volplane/proto/volplane/provisioner/v1"
 	"github.com/volplane/volplane/services/binder"
 	"github.com/volplane/volplane/services/reclaimer"
@@ -114,13 +115,18 @@ func run(m *testing.M) int {
 		errc <- watcher.Run(ctx, watcher.Options{Kubeconfig: env.Kubeconfig, Listen: watcherAddr, TLS: c.TLS("watcher"), Logger: logger("watcher")})
 	}()
 	go func() {
-		errc <- reclaimer.Run(ctx, reclaimer.Options{Kubeconfig: env.Kubeconfig, EtcdEndpoints: env.EtcdEndpoints,
-			Listen: cl.reclaimerAddr, ProvisionerAddress: cl.provisionerAddr, TLS: c.TLS("reclaimer"), Logger: logger("reclaimer")})
+		errc <- reclaimer.Run(ctx, reclaimer.Options{
+			Options:            replica.Options{Kubeconfig: env.Kubeconfig, EtcdEndpoints: env.EtcdEndpoints, Listen: cl.reclaimerAddr, TLS: c.TLS("reclaimer"), Logger: logger("reclaimer")},
+			ProvisionerAddress: cl.provisionerAddr,
+		})
 	}()
 	go func() {
-		errc <- binder.Run(ctx, binder.Options{Kubeconfig: env.Kubeconfig, EtcdEndpoints: env.EtcdEndpoints,
-			Listen: cl.binderAddr, WatcherAddress: watcherAddr, ReclaimerAddress: cl.reclaimerAddr,
-			ProvisionerAddress: cl.provisionerAddr, TLS: c.TLS("binder"), Logger: logger("binder")})
+		errc <- binder.Run(ctx, binder.Options{
+			Options:            replica.Options{Kubeconfig: env.Kubeconfig, EtcdEndpoints: env.EtcdEndpoints, Listen: cl.binderAddr, TLS: c.TLS("binder"), Logger: logger("binder")},
+			WatcherAddress:     watcherAddr,
+			ReclaimerAddress:   cl.reclaimerAddr,
+			ProvisionerAddress: cl.provisionerAddr,
+		})
 	}()
 	cluster = cl
 	return c.RunTests(m, "e2e/conformance/minimalprov", cancel, errc, 5)

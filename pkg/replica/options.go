@@ -1,0 +1,98 @@
+package replica
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+
+	"k8s.io/client-go/rest"
+
+	"github.com/volplane/volplane/pkg/cmdutil"
+	"github.com/volplane/volplane/pkg/coord"
+	"github.com/volplane/volplane/pkg/grpcutil"
+	"github.com/volplane/volplane/pkg/kube"
+)
+
+// Options are the settings every replica shares; each service's Options
+// embeds them, registers their flags with AddFlags, checks them with
+// Validate and starts from Config.
+type Options struct {
+	// Kubeconfig is the kubeconfig path; empty means the KUBECONFIG
+	// variable's files, then in-cluster config.
+	Kubeconfig string
+	// RESTConfig, when set, is used instead of Kubeconfig (tests).
+	RESTConfig *rest.Config
+	// KubeQPS limits API requests per second; 0 means no client-side limit.
+	KubeQPS float32
+	// KubeBurst is the burst allowed above KubeQPS.
+	KubeBurst int
+	// EtcdEndpoints are the etcd client URLs of the replica's coordination:
+	// membership, and the service's reservations or journal.
+	EtcdEndpoints []string
+	// Etcd is the etcd client's TLS and authentication (--etcd-cacert,
+	// --etcd-cert, --etcd-key, --etcd-username, --etcd-password-file).
+	Etcd coord.Security
+	// Listen is the gRPC listen address.
+	Listen string
+	// AdvertiseAddress is where peers reach this replica; default Listen.
+	// Its host must be in the replica's certificate.
+	AdvertiseAddress string
+	// TLS is the replica's mutual TLS with the other volplane services,
+	// for serving and for dialing them (--tls-ca-file, --tls-cert-file,
+	// --tls-key-file). Required: name the files, or set InsecurePlaintext
+	// (--insecure-plaintext, local experiments only).
+	TLS grpcutil.TLSFiles
+	// GRPCReflection serves the gRPC reflection service
+	// (--grpc-reflection); off by default.
+	GRPCReflection bool
+	// MemberID names this replica in etcd; default hostname plus a random
+	// suffix.
+	MemberID string
+	// DebugAddress serves /metrics and /debug/pprof over HTTP; empty
+	// disables.
+	DebugAddress string
+	// Logger receives the replica's logs; default slog.Default().
+	Logger *slog.Logger
+}
+
+// AddFlags registers the shared flags on the command line: listen is the
+// default --listen, etcdUse what etcd holds for the service besides
+// membership (for --etcd-endpoints' help).
+func (o *Options) AddFlags(listen, etcdUse string) {
+	cmdutil.KubeFlags(&o.Kubeconfig, &o.KubeQPS, &o.KubeBurst)
+	cmdutil.EtcdFlag(&o.EtcdEndpoints, "membership and "+etcdUse)
+	cmdutil.EtcdSecurityFlags(&o.Etcd)
+	cmdutil.TLSFlags(&o.TLS)
+	cmdutil.ReflectionFlag(&o.GRPCReflection)
+	flag.StringVar(&o.Listen, "listen", listen, "gRPC listen address (host:port or unix:///path)")
+	flag.StringVar(&o.AdvertiseAddress, "advertise-address", "", "address peers reach this replica at; defaults to --listen")
+	flag.StringVar(&o.MemberID, "member-id", "", "this replica's member id in etcd; defaults to hostname plus a random suffix")
+	flag.StringVar(&o.DebugAddress, "debug-address", "", "HTTP address serving /metrics (Prometheus) and /debug/pprof; empty disables")
+}
+
+// Validate checks the shared options, each error naming its flag, and
+// fills the defaults (Defaults); etcdUse is as for AddFlags.
+func (o *Options) Validate(etcdUse string) []error {
+	var errs []error
+	if o.Listen == "" {
+		errs = append(errs, errors.New("a listen address is required (--listen)"))
+	}
+	if len(o.EtcdEndpoints) == 0 {
+		errs = append(errs, fmt.Errorf("etcd endpoints are required for membership and %s (--etcd-endpoints)", etcdUse))
+	}
+	if err := o.TLS.Validate(); err != nil {
+		errs = append(errs, err)
+	}
+	Defaults(&o.Logger, &o.AdvertiseAddress, o.Listen, &o.MemberID)
+	return errs
+}
+
+// Config is what Start takes for a replica of service.
+func (o *Options) Config(service string) Config {
+	return Config{
+		Service: service, RESTConfig: o.RESTConfig, Kube: kube.ClientOptions{Kubeconfig: o.Kubeconfig, QPS: o.KubeQPS, Burst: o.KubeBurst},
+		Etcd: coord.Options{Endpoints: o.EtcdEndpoints, Security: o.Etcd}, MemberID: o.MemberID, AdvertiseAddress: o.AdvertiseAddress,
+		Listen: o.Listen, DebugAddress: o.DebugAddress, TLS: o.TLS, Reflection: o.GRPCReflection, Log: o.Logger,
+	}
+}
