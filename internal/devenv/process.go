@@ -31,12 +31,21 @@ type Process struct {
 // The child is in its own process group and is killed if this process
 // dies.
 func StartProcess(dir, name, bin string, args ...string) (*Process, error) {
+	return StartProcessEnv(dir, name, bin, nil, args...)
+}
+
+// StartProcessEnv is StartProcess with env (KEY=value) added to this
+// process's environment.
+func StartProcessEnv(dir, name, bin string, env []string, args ...string) (*Process, error) {
 	logPath := filepath.Join(dir, name+".log")
 	lf, err := os.Create(logPath)
 	if err != nil {
 		return nil, err
 	}
 	cmd := exec.Command(bin, args...)
+	if env != nil {
+		cmd.Env = append(os.Environ(), env...)
+	}
 	cmd.Stdout, cmd.Stderr = lf, lf
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
