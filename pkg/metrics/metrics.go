@@ -14,6 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	dto "github.com/prometheus/client_model/go"
 	"k8s.io/client-go/util/workqueue"
 )
 
@@ -23,6 +24,31 @@ var Registry = prometheus.NewRegistry()
 
 var registerOnce sync.Once
 
+// extra are the registries of libraries that keep their own (csi-lib-utils'
+// CSIMetricsManager): /metrics serves them with Registry.
+var extra struct {
+	sync.Mutex
+	gatherers []prometheus.Gatherer
+}
+
+// AddGatherer serves g's metrics on /metrics too.
+func AddGatherer(g prometheus.Gatherer) {
+	extra.Lock()
+	defer extra.Unlock()
+	extra.gatherers = append(extra.gatherers, g)
+}
+
+// Gatherer is every metric /metrics serves: Registry and the added
+// gatherers.
+func Gatherer() prometheus.Gatherer {
+	return prometheus.GathererFunc(func() ([]*dto.MetricFamily, error) {
+		extra.Lock()
+		gs := append(prometheus.Gatherers{Registry}, extra.gatherers...)
+		extra.Unlock()
+		return gs.Gather()
+	})
+}
+
 func init() {
 	Registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 }
@@ -30,7 +56,7 @@ func init() {
 // Handler serves /metrics, /debug/pprof/ and /healthz.
 func Handler() http.Handler {
 	mux := http.NewServeMux()
-	mux.Handle("GET /metrics", promhttp.HandlerFor(Registry, promhttp.HandlerOpts{}))
+	mux.Handle("GET /metrics", promhttp.HandlerFor(Gatherer(), promhttp.HandlerOpts{}))
 	mux.HandleFunc("/debug/pprof/", pprof.Index)
 	mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
 	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)

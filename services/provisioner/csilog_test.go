@@ -16,7 +16,7 @@ import (
 func TestCSILogStripsSecrets(t *testing.T) {
 	var buf bytes.Buffer
 	log := slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	call := csiLogger(log, "unix:///csi.sock", func() string { return "d" })
+	call := csiLogger(log, "unix:///csi.sock")
 	for _, req := range []any{
 		&csi.CreateVolumeRequest{Name: "pvc-1", Secrets: map[string]string{"password": "hunter2-create"}},
 		&csi.DeleteVolumeRequest{VolumeId: "v1", Secrets: map[string]string{"token": "hunter2-delete"}},

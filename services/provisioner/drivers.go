@@ -11,6 +11,7 @@ import (
 	"time"
 
 	csi "github.com/container-storage-interface/spec/lib/go/csi"
+	csimetrics "github.com/kubernetes-csi/csi-lib-utils/metrics"
 	"github.com/kubernetes-csi/csi-lib-utils/protosanitizer"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/status"
@@ -26,6 +27,10 @@ type driver struct {
 	identity   csi.IdentityClient
 	controller csi.ControllerClient
 	state      atomic.Pointer[driverState]
+	// metrics times the driver's calls (nil in tests without it); named
+	// is the driver name it labels them with.
+	metrics csimetrics.CSIMetricsManager
+	named   string
 }
 
 // driverState is what the last probe learnt.
@@ -71,6 +76,12 @@ func (d *driver) probe(ctx context.Context) *driverState {
 		return st
 	}
 	info.DriverName, info.VendorVersion = pi.GetName(), pi.GetVendorVersion()
+	if d.metrics != nil && d.named != info.DriverName {
+		// Only here, in the probe loop: before the first probe succeeds no
+		// other call is made, and a driver seldom changes its name.
+		d.metrics.SetDriverName(info.DriverName)
+		d.named = info.DriverName
+	}
 	if info.ProvisionerName == "" {
 		info.ProvisionerName = pi.GetName()
 	}
@@ -225,15 +236,11 @@ func parseEndpoint(s string) (name, endpoint string) {
 // csiLogger logs every CSI call with its code and duration, and at debug
 // level the request with every field the CSI spec marks csi_secret
 // stripped (csi-lib-utils' protosanitizer, as the CSI sidecars log).
-//
-// It also times every call in csi_sidecar_operations_seconds; driver names
-// the driver once it has said who it is.
-func csiLogger(log *slog.Logger, endpoint string, driver func() string) grpc.UnaryClientInterceptor {
+func csiLogger(log *slog.Logger, endpoint string) grpc.UnaryClientInterceptor {
 	return func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
 		start := time.Now()
 		err := invoker(ctx, method, req, reply, cc, opts...)
 		took := time.Since(start)
-		csiOperations.WithLabelValues(driver(), method, status.Code(err).String()).Observe(took.Seconds())
 		attrs := []any{"endpoint", endpoint, "method", method, "code", status.Code(err).String(), "duration", took}
 		if log.Enabled(ctx, slog.LevelDebug) {
 			attrs = append(attrs, "request", protosanitizer.StripSecrets(req).String())

@@ -3,19 +3,13 @@ package provisioner
 import (
 	"sync"
 
+	csimetrics "github.com/kubernetes-csi/csi-lib-utils/metrics"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/volplane/volplane/pkg/metrics"
 )
 
 var (
-	// csiOperations is external-provisioner's own metric, with its name and
-	// labels, so its dashboards and alerts work unchanged.
-	csiOperations = prometheus.NewHistogramVec(prometheus.HistogramOpts{
-		Name:    "csi_sidecar_operations_seconds",
-		Help:    "Duration of CSI calls by driver, method and gRPC status code.",
-		Buckets: []float64{0.1, 0.25, 0.5, 1, 2.5, 5, 10, 15, 25, 50, 120, 300, 600},
-	}, []string{"driver_name", "method_name", "grpc_status_code"})
 	// outcomes counts how provisioning and deletion attempts ended.
 	outcomes = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "volplane_provisioner_attempts_total",
@@ -25,5 +19,17 @@ var (
 )
 
 func registerMetrics() {
-	registerOnce.Do(func() { metrics.Registry.MustRegister(csiOperations, outcomes) })
+	registerOnce.Do(func() { metrics.Registry.MustRegister(outcomes) })
+}
+
+// newCSIMetrics is the CSI sidecars' own metrics manager (csi-lib-utils),
+// one per driver since it labels every call with one driver name: its
+// csi_sidecar_operations_seconds{driver_name,method_name,grpc_status_code}
+// is external-provisioner's metric, so its dashboards and alerts work
+// unchanged. /metrics serves its registry; the driver name is set once the
+// driver has said who it is (driver.probe).
+func newCSIMetrics() csimetrics.CSIMetricsManager {
+	m := csimetrics.NewCSIMetricsManagerWithOptions("", csimetrics.WithProcessStartTime(false))
+	metrics.AddGatherer(m.GetRegistry())
+	return m
 }

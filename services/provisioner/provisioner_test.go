@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	csi "github.com/container-storage-interface/spec/lib/go/csi"
+	"github.com/kubernetes-csi/csi-lib-utils/connection"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -495,7 +496,13 @@ func TestCSICallsAreTimedWithExternalProvisionersMetric(t *testing.T) {
 	registerMetrics()
 	_, ep := startDriver(t)
 	_, addr := parseEndpoint(ep)
-	cc, err := grpcutil.DialCSI(addr, grpc.WithChainUnaryInterceptor(csiLogger(discard, addr, func() string { return devcsi.DefaultName })))
+	// Two drivers' managers, each with its own registry, served together.
+	other := newCSIMetrics()
+	other.SetDriverName("other.csi.example.com")
+	cm := newCSIMetrics()
+	cm.SetDriverName(devcsi.DefaultName)
+	cc, err := grpcutil.DialCSI(addr, grpc.WithChainUnaryInterceptor(csiLogger(discard, addr),
+		connection.ExtendedCSIMetricsManager{CSIMetricsManager: cm}.RecordMetricsClientInterceptor))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -503,9 +510,17 @@ func TestCSICallsAreTimedWithExternalProvisionersMetric(t *testing.T) {
 	if _, err := csi.NewIdentityClient(cc).Probe(t.Context(), &csi.ProbeRequest{}); err != nil {
 		t.Fatal(err)
 	}
-	families, err := metrics.Registry.Gather()
+	otherCC, err := grpcutil.DialCSI(addr, grpc.WithChainUnaryInterceptor(connection.ExtendedCSIMetricsManager{CSIMetricsManager: other}.RecordMetricsClientInterceptor))
 	if err != nil {
 		t.Fatal(err)
+	}
+	defer otherCC.Close()
+	if _, err := csi.NewIdentityClient(otherCC).Probe(t.Context(), &csi.ProbeRequest{}); err != nil {
+		t.Fatal(err)
+	}
+	families, err := metrics.Gatherer().Gather()
+	if err != nil {
+		t.Fatalf("/metrics cannot gather the drivers' registries together: %v", err)
 	}
 	for _, f := range families {
 		if f.GetName() != "csi_sidecar_operations_seconds" {

@@ -22,6 +22,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
 
+	"github.com/kubernetes-csi/csi-lib-utils/connection"
 	"github.com/volplane/volplane/pkg/grpcutil"
 	"github.com/volplane/volplane/pkg/replica"
 	provisionerv1 "github.com/volplane/volplane/proto/volplane/provisioner/v1"
@@ -164,12 +165,15 @@ func Run(ctx context.Context, o Options) error {
 			}
 			return d.name()
 		}
-		cc, err := grpcutil.DialCSI(ep, grpc.WithChainUnaryInterceptor(csiLogger(log, ep, dname), capc.onVolumeChange(dname)))
+		cm := newCSIMetrics()
+		cc, err := grpcutil.DialCSI(ep, grpc.WithChainUnaryInterceptor(csiLogger(log, ep),
+			connection.ExtendedCSIMetricsManager{CSIMetricsManager: cm}.RecordMetricsClientInterceptor, capc.onVolumeChange(dname)))
 		if err != nil {
 			return fmt.Errorf("CSI endpoint %s: %w", ep, err)
 		}
 		defer cc.Close()
 		d = newDriver(ep, name, cc)
+		d.metrics = cm
 		reg.add(d)
 	}
 	p := &provisioner{
