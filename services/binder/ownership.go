@@ -30,6 +30,10 @@ type ownership struct {
 	// listed is since when every ring has listed this replica; zero while
 	// the current one does not.
 	listed time.Time
+	// live, when set (followMembers: the keeper's Ready), says whether the
+	// etcd session is live now. Without one nothing is owned, from the
+	// moment it is lost, not only once the member watch has noticed.
+	live func() bool
 }
 
 // ringSpan is a ring in force from a time on; a nil ring owns nothing.
@@ -80,6 +84,9 @@ func (o *ownership) owns(key string) bool {
 	cut := time.Now().Add(-o.settle)
 	o.mu.Lock()
 	defer o.mu.Unlock()
+	if o.live != nil && !o.live() {
+		return false
+	}
 	for i := len(o.rings) - 1; i >= 0; i-- {
 		s := o.rings[i]
 		if s.ring == nil || s.ring.Owner(key) != o.self {
@@ -98,7 +105,17 @@ func (o *ownership) owns(key string) bool {
 func (o *ownership) ready() bool {
 	o.mu.Lock()
 	defer o.mu.Unlock()
+	if o.live != nil && !o.live() {
+		return false
+	}
 	return !o.listed.IsZero() && time.Since(o.listed) >= o.settle
+}
+
+// follow makes live decide, with the member list, what is owned.
+func (o *ownership) follow(live func() bool) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.live = live
 }
 
 // current is the ring in force, or a ring of this replica alone while it

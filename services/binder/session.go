@@ -16,6 +16,7 @@ import (
 // settle period, every object it owns is synced again. It never returns an
 // error: an etcd outage is waited out, not a reason to exit.
 func followMembers(ctx context.Context, k *coord.Keeper, own *ownership, peers *peers, resync func(), log *slog.Logger) {
+	own.follow(k.Ready)
 	for {
 		changed := k.Changed()
 		co := k.Current()
