@@ -1,0 +1,53 @@
+package deploy
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+)
+
+// Every flag a service binary accepts is named in the README a newcomer
+// reads for it: its service's README, or the top README for the gateway
+// and the dev CSI driver.
+func TestEveryFlagIsDocumented(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds every binary")
+	}
+	bin := build(t)
+	readmes := map[string][]string{
+		"watcher":      {"../services/watcher/README.md"},
+		"binder":       {"../services/binder/README.md"},
+		"provisioner":  {"../services/provisioner/README.md"},
+		"reclaimer":    {"../services/reclaimer/README.md"},
+		"gateway":      {"../gateway/README.md", "../README.md"},
+		"volplane-csi": {"../README.md", "../internal/devcsi/README.md"},
+	}
+	flagLine := regexp.MustCompile(`(?m)^\s+-([a-z0-9][a-z0-9-]*)`)
+	for name, files := range readmes {
+		var docs strings.Builder
+		for _, f := range files {
+			if b, err := os.ReadFile(f); err == nil {
+				docs.Write(b)
+			}
+		}
+		if docs.Len() == 0 {
+			t.Errorf("%s: none of %v exists", name, files)
+			continue
+		}
+		// flag's usage goes to stderr; -help exits 0.
+		out, _ := exec.Command(filepath.Join(bin, name), "-help").CombinedOutput()
+		flags := flagLine.FindAllStringSubmatch(string(out), -1)
+		if len(flags) < 3 {
+			t.Errorf("%s -help lists %d flags:\n%s", name, len(flags), out)
+			continue
+		}
+		for _, f := range flags {
+			if !strings.Contains(docs.String(), "--"+f[1]) {
+				t.Errorf("%s: --%s is not in %v", name, f[1], files)
+			}
+		}
+	}
+}
