@@ -84,6 +84,21 @@ func Claim(namespace, name, size, cls string, opts ...func(*corev1.PersistentVol
 	return c
 }
 
+// Volume builds a free ReadWriteOnce hostPath volume of class cls and
+// size, reclaim policy Retain.
+func Volume(name, size, cls string) *corev1.PersistentVolume {
+	return &corev1.PersistentVolume{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec: corev1.PersistentVolumeSpec{
+			Capacity:                      corev1.ResourceList{corev1.ResourceStorage: resource.MustParse(size)},
+			AccessModes:                   []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
+			StorageClassName:              cls,
+			PersistentVolumeReclaimPolicy: corev1.PersistentVolumeReclaimRetain,
+			PersistentVolumeSource:        corev1.PersistentVolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: "/tmp/" + name}},
+		},
+	}
+}
+
 // CreateClass creates a StorageClass and deletes it when the test ends.
 func CreateClass(t testing.TB, c kubernetes.Interface, sc *storagev1.StorageClass) *storagev1.StorageClass {
 	t.Helper()
