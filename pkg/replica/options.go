@@ -72,7 +72,9 @@ func (o *Options) AddFlags(listen, etcdUse string) {
 }
 
 // Validate checks the shared options, each error naming its flag, and
-// fills the defaults (Defaults); etcdUse is as for AddFlags.
+// fills the defaults of those a replica may leave unset: the logger
+// (slog's default), the advertised address (the listen address) and the
+// member ID (hostname and a random suffix); etcdUse is as for AddFlags.
 func (o *Options) Validate(etcdUse string) []error {
 	var errs []error
 	if o.Listen == "" {
@@ -84,7 +86,15 @@ func (o *Options) Validate(etcdUse string) []error {
 	if err := o.TLS.Validate(); err != nil {
 		errs = append(errs, err)
 	}
-	Defaults(&o.Logger, &o.AdvertiseAddress, o.Listen, &o.MemberID)
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	if o.AdvertiseAddress == "" {
+		o.AdvertiseAddress = o.Listen
+	}
+	if o.MemberID == "" {
+		o.MemberID = coord.DefaultMemberID()
+	}
 	return errs
 }
 

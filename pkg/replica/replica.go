@@ -51,21 +51,6 @@ type Config struct {
 	Log        *slog.Logger
 }
 
-// Defaults fills the shared options a replica may leave unset: the logger
-// (slog's default), the advertised address (the listen address) and the
-// member ID (hostname and a random suffix).
-func Defaults(log **slog.Logger, advertise *string, listen string, member *string) {
-	if *log == nil {
-		*log = slog.Default()
-	}
-	if *advertise == "" {
-		*advertise = listen
-	}
-	if *member == "" {
-		*member = coord.DefaultMemberID()
-	}
-}
-
 // Replica is a started replica: what its service builds on.
 type Replica struct {
 	Log *slog.Logger
