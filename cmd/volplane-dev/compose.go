@@ -35,7 +35,8 @@ const composeUID = 65532
 //   - kubeconfig, for the containers: https://kube-apiserver:6443 with the
 //     token.
 //
-// Files are private (0600); as root, they are given to the images' user.
+// The CA's key is removed once the certificates are issued. Files are
+// private (0600); as root, they are given to the images' user.
 func writeComposeFiles(dir string) error {
 	ca, err := pki.NewCA(dir, "volplane-compose-ca")
 	if err != nil {
@@ -55,6 +56,11 @@ func writeComposeFiles(dir string) error {
 		if _, err := ca.Issue(n, hosts...); err != nil {
 			return err
 		}
+	}
+	// Every container mounts the directory: the CA's key, needed only to
+	// issue, does not stay in it.
+	if err := os.Remove(filepath.Join(dir, "ca.key")); err != nil {
+		return err
 	}
 	saKey, err := rsa.GenerateKey(rand.Reader, 2048)
 	if err != nil {
@@ -102,11 +108,11 @@ func writeComposeFiles(dir string) error {
 	if err != nil {
 		return err
 	}
-	for _, e := range append(entries, nil) {
-		p := dir
-		if e != nil {
-			p = filepath.Join(dir, e.Name())
-		}
+	paths := []string{dir}
+	for _, e := range entries {
+		paths = append(paths, filepath.Join(dir, e.Name()))
+	}
+	for _, p := range paths {
 		if err := os.Chown(p, composeUID, composeUID); err != nil {
 			return err
 		}
