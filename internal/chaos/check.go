@@ -196,13 +196,13 @@ const (
 	InvOrphanVolumes      = "CSI volumes with neither PV nor journal record"
 	InvDeletedLeft        = "deleted claims' volumes left (Delete)"
 	InvRecycleNotDone     = "Recycle volumes left Released or Failed"
-	InvJournalLeft        = "provisioner journal records left"
+	InvJournalLeft        = "journal records left (provision, reclaim)"
 	InvDataLost           = "data of a live claim deleted or scrubbed"
 	InvBinderCache        = "binder caches differing from the API"
 	InvFlips              = "Released/Failed->Bound flips seen by a watch"
 	InvConvergence        = "time to converge after the last fault"
 	provisionJournalKey   = "/volplane/journal/provision/"
-	deletionJournalKey    = "/volplane/journal/delete/"
+	reclaimJournalKey     = "/volplane/journal/reclaim/"
 	provisionedNamePrefix = "pvc-"
 )
 
@@ -359,8 +359,9 @@ func phaseOr(p string) string {
 	return p
 }
 
-// journalNames lists the provisioner's journal records in etcd, of
-// provisioning and of deletion, by volume name.
+// journalNames lists the journal records in etcd of provisionings and of
+// reclaims (whose record is also the journal of a backing volume's
+// deletion), by volume name.
 func (c *Cluster) journalNames(ctx context.Context) (map[string]bool, error) {
 	cli, err := c.EtcdClient()
 	if err != nil {
@@ -368,7 +369,7 @@ func (c *Cluster) journalNames(ctx context.Context) (map[string]bool, error) {
 	}
 	defer cli.Close()
 	out := map[string]bool{}
-	for _, prefix := range []string{provisionJournalKey, deletionJournalKey} {
+	for _, prefix := range []string{provisionJournalKey, reclaimJournalKey} {
 		cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 		resp, err := cli.Get(cctx, prefix, clientv3.WithPrefix(), clientv3.WithKeysOnly())
 		cancel()

@@ -33,6 +33,10 @@ const (
 	// the reclaim record does not say so yet and the volume is not
 	// Available.
 	ReclaimerAfterScrub = "reclaimer/after-scrub"
+	// ReclaimerBeforeDeleteVolume: a Delete journaled that the deletion
+	// of the backing volume begins (the reclaim record holds the volume);
+	// the provisioner was not asked yet.
+	ReclaimerBeforeDeleteVolume = "reclaimer/before-delete-volume"
 	// ReclaimerAfterDeleteVolume: a Delete removed the backing volume
 	// through the provisioner; the PersistentVolume still exists.
 	ReclaimerAfterDeleteVolume = "reclaimer/after-delete-volume"
@@ -44,6 +48,7 @@ var Points = []string{
 	ProvisionerAfterSaveVolume,
 	BinderAfterClaimRef,
 	ReclaimerAfterScrub,
+	ReclaimerBeforeDeleteVolume,
 	ReclaimerAfterDeleteVolume,
 }
 

@@ -2,8 +2,6 @@ package provisioner
 
 import (
 	"context"
-	"encoding/json"
-	"errors"
 	"fmt"
 
 	csi "github.com/container-storage-interface/spec/lib/go/csi"
@@ -11,12 +9,17 @@ import (
 	"google.golang.org/grpc/status"
 	corev1 "k8s.io/api/core/v1"
 
-	"github.com/volplane/volplane/pkg/coord"
 	provisionerv1 "github.com/volplane/volplane/proto/volplane/provisioner/v1"
 )
 
 // deleteVolume deletes a PV's backing volume through its driver. NotFound
 // from the driver means it is gone already.
+//
+// A deletion is not journaled here: the caller that decided it (the
+// reclaimer) journals it, one record per deletion (pkg/reclaimjournal),
+// and asks again, of whichever replica, until an answer is final.
+// DeleteVolume is idempotent, so an attempt cut short by a crash is simply
+// made again; two at once in this replica are one.
 func (p *provisioner) deleteVolume(ctx context.Context, pv *corev1.PersistentVolume) (result, error) {
 	if pv.Spec.CSI == nil {
 		return result{}, fmt.Errorf("volume %q is not a CSI volume, so it is %w", pv.Name, errNotServed)
@@ -32,29 +35,12 @@ func (p *provisioner) deleteVolume(ctx context.Context, pv *corev1.PersistentVol
 		return result{outcome: provisionerv1.Outcome_OUTCOME_IN_BACKGROUND, message: "an attempt to delete " + pv.Name + " is running"}, nil
 	}
 	defer p.end(kindDelete, pv.Name)
-	rec, ok, err := p.journal.AcquireGet(ctx, kindDelete, pv.Name, p.member)
-	if errors.Is(err, coord.ErrReserved) {
-		return result{outcome: provisionerv1.Outcome_OUTCOME_IN_BACKGROUND, message: fmt.Sprintf("%s is being deleted by another replica (%v)", pv.Name, err)}, nil
-	}
-	if err != nil {
-		return result{}, err
-	}
-	op := deleteOp{Driver: d.name(), VolumeHandle: pv.Spec.CSI.VolumeHandle, Start: p.now()}
-	if ok {
-		_ = json.Unmarshal(rec.Value, &op)
-	}
-	op.Secret = p.deletionSecret(ctx, pv)
-	op.Attempts++
-	if err := p.put(ctx, kindDelete, pv.Name, op); err != nil {
-		return result{}, err
-	}
-	return p.runDelete(ctx, d, pv.Name, op), nil
+	return p.runDelete(ctx, d, pv.Name, pv.Spec.CSI.VolumeHandle, p.deletionSecret(ctx, pv)), nil
 }
 
-// runDelete calls DeleteVolume for a journaled deletion and ends or keeps
-// its record.
-func (p *provisioner) runDelete(ctx context.Context, d *driver, name string, op deleteOp) result {
-	secrets, err := p.secrets(ctx, op.Secret)
+// runDelete calls DeleteVolume with the deletion secret, if any.
+func (p *provisioner) runDelete(ctx context.Context, d *driver, name, handle string, secret *secretRef) result {
+	secrets, err := p.secrets(ctx, secret)
 	if err != nil {
 		// As external-provisioner: the secret may be gone with its
 		// namespace; delete without it and say so.
@@ -62,25 +48,17 @@ func (p *provisioner) runDelete(ctx context.Context, d *driver, name string, op 
 		secrets = nil
 	}
 	cctx, cancel := context.WithTimeout(ctx, p.timeout)
-	_, err = d.controller.DeleteVolume(cctx, &csi.DeleteVolumeRequest{VolumeId: op.VolumeHandle, Secrets: secrets})
+	_, err = d.controller.DeleteVolume(cctx, &csi.DeleteVolumeRequest{VolumeId: handle, Secrets: secrets})
 	cancel()
 	if status.Code(err) == codes.NotFound {
 		err = nil
 	}
-	out := classify(err, false)
-	if out == provisionerv1.Outcome_OUTCOME_IN_BACKGROUND {
-		op.LastError = err.Error()
-		if perr := p.put(ctx, kindDelete, name, op); perr != nil {
-			p.log.Warn("journal deletion attempt", "volume", name, "error", perr)
-		}
-		return result{outcome: out, message: fmt.Sprintf("DeleteVolume %s: %v", op.VolumeHandle, err)}
+	switch out := classify(err, false); {
+	case out == provisionerv1.Outcome_OUTCOME_IN_BACKGROUND:
+		return result{outcome: out, message: fmt.Sprintf("DeleteVolume %s: %v", handle, err)}
+	case err != nil:
+		return result{outcome: provisionerv1.Outcome_OUTCOME_NO_CHANGE, message: fmt.Sprintf("DeleteVolume %s: %v", handle, err)}
 	}
-	if ferr := p.journal.Finish(ctx, kindDelete, name, p.member); ferr != nil {
-		p.log.Warn("finish journal record", "volume", name, "error", ferr)
-	}
-	if err != nil {
-		return result{outcome: provisionerv1.Outcome_OUTCOME_NO_CHANGE, message: fmt.Sprintf("DeleteVolume %s: %v", op.VolumeHandle, err)}
-	}
-	p.log.Info("deleted backing volume", "volume", name, "handle", op.VolumeHandle, "driver", d.name())
+	p.log.Info("deleted backing volume", "volume", name, "handle", handle, "driver", d.name())
 	return result{outcome: provisionerv1.Outcome_OUTCOME_FINISHED}
 }

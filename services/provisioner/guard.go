@@ -2,7 +2,6 @@ package provisioner
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 
@@ -17,8 +16,8 @@ import (
 	storagelisters "k8s.io/client-go/listers/storage/v1"
 	"k8s.io/client-go/tools/cache"
 
-	"github.com/volplane/volplane/pkg/coord"
 	"github.com/volplane/volplane/pkg/guard"
+	"github.com/volplane/volplane/pkg/reclaimjournal"
 	provisionerv1 "github.com/volplane/volplane/proto/volplane/provisioner/v1"
 )
 
@@ -117,46 +116,49 @@ func (s *server) guardDelete(ctx context.Context, pv *corev1.PersistentVolume) e
 	return apiStatus(err, "the claims of PersistentVolume "+pv.Name)
 }
 
+var (
+	// errRecreated: the volume a caller sent is not the one whose
+	// deletion is journaled.
+	errRecreated = errors.New("the volume was recreated")
+	// errBadRecord: a journal record this provisioner cannot read.
+	errBadRecord = errors.New("unreadable journal record")
+)
+
 // deleteJournaled finishes a deletion of a PersistentVolume that is gone,
-// with the volume handle of the deletion record this provisioner journaled
-// (never one a caller sent). found is false when no deletion is journaled.
-func (p *provisioner) deleteJournaled(ctx context.Context, name string) (res result, found bool, err error) {
-	if !p.begin(kindDelete, name) {
+// from the copy of the volume in its reclaim record (pkg/reclaimjournal),
+// which the reclaimer wrote, after its own guard, right before it first
+// asked for the deletion; never from a volume a caller sent. found is false
+// when no deletion of the volume is in flight there.
+func (p *provisioner) deleteJournaled(ctx context.Context, name string, sent *corev1.PersistentVolume) (res result, found bool, err error) {
+	rec, ok, err := p.journal.Get(ctx, reclaimjournal.Kind, name)
+	if err != nil || !ok {
+		return result{}, false, err
+	}
+	r, err := reclaimjournal.Decode(rec)
+	if err != nil {
+		return result{}, false, fmt.Errorf("%w: %w", errBadRecord, err)
+	}
+	pv, err := reclaimjournal.Deleting(r)
+	if err != nil {
+		return result{}, false, fmt.Errorf("%w: %w", errBadRecord, err)
+	}
+	if pv == nil {
+		return result{}, false, nil
+	}
+	if sent != nil && sent.UID != pv.UID {
+		return result{}, true, fmt.Errorf("%w: the volume sent has uid %s, the journaled deletion is of uid %s", errRecreated, sent.UID, pv.UID)
+	}
+	d := p.drivers.byDriver(pv.Spec.CSI.Driver)
+	switch {
+	case d == nil:
+		return result{}, true, fmt.Errorf("CSI driver %q of the journaled deletion of %s is %w", pv.Spec.CSI.Driver, name, errNotServed)
+	case !d.ready():
+		return result{outcome: provisionerv1.Outcome_OUTCOME_IN_BACKGROUND, message: fmt.Sprintf("CSI driver %q is not ready: %s", d.name(), d.current().info.GetMessage())}, true, nil
+	case !p.begin(kindDelete, name):
 		return result{outcome: provisionerv1.Outcome_OUTCOME_IN_BACKGROUND, message: "an attempt to delete " + name + " is running"}, true, nil
 	}
 	defer p.end(kindDelete, name)
-	rec, found, err := p.journal.AcquireGet(ctx, kindDelete, name, p.member)
-	if errors.Is(err, coord.ErrReserved) {
-		return result{outcome: provisionerv1.Outcome_OUTCOME_IN_BACKGROUND, message: fmt.Sprintf("%s is being deleted by another replica (%v)", name, err)}, true, nil
-	}
-	if err != nil {
-		return result{}, false, err
-	}
-	unlock := func() {
-		if err := p.journal.Unlock(ctx, kindDelete, name, p.member); err != nil {
-			p.log.Warn("unlock deletion", "volume", name, "error", err)
-		}
-	}
-	if !found {
-		unlock()
-		return result{}, false, nil
-	}
-	var op deleteOp
-	if err := json.Unmarshal(rec.Value, &op); err != nil {
-		unlock()
-		return result{}, true, fmt.Errorf("journal record of deleting %s: %w", name, err)
-	}
-	d := p.drivers.byDriver(op.Driver)
-	if d == nil {
-		unlock()
-		return result{}, true, fmt.Errorf("CSI driver %q of the journaled deletion of %s is %w", op.Driver, name, errNotServed)
-	}
-	if !d.ready() {
-		unlock()
-		return result{outcome: provisionerv1.Outcome_OUTCOME_IN_BACKGROUND, message: fmt.Sprintf("CSI driver %q is not ready: %s", d.name(), d.current().info.GetMessage())}, true, nil
-	}
-	op.Attempts++
-	return p.runDelete(ctx, d, name, op), true, nil
+	return p.runDelete(ctx, d, name, pv.Spec.CSI.VolumeHandle, p.deletionSecret(ctx, pv)), true, nil
 }
 
 // apiStatus turns an API server error reading what into a gRPC status.

@@ -32,7 +32,9 @@ import (
 	"github.com/volplane/volplane/pkg/grpcutil"
 	"github.com/volplane/volplane/pkg/guard"
 	"github.com/volplane/volplane/pkg/kube"
+	"github.com/volplane/volplane/pkg/reclaimjournal"
 	provisionerv1 "github.com/volplane/volplane/proto/volplane/provisioner/v1"
+	reclaimerv1 "github.com/volplane/volplane/proto/volplane/reclaimer/v1"
 )
 
 // memJournal is coord's journal in memory: a lock per record, writes
@@ -213,7 +215,8 @@ func provisionedPV(name, handle string, phase corev1.PersistentVolumePhase, poli
 // Every way a caller could get DeleteVolume to delete a backing volume
 // that must stay: each is refused with FailedPrecondition and the data is
 // intact; only a volume the API server says is released with policy
-// Delete (or one gone whose deletion this provisioner journaled) goes.
+// Delete (or one gone whose reclaim record has its deletion in flight)
+// goes.
 func TestDeleteVolumeGuards(t *testing.T) {
 	ref := &corev1.ObjectReference{Namespace: "ns", Name: "data", UID: "claim-uid"}
 	del, retain := corev1.PersistentVolumeReclaimDelete, corev1.PersistentVolumeReclaimRetain
@@ -223,8 +226,8 @@ func TestDeleteVolumeGuards(t *testing.T) {
 		pv     func(handle string) *corev1.PersistentVolume // in the API server; nil: none
 		claims []*corev1.PersistentVolumeClaim
 		sent   func(handle string) *corev1.PersistentVolume
-		record bool   // a deletion of the volume is journaled
-		refuse string // "" deletes
+		record func(*reclaimerv1.Reclaim) // non-nil: the volume's reclaim journals its deletion, as record changes it
+		refuse string                     // "" deletes
 	}{
 		{name: "bound, name only", pv: func(h string) *corev1.PersistentVolume { return provisionedPV("v", h, corev1.VolumeBound, del, ref) },
 			claims: []*corev1.PersistentVolumeClaim{{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "data", UID: "claim-uid"}, Spec: corev1.PersistentVolumeClaimSpec{VolumeName: "v"}}},
@@ -256,7 +259,15 @@ func TestDeleteVolumeGuards(t *testing.T) {
 			refuse: "claim ns/data (uid new) asks for this volume"},
 		{name: "gone, no journal record", sent: func(h string) *corev1.PersistentVolume { return provisionedPV("v", h, corev1.VolumeReleased, del, nil) },
 			refuse: "does not exist and no deletion of it is journaled"},
-		{name: "gone, journaled", record: true},
+		{name: "gone, its deletion journaled but failed finally", sent: func(h string) *corev1.PersistentVolume { return provisionedPV("v", h, corev1.VolumeReleased, del, nil) },
+			record: func(r *reclaimerv1.Reclaim) { r.State = reclaimerv1.State_STATE_FAILED },
+			refuse: "does not exist and no deletion of it is journaled"},
+		{name: "gone, its deletion journaled, of another uid", sent: func(h string) *corev1.PersistentVolume {
+			v := provisionedPV("v", h, corev1.VolumeReleased, del, nil)
+			v.UID = "forged"
+			return v
+		}, record: func(*reclaimerv1.Reclaim) {}, refuse: "the volume was recreated"},
+		{name: "gone, its deletion journaled", record: func(*reclaimerv1.Reclaim) {}},
 		{name: "released", pv: func(h string) *corev1.PersistentVolume { return provisionedPV("v", h, corev1.VolumeFailed, del, ref) }},
 		{name: "claim recreated with the same name, not asking for it", pv: func(h string) *corev1.PersistentVolume { return provisionedPV("v", h, corev1.VolumeReleased, del, ref) },
 			claims: []*corev1.PersistentVolumeClaim{{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "data", UID: "new"}}}},
@@ -277,9 +288,16 @@ func TestDeleteVolumeGuards(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			if tc.record {
-				b := fmt.Appendf(nil, `{"driver":%q,"volumeHandle":%q}`, devcsi.DefaultName, handle)
-				if err := g.journal.Put(t.Context(), kindDelete, "v", "", b); err != nil {
+			if tc.record != nil {
+				// The reclaimer's record, with the volume as it was when
+				// the deletion began.
+				r := deletingRecord(t, "v", devcsi.DefaultName, handle)
+				tc.record(r)
+				b, err := reclaimjournal.Encode(r)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if err := g.journal.Put(t.Context(), reclaimjournal.Kind, "v", "", b); err != nil {
 					t.Fatal(err)
 				}
 			}

@@ -11,7 +11,9 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/volplane/volplane/pkg/coord"
+	"github.com/volplane/volplane/pkg/reclaimjournal"
 	provisionerv1 "github.com/volplane/volplane/proto/volplane/provisioner/v1"
+	reclaimerv1 "github.com/volplane/volplane/proto/volplane/reclaimer/v1"
 )
 
 // journal is what the provisioner needs of etcd: operation records fenced
@@ -64,14 +66,32 @@ func (op *provisionOp) failed(err error, now time.Time) {
 	op.LastError, op.LastCode, op.LastMessage, op.LastAttempt = err.Error(), st.Code().String(), st.Message(), now
 }
 
-// deleteOp is the journal record of a DeleteVolume in flight.
-type deleteOp struct {
-	Driver       string     `json:"driver"`
-	VolumeHandle string     `json:"volumeHandle"`
-	Secret       *secretRef `json:"secret,omitempty"`
-	Attempts     int32      `json:"attempts"`
-	LastError    string     `json:"lastError,omitempty"`
-	Start        time.Time  `json:"start"`
+// deletion is a deletion of a backing volume in flight, as its reclaim
+// record journals it (pkg/reclaimjournal): the reclaim, and the volume as
+// it was when the deletion began.
+type deletion struct {
+	reclaim *reclaimerv1.Reclaim
+	volume  *corev1.PersistentVolume
+}
+
+// deletions lists the deletions in flight, of every driver. A record that
+// does not decode is skipped: it is the reclaimer's to report.
+func (p *provisioner) deletions(ctx context.Context) ([]deletion, error) {
+	recs, err := p.journal.List(ctx, reclaimjournal.Kind)
+	if err != nil {
+		return nil, err
+	}
+	var out []deletion
+	for _, rec := range recs {
+		r, err := reclaimjournal.Decode(rec)
+		if err != nil {
+			continue
+		}
+		if v, err := reclaimjournal.Deleting(r); err == nil && v != nil {
+			out = append(out, deletion{reclaim: r, volume: v})
+		}
+	}
+	return out, nil
 }
 
 func (p *provisioner) put(ctx context.Context, kind, name string, op any) error {
@@ -97,17 +117,18 @@ func (p *provisioner) operations(ctx context.Context, kind string) ([]*provision
 		}
 	}
 	if kind == "" || kind == kindDelete {
-		recs, err := p.journal.List(ctx, kindDelete)
+		dels, err := p.deletions(ctx)
 		if err != nil {
 			return nil, err
 		}
-		for _, r := range recs {
-			var op deleteOp
-			if err := json.Unmarshal(r.Value, &op); err != nil {
-				continue
+		for _, d := range dels {
+			r := d.reclaim
+			o := &provisionerv1.Operation{Kind: kindDelete, VolumeName: r.VolumeName, Attempts: r.Attempts,
+				StartTime: r.CreateTime, Owner: r.Owner, Provisioner: d.volume.Spec.CSI.Driver}
+			if r.Message != reclaimjournal.DeletingMessage {
+				o.LastError, o.LastAttemptTime = r.Message, r.UpdateTime
 			}
-			out = append(out, &provisionerv1.Operation{Kind: kindDelete, VolumeName: r.Name, Attempts: op.Attempts,
-				LastError: op.LastError, StartTime: timestamp(op.Start), Owner: r.Holder, Provisioner: op.Driver})
+			out = append(out, o)
 		}
 	}
 	return out, nil

@@ -11,8 +11,12 @@ import (
 	"google.golang.org/grpc/status"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/volplane/volplane/pkg/kube"
+	"github.com/volplane/volplane/pkg/reclaimjournal"
 	provisionerv1 "github.com/volplane/volplane/proto/volplane/provisioner/v1"
+	reclaimerv1 "github.com/volplane/volplane/proto/volplane/reclaimer/v1"
 )
 
 func TestListDriversPages(t *testing.T) {
@@ -46,7 +50,7 @@ func TestListDriversPages(t *testing.T) {
 }
 
 // operationsServer journals provisionings in namespaces a and b for two
-// drivers, and deletions.
+// drivers, and reclaims with deletions of backing volumes in flight.
 func operationsServer(t *testing.T) *server {
 	t.Helper()
 	j := newMemJournal()
@@ -63,8 +67,19 @@ func operationsServer(t *testing.T) *server {
 		put(kindProvision, fmt.Sprintf("pvc-%d", i), provisionOp{ClaimNamespace: []string{"a", "b"}[i%2], ClaimName: fmt.Sprintf("c%d", i),
 			Provisioner: []string{"fast.csi", "slow.csi"}[i%3/2]})
 	}
-	for i := range 3 {
-		put(kindDelete, fmt.Sprintf("pvc-old-%d", i), deleteOp{Driver: "fast.csi", VolumeHandle: fmt.Sprint(i)})
+	for i := range 4 {
+		name := fmt.Sprintf("pvc-old-%d", i)
+		r := deletingRecord(t, name, "fast.csi", fmt.Sprint(i))
+		if i == 3 {
+			r.DataRemoved = true // done with the backing volume: not in flight
+		}
+		b, err := reclaimjournal.Encode(r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := j.Put(t.Context(), reclaimjournal.Kind, name, "", b); err != nil {
+			t.Fatal(err)
+		}
 	}
 	return &server{p: &provisioner{journal: j}}
 }
@@ -186,4 +201,19 @@ func TestListOrphansPages(t *testing.T) {
 	if _, err := g.s.ListOrphans(t.Context(), &provisionerv1.ListOrphansRequest{PageToken: first.NextPageToken, Kind: provisionerv1.OrphanKind_ORPHAN_KIND_VOLUME}); status.Code(err) != codes.InvalidArgument {
 		t.Errorf("a token with another kind filter: %v, want InvalidArgument", err)
 	}
+}
+
+// deletingRecord is the reclaim record of volume name while the deletion of
+// its backing volume (driver, handle) is in flight.
+func deletingRecord(t *testing.T, name, driver, handle string) *reclaimerv1.Reclaim {
+	t.Helper()
+	v := &corev1.PersistentVolume{ObjectMeta: metav1.ObjectMeta{Name: name, UID: types.UID("uid-" + name)},
+		Spec: corev1.PersistentVolumeSpec{PersistentVolumeReclaimPolicy: corev1.PersistentVolumeReclaimDelete,
+			PersistentVolumeSource: corev1.PersistentVolumeSource{CSI: &corev1.CSIPersistentVolumeSource{Driver: driver, VolumeHandle: handle}}}}
+	b, err := kube.EncodeProto(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &reclaimerv1.Reclaim{VolumeName: name, VolumeUid: string(v.UID), Policy: "Delete", State: reclaimerv1.State_STATE_RUNNING,
+		Method: reclaimerv1.Method_METHOD_PROVISIONER, Driver: driver, Message: reclaimjournal.DeletingMessage, Attempts: 1, DeletingVolume: b}
 }

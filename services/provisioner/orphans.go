@@ -127,7 +127,7 @@ func (p *provisioner) scanOrphans(ctx context.Context, only string) ([]*driverSc
 	if err != nil {
 		return nil, err
 	}
-	deletes, err := p.journal.List(ctx, kindDelete)
+	deletes, err := p.deletions(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -145,12 +145,10 @@ func (p *provisioner) scanOrphans(ctx context.Context, only string) ([]*driverSc
 	}
 	deleting := map[string]string{} // driver/handle -> PV
 	deletingPV := map[string]bool{} // PV names
-	for _, r := range deletes {
-		var op deleteOp
-		if json.Unmarshal(r.Value, &op) == nil {
-			deleting[op.Driver+"/"+op.VolumeHandle] = r.Name
-			deletingPV[r.Name] = true
-		}
+	for _, d := range deletes {
+		c := d.volume.Spec.CSI
+		deleting[c.Driver+"/"+c.VolumeHandle] = d.volume.Name
+		deletingPV[d.volume.Name] = true
 	}
 	stillThere := map[string]bool{}
 	for _, pv := range after {

@@ -13,9 +13,10 @@ import (
 	"github.com/volplane/volplane/pkg/coord"
 )
 
-// recoverAll goes through the journal once: operations of this replica
-// that are not running, and operations whose replica is gone, are
-// finished or undone.
+// recoverAll goes through the journal once: provisionings of this replica
+// that are not running, and provisionings whose replica is gone, are
+// finished or undone. Deletions have no record of their own here: their
+// reclaim record is the reclaimer's to resume (pkg/reclaimjournal).
 func (p *provisioner) recoverAll(ctx context.Context) {
 	recs, err := p.journal.List(ctx, kindProvision)
 	if err != nil {
@@ -30,21 +31,6 @@ func (p *provisioner) recoverAll(ctx context.Context) {
 		}
 		if err := p.recoverProvision(ctx, r); err != nil {
 			p.log.Warn("recover provisioning", "volume", r.Name, "error", err)
-		}
-	}
-	recs, err = p.journal.List(ctx, kindDelete)
-	if err != nil {
-		p.log.Warn("list deletion journal", "error", err)
-	}
-	for _, r := range recs {
-		if ctx.Err() != nil {
-			return
-		}
-		if r.Holder != "" && r.Holder != p.member {
-			continue
-		}
-		if err := p.recoverDelete(ctx, r); err != nil {
-			p.log.Warn("recover deletion", "volume", r.Name, "error", err)
 		}
 	}
 }
@@ -108,44 +94,4 @@ func (p *provisioner) recoverProvision(ctx context.Context, r coord.Record) erro
 		return fmt.Errorf("CSI driver %q is not ready to undo provisioning %s", op.Provisioner, r.Name)
 	}
 	return p.undo(ctx, d, r.Name, op, why)
-}
-
-// recoverDelete finishes a journaled deletion whose replica is gone. While
-// the PV exists the reclaimer asks again; only a deletion whose PV is
-// already gone needs finishing here.
-func (p *provisioner) recoverDelete(ctx context.Context, r coord.Record) error {
-	var op deleteOp
-	if err := json.Unmarshal(r.Value, &op); err != nil {
-		return fmt.Errorf("journal record: %w", err)
-	}
-	d := p.drivers.byDriver(op.Driver)
-	if d == nil {
-		return nil // another provisioner's operation
-	}
-	if !p.begin(kindDelete, r.Name) {
-		return nil // running here now
-	}
-	defer p.end(kindDelete, r.Name)
-	if _, err := p.client.CoreV1().PersistentVolumes().Get(ctx, r.Name, metav1.GetOptions{}); err == nil {
-		// The reclaimer asks again through the PV, of whichever replica.
-		if r.Holder == p.member {
-			return p.journal.Unlock(ctx, kindDelete, r.Name, p.member)
-		}
-		return nil
-	} else if !apierrors.IsNotFound(err) {
-		return err
-	}
-	if !d.ready() {
-		return fmt.Errorf("CSI driver %q is not ready to finish deleting %s", op.Driver, r.Name)
-	}
-	if err := p.journal.Acquire(ctx, kindDelete, r.Name, p.member); err != nil {
-		if errors.Is(err, coord.ErrReserved) {
-			return nil
-		}
-		return err
-	}
-	op.Attempts++
-	res := p.runDelete(ctx, d, r.Name, op)
-	p.log.Info("recovered deletion", "volume", r.Name, "outcome", res.outcome, "message", res.message)
-	return nil
 }

@@ -82,9 +82,10 @@ func (s *server) Provision(ctx context.Context, req *provisionerv1.ProvisionRequ
 
 // DeleteVolume deletes a PV's backing volume (not the PV). The PV is read
 // from the API server, and its backing volume deleted only while it is
-// Released or Failed, has policy Delete and no live claim points at it. A
-// PV that is gone is deleted only from this provisioner's own journal
-// record of its deletion. A volume sent in the request is never used.
+// Released or Failed, has policy Delete and no live claim points at it. The
+// backing volume of a PV that is gone is deleted only while its reclaim
+// record in the journal has that deletion in flight, from the record's copy
+// of the PV. A volume sent in the request is never used.
 func (s *server) DeleteVolume(ctx context.Context, req *provisionerv1.DeleteVolumeRequest) (*provisionerv1.DeleteVolumeResponse, error) {
 	sent, err := validateDeleteVolume(req)
 	if err != nil {
@@ -95,7 +96,7 @@ func (s *server) DeleteVolume(ctx context.Context, req *provisionerv1.DeleteVolu
 	switch {
 	case apierrors.IsNotFound(err):
 		var found bool
-		if res, found, err = s.p.deleteJournaled(ctx, req.GetVolumeName()); err != nil {
+		if res, found, err = s.p.deleteJournaled(ctx, req.GetVolumeName(), sent); err != nil {
 			return nil, toStatus(err)
 		}
 		if !found {
@@ -256,8 +257,10 @@ func validateDeleteVolume(req *provisionerv1.DeleteVolumeRequest) (*corev1.Persi
 // toStatus converts the provisioner's errors to gRPC codes.
 func toStatus(err error) error {
 	switch {
-	case errors.Is(err, errNotServed):
+	case errors.Is(err, errNotServed), errors.Is(err, errRecreated):
 		return status.Error(codes.FailedPrecondition, err.Error())
+	case errors.Is(err, errBadRecord):
+		return status.Error(codes.Internal, err.Error())
 	case apierrors.IsInvalid(err), apierrors.IsBadRequest(err):
 		return status.Error(codes.InvalidArgument, err.Error())
 	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):

@@ -17,6 +17,7 @@ import (
 
 	"github.com/volplane/volplane/pkg/coord"
 	"github.com/volplane/volplane/pkg/kube"
+	"github.com/volplane/volplane/pkg/reclaimjournal"
 	"github.com/volplane/volplane/pkg/served"
 	reclaimerv1 "github.com/volplane/volplane/proto/volplane/reclaimer/v1"
 )
@@ -220,7 +221,7 @@ func (c *controller) remember(r *reclaimerv1.Reclaim) {
 func (c *controller) own(ctx context.Context, v *corev1.PersistentVolume, p plan) (*reclaimerv1.Reclaim, error) {
 	jctx, cancel := context.WithTimeout(ctx, journalTimeout)
 	defer cancel()
-	err := c.journal.Acquire(jctx, journalKind, v.Name, c.member)
+	err := c.journal.Acquire(jctx, reclaimjournal.Kind, v.Name, c.member)
 	if errors.Is(err, coord.ErrReserved) {
 		return c.othersReclaim(jctx, v, p)
 	}
@@ -228,10 +229,10 @@ func (c *controller) own(ctx context.Context, v *corev1.PersistentVolume, p plan
 		return nil, fmt.Errorf("%w: lock the reclaim of %s: %w", errJournal, v.Name, err)
 	}
 	var r *reclaimerv1.Reclaim
-	if old, ok, err := c.journal.Get(jctx, journalKind, v.Name); err == nil && ok {
+	if old, ok, err := c.journal.Get(jctx, reclaimjournal.Kind, v.Name); err == nil && ok {
 		// A record left by a replica that stopped: resume it when it is
 		// this very release, so no step is done twice.
-		if d, err := decodeRecord(old); err == nil && d.VolumeUid == string(v.UID) && d.ClaimUid == claimUID(v) {
+		if d, err := reclaimjournal.Decode(old); err == nil && d.VolumeUid == string(v.UID) && d.ClaimUid == claimUID(v) {
 			r = d
 			c.log.Info("resuming a journaled reclaim", "volume", v.Name, "state", d.State, "owner", old.Holder)
 		}
@@ -258,11 +259,11 @@ func (c *controller) hold(ctx context.Context, r *reclaimerv1.Reclaim) error {
 		return nil
 	}
 	r.Owner, r.UpdateTime = c.member, timestamppb.New(c.now())
-	b, err := encodeRecord(r)
+	b, err := reclaimjournal.Encode(r)
 	if err != nil {
 		return err
 	}
-	if err := c.journal.Put(ctx, journalKind, r.VolumeName, c.member, b); err != nil {
+	if err := c.journal.Put(ctx, reclaimjournal.Kind, r.VolumeName, c.member, b); err != nil {
 		return fmt.Errorf("%w: record the reclaim of %s: %w", errJournal, r.VolumeName, err)
 	}
 	c.entries[r.VolumeName] = &entry{rec: clone(r), held: true}
@@ -275,12 +276,12 @@ func (c *controller) hold(ctx context.Context, r *reclaimerv1.Reclaim) error {
 // waited for briefly), or a PENDING one without an owner.
 func (c *controller) othersReclaim(ctx context.Context, v *corev1.PersistentVolume, p plan) (*reclaimerv1.Reclaim, error) {
 	for range 50 {
-		rec, ok, err := c.journal.Get(ctx, journalKind, v.Name)
+		rec, ok, err := c.journal.Get(ctx, reclaimjournal.Kind, v.Name)
 		if err != nil {
 			return nil, fmt.Errorf("%w: %w", errJournal, err)
 		}
 		if ok {
-			if r, err := decodeRecord(rec); err == nil {
+			if r, err := reclaimjournal.Decode(rec); err == nil {
 				return r, nil
 			}
 		}
@@ -316,13 +317,13 @@ func (c *controller) save(ctx context.Context, r *reclaimerv1.Reclaim) error {
 		return errSuperseded
 	}
 	r.Owner, r.UpdateTime = c.member, timestamppb.New(c.now())
-	b, err := encodeRecord(r)
+	b, err := reclaimjournal.Encode(r)
 	if err != nil {
 		return err
 	}
 	jctx, cancel := context.WithTimeout(ctx, journalTimeout)
 	defer cancel()
-	if err := c.journal.Put(jctx, journalKind, r.VolumeName, c.member, b); err != nil {
+	if err := c.journal.Put(jctx, reclaimjournal.Kind, r.VolumeName, c.member, b); err != nil {
 		if errors.Is(err, coord.ErrNotOwner) {
 			delete(c.entries, r.VolumeName)
 			return fmt.Errorf("%w: %w", errSuperseded, err)
@@ -344,7 +345,7 @@ func (c *controller) finish(ctx context.Context, r *reclaimerv1.Reclaim, state r
 	}
 	jctx, cancel := context.WithTimeout(ctx, journalTimeout)
 	defer cancel()
-	if err := c.journal.Finish(jctx, journalKind, r.VolumeName, c.member); err != nil {
+	if err := c.journal.Finish(jctx, reclaimjournal.Kind, r.VolumeName, c.member); err != nil {
 		if errors.Is(err, coord.ErrNotOwner) {
 			delete(c.entries, r.VolumeName)
 			return fmt.Errorf("%w: %w", errSuperseded, err)
@@ -352,7 +353,7 @@ func (c *controller) finish(ctx context.Context, r *reclaimerv1.Reclaim, state r
 		return fmt.Errorf("%w: %w", errJournal, err)
 	}
 	r.State, r.Message, r.NextAttemptTime = state, msg, nil
-	r.RecyclerPod, r.RecyclerPodUid = "", ""
+	r.RecyclerPod, r.RecyclerPodUid, r.DeletingVolume = "", "", nil
 	r.Owner, r.UpdateTime = c.member, timestamppb.New(c.now())
 	*e = entry{rec: clone(r), expires: c.now().Add(c.cfg.ttl)}
 	c.log.Info("reclaim finished", "volume", r.VolumeName, "policy", r.Policy, "state", state, "message", msg, "attempts", r.Attempts)

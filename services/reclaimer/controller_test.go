@@ -16,6 +16,7 @@ import (
 	"k8s.io/client-go/util/workqueue"
 
 	"github.com/volplane/volplane/pkg/kube"
+	"github.com/volplane/volplane/pkg/reclaimjournal"
 	provisionerv1 "github.com/volplane/volplane/proto/volplane/provisioner/v1"
 	reclaimerv1 "github.com/volplane/volplane/proto/volplane/reclaimer/v1"
 )
@@ -160,6 +161,67 @@ func TestDeleteOfAVolumeDeletedFirst(t *testing.T) {
 	got := kc.pv("pvc-2")
 	if got == nil || !slices.Equal(got.Finalizers, []string{"kubernetes.io/pv-protection"}) {
 		t.Fatalf("only the external-provisioner finalizer goes: %+v", got)
+	}
+}
+
+// The reclaim's record is the deletion's only journal. When the volume
+// (one without the external-provisioner finalizer) is deleted while the
+// deletion of its backing volume is in flight, and the replica stops, the
+// replica that takes the reclaim over still has the backing volume
+// deleted, from the record's copy of the volume. A deletion that never
+// began, or failed finally, is not finished that way.
+func TestDeleteFinishedWhenTheVolumeVanishes(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		first *provisionerv1.DeleteVolumeResponse // nil: no attempt before the volume goes
+		state reclaimerv1.State
+		calls int
+	}{
+		{name: "in flight", first: &provisionerv1.DeleteVolumeResponse{Outcome: provisionerv1.Outcome_OUTCOME_IN_BACKGROUND, Message: "driver timed out"},
+			state: reclaimerv1.State_STATE_SUCCEEDED, calls: 2},
+		{name: "failed finally", first: &provisionerv1.DeleteVolumeResponse{Outcome: provisionerv1.Outcome_OUTCOME_NO_CHANGE, Message: "disk busy"},
+			state: reclaimerv1.State_STATE_CANCELLED, calls: 1},
+		{name: "never began", state: reclaimerv1.State_STATE_CANCELLED},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			kc, j, p := newFakeCluster(), newFakeJournal(), servedDev()
+			a := newReplica(t, "a", kc, j, p, config{})
+			v := releasedPV("pvc-3", corev1.PersistentVolumeReclaimDelete, withCSI(devDriver), withProvisionedBy(devDriver))
+			kc.addPV(v)
+			a.start(t, v)
+			if tc.first != nil {
+				p.answer(tc.first, nil)
+				a.step(t, "pvc-3")
+				rec, ok, err := j.Get(t.Context(), reclaimjournal.Kind, "pvc-3")
+				if err != nil || !ok {
+					t.Fatalf("no journal record: %v", err)
+				}
+				r, err := reclaimjournal.Decode(rec)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if got, err := reclaimjournal.Deleting(r); (got != nil) != (tc.state == reclaimerv1.State_STATE_SUCCEEDED) || err != nil {
+					t.Fatalf("journaled deletion %v (%v) of record %v", got, err, r)
+				}
+				if api, err := a.lookup(t.Context(), "pvc-3"); err != nil || len(answer(api).GetDeletingVolume()) != 0 {
+					t.Errorf("the API shows the journal's copy of the volume: %v", err)
+				}
+			}
+			j.expire("a") // a stops
+			if err := kc.DeleteVolume(t.Context(), "pvc-3", v.UID); err != nil {
+				t.Fatal(err)
+			}
+
+			b := newReplica(t, "b", kc, j, p, config{})
+			b.takeOver(t.Context())
+			p.answer(&provisionerv1.DeleteVolumeResponse{Outcome: provisionerv1.Outcome_OUTCOME_FINISHED}, nil)
+			b.handle(t.Context(), "pvc-3")
+			rec, err := b.lookup(t.Context(), "pvc-3")
+			if err != nil || rec == nil || rec.State != tc.state || p.calls() != tc.calls || j.len() != 0 {
+				t.Fatalf("record %v (%v), DeleteVolume calls %d, journal records %d; want %s after %d calls, nothing journaled",
+					rec, err, p.calls(), j.len(), tc.state, tc.calls)
+			}
+		})
 	}
 }
 

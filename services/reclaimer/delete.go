@@ -2,6 +2,7 @@ package reclaimer
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 
@@ -13,6 +14,7 @@ import (
 
 	"github.com/volplane/volplane/pkg/faultpoint"
 	"github.com/volplane/volplane/pkg/kube"
+	"github.com/volplane/volplane/pkg/reclaimjournal"
 	provisionerv1 "github.com/volplane/volplane/proto/volplane/provisioner/v1"
 	reclaimerv1 "github.com/volplane/volplane/proto/volplane/reclaimer/v1"
 )
@@ -22,9 +24,20 @@ import (
 // is deleted and the external-provisioner finalizer, which kept it while
 // the backing volume existed, removed. A volume whose object a user
 // deleted first (Terminating, held by the finalizer) goes the same way.
+//
+// The reclaim's record is the deletion's only journal: right before the
+// provisioner is asked, the volume as read is copied into it, so that a
+// deletion whose PersistentVolume vanishes meanwhile is still finished
+// (finishGone), whichever replica of either service stops on the way.
 func (c *controller) deleteBacking(ctx context.Context, r *reclaimerv1.Reclaim, v *corev1.PersistentVolume) error {
 	if !r.DataRemoved {
 		live, err := c.guard(ctx, r, false)
+		var cancelled *cancellation
+		if errors.As(err, &cancelled) && cancelled.gone {
+			if err := c.finishGone(ctx, r); !errors.Is(err, errNothingInFlight) {
+				return err
+			}
+		}
 		if err != nil {
 			return c.blocked(ctx, r, err)
 		}
@@ -32,31 +45,18 @@ func (c *controller) deleteBacking(ctx context.Context, r *reclaimerv1.Reclaim, 
 		if err != nil {
 			return c.transient(ctx, r, err)
 		}
-		if err := c.begin(ctx, r, "deleting the backing volume through the provisioner"); err != nil {
+		r.DeletingVolume = b
+		if err := c.begin(ctx, r, reclaimjournal.DeletingMessage); err != nil {
 			return err
 		}
-		dctx, cancel := context.WithTimeout(ctx, deleteVolumeTimeout)
-		resp, err := c.prov.DeleteVolume(dctx, &provisionerv1.DeleteVolumeRequest{VolumeName: live.Name, Volume: b})
-		cancel()
-		switch {
-		case status.Code(err) == codes.FailedPrecondition:
-			// Not a volume the provisioner can delete: final until the
-			// volume or the provisioner changes.
-			return c.fail(ctx, r, live, kube.EventVolumeFailedDelete, status.Convert(err).Message())
-		case err != nil:
-			return c.transient(ctx, r, fmt.Errorf("provisioner DeleteVolume: %w", err))
-		}
-		switch resp.GetOutcome() {
-		case provisionerv1.Outcome_OUTCOME_FINISHED:
-		case provisionerv1.Outcome_OUTCOME_IN_BACKGROUND:
-			return c.transient(ctx, r, fmt.Errorf("the driver may still be deleting the volume: %s", resp.GetMessage()))
-		case provisionerv1.Outcome_OUTCOME_NO_CHANGE:
-			return c.fail(ctx, r, live, kube.EventVolumeFailedDelete, resp.GetMessage())
-		default:
-			return c.transient(ctx, r, fmt.Errorf("provisioner DeleteVolume answered %s: %s", resp.GetOutcome(), resp.GetMessage()))
+		faultpoint.Hit(faultpoint.ReclaimerBeforeDeleteVolume)
+		if msg, err := c.askDelete(ctx, r, b); err != nil {
+			return c.transient(ctx, r, err)
+		} else if msg != "" {
+			return c.fail(ctx, r, live, kube.EventVolumeFailedDelete, msg)
 		}
 		faultpoint.Hit(faultpoint.ReclaimerAfterDeleteVolume)
-		r.DataRemoved, r.Message = true, "the backing volume is deleted; deleting the PersistentVolume"
+		r.DataRemoved, r.DeletingVolume, r.Message = true, nil, "the backing volume is deleted; deleting the PersistentVolume"
 		if err := c.save(ctx, r); err != nil {
 			return err
 		}
@@ -70,6 +70,63 @@ func (c *controller) deleteBacking(ctx context.Context, r *reclaimerv1.Reclaim, 
 		return c.transient(ctx, r, fmt.Errorf("remove finalizer %s from PersistentVolume %s: %w", kube.FinalizerExternalProvisioner, v.Name, err))
 	}
 	return c.finish(ctx, r, reclaimerv1.State_STATE_SUCCEEDED, "the backing volume and the PersistentVolume are deleted")
+}
+
+// errNothingInFlight: the reclaim has no deletion of a backing volume in
+// flight for finishGone to finish.
+var errNothingInFlight = errors.New("no deletion of the backing volume is in flight")
+
+// finishGone finishes the deletion of a backing volume whose
+// PersistentVolume went away while it was in flight (a volume without the
+// external-provisioner finalizer that somebody deleted): the provisioner
+// deletes it from the record's copy of the volume, which it reads from the
+// journal itself. It returns errNothingInFlight when the record has no
+// deletion in flight: the reclaim is then simply cancelled.
+func (c *controller) finishGone(ctx context.Context, r *reclaimerv1.Reclaim) error {
+	if v, err := reclaimjournal.Deleting(r); err != nil || v == nil {
+		if err != nil {
+			c.log.Warn("the journaled deletion cannot be finished", "volume", r.VolumeName, "err", err)
+		}
+		return errNothingInFlight
+	}
+	c.log.Info("the volume is gone while its backing volume was being deleted: finishing the deletion", "volume", r.VolumeName)
+	msg, err := c.askDelete(ctx, r, r.DeletingVolume)
+	switch {
+	case err != nil:
+		return c.transient(ctx, r, err)
+	case msg != "":
+		return c.finish(ctx, r, reclaimerv1.State_STATE_CANCELLED, "the volume is gone and the deletion of its backing volume failed: "+msg)
+	}
+	faultpoint.Hit(faultpoint.ReclaimerAfterDeleteVolume)
+	r.DataRemoved, r.DeletingVolume = true, nil
+	return c.finish(ctx, r, reclaimerv1.State_STATE_SUCCEEDED, "the backing volume is deleted and the PersistentVolume is gone")
+}
+
+// askDelete asks the provisioner to delete the backing volume of r's
+// volume (b: the volume, for its UID). nil, "" means the backing volume is
+// gone; a message, that the provisioner refused or the driver failed
+// finally; an error, that the next attempt may succeed.
+func (c *controller) askDelete(ctx context.Context, r *reclaimerv1.Reclaim, b []byte) (string, error) {
+	dctx, cancel := context.WithTimeout(ctx, deleteVolumeTimeout)
+	resp, err := c.prov.DeleteVolume(dctx, &provisionerv1.DeleteVolumeRequest{VolumeName: r.VolumeName, Volume: b})
+	cancel()
+	switch {
+	case status.Code(err) == codes.FailedPrecondition:
+		// Not a volume the provisioner can delete: final until the
+		// volume or the provisioner changes.
+		return status.Convert(err).Message(), nil
+	case err != nil:
+		return "", fmt.Errorf("provisioner DeleteVolume: %w", err)
+	}
+	switch resp.GetOutcome() {
+	case provisionerv1.Outcome_OUTCOME_FINISHED:
+		return "", nil
+	case provisionerv1.Outcome_OUTCOME_IN_BACKGROUND:
+		return "", fmt.Errorf("the driver may still be deleting the volume: %s", resp.GetMessage())
+	case provisionerv1.Outcome_OUTCOME_NO_CHANGE:
+		return resp.GetMessage(), nil
+	}
+	return "", fmt.Errorf("provisioner DeleteVolume answered %s: %s", resp.GetOutcome(), resp.GetMessage())
 }
 
 // dropFinalizer removes the external-provisioner finalizer from the

@@ -10,6 +10,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/volplane/volplane/pkg/reclaimjournal"
 	reclaimerv1 "github.com/volplane/volplane/proto/volplane/reclaimer/v1"
 )
 
@@ -31,14 +32,14 @@ func TestListReclaimsPagesAndFilters(t *testing.T) {
 			r.controller.mu.Unlock()
 			continue
 		}
-		b, err := encodeRecord(rec)
+		b, err := reclaimjournal.Encode(rec)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := j.Acquire(t.Context(), journalKind, rec.VolumeName, "b"); err != nil {
+		if err := j.Acquire(t.Context(), reclaimjournal.Kind, rec.VolumeName, "b"); err != nil {
 			t.Fatal(err)
 		}
-		if err := j.Put(t.Context(), journalKind, rec.VolumeName, "b", b); err != nil {
+		if err := j.Put(t.Context(), reclaimjournal.Kind, rec.VolumeName, "b", b); err != nil {
 			t.Fatal(err)
 		}
 	}

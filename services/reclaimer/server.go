@@ -16,6 +16,7 @@ import (
 	"github.com/volplane/volplane/pkg/grpcutil"
 	"github.com/volplane/volplane/pkg/guard"
 	"github.com/volplane/volplane/pkg/paging"
+	"github.com/volplane/volplane/pkg/reclaimjournal"
 	reclaimerv1 "github.com/volplane/volplane/proto/volplane/reclaimer/v1"
 )
 
@@ -89,7 +90,7 @@ func (s *server) Reclaim(ctx context.Context, req *reclaimerv1.ReclaimRequest) (
 	case apierrors.IsNotFound(err):
 		// Nothing to start; a reclaim already journaled goes on by itself.
 		if r, lerr := s.c.lookup(ctx, req.GetVolumeName()); lerr == nil && r != nil {
-			return &reclaimerv1.ReclaimResponse{Reclaim: r}, nil
+			return &reclaimerv1.ReclaimResponse{Reclaim: answer(r)}, nil
 		}
 		return nil, status.Errorf(codes.FailedPrecondition, "volume %q does not exist and no reclaim of it is journaled: only an existing Released volume is reclaimed", req.GetVolumeName())
 	case err != nil:
@@ -108,7 +109,7 @@ func (s *server) Reclaim(ctx context.Context, req *reclaimerv1.ReclaimRequest) (
 	if err != nil {
 		return nil, grpcError(err)
 	}
-	return &reclaimerv1.ReclaimResponse{Reclaim: r}, nil
+	return &reclaimerv1.ReclaimResponse{Reclaim: answer(r)}, nil
 }
 
 // lookup finds a volume's reclaim: in the journal (an active reclaim,
@@ -118,12 +119,12 @@ func (c *controller) lookup(ctx context.Context, name string) (*reclaimerv1.Recl
 	if r := c.heldRecord(name); r != nil {
 		return r, nil
 	}
-	rec, ok, err := c.journal.Get(ctx, journalKind, name)
+	rec, ok, err := c.journal.Get(ctx, reclaimjournal.Kind, name)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", errJournal, err)
 	}
 	if ok {
-		return decodeRecord(rec)
+		return reclaimjournal.Decode(rec)
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -145,7 +146,7 @@ func (s *server) GetReclaim(ctx context.Context, req *reclaimerv1.GetReclaimRequ
 	if r == nil {
 		return nil, status.Errorf(codes.NotFound, "no reclaim of volume %q is in the journal or known to this replica: the binder starts one when the volume is Released (or start it with Reclaim)", req.GetVolumeName())
 	}
-	return &reclaimerv1.GetReclaimResponse{Reclaim: r}, nil
+	return &reclaimerv1.GetReclaimResponse{Reclaim: answer(r)}, nil
 }
 
 // ListReclaims implements ReclaimerService: a page of the reclaims that
@@ -168,7 +169,7 @@ func (s *server) ListReclaims(ctx context.Context, req *reclaimerv1.ListReclaims
 	if err != nil {
 		return nil, status.Error(codes.InvalidArgument, err.Error())
 	}
-	recs, err := s.c.journal.List(ctx, journalKind)
+	recs, err := s.c.journal.List(ctx, reclaimjournal.Kind)
 	if err != nil {
 		return nil, grpcError(fmt.Errorf("%w: %w", errJournal, err))
 	}
@@ -185,14 +186,14 @@ func (s *server) ListReclaims(ctx context.Context, req *reclaimerv1.ListReclaims
 		if mine := byName[rec.Name]; mine != nil && rec.Holder == s.c.member {
 			continue // this replica's memory is the same, and current
 		}
-		if r, err := decodeRecord(rec); err == nil {
+		if r, err := reclaimjournal.Decode(rec); err == nil {
 			byName[rec.Name] = r
 		}
 	}
 	for name, r := range byName {
 		if (req.GetState() == reclaimerv1.State_STATE_UNSPECIFIED || r.State == req.GetState()) &&
 			(driver == "" || r.GetDriver() == driver) && (ns == "" || r.GetClaimNamespace() == ns) {
-			page.Offer(name, r)
+			page.Offer(name, answer(r))
 		}
 	}
 	out := &reclaimerv1.ListReclaimsResponse{}
@@ -216,7 +217,7 @@ func (s *server) RetryReclaim(ctx context.Context, req *reclaimerv1.RetryReclaim
 	if r, err := s.c.retryNow(ctx, name); r != nil || err != nil {
 		return retried(r, err)
 	}
-	rec, ok, err := s.c.journal.Get(ctx, journalKind, name)
+	rec, ok, err := s.c.journal.Get(ctx, reclaimjournal.Kind, name)
 	if err != nil {
 		return nil, grpcError(fmt.Errorf("%w: %w", errJournal, err))
 	}
@@ -237,18 +238,25 @@ func (s *server) RetryReclaim(ctx context.Context, req *reclaimerv1.RetryReclaim
 		if r, err := s.c.retryNow(ctx, name); r != nil || err != nil {
 			return retried(r, err)
 		}
-		if rec, _, err = s.c.journal.Get(ctx, journalKind, name); err != nil {
+		if rec, _, err = s.c.journal.Get(ctx, reclaimjournal.Kind, name); err != nil {
 			return nil, grpcError(fmt.Errorf("%w: %w", errJournal, err))
 		}
 	}
 	return s.forward(ctx, rec, req)
 }
 
+// answer is a reclaim as the API shows it: without the copy of the volume
+// being deleted, which only the journal keeps.
+func answer(r *reclaimerv1.Reclaim) *reclaimerv1.Reclaim {
+	r.DeletingVolume = nil
+	return r
+}
+
 func retried(r *reclaimerv1.Reclaim, err error) (*reclaimerv1.RetryReclaimResponse, error) {
 	if err != nil {
 		return nil, grpcError(err)
 	}
-	return &reclaimerv1.RetryReclaimResponse{Reclaim: r}, nil
+	return &reclaimerv1.RetryReclaimResponse{Reclaim: answer(r)}, nil
 }
 
 // forward passes a retry to the replica holding the reclaim.

@@ -33,6 +33,11 @@ func (c *controller) sync(ctx context.Context, r *reclaimerv1.Reclaim) error {
 		if r.DataRemoved && r.Method == reclaimerv1.Method_METHOD_PROVISIONER {
 			return c.finish(ctx, r, reclaimerv1.State_STATE_SUCCEEDED, "the backing volume is deleted and the PersistentVolume is gone")
 		}
+		if v == nil && r.Method == reclaimerv1.Method_METHOD_PROVISIONER {
+			if err := c.finishGone(ctx, r); !errors.Is(err, errNothingInFlight) {
+				return err
+			}
+		}
 		return c.finish(ctx, r, reclaimerv1.State_STATE_CANCELLED, "the volume is gone (deleted, or recreated with another UID) before its reclaim finished")
 	}
 	if r.DataRemoved && isRecycle(r) && !claimRefBound(v) {
@@ -58,6 +63,7 @@ func (c *controller) sync(ctx context.Context, r *reclaimerv1.Reclaim) error {
 	if r.Method != p.method || r.Driver != p.driver || r.Policy != string(v.Spec.PersistentVolumeReclaimPolicy) {
 		c.removePod(ctx, r)
 		r.Method, r.Driver, r.Policy, r.DataRemoved = p.method, p.driver, string(v.Spec.PersistentVolumeReclaimPolicy), false
+		r.DeletingVolume = nil
 		r.RecyclerPod, r.RecyclerPodUid = "", ""
 	}
 	switch p.method {
@@ -164,8 +170,12 @@ type refusal struct {
 
 func (e *refusal) Error() string { return e.reason }
 
-// cancellation: the reclaim is not needed any more.
-type cancellation struct{ reason string }
+// cancellation: the reclaim is not needed any more; gone says why: the
+// volume does not exist.
+type cancellation struct {
+	reason string
+	gone   bool
+}
 
 func (e *cancellation) Error() string { return e.reason }
 
@@ -181,14 +191,14 @@ func (c *controller) guard(ctx context.Context, r *reclaimerv1.Reclaim, pods boo
 	v, err := c.kube.GetVolume(ctx, r.VolumeName)
 	switch {
 	case apierrors.IsNotFound(err):
-		return nil, &cancellation{"the volume is gone"}
+		return nil, &cancellation{reason: "the volume is gone", gone: true}
 	case err != nil:
 		return nil, fmt.Errorf("read volume %s: %w", r.VolumeName, err)
 	case string(v.UID) != r.VolumeUid:
-		return nil, &cancellation{"the volume was recreated with another UID"}
+		return nil, &cancellation{reason: "the volume was recreated with another UID"}
 	}
 	if why := notReleased(v, r); why != "" {
-		return nil, &cancellation{why}
+		return nil, &cancellation{reason: why}
 	}
 	if err := guard.LiveClaim(ctx, c.kube, v); err != nil {
 		var refused *guard.Refusal

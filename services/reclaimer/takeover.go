@@ -7,6 +7,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 
 	"github.com/volplane/volplane/pkg/coord"
+	"github.com/volplane/volplane/pkg/reclaimjournal"
 )
 
 // takeOver takes the reclaims whose replica stopped (their lock has no
@@ -15,7 +16,7 @@ import (
 func (c *controller) takeOver(ctx context.Context) {
 	jctx, cancel := context.WithTimeout(ctx, journalTimeout)
 	defer cancel()
-	recs, err := c.journal.List(jctx, journalKind)
+	recs, err := c.journal.List(jctx, reclaimjournal.Kind)
 	if err != nil {
 		if ctx.Err() == nil {
 			c.log.Warn("cannot list the reclaim journal", "err", err)
@@ -34,7 +35,7 @@ func (c *controller) takeOver(ctx context.Context) {
 
 // adopt takes over one orphaned journal record.
 func (c *controller) adopt(ctx context.Context, rec coord.Record) error {
-	r, err := decodeRecord(rec)
+	r, err := reclaimjournal.Decode(rec)
 	if err != nil {
 		return err
 	}
@@ -48,7 +49,7 @@ func (c *controller) adopt(ctx context.Context, rec coord.Record) error {
 	}
 	jctx, cancel := context.WithTimeout(ctx, journalTimeout)
 	defer cancel()
-	if err := c.journal.Acquire(jctx, journalKind, rec.Name, c.member); err != nil {
+	if err := c.journal.Acquire(jctx, reclaimjournal.Kind, rec.Name, c.member); err != nil {
 		return err
 	}
 	c.log.Info("taking over a journaled reclaim", "volume", rec.Name, "state", r.State, "method", r.Method)

@@ -10,8 +10,10 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/volplane/volplane/internal/chaos"
 	"github.com/volplane/volplane/internal/devcsi"
@@ -109,6 +111,36 @@ func TestCrashAtEveryFaultPoint(t *testing.T) {
 		if left, _ := os.ReadDir(filepath.Join(c.HostPath, "r1")); len(left) != 0 {
 			t.Errorf("the recycled volume still holds %d entries", len(left))
 		}
+	})
+	// The reclaim record is the deletion's only journal: with the
+	// reclaimer stopped right after it journaled the deletion, the
+	// PersistentVolume goes (its finalizers taken off, as a volume without
+	// them would go), and the reclaimer started again still has the
+	// backing volume deleted, from the record's copy of the volume.
+	t.Run(faultpoint.ReclaimerBeforeDeleteVolume+"/volume-deleted-meanwhile", func(t *testing.T) {
+		x.t = t
+		cl := x.claim("d0", chaos.DynamicClass)
+		name := "pvc-" + string(cl.UID)
+		x.bound(cl, name)
+		x.mark()
+		x.arm(reclaimer, faultpoint.ReclaimerBeforeDeleteVolume)
+		x.delete(cl)
+		x.crashed(reclaimer)
+		pvs := c.Client.CoreV1().PersistentVolumes()
+		if _, err := pvs.Patch(ctx, name, types.MergePatchType, []byte(`{"metadata":{"finalizers":null}}`), metav1.PatchOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		if err := pvs.Delete(ctx, name, metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := pvs.Get(ctx, name, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+			t.Fatalf("the PersistentVolume should be gone: %v", err)
+		}
+		if !x.hasCSIVolume(name) {
+			t.Fatal("at the crash the CSI volume should exist")
+		}
+		x.restart(reclaimer)
+		x.gone(cl)
 	})
 	t.Run(faultpoint.ReclaimerAfterDeleteVolume, func(t *testing.T) {
 		x.t = t

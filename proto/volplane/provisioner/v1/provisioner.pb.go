@@ -622,7 +622,9 @@ func (x *ListDriversResponse) GetNextPageToken() string {
 // Operation is a journaled operation in flight.
 type Operation struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// Kind of operation: "provision" or "delete".
+	// Kind of operation: "provision", or "delete": the deletion of a backing
+	// volume in flight, which the reclaim of its volume journals (its owner
+	// is a reclaimer replica, its attempts and times the reclaim's).
 	Kind string `protobuf:"bytes,1,opt,name=kind,proto3" json:"kind,omitempty"`
 	// Name of the PersistentVolume.
 	VolumeName string `protobuf:"bytes,2,opt,name=volume_name,json=volumeName,proto3" json:"volume_name,omitempty"`

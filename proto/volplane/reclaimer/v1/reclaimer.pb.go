@@ -204,9 +204,16 @@ type Reclaim struct {
 	// When the next attempt is due, for a reclaim waiting on a backoff.
 	NextAttemptTime *timestamppb.Timestamp `protobuf:"bytes,17,opt,name=next_attempt_time,json=nextAttemptTime,proto3" json:"next_attempt_time,omitempty"`
 	// When the reclaim started.
-	CreateTime    *timestamppb.Timestamp `protobuf:"bytes,18,opt,name=create_time,json=createTime,proto3" json:"create_time,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	CreateTime *timestamppb.Timestamp `protobuf:"bytes,18,opt,name=create_time,json=createTime,proto3" json:"create_time,omitempty"`
+	// The PersistentVolume (Kubernetes protobuf) as it was read right before
+	// the deletion of its backing volume began (METHOD_PROVISIONER), kept
+	// until that deletion ends. This record is the only journal of the
+	// deletion: a provisioner finishes it from this copy when the
+	// PersistentVolume is gone meanwhile. Kept in the journal only; empty in
+	// the API's answers.
+	DeletingVolume []byte `protobuf:"bytes,19,opt,name=deleting_volume,json=deletingVolume,proto3" json:"deleting_volume,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *Reclaim) Reset() {
@@ -361,6 +368,13 @@ func (x *Reclaim) GetNextAttemptTime() *timestamppb.Timestamp {
 func (x *Reclaim) GetCreateTime() *timestamppb.Timestamp {
 	if x != nil {
 		return x.CreateTime
+	}
+	return nil
+}
+
+func (x *Reclaim) GetDeletingVolume() []byte {
+	if x != nil {
+		return x.DeletingVolume
 	}
 	return nil
 }
@@ -804,7 +818,7 @@ var File_volplane_reclaimer_v1_reclaimer_proto protoreflect.FileDescriptor
 
 const file_volplane_reclaimer_v1_reclaimer_proto_rawDesc = "" +
 	"\n" +
-	"%volplane/reclaimer/v1/reclaimer.proto\x12\x15volplane.reclaimer.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\xc7\x05\n" +
+	"%volplane/reclaimer/v1/reclaimer.proto\x12\x15volplane.reclaimer.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\xf0\x05\n" +
 	"\aReclaim\x12\x1f\n" +
 	"\vvolume_name\x18\x01 \x01(\tR\n" +
 	"volumeName\x12\x1d\n" +
@@ -829,7 +843,8 @@ const file_volplane_reclaimer_v1_reclaimer_proto_rawDesc = "" +
 	"\fdata_removed\x18\x10 \x01(\bR\vdataRemoved\x12F\n" +
 	"\x11next_attempt_time\x18\x11 \x01(\v2\x1a.google.protobuf.TimestampR\x0fnextAttemptTime\x12;\n" +
 	"\vcreate_time\x18\x12 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
-	"createTime\"h\n" +
+	"createTime\x12'\n" +
+	"\x0fdeleting_volume\x18\x13 \x01(\fR\x0edeletingVolume\"h\n" +
 	"\x0eReclaimRequest\x12\x1f\n" +
 	"\vvolume_name\x18\x01 \x01(\tR\n" +
 	"volumeName\x12\x1d\n" +
