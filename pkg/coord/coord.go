@@ -337,6 +337,39 @@ func (c *Coordinator) Release(ctx context.Context, resource, holder string) erro
 	return nil
 }
 
+// Reservation is a resource and who holds it, for ReleaseAll.
+type Reservation struct{ Resource, Holder string }
+
+// MaxReleaseBatch is the most reservations ReleaseAll takes at once: below
+// etcd's default limit of 128 operations in a transaction.
+const MaxReleaseBatch = 100
+
+// ReleaseAll is Release of up to MaxReleaseBatch reservations in one etcd
+// transaction: each is deleted only while its holder still has it, the
+// others are left as they are.
+func (c *Coordinator) ReleaseAll(ctx context.Context, rs []Reservation) error {
+	if len(rs) > MaxReleaseBatch {
+		return fmt.Errorf("release %d reservations in one transaction: at most %d", len(rs), MaxReleaseBatch)
+	}
+	ops := make([]clientv3.Op, 0, len(rs))
+	seen := make(map[string]bool, len(rs))
+	for _, r := range rs {
+		key := c.reservationKey(r.Resource)
+		if seen[key] {
+			continue // etcd refuses a key twice in one transaction
+		}
+		seen[key] = true
+		ops = append(ops, clientv3.OpTxn([]clientv3.Cmp{clientv3.Compare(clientv3.Value(key), "=", r.Holder)}, []clientv3.Op{clientv3.OpDelete(key)}, nil))
+	}
+	if len(ops) == 0 {
+		return nil
+	}
+	if _, err := c.client.Txn(ctx).Then(ops...).Commit(); err != nil {
+		return fmt.Errorf("release %d reservations in etcd: %w", len(ops), err)
+	}
+	return nil
+}
+
 // Holder returns who has resource reserved, or "" when nobody does.
 func (c *Coordinator) Holder(ctx context.Context, resource string) (string, error) {
 	resp, err := c.client.Get(ctx, c.reservationKey(resource))

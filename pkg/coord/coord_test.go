@@ -71,6 +71,43 @@ func TestReserveIsExclusive(t *testing.T) {
 	}
 }
 
+// ReleaseAll drops, in one transaction, each reservation its holder still
+// has, and leaves the others' (a foreign holder, a repeated key, one never
+// taken) as they are; more than MaxReleaseBatch is refused whole.
+func TestReleaseAll(t *testing.T) {
+	ctx := context.Background()
+	a, b := newCoord(t, "/t-all", 0), newCoord(t, "/t-all", 0)
+	var mine []coord.Reservation
+	for i := range coord.MaxReleaseBatch - 2 {
+		r := coord.Reservation{Resource: fmt.Sprintf("pv/%d", i), Holder: fmt.Sprintf("claim-%d", i)}
+		if err := a.Reserve(ctx, r.Resource, r.Holder); err != nil {
+			t.Fatal(err)
+		}
+		mine = append(mine, r)
+	}
+	if err := b.Reserve(ctx, "pv/other", "claim-b"); err != nil {
+		t.Fatal(err)
+	}
+	batch := append(mine, coord.Reservation{Resource: "pv/other", Holder: "claim-x"}, mine[0])
+	if err := a.ReleaseAll(ctx, batch); err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range mine {
+		if h, err := a.Holder(ctx, r.Resource); h != "" || err != nil {
+			t.Fatalf("%s still held by %q (%v)", r.Resource, h, err)
+		}
+	}
+	if h, _ := b.Holder(ctx, "pv/other"); h != "claim-b" {
+		t.Fatalf("another holder's reservation was dropped: holder %q", h)
+	}
+	if err := a.ReleaseAll(ctx, make([]coord.Reservation, coord.MaxReleaseBatch+1)); err == nil {
+		t.Fatal("a batch over MaxReleaseBatch was taken")
+	}
+	if err := a.ReleaseAll(ctx, nil); err != nil {
+		t.Fatalf("nothing to release: %v", err)
+	}
+}
+
 func TestReserveRace(t *testing.T) {
 	ctx := context.Background()
 	cs := []*coord.Coordinator{newCoord(t, "/t2", 0), newCoord(t, "/t2", 0), newCoord(t, "/t2", 0)}

@@ -199,6 +199,15 @@ func (k *Keeper) Release(ctx context.Context, resource, holder string) error {
 	return co.Release(ctx, resource, holder)
 }
 
+// ReleaseAll is Coordinator.ReleaseAll.
+func (k *Keeper) ReleaseAll(ctx context.Context, rs []Reservation) error {
+	co, err := k.reader()
+	if err != nil {
+		return err
+	}
+	return co.ReleaseAll(ctx, rs)
+}
+
 // Acquire is Coordinator.Acquire on the current session.
 func (k *Keeper) Acquire(ctx context.Context, kind, name, holder string) error {
 	co, err := k.live()

@@ -16,6 +16,7 @@ import (
 	"k8s.io/client-go/tools/record"
 	"k8s.io/client-go/util/workqueue"
 
+	"github.com/volplane/volplane/pkg/coord"
 	"github.com/volplane/volplane/pkg/kube"
 	provisionerv1 "github.com/volplane/volplane/proto/volplane/provisioner/v1"
 	watcherv1 "github.com/volplane/volplane/proto/volplane/watcher/v1"
@@ -25,6 +26,7 @@ import (
 type reservations interface {
 	Reserve(ctx context.Context, resource, holder string) error
 	Release(ctx context.Context, resource, holder string) error
+	ReleaseAll(ctx context.Context, rs []coord.Reservation) error
 }
 
 // reclaimer is what the binder needs of the reclaimer service.
@@ -83,7 +85,7 @@ type controller struct {
 	relisting bool
 	relisted  map[watcherv1.Kind]map[string]bool
 
-	releases chan [2]string
+	releases chan coord.Reservation
 }
 
 func newController(log *slog.Logger, client kubernetes.Interface, recorder record.EventRecorder) *controller {
@@ -104,7 +106,7 @@ func newController(log *slog.Logger, client kubernetes.Interface, recorder recor
 		volumeQueue: newQueue("volumes", limiter()),
 		syncedCh:    make(chan struct{}),
 		provisions:  newProvisions(DefaultProvisionCalls),
-		releases:    make(chan [2]string, 4096),
+		releases:    make(chan coord.Reservation, 4096),
 	}
 }
 
@@ -353,7 +355,7 @@ func (c *controller) syncVolumeKey(ctx context.Context, name string) error {
 // guarded is written to the API, which now keeps other replicas away.
 func (c *controller) releaseLater(resource, holder string) {
 	select {
-	case c.releases <- [2]string{resource, holder}:
+	case c.releases <- coord.Reservation{Resource: resource, Holder: holder}:
 	default:
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
@@ -361,13 +363,35 @@ func (c *controller) releaseLater(resource, holder string) {
 	}
 }
 
+// releaser drops the reservations releaseLater queued: what is queued at
+// once goes in one etcd transaction (a burst of binds costs one release
+// transaction per coord.MaxReleaseBatch binds, not one per bind).
 func (c *controller) releaser(ctx context.Context) {
+	batch := make([]coord.Reservation, 0, coord.MaxReleaseBatch)
 	for {
 		select {
 		case r := <-c.releases:
-			c.release(ctx, r[0], r[1])
+			batch = append(batch[:0], r)
 		case <-ctx.Done():
 			return
+		}
+	more:
+		for len(batch) < coord.MaxReleaseBatch {
+			select {
+			case r := <-c.releases:
+				batch = append(batch, r)
+			default:
+				break more
+			}
+		}
+		if len(batch) == 1 {
+			c.release(ctx, batch[0].Resource, batch[0].Holder)
+			continue
+		}
+		if err := c.reservations.ReleaseAll(ctx, batch); err != nil && ctx.Err() == nil {
+			// The reservations live on the session lease: they go when
+			// this replica does.
+			c.log.Warn("release reservations", "count", len(batch), "error", err)
 		}
 	}
 }
