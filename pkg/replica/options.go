@@ -18,8 +18,8 @@ import (
 // embeds them, registers their flags with AddFlags, checks them with
 // Validate and starts from Config.
 type Options struct {
-	// Kubeconfig is the kubeconfig path; empty means the KUBECONFIG
-	// variable's files, then in-cluster config.
+	// Kubeconfig is the kubeconfig path (--kubeconfig); empty means
+	// client-go's loading rules (kube.ClientOptions.Kubeconfig).
 	Kubeconfig string
 	// RESTConfig, when set, is used instead of Kubeconfig (tests).
 	RESTConfig *rest.Config

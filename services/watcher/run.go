@@ -34,7 +34,8 @@ const DefaultHistorySize = 100_000
 
 // Options configures the watcher.
 type Options struct {
-	// Kubeconfig is the kubeconfig path; empty means in-cluster config.
+	// Kubeconfig is the kubeconfig path (--kubeconfig); empty means
+	// client-go's loading rules (kube.ClientOptions.Kubeconfig).
 	Kubeconfig string
 	// RESTConfig, when set, is used instead of Kubeconfig (tests).
 	RESTConfig *rest.Config
