@@ -51,15 +51,9 @@ type Options struct {
 }
 
 func (o *Options) validate() error {
-	var errs []error
-	if o.Listen == "" {
-		errs = append(errs, errors.New("a listen address is required (--listen)"))
-	}
+	errs := grpcutil.ValidateListenAndTLS(o.Listen, o.TLS)
 	if o.BinderAddress == "" {
 		errs = append(errs, errors.New("the binder's address is required (--binder-address)"))
-	}
-	if err := o.TLS.Validate(); err != nil {
-		errs = append(errs, err)
 	}
 	if err := o.HTTP.defaults(); err != nil {
 		errs = append(errs, err)

@@ -1,7 +1,6 @@
 package replica
 
 import (
-	"errors"
 	"flag"
 	"fmt"
 	"log/slog"
@@ -76,15 +75,9 @@ func (o *Options) AddFlags(listen, etcdUse string) {
 // (slog's default), the advertised address (the listen address) and the
 // member ID (hostname and a random suffix); etcdUse is as for AddFlags.
 func (o *Options) Validate(etcdUse string) []error {
-	var errs []error
-	if o.Listen == "" {
-		errs = append(errs, errors.New("a listen address is required (--listen)"))
-	}
+	errs := grpcutil.ValidateListenAndTLS(o.Listen, o.TLS)
 	if len(o.EtcdEndpoints) == 0 {
 		errs = append(errs, fmt.Errorf("etcd endpoints are required for membership and %s (--etcd-endpoints)", etcdUse))
-	}
-	if err := o.TLS.Validate(); err != nil {
-		errs = append(errs, err)
 	}
 	if o.Logger == nil {
 		o.Logger = slog.Default()

@@ -68,13 +68,7 @@ type Options struct {
 }
 
 func (o *Options) validate() error {
-	var errs []error
-	if o.Listen == "" {
-		errs = append(errs, errors.New("a listen address is required (--listen)"))
-	}
-	if err := o.TLS.Validate(); err != nil {
-		errs = append(errs, err)
-	}
+	errs := grpcutil.ValidateListenAndTLS(o.Listen, o.TLS)
 	if o.HistorySize < 0 {
 		errs = append(errs, fmt.Errorf("history size must not be negative (0 means %d), got %d (--history-size)", DefaultHistorySize, o.HistorySize))
 	}
