@@ -41,7 +41,8 @@ type Options struct {
 	// (--insecure-plaintext, local experiments only).
 	TLS grpcutil.TLSFiles
 	// Auth says how callers are authenticated and authorized (auth.go);
-	// its zero value authorizes through the in-cluster API server.
+	// its zero value authorizes through the API server that client-go's
+	// loading rules find.
 	Auth AuthOptions
 	// HTTP holds the HTTP server's limits and serving certificate
 	// (limits.go); zero values mean the defaults.

@@ -60,8 +60,8 @@ type Options struct {
 	// (and how far a slow subscriber may lag before it gets a full list
 	// again); 0 means DefaultHistorySize.
 	HistorySize int
-	// DebugAddress serves /metrics and /debug/pprof over HTTP; empty
-	// disables.
+	// DebugAddress serves /metrics, /healthz and /debug/pprof over HTTP;
+	// empty disables.
 	DebugAddress string
 	// Logger receives the watcher's logs; default slog.Default().
 	Logger *slog.Logger
