@@ -22,13 +22,14 @@ import (
 // client certificate (checked against ClientCAFile), or is anonymous only
 // when AllowAnonymous says so; and every request is authorized by a
 // SubjectAccessReview against the cluster's RBAC. Both reviews need a
-// Kubernetes client, so the zero AuthOptions uses the in-cluster
-// configuration and fails outside a cluster.
+// Kubernetes client, so the zero AuthOptions uses client-go's loading
+// rules and fails where they find no configuration.
 type AuthOptions struct {
 	// Kubeconfig is the kubeconfig of the client that creates the
 	// TokenReviews and SubjectAccessReviews (--kubeconfig); empty means
-	// the in-cluster configuration. It needs only the rights of the
-	// volplane-gateway ClusterRole (deploy/kubernetes/roles.yaml).
+	// client-go's loading rules (kube.ClientOptions.Kubeconfig). It needs
+	// only the rights of the volplane-gateway ClusterRole
+	// (deploy/kubernetes/rbac.yaml).
 	Kubeconfig string
 	// RESTConfig, when set, is used instead of Kubeconfig (tests).
 	RESTConfig *rest.Config

@@ -41,7 +41,8 @@ type Options struct {
 	// (--insecure-plaintext, local experiments only).
 	TLS grpcutil.TLSFiles
 	// Auth says how callers are authenticated and authorized (auth.go);
-	// its zero value authorizes through the in-cluster API server.
+	// its zero value authorizes through the API server that client-go's
+	// loading rules find.
 	Auth AuthOptions
 	// HTTP holds the HTTP server's limits and serving certificate
 	// (limits.go); zero values mean the defaults.
@@ -51,15 +52,9 @@ type Options struct {
 }
 
 func (o *Options) validate() error {
-	var errs []error
-	if o.Listen == "" {
-		errs = append(errs, errors.New("a listen address is required (--listen)"))
-	}
+	errs := grpcutil.ValidateListenAndTLS(o.Listen, o.TLS)
 	if o.BinderAddress == "" {
 		errs = append(errs, errors.New("the binder's address is required (--binder-address)"))
-	}
-	if err := o.TLS.Validate(); err != nil {
-		errs = append(errs, err)
 	}
 	if err := o.HTTP.defaults(); err != nil {
 		errs = append(errs, err)

@@ -20,7 +20,7 @@ func main() {
 	var o devcsi.Options
 	dir := filepath.Join(os.TempDir(), "volplane-csi")
 	flag.StringVar(&o.Endpoint, "endpoint", "unix://"+filepath.Join(dir, "csi.sock"), "CSI gRPC listen address (unix:///path/csi.sock or host:port)")
-	flag.StringVar(&o.RootDir, "root-dir", filepath.Join(dir, "root"), "directory holding the volumes, snapshots and state.json (kept across restarts)")
+	flag.StringVar(&o.RootDir, "root-dir", filepath.Join(dir, "root"), "directory holding the volumes, the snapshots and their state (kept across restarts)")
 	flag.StringVar(&o.NodeID, "node-id", "", "this node's ID, also its topology value; defaults to the hostname")
 	flag.StringVar(&o.Name, "driver-name", devcsi.DefaultName, "the CSI driver name")
 	flag.Int64Var(&o.MaxVolumesPerNode, "max-volumes-per-node", 0, "reported by NodeGetInfo; 0 means no limit")

@@ -63,9 +63,9 @@ type Options struct {
 	Name string
 	// NodeID is this node's ID; default the hostname, else DefaultNodeID.
 	NodeID string
-	// RootDir holds the state file (state.json) and the volumes'
-	// (volumes/<id>/) and snapshots' (snapshots/<id>/) directories; it is
-	// created if missing. Required.
+	// RootDir holds the state (one JSON file per object under state/) and
+	// the volumes' (volumes/<id>/) and snapshots' (snapshots/<id>/)
+	// directories; it is created if missing. Required.
 	RootDir string
 	// Endpoint is where Run listens: unix:///path/csi.sock or host:port.
 	// Only Run uses it; Driver.Run takes a listener.

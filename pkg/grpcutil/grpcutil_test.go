@@ -97,6 +97,33 @@ func TestTLSFilesRequiredOrPlaintextExplicit(t *testing.T) {
 	}
 }
 
+func TestValidateListenAndTLS(t *testing.T) {
+	files := grpcutil.TLSFiles{CAFile: "ca", CertFile: "c", KeyFile: "k"}
+	for _, tc := range []struct {
+		name   string
+		listen string
+		files  grpcutil.TLSFiles
+		want   []string // flags the errors name, in order; none: valid
+	}{
+		{"both set", "127.0.0.1:0", files, nil},
+		{"plaintext", "unix:///tmp/s", grpcutil.TLSFiles{InsecurePlaintext: true}, nil},
+		{"no listen", "", files, []string{"--listen"}},
+		{"neither", "", grpcutil.TLSFiles{}, []string{"--listen", "--tls-ca-file"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			errs := grpcutil.ValidateListenAndTLS(tc.listen, tc.files)
+			if len(errs) != len(tc.want) {
+				t.Fatalf("errors %v, want %d naming %v", errs, len(tc.want), tc.want)
+			}
+			for i, flag := range tc.want {
+				if !strings.Contains(errs[i].Error(), flag) {
+					t.Errorf("error %d %q does not name %s", i, errs[i], flag)
+				}
+			}
+		})
+	}
+}
+
 type syncBuffer struct {
 	mu sync.Mutex
 	bytes.Buffer

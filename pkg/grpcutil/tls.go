@@ -66,6 +66,21 @@ func (f TLSFiles) Validate() error {
 	return nil
 }
 
+// ValidateListenAndTLS checks the two settings every volplane process that
+// listens and talks to the services shares: a listen address (--listen)
+// and its mutual TLS (f.Validate). Each error names the flags to set; the
+// caller adds its own checks and joins them.
+func ValidateListenAndTLS(listen string, f TLSFiles) []error {
+	var errs []error
+	if listen == "" {
+		errs = append(errs, errors.New("a listen address is required (--listen)"))
+	}
+	if err := f.Validate(); err != nil {
+		errs = append(errs, err)
+	}
+	return errs
+}
+
 // ServerCredentials returns gRPC transport credentials that serve f's
 // certificate and require a client certificate signed by f's CA, both
 // reloaded when the files change. It reads the files once now and fails if

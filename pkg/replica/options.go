@@ -1,7 +1,6 @@
 package replica
 
 import (
-	"errors"
 	"flag"
 	"fmt"
 	"log/slog"
@@ -18,8 +17,8 @@ import (
 // embeds them, registers their flags with AddFlags, checks them with
 // Validate and starts from Config.
 type Options struct {
-	// Kubeconfig is the kubeconfig path; empty means the KUBECONFIG
-	// variable's files, then in-cluster config.
+	// Kubeconfig is the kubeconfig path (--kubeconfig); empty means
+	// client-go's loading rules (kube.ClientOptions.Kubeconfig).
 	Kubeconfig string
 	// RESTConfig, when set, is used instead of Kubeconfig (tests).
 	RESTConfig *rest.Config
@@ -49,8 +48,8 @@ type Options struct {
 	// MemberID names this replica in etcd; default hostname plus a random
 	// suffix.
 	MemberID string
-	// DebugAddress serves /metrics and /debug/pprof over HTTP; empty
-	// disables.
+	// DebugAddress serves /metrics, /healthz and /debug/pprof over HTTP;
+	// empty disables.
 	DebugAddress string
 	// Logger receives the replica's logs; default slog.Default().
 	Logger *slog.Logger
@@ -68,7 +67,7 @@ func (o *Options) AddFlags(listen, etcdUse string) {
 	flag.StringVar(&o.Listen, "listen", listen, "gRPC listen address (host:port or unix:///path)")
 	flag.StringVar(&o.AdvertiseAddress, "advertise-address", "", "address peers reach this replica at; defaults to --listen")
 	flag.StringVar(&o.MemberID, "member-id", "", "this replica's member id in etcd; defaults to hostname plus a random suffix")
-	flag.StringVar(&o.DebugAddress, "debug-address", "", "HTTP address serving /metrics (Prometheus) and /debug/pprof; empty disables")
+	flag.StringVar(&o.DebugAddress, "debug-address", "", "HTTP address serving /metrics (Prometheus), /healthz and /debug/pprof; empty disables")
 }
 
 // Validate checks the shared options, each error naming its flag, and
@@ -76,15 +75,9 @@ func (o *Options) AddFlags(listen, etcdUse string) {
 // (slog's default), the advertised address (the listen address) and the
 // member ID (hostname and a random suffix); etcdUse is as for AddFlags.
 func (o *Options) Validate(etcdUse string) []error {
-	var errs []error
-	if o.Listen == "" {
-		errs = append(errs, errors.New("a listen address is required (--listen)"))
-	}
+	errs := grpcutil.ValidateListenAndTLS(o.Listen, o.TLS)
 	if len(o.EtcdEndpoints) == 0 {
 		errs = append(errs, fmt.Errorf("etcd endpoints are required for membership and %s (--etcd-endpoints)", etcdUse))
-	}
-	if err := o.TLS.Validate(); err != nil {
-		errs = append(errs, err)
 	}
 	if o.Logger == nil {
 		o.Logger = slog.Default()

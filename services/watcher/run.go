@@ -34,7 +34,8 @@ const DefaultHistorySize = 100_000
 
 // Options configures the watcher.
 type Options struct {
-	// Kubeconfig is the kubeconfig path; empty means in-cluster config.
+	// Kubeconfig is the kubeconfig path (--kubeconfig); empty means
+	// client-go's loading rules (kube.ClientOptions.Kubeconfig).
 	Kubeconfig string
 	// RESTConfig, when set, is used instead of Kubeconfig (tests).
 	RESTConfig *rest.Config
@@ -59,21 +60,15 @@ type Options struct {
 	// (and how far a slow subscriber may lag before it gets a full list
 	// again); 0 means DefaultHistorySize.
 	HistorySize int
-	// DebugAddress serves /metrics and /debug/pprof over HTTP; empty
-	// disables.
+	// DebugAddress serves /metrics, /healthz and /debug/pprof over HTTP;
+	// empty disables.
 	DebugAddress string
 	// Logger receives the watcher's logs; default slog.Default().
 	Logger *slog.Logger
 }
 
 func (o *Options) validate() error {
-	var errs []error
-	if o.Listen == "" {
-		errs = append(errs, errors.New("a listen address is required (--listen)"))
-	}
-	if err := o.TLS.Validate(); err != nil {
-		errs = append(errs, err)
-	}
+	errs := grpcutil.ValidateListenAndTLS(o.Listen, o.TLS)
 	if o.HistorySize < 0 {
 		errs = append(errs, fmt.Errorf("history size must not be negative (0 means %d), got %d (--history-size)", DefaultHistorySize, o.HistorySize))
 	}
