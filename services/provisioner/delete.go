@@ -2,6 +2,7 @@ package provisioner
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	csi "github.com/container-storage-interface/spec/lib/go/csi"
@@ -19,7 +20,9 @@ import (
 // reclaimer) journals it, one record per deletion (pkg/reclaimjournal),
 // and asks again, of whichever replica, until an answer is final.
 // DeleteVolume is idempotent, so an attempt cut short by a crash is simply
-// made again; two at once in this replica are one.
+// made again; two at once in this replica are one. A replica without an
+// etcd session deletes nothing (DESIGN: without etcd, nothing destructive
+// happens).
 func (p *provisioner) deleteVolume(ctx context.Context, pv *corev1.PersistentVolume) (result, error) {
 	if pv.Spec.CSI == nil {
 		return result{}, fmt.Errorf("volume %q is not a CSI volume, so it is %w", pv.Name, errNotServed)
@@ -38,8 +41,14 @@ func (p *provisioner) deleteVolume(ctx context.Context, pv *corev1.PersistentVol
 	return p.runDelete(ctx, d, pv.Name, pv.Spec.CSI.VolumeHandle, p.deletionSecret(ctx, pv)), nil
 }
 
+// errNoSession: this replica has no etcd session, so it deletes nothing.
+var errNoSession = errors.New("this provisioner replica has no etcd session: it deletes nothing until it has one; another replica may")
+
 // runDelete calls DeleteVolume with the deletion secret, if any.
 func (p *provisioner) runDelete(ctx context.Context, d *driver, name, handle string, secret *secretRef) result {
+	if p.session != nil && !p.session() {
+		return result{outcome: provisionerv1.Outcome_OUTCOME_IN_BACKGROUND, message: errNoSession.Error()}
+	}
 	secrets, err := p.secrets(ctx, secret)
 	if err != nil {
 		// As external-provisioner: the secret may be gone with its

@@ -321,6 +321,40 @@ func TestDeleteVolumeGuards(t *testing.T) {
 	}
 }
 
+// A replica without an etcd session deletes nothing, by either path (the
+// volume as the API server has it, or the journaled copy of one that is
+// gone): the caller is told to try again, and the data stays.
+func TestDeleteVolumeNeedsAnEtcdSession(t *testing.T) {
+	ref := &corev1.ObjectReference{Namespace: "ns", Name: "data", UID: "claim-uid"}
+	for _, gone := range []bool{false, true} {
+		g := newGuarded(t)
+		handle := g.volume(t, "backing")
+		if gone {
+			b, err := reclaimjournal.Encode(deletingRecord(t, "v", devcsi.DefaultName, handle))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := g.journal.Put(t.Context(), reclaimjournal.Kind, "v", "", b); err != nil {
+				t.Fatal(err)
+			}
+		} else if _, err := g.api.CoreV1().PersistentVolumes().Create(t.Context(),
+			provisionedPV("v", handle, corev1.VolumeReleased, corev1.PersistentVolumeReclaimDelete, ref), metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		live := false
+		g.s.p.session = func() bool { return live }
+		resp, err := g.s.DeleteVolume(t.Context(), &provisionerv1.DeleteVolumeRequest{VolumeName: "v"})
+		if err != nil || resp.Outcome != provisionerv1.Outcome_OUTCOME_IN_BACKGROUND || !strings.Contains(resp.Message, "no etcd session") || !g.intact(handle) {
+			t.Fatalf("gone %v, without a session: %v %v (data intact: %v)", gone, resp, err, g.intact(handle))
+		}
+		live = true
+		if resp, err := g.s.DeleteVolume(t.Context(), &provisionerv1.DeleteVolumeRequest{VolumeName: "v"}); err != nil ||
+			resp.Outcome != provisionerv1.Outcome_OUTCOME_FINISHED || g.intact(handle) {
+			t.Fatalf("gone %v, with the session back: %v %v", gone, resp, err)
+		}
+	}
+}
+
 // A forged claim or class in Provision changes nothing the driver gets,
 // and reads no secret the real class does not name. A claim and class
 // whose UID and resourceVersion the cache holds are taken from the cache,

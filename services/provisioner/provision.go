@@ -29,10 +29,13 @@ import (
 
 // provisioner does the work behind the gRPC API.
 type provisioner struct {
-	log           *slog.Logger
-	member        string
-	client        kubernetes.Interface
-	journal       journal
+	log     *slog.Logger
+	member  string
+	client  kubernetes.Interface
+	journal journal
+	// session says whether this replica has a live etcd session; nil
+	// means it always has (tests).
+	session       func() bool
 	drivers       *registry
 	nodes         nodes
 	sources       sources

@@ -177,7 +177,7 @@ func Run(ctx context.Context, o Options) error {
 		reg.add(d)
 	}
 	p := &provisioner{
-		log: log, member: o.MemberID, client: client, journal: co, drivers: reg,
+		log: log, member: o.MemberID, client: client, journal: co, session: co.Ready, drivers: reg,
 		nodes:   listers{nodeLister, csiNodeLister},
 		sources: sources{client: client, dynamic: dyn},
 		events:  recorders(r.Events),
