@@ -259,6 +259,39 @@ func (c *controller) enqueueAll() {
 	}
 }
 
+// resyncSlice is how many objects a periodic resync queues at a time.
+const resyncSlice = 500
+
+// resyncPaced queues every object, as enqueueAll, but a slice at a time:
+// the next slice waits until the queues hold fewer than resyncSlice keys,
+// so what arrives meanwhile (a burst's new claims, the events of their
+// binds) waits behind one slice, not behind every object of a large
+// cluster. Every object is still synced once per pass (kube-controller-
+// manager queues them all at once; the outcome is the same). A pass that
+// outlasts the period delays the next one (the ticker drops ticks).
+func (c *controller) resyncPaced(ctx context.Context) {
+	claims, volumes := c.store.snapshot()
+	for len(claims) > 0 || len(volumes) > 0 {
+		for c.claimQueue.Len()+c.volumeQueue.Len() >= resyncSlice {
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(5 * time.Millisecond):
+			}
+		}
+		n := min(len(claims), resyncSlice/2)
+		for _, k := range claims[:n] {
+			c.claimQueue.add(k)
+		}
+		claims = claims[n:]
+		n = min(len(volumes), resyncSlice-n)
+		for _, k := range volumes[:n] {
+			c.volumeQueue.add(k)
+		}
+		volumes = volumes[n:]
+	}
+}
+
 // run starts workers claim workers and as many volume workers, once the
 // cache is synced, and blocks until ctx ends.
 func (c *controller) run(ctx context.Context, workers int, resync time.Duration) error {
@@ -287,7 +320,7 @@ func (c *controller) run(ctx context.Context, workers int, resync time.Duration)
 		for {
 			select {
 			case <-t.C:
-				c.enqueueAll()
+				c.resyncPaced(ctx)
 				continue
 			case <-ctx.Done():
 			}

@@ -1,0 +1,78 @@
+package binder
+
+import (
+	"fmt"
+	"io"
+	"log/slog"
+	"testing"
+	"time"
+
+	"k8s.io/client-go/kubernetes/fake"
+	"k8s.io/client-go/tools/record"
+)
+
+// A periodic resync queues every claim and volume once, a slice at a
+// time: the queues never hold two slices, and a claim that
+// arrives during the pass is synced before the rest of the pass.
+func TestResyncIsPaced(t *testing.T) {
+	c := newController(slog.New(slog.NewTextHandler(io.Discard, nil)), fake.NewClientset(), record.NewFakeRecorder(100))
+	const n = 1200
+	for i := range n {
+		c.store.putClaim(testClaim(fmt.Sprintf("c%04d", i)))
+		c.store.putVolume(testVolume(fmt.Sprintf("v%04d", i)))
+	}
+	done := make(chan struct{})
+	go func() { defer close(done); c.resyncPaced(t.Context()) }()
+
+	queued := func() int { return c.claimQueue.Len() + c.volumeQueue.Len() }
+	deadline := time.Now().Add(10 * time.Second)
+	for queued() < resyncSlice && time.Now().Before(deadline) {
+		time.Sleep(time.Millisecond)
+	}
+	time.Sleep(20 * time.Millisecond) // a resync that did not pace would queue more now
+	if got := queued(); got != resyncSlice {
+		t.Fatalf("%d keys queued at first, want one slice of %d", got, resyncSlice)
+	}
+	c.claimQueue.add("ns/arrived")
+
+	seen := map[string]int{}
+	arrivedAt, order := -1, 0
+	take := func(q *queue) bool {
+		if q.Len() == 0 {
+			return false
+		}
+		k, _ := q.get()
+		q.Done(k)
+		seen[k]++
+		if k == "ns/arrived" {
+			arrivedAt = order
+		}
+		order++
+		return true
+	}
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); {
+		if !take(c.claimQueue) && !take(c.volumeQueue) {
+			select {
+			case <-done:
+				if queued() == 0 {
+					deadline = time.Time{}
+				}
+			case <-time.After(time.Millisecond):
+			}
+		}
+		if queued() >= 2*resyncSlice+1 {
+			t.Fatalf("%d keys queued: a slice is added only while fewer than a slice wait", queued())
+		}
+	}
+	if len(seen) != 2*n+1 {
+		t.Fatalf("%d distinct keys synced, want %d", len(seen), 2*n+1)
+	}
+	for k, times := range seen {
+		if times != 1 {
+			t.Fatalf("%s synced %d times", k, times)
+		}
+	}
+	if arrivedAt < 0 || arrivedAt > 2*resyncSlice {
+		t.Errorf("the claim that arrived during the pass was synced %dth of %d, want within the first two slices", arrivedAt+1, 2*n+1)
+	}
+}
