@@ -158,25 +158,28 @@ func (c *controller) bindClaimToVolume(ctx context.Context, claim *corev1.Persis
 // updateClaimStatus sets the claim's phase and, from the volume, its access
 // modes and (only when it becomes Bound) capacity; nil volume clears them.
 func (c *controller) updateClaimStatus(ctx context.Context, claim *corev1.PersistentVolumeClaim, phase corev1.PersistentVolumeClaimPhase, volume *corev1.PersistentVolume) (*corev1.PersistentVolumeClaim, error) {
-	clone := claim.DeepCopy()
-	dirty := false
+	// The claim is copied only when something changes: a resync of a
+	// bound claim, the common case, allocates nothing here.
+	var clone *corev1.PersistentVolumeClaim
+	mut := func() *corev1.PersistentVolumeClaim {
+		if clone == nil {
+			clone = claim.DeepCopy()
+		}
+		return clone
+	}
 	if claim.Status.Phase != phase {
-		clone.Status.Phase = phase
-		dirty = true
+		mut().Status.Phase = phase
 	}
 	if volume == nil {
 		if claim.Status.AccessModes != nil {
-			clone.Status.AccessModes = nil
-			dirty = true
+			mut().Status.AccessModes = nil
 		}
 		if claim.Status.Capacity != nil {
-			clone.Status.Capacity = nil
-			dirty = true
+			mut().Status.Capacity = nil
 		}
 	} else {
 		if !reflect.DeepEqual(claim.Status.AccessModes, volume.Spec.AccessModes) {
-			clone.Status.AccessModes = volume.Spec.AccessModes
-			dirty = true
+			mut().Status.AccessModes = volume.Spec.AccessModes
 		}
 		if claim.Status.Phase != phase {
 			volCap, ok := volume.Spec.Capacity[corev1.ResourceStorage]
@@ -189,15 +192,13 @@ func (c *controller) updateClaimStatus(ctx context.Context, claim *corev1.Persis
 				if err != nil {
 					return nil, fmt.Errorf("volume %s: annotation %s: %w", volume.Name, kube.AnnPreResizeCapacity, err)
 				}
-				clone.Status.Capacity = corev1.ResourceList{corev1.ResourceStorage: q}
-				dirty = true
+				mut().Status.Capacity = corev1.ResourceList{corev1.ResourceStorage: q}
 			} else if !hasCap || volCap.Cmp(claimCap) != 0 {
-				clone.Status.Capacity = volume.Spec.Capacity
-				dirty = true
+				mut().Status.Capacity = volume.Spec.Capacity
 			}
 		}
 	}
-	if !dirty {
+	if clone == nil {
 		return claim, nil
 	}
 	if err := c.fence(ctx); err != nil {

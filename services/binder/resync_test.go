@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/volplane/volplane/pkg/kube"
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/client-go/tools/record"
 )
@@ -74,5 +76,34 @@ func TestResyncIsPaced(t *testing.T) {
 	}
 	if arrivedAt < 0 || arrivedAt > 2*resyncSlice {
 		t.Errorf("the claim that arrived during the pass was synced %dth of %d, want within the first two slices", arrivedAt+1, 2*n+1)
+	}
+}
+
+// BenchmarkResyncBoundPair is the binder's work per bound claim and volume
+// in a periodic resync (go test -bench ResyncBoundPair ./services/binder/):
+// at 100,000 volumes a pass makes 190,000 such syncs every 15s.
+func BenchmarkResyncBoundPair(b *testing.B) {
+	c := newController(slog.New(slog.NewTextHandler(io.Discard, nil)), fake.NewClientset(), record.NewFakeRecorder(100))
+	const n = 1000
+	for i := range n {
+		cl, v := testClaim(fmt.Sprintf("c%04d", i)), testVolume(fmt.Sprintf("v%04d", i))
+		cl.Spec.VolumeName = v.Name
+		cl.Annotations = map[string]string{kube.AnnBindCompleted: "yes", kube.AnnBoundByController: "yes"}
+		cl.Status = corev1.PersistentVolumeClaimStatus{Phase: corev1.ClaimBound, AccessModes: v.Spec.AccessModes, Capacity: v.Spec.Capacity}
+		v.Spec.ClaimRef = &corev1.ObjectReference{Kind: "PersistentVolumeClaim", APIVersion: "v1", Namespace: "ns", Name: cl.Name, UID: cl.UID}
+		v.Annotations = map[string]string{kube.AnnBoundByController: "yes"}
+		v.Status.Phase = corev1.VolumeBound
+		c.store.putClaim(cl)
+		c.store.putVolume(v)
+	}
+	b.ReportAllocs()
+	for i := 0; b.Loop(); i++ {
+		k := fmt.Sprintf("%04d", i%n)
+		if err := c.syncClaimKey(b.Context(), "ns/c"+k); err != nil {
+			b.Fatal(err)
+		}
+		if err := c.syncVolumeKey(b.Context(), "v"+k); err != nil {
+			b.Fatal(err)
+		}
 	}
 }
