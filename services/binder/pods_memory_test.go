@@ -10,16 +10,9 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/client-go/tools/record"
 
+	"github.com/volplane/volplane/internal/memstat"
 	watcherv1 "github.com/volplane/volplane/proto/volplane/watcher/v1"
 )
-
-func heapInUse() uint64 {
-	runtime.GC()
-	runtime.GC()
-	var m runtime.MemStats
-	runtime.ReadMemStats(&m)
-	return m.HeapAlloc
-}
 
 // BenchmarkPodIndexMemory100k measures what 100,000 pods that use claims
 // cost the binder once listed (the pod index), with every pod scheduled
@@ -38,7 +31,7 @@ func BenchmarkPodIndexMemory100k(b *testing.B) {
 		b.Run(name, func(b *testing.B) {
 			for b.Loop() {
 				c := newController(slog.New(slog.NewTextHandler(io.Discard, nil)), fake.NewClientset(), record.NewFakeRecorder(1))
-				before := heapInUse()
+				before := memstat.HeapInUse()
 				for i := range n {
 					// Each event is garbage once applied, as from the
 					// stream: the heap keeps what the index holds.
@@ -53,7 +46,7 @@ func BenchmarkPodIndexMemory100k(b *testing.B) {
 						b.Fatal(err)
 					}
 				}
-				after := heapInUse()
+				after := memstat.HeapInUse()
 				if got := len(c.pods.keys()); got != n {
 					b.Fatalf("%d pods indexed", got)
 				}

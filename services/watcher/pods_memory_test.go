@@ -6,6 +6,7 @@ import (
 	"runtime"
 	"testing"
 
+	"github.com/volplane/volplane/internal/memstat"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -53,14 +54,6 @@ func fullPod(i int, scheduled bool) *corev1.Pod {
 	return p
 }
 
-func heapInUse() uint64 {
-	runtime.GC()
-	runtime.GC()
-	var m runtime.MemStats
-	runtime.ReadMemStats(&m)
-	return m.HeapAlloc
-}
-
 // BenchmarkPodMemory100k measures what 100,000 pods that use claims cost
 // the watcher once listed: the pod informer's cache of views (an indexer
 // without indexes, as the informer keeps it) and the hub's state and
@@ -71,7 +64,7 @@ func heapInUse() uint64 {
 func BenchmarkPodMemory100k(b *testing.B) {
 	const n = 100_000
 	for b.Loop() {
-		before := heapInUse()
+		before := memstat.HeapInUse()
 		store := cache.NewIndexer(cache.DeletionHandlingMetaNamespaceKeyFunc, cache.Indexers{})
 		h := newHub(DefaultHistorySize)
 		add := handler(h, kindPod, slog.New(slog.DiscardHandler)).OnAdd
@@ -85,7 +78,7 @@ func BenchmarkPodMemory100k(b *testing.B) {
 			}
 			add(v, true)
 		}
-		after := heapInUse()
+		after := memstat.HeapInUse()
 		if _, _, _, pods := h.counts(); pods != n || len(store.ListKeys()) != n {
 			b.Fatalf("%d pods in the hub, %d in the store", pods, len(store.ListKeys()))
 		}
