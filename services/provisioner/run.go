@@ -136,8 +136,9 @@ func Run(ctx context.Context, o Options) error {
 		return fmt.Errorf("provisioner options: %w", err)
 	}
 	// The etcd session is kept through outages: while there is none the
-	// journal refuses every fenced write (no CreateVolume or DeleteVolume
-	// starts) and the replica is NOT_SERVING; Run goes on.
+	// journal refuses every fenced write (no CreateVolume starts), no
+	// DeleteVolume is made (runDelete asks the session), and the replica
+	// is NOT_SERVING; Run goes on.
 	r, err := replica.Start(ctx, o.Config(Service))
 	if err != nil {
 		return err
