@@ -56,10 +56,13 @@ func Decode(rec coord.Record) (*reclaimerv1.Reclaim, error) {
 // is deleting, as it was when the deletion began, and nil when no deletion
 // is in flight: the reclaim is not a Delete through a provisioner, has not
 // called it yet, is done with it, or has failed finally (a FAILED reclaim
-// asks again only through its PersistentVolume, as Kubernetes does).
+// asks again only through its PersistentVolume, as Kubernetes does). A
+// deletion that began and was then refused by the guard (PENDING: a claim
+// points at the volume again) is still in flight: its driver may have
+// acted.
 func Deleting(r *reclaimerv1.Reclaim) (*corev1.PersistentVolume, error) {
 	if r.GetMethod() != reclaimerv1.Method_METHOD_PROVISIONER || r.GetDataRemoved() ||
-		r.GetState() != reclaimerv1.State_STATE_RUNNING || len(r.GetDeletingVolume()) == 0 {
+		r.GetState() == reclaimerv1.State_STATE_FAILED || len(r.GetDeletingVolume()) == 0 {
 		return nil, nil
 	}
 	v, err := kube.DecodeVolume(r.GetDeletingVolume())

@@ -40,15 +40,16 @@ func TestDeleting(t *testing.T) {
 		copy   *corev1.PersistentVolume
 		want   string // "" none; "h1" the handle; else an error containing it
 	}{
-		"in flight":        {want: "h1"},
-		"not asked yet":    {change: func(r *reclaimerv1.Reclaim) { r.DeletingVolume = nil }},
-		"data removed":     {change: func(r *reclaimerv1.Reclaim) { r.DataRemoved = true }},
-		"failed finally":   {change: func(r *reclaimerv1.Reclaim) { r.State = reclaimerv1.State_STATE_FAILED }},
-		"a recycle":        {change: func(r *reclaimerv1.Reclaim) { r.Method = reclaimerv1.Method_METHOD_RECYCLER_POD }},
-		"another volume":   {copy: csiVolume("v2", "u1"), want: "holds volume v2"},
-		"another uid":      {copy: csiVolume("v1", "u9"), want: "(uid u9)"},
-		"not a CSI volume": {copy: &corev1.PersistentVolume{ObjectMeta: metav1.ObjectMeta{Name: "v1", UID: "u1"}}, want: "not a CSI volume"},
-		"garbled copy":     {change: func(r *reclaimerv1.Reclaim) { r.DeletingVolume = []byte("garbage") }, want: "the volume being deleted"},
+		"in flight":         {want: "h1"},
+		"not asked yet":     {change: func(r *reclaimerv1.Reclaim) { r.DeletingVolume = nil }},
+		"data removed":      {change: func(r *reclaimerv1.Reclaim) { r.DataRemoved = true }},
+		"failed finally":    {change: func(r *reclaimerv1.Reclaim) { r.State = reclaimerv1.State_STATE_FAILED }},
+		"refused meanwhile": {change: func(r *reclaimerv1.Reclaim) { r.State = reclaimerv1.State_STATE_PENDING }, want: "h1"},
+		"a recycle":         {change: func(r *reclaimerv1.Reclaim) { r.Method = reclaimerv1.Method_METHOD_RECYCLER_POD }},
+		"another volume":    {copy: csiVolume("v2", "u1"), want: "holds volume v2"},
+		"another uid":       {copy: csiVolume("v1", "u9"), want: "(uid u9)"},
+		"not a CSI volume":  {copy: &corev1.PersistentVolume{ObjectMeta: metav1.ObjectMeta{Name: "v1", UID: "u1"}}, want: "not a CSI volume"},
+		"garbled copy":      {change: func(r *reclaimerv1.Reclaim) { r.DeletingVolume = []byte("garbage") }, want: "the volume being deleted"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			pv := tc.copy

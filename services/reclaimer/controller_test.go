@@ -174,11 +174,16 @@ func TestDeleteFinishedWhenTheVolumeVanishes(t *testing.T) {
 	for _, tc := range []struct {
 		name  string
 		first *provisionerv1.DeleteVolumeResponse // nil: no attempt before the volume goes
-		state reclaimerv1.State
-		calls int
+		// refused: then a claim asks for the volume, and the guard
+		// refuses the next attempt (the driver may have acted already).
+		refused bool
+		state   reclaimerv1.State
+		calls   int
 	}{
 		{name: "in flight", first: &provisionerv1.DeleteVolumeResponse{Outcome: provisionerv1.Outcome_OUTCOME_IN_BACKGROUND, Message: "driver timed out"},
 			state: reclaimerv1.State_STATE_SUCCEEDED, calls: 2},
+		{name: "in flight, then refused", first: &provisionerv1.DeleteVolumeResponse{Outcome: provisionerv1.Outcome_OUTCOME_IN_BACKGROUND, Message: "driver timed out"},
+			refused: true, state: reclaimerv1.State_STATE_SUCCEEDED, calls: 2},
 		{name: "failed finally", first: &provisionerv1.DeleteVolumeResponse{Outcome: provisionerv1.Outcome_OUTCOME_NO_CHANGE, Message: "disk busy"},
 			state: reclaimerv1.State_STATE_CANCELLED, calls: 1},
 		{name: "never began", state: reclaimerv1.State_STATE_CANCELLED},
@@ -205,6 +210,12 @@ func TestDeleteFinishedWhenTheVolumeVanishes(t *testing.T) {
 				}
 				if api, err := a.lookup(t.Context(), "pvc-3"); err != nil || len(answer(api).GetDeletingVolume()) != 0 {
 					t.Errorf("the API shows the journal's copy of the volume: %v", err)
+				}
+			}
+			if tc.refused {
+				kc.addPVC(claim("other", "mine", "m", "pvc-3"))
+				if rec := a.step(t, "pvc-3"); rec.State != reclaimerv1.State_STATE_PENDING || p.calls() != 1 {
+					t.Fatalf("with a claim asking for the volume: %v, DeleteVolume calls %d", rec, p.calls())
 				}
 			}
 			j.expire("a") // a stops

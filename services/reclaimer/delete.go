@@ -53,6 +53,7 @@ func (c *controller) deleteBacking(ctx context.Context, r *reclaimerv1.Reclaim, 
 		if msg, err := c.askDelete(ctx, r, b); err != nil {
 			return c.transient(ctx, r, err)
 		} else if msg != "" {
+			r.DeletingVolume = nil // a final answer: nothing is in flight
 			return c.fail(ctx, r, live, kube.EventVolumeFailedDelete, msg)
 		}
 		faultpoint.Hit(faultpoint.ReclaimerAfterDeleteVolume)
