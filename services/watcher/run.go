@@ -113,9 +113,8 @@ func serve(ctx context.Context, o Options, client kubernetes.Interface, lis net.
 	h := newHub(o.HistorySize)
 	api := newAPIHealth(client)
 	factory := informers.NewSharedInformerFactoryWithOptions(client, o.ResyncPeriod,
-		// Managed fields are most of an object's bytes and no subscriber
-		// reads them.
-		informers.WithTransform(stripManagedFields))
+		// Each object kept as its protobuf (encoded.go).
+		informers.WithTransform(transform))
 	pvs := factory.Core().V1().PersistentVolumes().Informer()
 	pvcs := factory.Core().V1().PersistentVolumeClaims().Informer()
 	classes := factory.Storage().V1().StorageClasses().Informer()
@@ -251,16 +250,6 @@ func handler(h *hub, kind watcherv1.Kind, log *slog.Logger) cache.ResourceEventH
 			record(watcherv1.EventType_EVENT_TYPE_DELETED, obj)
 		},
 	}
-}
-
-// stripManagedFields drops metadata.managedFields before an object is
-// cached: they are most of its bytes and no subscriber reads them. Writers
-// that send an object without managedFields leave the server's unchanged.
-func stripManagedFields(obj any) (any, error) {
-	if m, err := meta.Accessor(obj); err == nil && m.GetManagedFields() != nil {
-		m.SetManagedFields(nil)
-	}
-	return obj, nil
 }
 
 func rv(obj any) string {

@@ -1,0 +1,88 @@
+package watcher
+
+import (
+	"errors"
+
+	corev1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/volplane/volplane/pkg/kube"
+)
+
+// encoded is all the informers keep of a volume, a claim or a class: its
+// key, resourceVersion and Kubernetes protobuf. The watcher never reads an
+// object's fields, it only passes them on, and every subscriber (the
+// binder always is one) wants the protobuf: so the transform (transform)
+// encodes each object once, as it arrives, and the informer's cache, the
+// hub's state and its history share those bytes. A decoded object takes
+// several times the memory (BenchmarkVolumeMemory100k).
+type encoded struct {
+	namespace, name string
+	uid             types.UID
+	resourceVersion string
+	pb              []byte // never written after the transform
+}
+
+var (
+	_ kube.Object               = (*encoded)(nil)
+	_ metav1.ObjectMetaAccessor = (*encoded)(nil)
+)
+
+// transform is the transform of the volume, claim and class informers: it
+// drops metadata.managedFields (most of an object's bytes; no subscriber
+// reads them, and writers that send an object without them leave the
+// server's unchanged) and turns the object into an encoded. It is
+// idempotent, as client-go asks. An object that cannot be encoded is kept
+// decoded, and the hub reports its error to subscribers.
+func transform(obj any) (any, error) {
+	switch o := obj.(type) {
+	case *encoded:
+		return o, nil
+	case *corev1.PersistentVolume, *corev1.PersistentVolumeClaim, *storagev1.StorageClass:
+		return encode(o.(kube.Object)), nil
+	}
+	return obj, nil // a tombstone: its object was transformed before
+}
+
+func encode(o kube.Object) kube.Object {
+	m, err := meta.Accessor(o)
+	if err != nil {
+		return o
+	}
+	m.SetManagedFields(nil)
+	b, err := kube.EncodeProto(o)
+	if err != nil {
+		return o
+	}
+	return &encoded{namespace: m.GetNamespace(), name: m.GetName(), uid: m.GetUID(), resourceVersion: m.GetResourceVersion(), pb: b}
+}
+
+// GetObjectMeta makes the key and resourceVersion readable to client-go's
+// cache (meta.Accessor); a fresh copy each time, as nothing writes through
+// it.
+func (e *encoded) GetObjectMeta() metav1.Object {
+	return &metav1.ObjectMeta{Namespace: e.namespace, Name: e.name, UID: e.uid, ResourceVersion: e.resourceVersion}
+}
+
+// GetObjectKind implements runtime.Object.
+func (e *encoded) GetObjectKind() schema.ObjectKind { return schema.EmptyObjectKind }
+
+// DeepCopyObject implements runtime.Object. The copy shares the bytes,
+// which nothing writes.
+func (e *encoded) DeepCopyObject() runtime.Object {
+	c := *e
+	return &c
+}
+
+// Marshal returns the protobuf the transform made (kube.EncodeProto).
+func (e *encoded) Marshal() ([]byte, error) { return e.pb, nil }
+
+// Unmarshal is not needed: subscribers decode the protobuf by kind.
+func (e *encoded) Unmarshal([]byte) error {
+	return errors.New("an encoded object is decoded by its kind (kube.DecodeVolume, DecodeClaim, DecodeStorageClass)")
+}
