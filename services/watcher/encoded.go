@@ -5,7 +5,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
-	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -34,32 +33,49 @@ var (
 )
 
 // transform is the transform of the volume, claim and class informers: it
-// drops metadata.managedFields (most of an object's bytes; no subscriber
-// reads them, and writers that send an object without them leave the
-// server's unchanged) and turns the object into an encoded. It is
-// idempotent, as client-go asks. An object that cannot be encoded is kept
-// decoded, and the hub reports its error to subscribers.
+// turns the object into an encoded, without metadata.managedFields (most
+// of an object's bytes; no subscriber reads them, and writers that send an
+// object without them leave the server's unchanged). It is idempotent, as
+// client-go asks, and writes nothing into the object it is given. An
+// object that cannot be encoded is kept decoded, and the hub reports its
+// error to subscribers.
 func transform(obj any) (any, error) {
 	switch o := obj.(type) {
 	case *encoded:
 		return o, nil
-	case *corev1.PersistentVolume, *corev1.PersistentVolumeClaim, *storagev1.StorageClass:
-		return encode(o.(kube.Object)), nil
+	case *corev1.PersistentVolume:
+		return encode(withoutManagedFields(o)), nil
+	case *corev1.PersistentVolumeClaim:
+		return encode(withoutManagedFields(o)), nil
+	case *storagev1.StorageClass:
+		return encode(withoutManagedFields(o)), nil
 	}
 	return obj, nil // a tombstone: its object was transformed before
 }
 
-func encode(o kube.Object) kube.Object {
-	m, err := meta.Accessor(o)
-	if err != nil {
+// withoutManagedFields returns o, or a shallow copy of it without
+// managedFields when it has them.
+func withoutManagedFields[T any, P interface {
+	*T
+	metav1.Object
+}](o P) P {
+	if o.GetManagedFields() == nil {
 		return o
 	}
-	m.SetManagedFields(nil)
+	c := *o
+	P(&c).SetManagedFields(nil)
+	return &c
+}
+
+func encode(o interface {
+	kube.Object
+	metav1.Object
+}) kube.Object {
 	b, err := kube.EncodeProto(o)
 	if err != nil {
 		return o
 	}
-	return &encoded{namespace: m.GetNamespace(), name: m.GetName(), uid: m.GetUID(), resourceVersion: m.GetResourceVersion(), pb: b}
+	return &encoded{namespace: o.GetNamespace(), name: o.GetName(), uid: o.GetUID(), resourceVersion: o.GetResourceVersion(), pb: b}
 }
 
 // GetObjectMeta makes the key and resourceVersion readable to client-go's

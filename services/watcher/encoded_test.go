@@ -9,6 +9,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/cache"
 
+	"github.com/volplane/volplane/internal/memstat"
 	"github.com/volplane/volplane/pkg/kube"
 )
 
@@ -16,7 +17,7 @@ import (
 // subscriber decodes is the object without its managedFields, and the
 // cache still finds it by key and resourceVersion.
 func TestTransformKeepsTheObjectAsProtobuf(t *testing.T) {
-	pv, pvc := listedPair(7)
+	pv, pvc := memstat.BoundPair(7)
 	class := &storagev1.StorageClass{ObjectMeta: metav1.ObjectMeta{Name: "standard", ResourceVersion: "12",
 		ManagedFields: pv.ManagedFields}, Provisioner: "csi.example.com"}
 	for _, tc := range []struct {
@@ -33,6 +34,9 @@ func TestTransformKeepsTheObjectAsProtobuf(t *testing.T) {
 		v, err := transform(tc.obj)
 		if err != nil {
 			t.Fatal(err)
+		}
+		if tc.obj.(metav1.Object).GetManagedFields() == nil {
+			t.Errorf("%T: the transform wrote into the object it was given (informers may share it)", tc.obj)
 		}
 		e, ok := v.(*encoded)
 		if !ok {
