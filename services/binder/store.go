@@ -47,6 +47,8 @@ type store struct {
 	// gone: the UIDs of volumes and claims whose deletion was seen; their
 	// events never enter the cache again (see goneUIDs).
 	gone goneUIDs
+	// shared: what the cached objects have in common, held once.
+	shared *interner
 }
 
 func newStore() *store {
@@ -62,6 +64,7 @@ func newStore() *store {
 		foreign:        map[string]time.Time{},
 		volumeTombs:    tombstones{},
 		claimTombs:     tombstones{},
+		shared:         newInterner(),
 	}
 }
 
@@ -104,6 +107,7 @@ func removeFrom[T any](m map[string]map[string]T, outer, inner string) {
 // nil when v was ignored as gone.
 func (s *store) putVolume(v *corev1.PersistentVolume) *corev1.PersistentVolume {
 	v.ManagedFields = nil // see putClaim
+	s.shared.volume(v)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.gone.has(v.UID) || !s.volumeTombs.admit(v.Name, v.UID) {
@@ -137,6 +141,7 @@ func (s *store) insertVolume(v *corev1.PersistentVolume) {
 // seen. It returns the newest version known, cached or not.
 func (s *store) refreshVolume(v *corev1.PersistentVolume) *corev1.PersistentVolume {
 	v.ManagedFields = nil
+	s.shared.volume(v)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	old := s.volumes[v.Name]
@@ -219,8 +224,10 @@ func (s *store) volume(name string) *corev1.PersistentVolume {
 func (s *store) putClaim(c *corev1.PersistentVolumeClaim) *corev1.PersistentVolumeClaim {
 	// Objects the API returns carry managedFields, often most of their
 	// bytes; the binder never reads them, and an update without them leaves
-	// the server's as they are. The caller hands over the object.
+	// the server's as they are. The caller hands over the object, and
+	// its common parts are shared from then on (interner).
 	c.ManagedFields = nil
+	s.shared.claim(c)
 	key := claimKey(c)
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -253,6 +260,7 @@ func (s *store) insertClaim(key string, c *corev1.PersistentVolumeClaim) {
 // only ever updates the cached entry of the same claim (UID).
 func (s *store) refreshClaim(c *corev1.PersistentVolumeClaim) *corev1.PersistentVolumeClaim {
 	c.ManagedFields = nil
+	s.shared.claim(c)
 	key := claimKey(c)
 	s.mu.Lock()
 	defer s.mu.Unlock()

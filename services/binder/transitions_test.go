@@ -432,6 +432,12 @@ func runTransition(t *testing.T, tc transition) {
 		}
 	}
 
+	// The transitions copy before they change an object: the parts the
+	// cached objects share are as they were interned.
+	if err := c.store.shared.check(); err != nil {
+		t.Error(err)
+	}
+
 	var writes []string
 	for _, a := range client.Actions() {
 		r := a.GetResource().Resource
