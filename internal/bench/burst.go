@@ -5,9 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"time"
 )
 
@@ -39,23 +41,28 @@ func (l load) create(ctx context.Context, create func(i int) error) (Lateness, e
 // are created.
 func boundWait(n int) time.Duration { return 2*time.Minute + time.Duration(n)*50*time.Millisecond }
 
-// startProfiles takes CPU profiles of volplane's binder and watcher while
-// a burst's claims are bound, into ProfileDir; the function it returns
-// waits for them and saves heap profiles.
+// startProfiles takes CPU profiles of volplane's binder and watcher (and
+// provisioner, when dynamic) while a burst's claims are bound, into
+// ProfileDir; the function it returns waits for them and saves heap
+// profiles.
 func (t *trial) startProfiles(ctx context.Context, l load, n int) func() error {
 	if t.o.ProfileDir == "" || t.sys != sysVolplane || l.rate > 0 {
 		return func() error { return nil }
 	}
 	seconds := max(2, n/300)
-	errc := make(chan error, 2)
-	for _, s := range []string{"binder", "watcher"} {
+	services := slices.Sorted(maps.Keys(t.debug))
+	errc := make(chan error, len(services))
+	for _, s := range services {
 		go func() {
 			errc <- fetch(ctx, fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", t.debug[s], seconds), filepath.Join(t.o.ProfileDir, s+".pprof"))
 		}()
 	}
 	return func() error {
-		err := errors.Join(<-errc, <-errc)
-		for _, s := range []string{"binder", "watcher"} {
+		var err error
+		for range services {
+			err = errors.Join(err, <-errc)
+		}
+		for _, s := range services {
 			err = errors.Join(err, fetch(ctx, "http://"+t.debug[s]+"/debug/pprof/heap", filepath.Join(t.o.ProfileDir, s+".heap")))
 		}
 		return err

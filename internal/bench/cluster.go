@@ -314,9 +314,15 @@ func (t *trial) startVolplane(ctx context.Context) error {
 		if provisionerAddr, err = devenv.FreeAddr(); err != nil {
 			return err
 		}
-		p, err := t.startProcess("provisioner", filepath.Join(t.o.BinDir, "provisioner"),
-			append([]string{"--kubeconfig", t.api.Kubeconfig, "--etcd-endpoints", etcd,
-				"--listen", provisionerAddr, "--csi-endpoint", "unix://" + t.csiSock, "--log-level", "warn"}, devenv.TLSArgs(t.certs["provisioner"])...)...)
+		args := append([]string{"--kubeconfig", t.api.Kubeconfig, "--etcd-endpoints", etcd,
+			"--listen", provisionerAddr, "--csi-endpoint", "unix://" + t.csiSock, "--log-level", "warn"}, devenv.TLSArgs(t.certs["provisioner"])...)
+		if t.o.ProfileDir != "" {
+			if t.debug["provisioner"], err = devenv.FreeAddr(); err != nil {
+				return err
+			}
+			args = append(args, "--debug-address", t.debug["provisioner"])
+		}
+		p, err := t.startProcess("provisioner", filepath.Join(t.o.BinDir, "provisioner"), args...)
 		if err != nil {
 			return err
 		}

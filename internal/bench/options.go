@@ -33,10 +33,10 @@ type Options struct {
 	// Clients is how many goroutines create objects in parallel (the
 	// burst's claims, every run's volumes, the Existing population).
 	Clients int
-	// ProfileDir, when set, receives CPU profiles of the binder and the
-	// watcher taken while the claims are bound (binder.pprof, watcher.pprof)
-	// and their heap profiles at the end (binder.heap, watcher.heap).
-	// Bursts bound by volplane only.
+	// ProfileDir, when set, receives CPU profiles of the binder, the
+	// watcher and (dynamic) the provisioner taken while the claims are
+	// bound (binder.pprof, watcher.pprof, provisioner.pprof) and their heap
+	// profiles at the end (binder.heap, …). Bursts bound by volplane only.
 	ProfileDir string
 	// KCM, when set, is a kube-controller-manager binary: its
 	// persistentvolume-binder controller (client QPS KCMQPS) binds instead
