@@ -134,23 +134,60 @@ func lookup[V any](in *interner, table map[string]V, k []byte, mk func() V) V {
 }
 
 func (in *interner) list(l corev1.ResourceList) corev1.ResourceList {
-	if len(l) != 1 {
-		return l
-	}
 	var buf [64]byte
-	k := buf[:0]
-	ok := true
-	for name, q := range l {
-		if k, ok = key(k, string(name), q.String()); !ok {
-			return l
-		}
+	if k, ok := listKey(buf[:0], l); ok {
+		return lookup(in, in.lists, k, func() corev1.ResourceList { return l })
 	}
-	return lookup(in, in.lists, k, func() corev1.ResourceList { return l })
+	return l
 }
 
 func (in *interner) stringMap(m map[string]string) map[string]string {
+	var buf [256]byte
+	if k, ok := mapKey(buf[:0], m); ok {
+		return lookup(in, in.maps, k, func() map[string]string {
+			for name, value := range m {
+				m[name] = str(value)
+			}
+			return m
+		})
+	}
+	return m
+}
+
+func (in *interner) strings(s []string) []string {
+	var buf [128]byte
+	if k, ok := key(buf[:0], s...); ok && len(s) > 0 {
+		return lookup(in, in.strs, k, func() []string { return slices.Clip(s) })
+	}
+	return s
+}
+
+func (in *interner) accessModes(m []corev1.PersistentVolumeAccessMode) []corev1.PersistentVolumeAccessMode {
+	var buf [64]byte
+	if k, ok := modesKey(buf[:0], m); ok {
+		return lookup(in, in.modes, k, func() []corev1.PersistentVolumeAccessMode { return slices.Clip(m) })
+	}
+	return m
+}
+
+// listKey is the key of a one-entry resource list; ok is false for any
+// other list (nothing to share).
+func listKey(buf []byte, l corev1.ResourceList) ([]byte, bool) {
+	if len(l) != 1 {
+		return buf, false
+	}
+	ok := false
+	for name, q := range l {
+		buf, ok = key(buf, string(name), q.String())
+	}
+	return buf, ok
+}
+
+// mapKey is the key of a map of 1 to 8 entries, in the order of its keys;
+// ok is false for any other map.
+func mapKey(buf []byte, m map[string]string) ([]byte, bool) {
 	if len(m) == 0 || len(m) > 8 {
-		return m
+		return buf, false
 	}
 	var names [8]string
 	sorted := names[:0]
@@ -158,45 +195,18 @@ func (in *interner) stringMap(m map[string]string) map[string]string {
 		sorted = append(sorted, name)
 	}
 	slices.Sort(sorted)
-	var buf [256]byte
-	k := buf[:0]
-	ok := true
+	ok := false
 	for _, name := range sorted {
-		if k, ok = key(k, name, m[name]); !ok {
-			return m
-		}
+		buf, ok = key(buf, name, m[name])
 	}
-	return lookup(in, in.maps, k, func() map[string]string {
-		for name, value := range m {
-			m[name] = str(value)
-		}
-		return m
-	})
+	return buf, ok
 }
 
-func (in *interner) strings(s []string) []string {
-	if len(s) == 0 {
-		return s
-	}
-	var buf [128]byte
-	k, ok := key(buf[:0], s...)
-	if !ok {
-		return s
-	}
-	return lookup(in, in.strs, k, func() []string { return slices.Clip(s) })
-}
-
-func (in *interner) accessModes(m []corev1.PersistentVolumeAccessMode) []corev1.PersistentVolumeAccessMode {
-	if len(m) == 0 {
-		return m
-	}
-	var buf [64]byte
-	k := buf[:0]
-	ok := true
+// modesKey is the key of a non-empty list of access modes.
+func modesKey(buf []byte, m []corev1.PersistentVolumeAccessMode) ([]byte, bool) {
+	ok := false
 	for _, mode := range m {
-		if k, ok = key(k, string(mode)); !ok {
-			return m
-		}
+		buf, ok = key(buf, string(mode))
 	}
-	return lookup(in, in.modes, k, func() []corev1.PersistentVolumeAccessMode { return slices.Clip(m) })
+	return buf, ok
 }

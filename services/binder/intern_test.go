@@ -18,45 +18,26 @@ func (in *interner) check() error {
 	in.mu.Lock()
 	defer in.mu.Unlock()
 	for k, l := range in.lists {
-		var buf []byte
-		for name, q := range l {
-			buf, _ = key(buf, string(name), q.String())
-		}
-		if len(l) != 1 || string(buf) != k {
+		if got, _ := listKey(nil, l); string(got) != k {
 			return fmt.Errorf("shared resource list %q now %v", k, l)
 		}
 	}
 	for k, m := range in.maps {
-		if got := in.stringMapKey(m); got != k {
+		if got, _ := mapKey(nil, m); string(got) != k {
 			return fmt.Errorf("shared map %q now %v", k, m)
 		}
 	}
 	for k, s := range in.strs {
-		if buf, _ := key(nil, s...); string(buf) != k || cap(s) != len(s) {
+		if got, _ := key(nil, s...); string(got) != k || cap(s) != len(s) {
 			return fmt.Errorf("shared slice %q now %q (cap %d)", k, s, cap(s))
 		}
 	}
 	for k, s := range in.modes {
-		var buf []byte
-		for _, m := range s {
-			buf, _ = key(buf, string(m))
-		}
-		if string(buf) != k || cap(s) != len(s) {
+		if got, _ := modesKey(nil, s); string(got) != k || cap(s) != len(s) {
 			return fmt.Errorf("shared access modes %q now %q (cap %d)", k, s, cap(s))
 		}
 	}
 	return nil
-}
-
-// stringMapKey is the key stringMap gives m (the caller holds mu; lookup
-// is not used).
-func (in *interner) stringMapKey(m map[string]string) string {
-	probe := &interner{maps: map[string]map[string]string{}}
-	probe.stringMap(m)
-	for k := range probe.maps {
-		return k
-	}
-	return ""
 }
 
 func same[T any](a, b T) bool {
