@@ -290,37 +290,80 @@ func (c *Coordinator) reservationKey(resource string) string {
 // fails with ErrReserved. The write is fenced on the lease: with a lost
 // session it fails with ErrSessionLost.
 func (c *Coordinator) Reserve(ctx context.Context, resource, holder string) error {
+	errs, err := c.ReserveAll(ctx, []Reservation{{Resource: resource, Holder: holder}})
+	if err != nil {
+		return err
+	}
+	return errs[0]
+}
+
+// MaxReserveBatch is the most reservations ReserveAll takes at once, as
+// MaxReleaseBatch.
+const MaxReserveBatch = MaxReleaseBatch
+
+// ReserveAll is Reserve of up to MaxReserveBatch reservations of distinct
+// resources in one etcd transaction: each is taken, or refused, on its
+// own, exactly as Reserve would (errs[i] is Reserve's answer for rs[i]).
+// err is for the transaction as a whole (etcd unreachable, a lost
+// session): then nothing was taken.
+func (c *Coordinator) ReserveAll(ctx context.Context, rs []Reservation) (errs []error, err error) {
+	if len(rs) > MaxReserveBatch {
+		return nil, fmt.Errorf("reserve %d resources in one transaction: at most %d", len(rs), MaxReserveBatch)
+	}
 	select {
 	case <-c.session.Done():
-		return ErrSessionLost
+		return nil, ErrSessionLost
 	default:
 	}
-	key := c.reservationKey(resource)
 	lease := c.session.Lease()
-	resp, err := c.client.Txn(ctx).
-		If(clientv3.Compare(clientv3.CreateRevision(key), "=", 0)).
-		Then(clientv3.OpPut(key, holder, clientv3.WithLease(lease))).
-		Else(clientv3.OpGet(key)).
-		Commit()
+	ops := make([]clientv3.Op, len(rs))
+	seen := make(map[string]bool, len(rs))
+	for i, r := range rs {
+		key := c.reservationKey(r.Resource)
+		if seen[key] {
+			// etcd refuses a key written twice in one transaction.
+			return nil, fmt.Errorf("reserve %s twice in one transaction", r.Resource)
+		}
+		seen[key] = true
+		ops[i] = clientv3.OpTxn(
+			[]clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(key), "=", 0)},
+			[]clientv3.Op{clientv3.OpPut(key, r.Holder, clientv3.WithLease(lease))},
+			[]clientv3.Op{clientv3.OpGet(key)})
+	}
+	if len(ops) == 0 {
+		return nil, nil
+	}
+	resp, err := c.client.Txn(ctx).Then(ops...).Commit()
 	if err != nil {
 		if errors.Is(err, rpctypes.ErrLeaseNotFound) {
-			return ErrSessionLost
+			return nil, ErrSessionLost
 		}
-		return fmt.Errorf("reserve %s in etcd: %w", resource, err)
+		if len(rs) == 1 {
+			return nil, fmt.Errorf("reserve %s in etcd: %w", rs[0].Resource, err)
+		}
+		return nil, fmt.Errorf("reserve %d resources in etcd: %w", len(rs), err)
 	}
-	if resp.Succeeded {
-		return nil
+	errs = make([]error, len(rs))
+	for i, r := range rs {
+		sub := resp.Responses[i].GetResponseTxn()
+		if sub.GetSucceeded() {
+			continue
+		}
+		var kvs []*mvccpb.KeyValue
+		if rr := sub.GetResponses(); len(rr) == 1 {
+			kvs = rr[0].GetResponseRange().GetKvs()
+		}
+		switch {
+		case len(kvs) == 1 && string(kvs[0].Value) == r.Holder:
+			// The same holder (e.g. the same claim, synced again or by a
+			// replica that just took over its shard) may go on.
+		case len(kvs) == 1:
+			errs[i] = fmt.Errorf("%s: %w %q", r.Resource, ErrReserved, string(kvs[0].Value))
+		default:
+			errs[i] = fmt.Errorf("%s: %w", r.Resource, ErrReserved)
+		}
 	}
-	kvs := resp.Responses[0].GetResponseRange().Kvs
-	if len(kvs) == 1 && string(kvs[0].Value) == holder {
-		// The same holder (e.g. the same claim, synced again or by a
-		// replica that just took over its shard) may go on.
-		return nil
-	}
-	if len(kvs) == 1 {
-		return fmt.Errorf("%s: %w %q", resource, ErrReserved, string(kvs[0].Value))
-	}
-	return fmt.Errorf("%s: %w", resource, ErrReserved)
+	return errs, nil
 }
 
 // Release drops holder's reservation of resource; a reservation another

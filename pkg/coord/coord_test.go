@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -108,6 +109,66 @@ func TestReleaseAll(t *testing.T) {
 	}
 }
 
+// ReserveAll answers each reservation of a batch as Reserve would, in one
+// transaction: free ones are taken on the session's lease, one the same
+// holder has is kept, one another holder has is refused; a batch naming a
+// resource twice, or over MaxReserveBatch, is refused whole and takes
+// nothing.
+func TestReserveAll(t *testing.T) {
+	ctx := context.Background()
+	a, b := newCoord(t, "/t-rall", 0), newCoord(t, "/t-rall", 0)
+	if err := a.Reserve(ctx, "pv/mine", "claim-1"); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Reserve(ctx, "pv/theirs", "claim-b"); err != nil {
+		t.Fatal(err)
+	}
+	batch := []coord.Reservation{
+		{Resource: "pv/free-1", Holder: "claim-2"},
+		{Resource: "pv/mine", Holder: "claim-1"},
+		{Resource: "pv/theirs", Holder: "claim-3"},
+		{Resource: "pv/free-2", Holder: "claim-3"},
+	}
+	errs, err := a.ReserveAll(ctx, batch)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, want := range []error{nil, nil, coord.ErrReserved, nil} {
+		if !errors.Is(errs[i], want) || (want == nil && errs[i] != nil) {
+			t.Errorf("%s for %s: %v, want %v", batch[i].Resource, batch[i].Holder, errs[i], want)
+		}
+	}
+	for r, want := range map[string]string{"pv/free-1": "claim-2", "pv/mine": "claim-1", "pv/theirs": "claim-b", "pv/free-2": "claim-3"} {
+		if h, err := a.Holder(ctx, r); h != want || err != nil {
+			t.Errorf("%s held by %q (%v), want %q", r, h, err, want)
+		}
+	}
+	resp, err := a.Client().Get(ctx, "/t-rall/reservations/pv/free-1")
+	if err != nil || len(resp.Kvs) != 1 || clientv3.LeaseID(resp.Kvs[0].Lease) != a.Lease() {
+		t.Errorf("pv/free-1 not on the session's lease: %v %v", resp, err)
+	}
+
+	twice := []coord.Reservation{{Resource: "pv/twice", Holder: "claim-4"}, {Resource: "pv/twice", Holder: "claim-5"}}
+	if _, err := a.ReserveAll(ctx, twice); err == nil {
+		t.Error("a batch naming a resource twice was taken")
+	}
+	over := make([]coord.Reservation, coord.MaxReserveBatch+1)
+	for i := range over {
+		over[i] = coord.Reservation{Resource: fmt.Sprintf("pv/over-%d", i), Holder: "claim-6"}
+	}
+	if _, err := a.ReserveAll(ctx, over); err == nil {
+		t.Error("a batch over MaxReserveBatch was taken")
+	}
+	for _, r := range []string{"pv/twice", "pv/over-0"} {
+		if h, _ := a.Holder(ctx, r); h != "" {
+			t.Errorf("a refused batch took %s for %q", r, h)
+		}
+	}
+	if errs, err := a.ReserveAll(ctx, nil); err != nil || len(errs) != 0 {
+		t.Errorf("nothing to reserve: %v %v", errs, err)
+	}
+}
+
 func TestReserveRace(t *testing.T) {
 	ctx := context.Background()
 	cs := []*coord.Coordinator{newCoord(t, "/t2", 0), newCoord(t, "/t2", 0), newCoord(t, "/t2", 0)}
@@ -136,6 +197,55 @@ func TestReserveRace(t *testing.T) {
 	for v := range 10 {
 		if n := wins[fmt.Sprintf("pv/%d", v)]; n != 1 {
 			t.Errorf("pv/%d reserved by %d holders, want exactly 1", v, n)
+		}
+	}
+}
+
+// Batches from three replicas over the same resources: each resource still
+// goes to exactly one holder.
+func TestReserveAllRace(t *testing.T) {
+	ctx := context.Background()
+	cs := []*coord.Coordinator{newCoord(t, "/t2b", 0), newCoord(t, "/t2b", 0), newCoord(t, "/t2b", 0)}
+	var (
+		mu   sync.Mutex
+		wins = map[string][]string{}
+		wg   sync.WaitGroup
+	)
+	for i := range 30 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			holder := fmt.Sprintf("claim-%d", i)
+			for first := range 10 {
+				// Overlapping windows of 5, in a different order per holder.
+				var batch []coord.Reservation
+				for k := range 5 {
+					batch = append(batch, coord.Reservation{Resource: fmt.Sprintf("pv/%d", (first+k*(i%3+1))%13), Holder: holder})
+				}
+				errs, err := cs[i%3].ReserveAll(ctx, batch)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				for j, e := range errs {
+					switch {
+					case e == nil:
+						mu.Lock()
+						if !slices.Contains(wins[batch[j].Resource], holder) {
+							wins[batch[j].Resource] = append(wins[batch[j].Resource], holder)
+						}
+						mu.Unlock()
+					case !errors.Is(e, coord.ErrReserved):
+						t.Error(e)
+					}
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	for r, hs := range wins {
+		if len(hs) != 1 {
+			t.Errorf("%s reserved by %v, want exactly one holder", r, hs)
 		}
 	}
 }
@@ -206,6 +316,9 @@ func TestLostSessionFencesReservations(t *testing.T) {
 	}
 	if err := a.Reserve(ctx, "pv/z", "claim"); !errors.Is(err, coord.ErrSessionLost) {
 		t.Fatalf("Reserve with a lost session: %v, want ErrSessionLost", err)
+	}
+	if _, err := a.ReserveAll(ctx, []coord.Reservation{{Resource: "pv/z", Holder: "claim"}}); !errors.Is(err, coord.ErrSessionLost) {
+		t.Fatalf("ReserveAll with a lost session: %v, want ErrSessionLost", err)
 	}
 }
 

@@ -190,6 +190,15 @@ func (k *Keeper) Reserve(ctx context.Context, resource, holder string) error {
 	return co.Reserve(ctx, resource, holder)
 }
 
+// ReserveAll is Coordinator.ReserveAll on the current session.
+func (k *Keeper) ReserveAll(ctx context.Context, rs []Reservation) ([]error, error) {
+	co, err := k.live()
+	if err != nil {
+		return nil, err
+	}
+	return co.ReserveAll(ctx, rs)
+}
+
 // Release is Coordinator.Release.
 func (k *Keeper) Release(ctx context.Context, resource, holder string) error {
 	co, err := k.reader()
