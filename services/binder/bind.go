@@ -23,18 +23,18 @@ import (
 // volumeName and annotations, the claim's phase. Every write carries the
 // cached resourceVersion, so a stale cache ends in a conflict, never in a
 // volume bound twice. A free volume is reserved first.
-func (c *controller) bind(ctx context.Context, volume *corev1.PersistentVolume, claim *corev1.PersistentVolumeClaim) error {
+func (c *controller) bind(ctx context.Context, volume *corev1.PersistentVolume, claim *corev1.PersistentVolumeClaim) (err error) {
 	if released(volume) {
 		return c.refuseRebind(ctx, volume, claim)
 	}
 	if volume.Spec.ClaimRef == nil || volume.Spec.ClaimRef.UID != claim.UID {
-		release, err := c.reserve(ctx, volume, claim)
-		if err != nil {
+		var release func(bound bool)
+		if release, err = c.reserve(ctx, volume, claim); err != nil {
 			return err
 		}
-		defer release()
+		defer func() { release(err == nil) }() // err: bind's result
 	}
-	volume, err := c.bindVolumeToClaim(ctx, volume, claim)
+	volume, err = c.bindVolumeToClaim(ctx, volume, claim)
 	if err != nil {
 		return err
 	}
@@ -57,15 +57,17 @@ func (c *controller) bind(ctx context.Context, volume *corev1.PersistentVolume, 
 
 // reserve takes a free volume for a claim: in memory against the other
 // workers of this replica, then in etcd against the other replicas.
-func (c *controller) reserve(ctx context.Context, volume *corev1.PersistentVolume, claim *corev1.PersistentVolumeClaim) (release func(), err error) {
+// release gives it back, after a while when the bind was written (the API
+// then keeps everyone away), at once when it failed.
+func (c *controller) reserve(ctx context.Context, volume *corev1.PersistentVolume, claim *corev1.PersistentVolumeClaim) (release func(bound bool), err error) {
 	if !c.store.reserve(volume.Name, claim.UID) {
 		return nil, fmt.Errorf("bind %s to %s: %w", claimKey(claim), volume.Name, errReserved)
 	}
 	if c.reservations == nil {
-		return func() { c.store.unreserve(volume.Name, claim.UID) }, nil
+		return func(bool) { c.store.unreserve(volume.Name, claim.UID) }, nil
 	}
 	resource := "pv/" + volume.Name
-	if err := c.reservations.Reserve(ctx, resource, string(claim.UID)); err != nil {
+	if err := c.reserves.reserve(ctx, coord.Reservation{Resource: resource, Holder: string(claim.UID)}); err != nil {
 		c.store.unreserve(volume.Name, claim.UID)
 		if errors.Is(err, coord.ErrReserved) {
 			// Another replica is binding it: look elsewhere for a while.
@@ -74,9 +76,13 @@ func (c *controller) reserve(ctx context.Context, volume *corev1.PersistentVolum
 		}
 		return nil, fmt.Errorf("bind %s to %s: %w: %w", claimKey(claim), volume.Name, errEtcd, err)
 	}
-	return func() {
+	return func(bound bool) {
 		c.store.unreserve(volume.Name, claim.UID)
-		c.releaseLater(resource, string(claim.UID))
+		if bound {
+			c.releaseLater(resource, string(claim.UID))
+		} else {
+			c.releaseSoon(resource, string(claim.UID))
+		}
 	}, nil
 }
 

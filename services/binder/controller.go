@@ -24,7 +24,7 @@ import (
 
 // reservations is what the binder needs of etcd coordination.
 type reservations interface {
-	Reserve(ctx context.Context, resource, holder string) error
+	ReserveAll(ctx context.Context, rs []coord.Reservation) ([]error, error)
 	Release(ctx context.Context, resource, holder string) error
 	ReleaseAll(ctx context.Context, rs []coord.Reservation) error
 }
@@ -85,7 +85,9 @@ type controller struct {
 	relisting bool
 	relisted  map[watcherv1.Kind]map[string]bool
 
-	releases chan coord.Reservation
+	releases chan queuedRelease
+	linger   time.Duration // releaseLinger; shorter in tests
+	reserves *reserveBatcher
 }
 
 func newController(log *slog.Logger, client kubernetes.Interface, recorder record.EventRecorder) *controller {
@@ -95,7 +97,7 @@ func newController(log *slog.Logger, client kubernetes.Interface, recorder recor
 		// that would throttle retries during a burst of binds.
 		return workqueue.NewTypedItemExponentialFailureRateLimiter[string](5*time.Millisecond, 5*time.Minute)
 	}
-	return &controller{
+	c := &controller{
 		log:         log,
 		client:      client,
 		recorder:    recorder,
@@ -106,8 +108,16 @@ func newController(log *slog.Logger, client kubernetes.Interface, recorder recor
 		volumeQueue: newQueue("volumes", limiter()),
 		syncedCh:    make(chan struct{}),
 		provisions:  newProvisions(DefaultProvisionCalls),
-		releases:    make(chan coord.Reservation, 4096),
+		releases:    make(chan queuedRelease, 4096),
+		linger:      releaseLinger,
 	}
+	c.reserves = &reserveBatcher{
+		reserveAll: func(ctx context.Context, rs []coord.Reservation) ([]error, error) {
+			return c.reservations.ReserveAll(ctx, rs)
+		},
+		release: func(r coord.Reservation) { c.releaseSoon(r.Resource, r.Holder) },
+	}
+	return c
 }
 
 // Reset implements watchclient.Handler: a full list follows.
@@ -384,37 +394,71 @@ func (c *controller) syncVolumeKey(ctx context.Context, name string) error {
 	return c.syncVolume(ctx, v)
 }
 
-// releaseLater drops an etcd reservation in the background: the bind it
-// guarded is written to the API, which now keeps other replicas away.
+// queuedRelease is a reservation to drop; soon: without waiting for more.
+type queuedRelease struct {
+	coord.Reservation
+	soon bool
+}
+
+// releaseLinger is how long a release waits for others to share its etcd
+// transaction. Nothing waits for it: the bind it guarded is written to the
+// API, which keeps every replica away from the volume from then on.
+const releaseLinger = 250 * time.Millisecond
+
+// releaseLater drops the etcd reservation of a finished bind in the
+// background, with the others of the next releaseLinger.
 func (c *controller) releaseLater(resource, holder string) {
+	c.queueRelease(queuedRelease{Reservation: coord.Reservation{Resource: resource, Holder: holder}})
+}
+
+// releaseSoon drops the reservation of a bind that failed, without
+// lingering: the volume is still free, and other claims may want it.
+func (c *controller) releaseSoon(resource, holder string) {
+	c.queueRelease(queuedRelease{Reservation: coord.Reservation{Resource: resource, Holder: holder}, soon: true})
+}
+
+func (c *controller) queueRelease(r queuedRelease) {
 	select {
-	case c.releases <- coord.Reservation{Resource: resource, Holder: holder}:
+	case c.releases <- r:
 	default:
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
-		c.release(ctx, resource, holder)
+		c.release(ctx, r.Resource, r.Holder)
 	}
 }
 
-// releaser drops the reservations releaseLater queued: what is queued at
-// once goes in one etcd transaction (a burst of binds costs one release
-// transaction per coord.MaxReleaseBatch binds, not one per bind).
+// releaser drops the reservations queued for release in batches: a batch
+// goes when it is full (coord.MaxReleaseBatch), when its first has waited
+// c.linger, or at once when one of them is to go soon. A burst of binds so
+// costs one release transaction per batch, not one per bind.
 func (c *controller) releaser(ctx context.Context) {
 	batch := make([]coord.Reservation, 0, coord.MaxReleaseBatch)
+	timer := time.NewTimer(0)
+	<-timer.C
 	for {
+		var soon bool
 		select {
 		case r := <-c.releases:
-			batch = append(batch[:0], r)
+			batch, soon = append(batch[:0], r.Reservation), r.soon
 		case <-ctx.Done():
 			return
 		}
+		timer.Reset(c.linger)
 	more:
-		for len(batch) < coord.MaxReleaseBatch {
+		for !soon && len(batch) < coord.MaxReleaseBatch {
 			select {
 			case r := <-c.releases:
-				batch = append(batch, r)
-			default:
+				batch, soon = append(batch, r.Reservation), r.soon
+			case <-timer.C:
 				break more
+			case <-ctx.Done():
+				return
+			}
+		}
+		if !timer.Stop() {
+			select { // drain a fired timer before the next Reset
+			case <-timer.C:
+			default:
 			}
 		}
 		if len(batch) == 1 {

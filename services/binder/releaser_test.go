@@ -23,7 +23,9 @@ type countingReservations struct {
 	batches  []int
 }
 
-func (r *countingReservations) Reserve(context.Context, string, string) error { return nil }
+func (r *countingReservations) ReserveAll(_ context.Context, rs []coord.Reservation) ([]error, error) {
+	return make([]error, len(rs)), nil
+}
 
 func (r *countingReservations) Release(_ context.Context, resource, _ string) error {
 	r.mu.Lock()
@@ -50,6 +52,7 @@ func TestReleasesGoInBatches(t *testing.T) {
 	c := newController(slog.New(slog.NewTextHandler(io.Discard, nil)), fake.NewClientset(), record.NewFakeRecorder(100))
 	res := &countingReservations{}
 	c.reservations = res
+	c.linger = 20 * time.Millisecond
 	var want []string
 	for i := range 250 {
 		r := fmt.Sprintf("pv/v%d", i)
@@ -59,21 +62,9 @@ func TestReleasesGoInBatches(t *testing.T) {
 	ctx, cancel := context.WithCancel(t.Context())
 	done := make(chan struct{})
 	go func() { defer close(done); c.releaser(ctx) }()
-	waitReleased := func(n int) {
-		t.Helper()
-		for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
-			res.mu.Lock()
-			got := len(res.released)
-			res.mu.Unlock()
-			if got >= n {
-				return
-			}
-		}
-		t.Fatalf("released %d of %d", len(res.released), n)
-	}
-	waitReleased(250)
+	waitReleased(t, res, 250)
 	c.releaseLater("pv/late", "claim")
-	waitReleased(251)
+	waitReleased(t, res, 251)
 	cancel()
 	<-done
 	res.mu.Lock()
@@ -83,5 +74,50 @@ func TestReleasesGoInBatches(t *testing.T) {
 	}
 	if !slices.Equal(res.released, append(want, "pv/late")) {
 		t.Errorf("released %d reservations, not each queued one once in order", len(res.released))
+	}
+}
+
+func waitReleased(t *testing.T, res *countingReservations, n int) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
+		res.mu.Lock()
+		got := len(res.released)
+		res.mu.Unlock()
+		if got >= n {
+			return
+		}
+	}
+	t.Fatalf("released fewer than %d", n)
+}
+
+// The reservations of finished binds wait for others to share their
+// transaction; that of a failed bind goes at once, and takes those waiting
+// with it.
+func TestFailedBindReleasesAtOnce(t *testing.T) {
+	c := newController(slog.New(slog.NewTextHandler(io.Discard, nil)), fake.NewClientset(), record.NewFakeRecorder(100))
+	res := &countingReservations{}
+	c.reservations = res
+	c.linger = time.Hour
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan struct{})
+	go func() { defer close(done); c.releaser(ctx) }()
+	defer func() { cancel(); <-done }()
+
+	for i := range 3 {
+		c.releaseLater(fmt.Sprintf("pv/bound-%d", i), "claim")
+	}
+	time.Sleep(50 * time.Millisecond)
+	res.mu.Lock()
+	early := len(res.released)
+	res.mu.Unlock()
+	if early != 0 {
+		t.Fatalf("%d lingering releases went before their linger or a failed bind's", early)
+	}
+	c.releaseSoon("pv/failed", "claim")
+	waitReleased(t, res, 4)
+	res.mu.Lock()
+	defer res.mu.Unlock()
+	if !slices.Equal(res.batches, []int{4}) || res.released[3] != "pv/failed" {
+		t.Errorf("batches %v of %v, want one of 4 ending with pv/failed", res.batches, res.released)
 	}
 }
