@@ -29,7 +29,7 @@ func main() {
 	flag.IntVar(&o.Binders, "binders", 1, "binder replicas (sharing the claims through etcd membership, as in production)")
 	flag.IntVar(&o.Workers, "workers", 0, "binder --workers and the ceiling's workers; 0 keeps the binder's default")
 	flag.IntVar(&o.Clients, "clients", 32, "goroutines creating a burst's claims, the volumes and the --existing population")
-	flag.StringVar(&o.ProfileDir, "profile-dir", "", "save CPU and heap profiles of the binder and the watcher taken during a burst into this directory")
+	flag.StringVar(&o.ProfileDir, "profile-dir", "", "save CPU and heap profiles of the binder, the watcher and (dynamic) the provisioner, taken during a burst (or, with --rate, while each rate's claims arrive, in rate-<R>/) into this directory")
 	flag.StringVar(&o.KCM, "kube-controller-manager", "", "compare: bind with this kube-controller-manager binary's PV binder instead of volplane (make kube-controller-manager)")
 	flag.IntVar(&o.KCMQPS, "kcm-qps", 20, "kube-controller-manager's (and csi-provisioner's) --kube-api-qps and burst (its default is 20)")
 	flag.StringVar(&o.ExternalProvisioner, "external-provisioner", "", "compare dynamic provisioning: with --dynamic and --kube-controller-manager, provision with this csi-provisioner binary (make external-provisioner) through the same dev CSI driver")

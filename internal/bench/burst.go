@@ -42,19 +42,26 @@ func (l load) create(ctx context.Context, create func(i int) error) (Lateness, e
 func boundWait(n int) time.Duration { return 2*time.Minute + time.Duration(n)*50*time.Millisecond }
 
 // startProfiles takes CPU profiles of volplane's binder and watcher (and
-// provisioner, when dynamic) while a burst's claims are bound, into
-// ProfileDir; the function it returns waits for them and saves heap
-// profiles.
+// provisioner, when dynamic) while a burst's claims are bound, or while a
+// steady rate's claims arrive, into ProfileDir (a steady rate's into
+// ProfileDir/rate-<R>); the function it returns waits for them and saves
+// heap profiles.
 func (t *trial) startProfiles(ctx context.Context, l load, n int) func() error {
-	if t.o.ProfileDir == "" || t.sys != sysVolplane || l.rate > 0 {
+	if t.o.ProfileDir == "" || t.sys != sysVolplane {
 		return func() error { return nil }
 	}
-	seconds := max(2, n/300)
+	dir, seconds := t.o.ProfileDir, max(2, n/300)
+	if l.rate > 0 {
+		dir, seconds = filepath.Join(dir, fmt.Sprintf("rate-%g", l.rate)), max(2, int(l.duration.Seconds()))
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return func() error { return err }
+	}
 	services := slices.Sorted(maps.Keys(t.debug))
 	errc := make(chan error, len(services))
 	for _, s := range services {
 		go func() {
-			errc <- fetch(ctx, fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", t.debug[s], seconds), filepath.Join(t.o.ProfileDir, s+".pprof"))
+			errc <- fetch(ctx, fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", t.debug[s], seconds), filepath.Join(dir, s+".pprof"))
 		}()
 	}
 	return func() error {
@@ -63,7 +70,7 @@ func (t *trial) startProfiles(ctx context.Context, l load, n int) func() error {
 			err = errors.Join(err, <-errc)
 		}
 		for _, s := range services {
-			err = errors.Join(err, fetch(ctx, "http://"+t.debug[s]+"/debug/pprof/heap", filepath.Join(t.o.ProfileDir, s+".heap")))
+			err = errors.Join(err, fetch(ctx, "http://"+t.debug[s]+"/debug/pprof/heap", filepath.Join(dir, s+".heap")))
 		}
 		return err
 	}

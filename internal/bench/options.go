@@ -36,7 +36,8 @@ type Options struct {
 	// ProfileDir, when set, receives CPU profiles of the binder, the
 	// watcher and (dynamic) the provisioner taken while the claims are
 	// bound (binder.pprof, watcher.pprof, provisioner.pprof) and their heap
-	// profiles at the end (binder.heap, …). Bursts bound by volplane only.
+	// profiles at the end (binder.heap, …); with Rates, one directory per
+	// rate (rate-<R>/), profiled while the claims arrive. Volplane only.
 	ProfileDir string
 	// KCM, when set, is a kube-controller-manager binary: its
 	// persistentvolume-binder controller (client QPS KCMQPS) binds instead
@@ -159,9 +160,6 @@ func (o *Options) validate() error {
 	if len(o.Rates) > 0 {
 		if o.VsCeiling > 0 {
 			errs = append(errs, errors.New("--vs-ceiling compares bursts; it does not go with --rate"))
-		}
-		if o.ProfileDir != "" {
-			errs = append(errs, errors.New("--profile-dir profiles a burst; it does not go with --rate"))
 		}
 		if o.Duration <= 0 {
 			errs = append(errs, fmt.Errorf("--rate needs a positive --duration, got %s", o.Duration))
