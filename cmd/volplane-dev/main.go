@@ -180,7 +180,8 @@ func run(ctx context.Context, binDir, apiserver, dir, gatewayListen string, work
 		// Capacity tracking publishes CSIStorageCapacity objects (also for
 		// Immediate classes, so the demo's class "fast" has one).
 		{name: "provisioner", addr: provisioner, args: []string{"--kubeconfig", kc, "--etcd-endpoints", etcd, "--listen", provisioner,
-			"--csi-endpoint", csiEndpoint, "--enable-capacity", "--capacity-namespace", "volplane-system", "--capacity-for-immediate-binding"}},
+			"--csi-endpoint", csiEndpoint, "--enable-capacity", "--capacity-namespace", "volplane-system", "--capacity-for-immediate-binding",
+			"--watcher-address", watcher + "," + watcher2}},
 		// No kubelet runs recycler pods here: the reclaimer scrubs hostPath
 		// volumes of Recycle policy itself, on this machine, and only
 		// under <dir>/hostpath.

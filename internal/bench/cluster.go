@@ -302,35 +302,15 @@ func (t *trial) startDriver(ctx context.Context) error {
 }
 
 // startVolplane runs the watcher and the binder, and the provisioner when
-// dynamic, with mutual TLS between them as in production.
+// dynamic (fed by the watcher's stream, as deployed), with mutual TLS
+// between them as in production.
 func (t *trial) startVolplane(ctx context.Context) error {
 	var err error
 	if t.certs, err = pki.Generate(filepath.Join(t.dir, "tls"), append(pki.Services, "bench")...); err != nil {
 		return fmt.Errorf("generate certificates: %w", err)
 	}
 	etcd := t.etcdURL
-	var provisionerAddr string
-	if t.o.Dynamic {
-		if provisionerAddr, err = devenv.FreeAddr(); err != nil {
-			return err
-		}
-		args := append([]string{"--kubeconfig", t.api.Kubeconfig, "--etcd-endpoints", etcd,
-			"--listen", provisionerAddr, "--csi-endpoint", "unix://" + t.csiSock, "--log-level", "warn"}, devenv.TLSArgs(t.certs["provisioner"])...)
-		if t.o.ProfileDir != "" {
-			if t.debug["provisioner"], err = devenv.FreeAddr(); err != nil {
-				return err
-			}
-			args = append(args, "--debug-address", t.debug["provisioner"])
-		}
-		p, err := t.startProcess("provisioner", filepath.Join(t.o.BinDir, "provisioner"), args...)
-		if err != nil {
-			return err
-		}
-		t.procs = append(t.procs, p)
-		if err := devenv.WaitServing(ctx, provisionerAddr, "", t.certs["bench"], 2*time.Minute); err != nil {
-			return fmt.Errorf("provisioner: %w (log: %s)", err, p.LogPath)
-		}
-	}
+	// The watcher first: the binder and the provisioner stream from it.
 	watcherAddr, err := devenv.FreeAddr()
 	if err != nil {
 		return err
@@ -347,6 +327,28 @@ func (t *trial) startVolplane(ctx context.Context) error {
 		return err
 	}
 	t.procs = append(t.procs, w)
+	var provisionerAddr string
+	if t.o.Dynamic {
+		if provisionerAddr, err = devenv.FreeAddr(); err != nil {
+			return err
+		}
+		args := append([]string{"--kubeconfig", t.api.Kubeconfig, "--etcd-endpoints", etcd,
+			"--listen", provisionerAddr, "--csi-endpoint", "unix://" + t.csiSock, "--watcher-address", watcherAddr, "--log-level", "warn"}, devenv.TLSArgs(t.certs["provisioner"])...)
+		if t.o.ProfileDir != "" {
+			if t.debug["provisioner"], err = devenv.FreeAddr(); err != nil {
+				return err
+			}
+			args = append(args, "--debug-address", t.debug["provisioner"])
+		}
+		p, err := t.startProcess("provisioner", filepath.Join(t.o.BinDir, "provisioner"), args...)
+		if err != nil {
+			return err
+		}
+		t.procs = append(t.procs, p)
+		if err := devenv.WaitServing(ctx, provisionerAddr, "", t.certs["bench"], 2*time.Minute); err != nil {
+			return fmt.Errorf("provisioner: %w (log: %s)", err, p.LogPath)
+		}
+	}
 	// Every binder replica streams from the one watcher; the first is the
 	// one whose log a stuck run names and, with ProfileDir, is profiled.
 	for i := range max(t.o.Binders, 1) {

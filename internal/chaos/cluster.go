@@ -236,7 +236,8 @@ func StartCluster(ctx context.Context, o ClusterOptions) (_ *Cluster, err error)
 	for i, a := range addrs["provisioner"] {
 		c.service("provisioner", i, a, func(gen int) []string {
 			return append(append(common("provisioner"), etcdArgs...), "--listen", a, "--member-id", memberID("provisioner", i, gen),
-				"--csi-endpoint", csi, "--recovery-period", "2s", "--timeout", "10s", "--probe-period", "2s")
+				"--csi-endpoint", csi, "--recovery-period", "2s", "--timeout", "10s", "--probe-period", "2s",
+				"--watcher-address", strings.Join(addrs["watcher"], ","))
 		})
 	}
 	for i, a := range addrs["reclaimer"] {

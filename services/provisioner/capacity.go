@@ -76,22 +76,21 @@ type capacityController struct {
 }
 
 // newCapacityController is nil when tracking is off; every method of a nil
-// controller does nothing.
+// controller does nothing. It watches Nodes and CSINodes through factory;
+// classes come from the caller, who calls enqueueAll on every class change.
 func newCapacityController(o CapacityOptions, log *slog.Logger, member string, client kubernetes.Interface, drivers *registry,
-	n nodes, timeout time.Duration, elect reserver, factory informers.SharedInformerFactory) *capacityController {
+	n nodes, timeout time.Duration, elect reserver, factory informers.SharedInformerFactory, classes storagelisters.StorageClassLister) *capacityController {
 	if !o.Enabled {
 		return nil
 	}
 	c := &capacityController{
 		log: log.With("component", "capacity"), opts: o, member: member, elect: elect, client: client,
-		drivers: drivers, nodes: n, classes: factory.Storage().V1().StorageClasses().Lister(), timeout: timeout,
+		drivers: drivers, nodes: n, classes: classes, timeout: timeout,
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](),
 			workqueue.TypedRateLimitingQueueConfig[string]{Name: "capacity"}),
 		getCapacity: func(d *driver) capacityClient { return d.controller },
 	}
 	all := func(any) { c.enqueueAll() }
-	_, _ = factory.Storage().V1().StorageClasses().Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc: all, UpdateFunc: func(_, n any) { all(n) }, DeleteFunc: all})
 	_, _ = factory.Storage().V1().CSINodes().Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc: all, UpdateFunc: func(_, n any) { all(n) }, DeleteFunc: all})
 	_, _ = factory.Core().V1().Nodes().Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{

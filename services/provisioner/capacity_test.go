@@ -70,7 +70,7 @@ func TestCapacitySyncMatchesSegmentsAndClasses(t *testing.T) {
 	if err := o.validate(); err != nil {
 		t.Fatal(err)
 	}
-	c := newCapacityController(o, discard, "me", api, reg, nodes, time.Second, alwaysElected{}, factory)
+	c := newCapacityController(o, discard, "me", api, reg, nodes, time.Second, alwaysElected{}, factory, factory.Storage().V1().StorageClasses().Lister())
 	f := &fakeCapacity{free: map[string]int64{"z1": 10, "z2": 20}}
 	c.getCapacity = func(*driver) capacityClient { return f }
 

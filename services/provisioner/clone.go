@@ -59,19 +59,16 @@ type cloneProtection struct {
 	kick   chan struct{}
 }
 
-func newCloneProtection(log *slog.Logger, client kubernetes.Interface, informer cache.SharedIndexInformer) (*cloneProtection, error) {
-	p := &cloneProtection{log: log, client: client, claims: corelisters.NewPersistentVolumeClaimLister(informer.GetIndexer()), kick: make(chan struct{}, 1)}
-	relevant := func(obj any) {
-		if c, ok := obj.(*corev1.PersistentVolumeClaim); !ok || isClone(c) || slices.Contains(c.Finalizers, finalizerCloneProtection) {
-			p.poke()
-		}
+func newCloneProtection(log *slog.Logger, client kubernetes.Interface, claims corelisters.PersistentVolumeClaimLister) *cloneProtection {
+	return &cloneProtection{log: log, client: client, claims: claims, kick: make(chan struct{}, 1)}
+}
+
+// claimChanged is told of every claim added, updated or deleted (a claim
+// or a tombstone): one that may end a clone brings a sweep.
+func (p *cloneProtection) claimChanged(obj any) {
+	if c, ok := obj.(*corev1.PersistentVolumeClaim); !ok || isClone(c) || slices.Contains(c.Finalizers, finalizerCloneProtection) {
+		p.poke()
 	}
-	_, err := informer.AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    relevant,
-		UpdateFunc: func(_, obj any) { relevant(obj) },
-		DeleteFunc: relevant,
-	})
-	return p, err
 }
 
 func isClone(c *corev1.PersistentVolumeClaim) bool {
@@ -86,15 +83,20 @@ func (p *cloneProtection) poke() {
 	}
 }
 
-// run sweeps on every kick and every period until ctx ends.
-func (p *cloneProtection) run(ctx context.Context, synced func() bool, period time.Duration) error {
+// run sweeps on every kick and every period until ctx ends, from the
+// moment synced reports the first full list of claims; while current
+// (when set) reports the claim cache may be behind, it skips the sweeps
+// (a finalizer left a little longer harms nothing).
+func (p *cloneProtection) run(ctx context.Context, synced, current func() bool, period time.Duration) error {
 	if !cache.WaitForCacheSync(ctx.Done(), synced) {
 		return nil
 	}
 	t := time.NewTicker(period)
 	defer t.Stop()
 	for {
-		p.sweep(ctx)
+		if current == nil || current() {
+			p.sweep(ctx)
+		}
 		select {
 		case <-p.kick:
 		case <-t.C:

@@ -11,7 +11,6 @@ import (
 	storagev1 "k8s.io/api/storage/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/informers"
 	corelisters "k8s.io/client-go/listers/core/v1"
 	storagelisters "k8s.io/client-go/listers/storage/v1"
 	"k8s.io/client-go/tools/cache"
@@ -21,7 +20,7 @@ import (
 	provisionerv1 "github.com/volplane/volplane/proto/volplane/provisioner/v1"
 )
 
-// hints is the informer cache a claim or class sent in a request is checked
+// hints is the cache (informers', or the stream's) a claim or class sent in a request is checked
 // against: a sent object is used only when the cache holds an object of
 // the same UID and resourceVersion, and then the cache's copy is used, never
 // the bytes sent.
@@ -46,21 +45,20 @@ func (c cacheHints) StorageClass(name string) (*storagev1.StorageClass, error) {
 	return c.classes.Get(name)
 }
 
-// newServer is the gRPC server over p, with claim and StorageClass
-// informers added to factory (which the caller starts and waits for): the
-// claims and classes callers send are checked against them, and the claims
-// are indexed by spec.volumeName for DeleteVolume's guard.
-func newServer(p *provisioner, factory informers.SharedInformerFactory) (*server, error) {
-	claims := factory.Core().V1().PersistentVolumeClaims()
-	if err := claims.Informer().AddIndexers(cache.Indexers{guard.ByVolumeName: guard.IndexByVolumeName}); err != nil {
-		return nil, fmt.Errorf("index claims: %w", err)
+// newServer is the gRPC server over p, whose claim and StorageClass caches
+// are claims (indexed by guard.ByVolumeName) and classes: the claims and
+// classes callers send are checked against them, and DeleteVolume's guard
+// asks the claim index which claims to read. current, when set, says
+// whether the caches may be trusted now (the stream-fed cache, stream.go):
+// while it is false no hint is taken and the guard lists the claims from
+// the API server. Without it (the provisioner's own informers, which the
+// caller starts and waits for) the caches are always used.
+func newServer(p *provisioner, claims, classes cache.Indexer, current func() bool) *server {
+	h := cacheHints{claims: corelisters.NewPersistentVolumeClaimLister(claims), classes: storagelisters.NewStorageClassLister(classes)}
+	if current == nil {
+		return &server{p: p, hints: h, claims: guard.APIClaims{Client: p.client, Index: claims}}
 	}
-	classes := factory.Storage().V1().StorageClasses()
-	return &server{
-		p:      p,
-		hints:  cacheHints{claims: claims.Lister(), classes: classes.Lister()},
-		claims: guard.APIClaims{Client: p.client, Index: claims.Informer().GetIndexer()},
-	}, nil
+	return &server{p: p, hints: currentHints{next: h, current: current}, claims: currentIndex{client: p.client, index: claims, current: current}}
 }
 
 // readClaim returns the claim as the API server has it: the informer's

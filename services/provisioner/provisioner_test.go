@@ -483,9 +483,9 @@ func TestRequestValidation(t *testing.T) {
 }
 
 func TestOptionErrorsNameTheFlag(t *testing.T) {
-	o := Options{CSIEndpoints: []string{"a=unix:///x", "a=unix:///y", " "}, VolumeNamePrefix: "Bad/Prefix", Timeout: -1}
+	o := Options{CSIEndpoints: []string{"a=unix:///x", "a=unix:///y", " "}, VolumeNamePrefix: "Bad/Prefix", Timeout: -1, StaleAfter: -1}
 	err := o.validate()
-	for _, want := range []string{"--listen", "--etcd-endpoints", "--tls-ca-file", "mapped to two CSI endpoints", "has no address", "--volume-name-prefix", "--timeout"} {
+	for _, want := range []string{"--listen", "--etcd-endpoints", "--tls-ca-file", "mapped to two CSI endpoints", "has no address", "--volume-name-prefix", "--timeout", "--watcher-stale-after"} {
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("error %v does not mention %q", err, want)
 		}

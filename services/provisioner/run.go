@@ -24,6 +24,7 @@ import (
 
 	"github.com/kubernetes-csi/csi-lib-utils/connection"
 	"github.com/volplane/volplane/pkg/grpcutil"
+	"github.com/volplane/volplane/pkg/guard"
 	"github.com/volplane/volplane/pkg/replica"
 	provisionerv1 "github.com/volplane/volplane/proto/volplane/provisioner/v1"
 )
@@ -85,6 +86,17 @@ type Options struct {
 	// volplane_provisioner_orphans (orphans.go); default
 	// DefaultOrphanScanPeriod, negative never (only ListOrphans does).
 	OrphanScanPeriod time.Duration
+	// WatcherAddress is the gRPC address of the watcher service, or of
+	// several watcher replicas, comma-separated. When set, claims and
+	// StorageClasses come from the watcher's stream (one replica at a time,
+	// failing over) instead of the provisioner's own watches on the API
+	// server (stream.go); empty: its own informers.
+	WatcherAddress string
+	// StaleAfter is how long the stream-fed cache may go without a live,
+	// caught-up watcher stream before it is not trusted: no hint is taken
+	// from it and DeleteVolume's guard lists claims from the API server;
+	// 0 means DefaultStaleAfter.
+	StaleAfter time.Duration
 }
 
 // etcdUse is what the provisioner keeps in etcd besides membership.
@@ -127,6 +139,12 @@ func (o *Options) validate() error {
 	if o.OrphanScanPeriod == 0 {
 		o.OrphanScanPeriod = DefaultOrphanScanPeriod
 	}
+	switch {
+	case o.StaleAfter < 0:
+		errs = append(errs, fmt.Errorf("stale-after must not be negative, got %s (--watcher-stale-after)", o.StaleAfter))
+	case o.StaleAfter == 0:
+		o.StaleAfter = DefaultStaleAfter
+	}
 	return errors.Join(errs...)
 }
 
@@ -155,8 +173,14 @@ func Run(ctx context.Context, o Options) error {
 	nodeLister := factory.Core().V1().Nodes().Lister()
 	csiNodeLister := factory.Storage().V1().CSINodes().Lister()
 
+	objs, err := newObjectCaches(factory, watcherAddresses(o.WatcherAddress), o.StaleAfter)
+	if err != nil {
+		return err
+	}
+
 	reg := newRegistry(log)
-	capc := newCapacityController(o.Capacity, log, o.MemberID, client, reg, listers{nodeLister, csiNodeLister}, o.Timeout, co, factory)
+	capc := newCapacityController(o.Capacity, log, o.MemberID, client, reg, listers{nodeLister, csiNodeLister}, o.Timeout, co, factory,
+		storagelisters.NewStorageClassLister(objs.classes))
 	for _, e := range o.CSIEndpoints {
 		name, ep := parseEndpoint(strings.TrimSpace(e))
 		var d *driver
@@ -185,32 +209,30 @@ func Run(ctx context.Context, o Options) error {
 		prefix:  o.VolumeNamePrefix, defaultFSType: o.DefaultFSType, strictTopology: o.StrictTopology, extraMetadata: o.ExtraCreateMetadata,
 		timeout: o.Timeout, now: time.Now, inflight: map[string]bool{}, instance: newInstance(time.Now()),
 	}
-	api, err := newServer(p, factory) // adds the claim and class informers
-	if err != nil {
-		return err
-	}
+	api := newServer(p, objs.claims, objs.classes, objs.current)
 	api.capacity = capc
-	claimInformer := factory.Core().V1().PersistentVolumeClaims().Informer()
-	clones, err := newCloneProtection(log, client, claimInformer)
-	if err != nil {
+	clones := newCloneProtection(log, client, corelisters.NewPersistentVolumeClaimLister(objs.claims))
+	if err := objs.notify(clones.claimChanged, capc.enqueueAll, capc != nil); err != nil {
 		return err
 	}
 	registerOrphanMetrics()
 	provisionerv1.RegisterProvisionerServiceServer(srv.Server, api)
 	factory.Start(ctx.Done())
 	defer factory.Shutdown()
-	log.Info("provisioner starting", "member", o.MemberID, "listen", r.Addr(), "csi_endpoints", o.CSIEndpoints)
+	log.Info("provisioner starting", "member", o.MemberID, "listen", r.Addr(), "csi_endpoints", o.CSIEndpoints, "watcher", o.WatcherAddress)
 
-	err = r.Run(ctx,
+	tasks := []func(context.Context) error{
 		func(ctx context.Context) error {
 			reg.probeLoop(ctx, o.ProbePeriod)
 			return nil
 		},
 		func(ctx context.Context) error {
-			// Serving once the node caches are filled and every driver has
-			// been probed; NOT_SERVING while any driver is not ready, while
-			// there is no etcd session, or while the API server is out of
-			// reach.
+			// Serving once the informers' caches are filled and every
+			// driver has been probed; NOT_SERVING while any driver is not
+			// ready, while there is no etcd session, or while the API
+			// server is out of reach. The watcher stream, when used, is
+			// not waited for: until it is current, claims and classes are
+			// read from the API server.
 			for _, ok := range factory.WaitForCacheSync(ctx.Done()) {
 				if !ok {
 					return nil
@@ -260,17 +282,80 @@ func Run(ctx context.Context, o Options) error {
 				}
 			}
 		},
-		func(ctx context.Context) error { return clones.run(ctx, claimInformer.HasSynced, o.RecoveryPeriod) },
 		func(ctx context.Context) error {
-			capc.run(ctx, reg.probed, func() bool {
-				return cache.WaitForCacheSync(ctx.Done(), factory.Storage().V1().StorageClasses().Informer().HasSynced)
-			})
+			return clones.run(ctx, objs.claimsSynced, objs.current, o.RecoveryPeriod)
+		},
+		func(ctx context.Context) error {
+			capc.run(ctx, reg.probed, func() bool { return cache.WaitForCacheSync(ctx.Done(), objs.classesSynced) })
 			return nil
 		},
 		func(ctx context.Context) error { p.orphanLoop(ctx, o.OrphanScanPeriod, reg.probed); return nil },
-	)
+	}
+	if s := objs.stream; s != nil {
+		tasks = append(tasks,
+			func(ctx context.Context) error { return s.run(ctx, watcherAddresses(o.WatcherAddress), o.TLS, log) },
+			func(ctx context.Context) error { s.report(ctx, log); return nil })
+	}
+	err = r.Run(ctx, tasks...)
 	log.Info("provisioner stopped")
 	return err
+}
+
+// objectCaches are the claim and StorageClass caches the provisioner reads:
+// its own informers on the API server, or the watcher's stream.
+type objectCaches struct {
+	// claims are indexed by namespace/name and guard.ByVolumeName, classes
+	// by name.
+	claims, classes cache.Indexer
+	// claimsSynced and classesSynced report whether the first full list of
+	// each is in.
+	claimsSynced, classesSynced func() bool
+	// current is nil for the informers (their caches are always used),
+	// stream.current for the stream.
+	current func() bool
+
+	stream                       *streamCache              // nil: informers
+	claimInformer, classInformer cache.SharedIndexInformer // nil: the stream
+}
+
+// newObjectCaches is the stream-fed cache when watchers are given (the
+// caller runs it), else claim and StorageClass informers added to factory
+// (which the caller starts).
+func newObjectCaches(factory informers.SharedInformerFactory, watchers []string, staleAfter time.Duration) (objectCaches, error) {
+	if len(watchers) > 0 {
+		s := newStreamCache(staleAfter)
+		return objectCaches{claims: s.claims, classes: s.classes, claimsSynced: s.hasSynced, classesSynced: s.hasSynced, current: s.current, stream: s}, nil
+	}
+	ci := factory.Core().V1().PersistentVolumeClaims().Informer()
+	if err := ci.AddIndexers(cache.Indexers{guard.ByVolumeName: guard.IndexByVolumeName}); err != nil {
+		return objectCaches{}, fmt.Errorf("index claims: %w", err)
+	}
+	si := factory.Storage().V1().StorageClasses().Informer()
+	return objectCaches{claims: ci.GetIndexer(), classes: si.GetIndexer(), claimsSynced: ci.HasSynced, classesSynced: si.HasSynced,
+		claimInformer: ci, classInformer: si}, nil
+}
+
+// notify tells onClaim of every claim change (the claim, or a tombstone)
+// and, when classes is set, onClass of every StorageClass change.
+func (c objectCaches) notify(onClaim func(any), onClass func(), classes bool) error {
+	if c.stream != nil {
+		c.stream.onClaim = onClaim
+		if classes {
+			c.stream.onClass = onClass
+		}
+		return nil
+	}
+	if _, err := c.claimInformer.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc: onClaim, UpdateFunc: func(_, obj any) { onClaim(obj) }, DeleteFunc: onClaim,
+	}); err != nil {
+		return err
+	}
+	if classes {
+		all := func(any) { onClass() }
+		_, _ = c.classInformer.AddEventHandler(cache.ResourceEventHandlerFuncs{
+			AddFunc: all, UpdateFunc: func(_, n any) { all(n) }, DeleteFunc: all})
+	}
+	return nil
 }
 
 // listers answer topology questions from the informers' caches.

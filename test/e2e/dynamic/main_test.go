@@ -127,6 +127,7 @@ func run(m *testing.M) int {
 		errc <- provisioner.Run(ctx, provisioner.Options{
 			Options:             replica.Options{Kubeconfig: env.Kubeconfig, EtcdEndpoints: env.EtcdEndpoints, Listen: cluster.provisionerAddr, TLS: c.TLS("provisioner"), Logger: logger("provisioner")},
 			CSIEndpoints:        []string{sock},
+			WatcherAddress:      watcherAddr,
 			Timeout:             csiTimeout,
 			RecoveryPeriod:      recoveryPeriod,
 			ExtraCreateMetadata: true,

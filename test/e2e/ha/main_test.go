@@ -149,6 +149,7 @@ func run(m *testing.M) int {
 		return provisioner.Run(ctx, provisioner.Options{
 			Options:        replica.Options{Kubeconfig: env.Kubeconfig, EtcdEndpoints: env.EtcdEndpoints, Listen: addr, TLS: cl.TLS("provisioner"), Logger: logger("provisioner")},
 			CSIEndpoints:   []string{sock},
+			WatcherAddress: watchers[0].addr + "," + watchers[1].addr,
 			Timeout:        2 * time.Second,
 			RecoveryPeriod: 500 * time.Millisecond,
 		})

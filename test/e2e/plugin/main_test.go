@@ -118,6 +118,7 @@ func run(m *testing.M) int {
 		errc <- provisioner.Run(ctx, provisioner.Options{
 			Options:        replica.Options{Kubeconfig: env.Kubeconfig, EtcdEndpoints: env.EtcdEndpoints, Listen: provisionerAddr, TLS: c.TLS("provisioner"), Logger: logger("provisioner")},
 			CSIEndpoints:   []string{sock},
+			WatcherAddress: watcherAddr,
 			Timeout:        2 * time.Second,
 			RecoveryPeriod: 500 * time.Millisecond,
 		})

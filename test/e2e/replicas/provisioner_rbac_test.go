@@ -50,8 +50,9 @@ func TestProvisionerRunsWithTheDeployedRBAC(t *testing.T) {
 	}()
 	go func() {
 		errc <- provisioner.Run(ctx, provisioner.Options{
-			Options:      startup.Options{RESTConfig: asComponent("provisioner"), EtcdEndpoints: env.EtcdEndpoints, Etcd: env.EtcdSecurity, Listen: pAddr, TLS: cl.TLS("provisioner"), MemberID: "provisioner-rbac", Logger: logger("provisioner-rbac")},
-			CSIEndpoints: []string{name + "=" + sock},
+			Options:        startup.Options{RESTConfig: asComponent("provisioner"), EtcdEndpoints: env.EtcdEndpoints, Etcd: env.EtcdSecurity, Listen: pAddr, TLS: cl.TLS("provisioner"), MemberID: "provisioner-rbac", Logger: logger("provisioner-rbac")},
+			CSIEndpoints:   []string{name + "=" + sock},
+			WatcherAddress: wAddr,
 		})
 	}()
 	if err := cl.WaitServing(ctx, pAddr, time.Minute); err != nil {

@@ -8,6 +8,7 @@ import (
 	"flag"
 	"log/slog"
 	"os"
+	"strings"
 
 	"github.com/volplane/volplane/pkg/cmdutil"
 	"github.com/volplane/volplane/services/provisioner"
@@ -30,9 +31,13 @@ func main() {
 	flag.StringVar(&o.Capacity.ManagedBy, "capacity-managed-by", provisioner.DefaultCapacityManagedBy, "csi.storage.k8s.io/managed-by label of the objects this provisioner owns (external-provisioner to adopt external-provisioner's)")
 	flag.StringVar(&o.Capacity.Owner, "capacity-owner", "", "Kind/name (Deployment, StatefulSet, DaemonSet, ReplicaSet) in --capacity-namespace that owns the objects, so deleting it removes them; empty sets no owner")
 	flag.BoolVar(&o.Capacity.ForImmediateBinding, "capacity-for-immediate-binding", false, "also publish for StorageClasses with Immediate binding")
+	var watchers []string
+	cmdutil.ListFlag(&watchers, "watcher-address", "gRPC address of the watcher service; repeat the flag or separate addresses with commas for several watcher replicas. When set, claims and StorageClasses come from the watcher's stream instead of the provisioner's own watches on the API server; empty: its own watches")
+	flag.DurationVar(&o.StaleAfter, "watcher-stale-after", provisioner.DefaultStaleAfter, "how long without a live, caught-up watcher stream before the provisioner stops trusting its stream-fed cache and reads claims and classes from the API server")
 	flag.DurationVar(&o.OrphanScanPeriod, "orphan-scan-period", provisioner.DefaultOrphanScanPeriod, "how often the orphan report refreshes volplane_provisioner_orphans; negative: only when asked (GET /v1/orphans)")
 	logging := cmdutil.LogFlags()
 	flag.Parse()
+	o.WatcherAddress = strings.Join(watchers, ",")
 	os.Exit(cmdutil.Run(provisioner.Service, logging, func(ctx context.Context, log *slog.Logger) error {
 		o.Logger = log
 		return provisioner.Run(ctx, o)

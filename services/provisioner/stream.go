@@ -1,0 +1,276 @@
+package provisioner
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/cache"
+
+	"github.com/volplane/volplane/pkg/grpcutil"
+	"github.com/volplane/volplane/pkg/guard"
+	"github.com/volplane/volplane/pkg/kube"
+	"github.com/volplane/volplane/pkg/watchclient"
+	watcherv1 "github.com/volplane/volplane/proto/volplane/watcher/v1"
+)
+
+// DefaultStaleAfter is how long the claim and class cache fed by the
+// watcher may go without a live, caught-up stream before it counts as
+// stale: then no hint is taken from it and DeleteVolume's guard lists the
+// claims from the API server.
+const DefaultStaleAfter = 5 * time.Second
+
+// streamCache holds the claims and StorageClasses the watcher streams
+// (--watcher-address), in place of the provisioner's own informers on them:
+// the same indexers (claims by namespace/name with guard.ByVolumeName,
+// classes by name), so the listers over them work unchanged. It is fed by
+// watchclient (Reset, ADDED..., Synced is applied as a replace) and is
+// trusted only while current.
+type streamCache struct {
+	claims  cache.Indexer
+	classes cache.Indexer
+
+	status     watchclient.Status
+	staleAfter time.Duration
+	// stale reports whether the stream is behind; tests replace it.
+	stale func() bool
+
+	synced  atomic.Bool // a full list has been applied
+	listing atomic.Bool // between a RESET and its SYNCED
+
+	// listed holds the keys ADDED since the last RESET, per kind; only the
+	// handler (whose calls never overlap) touches it.
+	listed map[watcherv1.Kind]map[string]bool
+
+	// onClaim and onClass are told of every change the stream brings (a
+	// claim or tombstone, the class's name); set before the stream runs.
+	onClaim func(obj any)
+	onClass func()
+}
+
+var _ watchclient.Handler = (*streamCache)(nil)
+
+func newStreamCache(staleAfter time.Duration) *streamCache {
+	c := &streamCache{
+		claims:     cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{guard.ByVolumeName: guard.IndexByVolumeName}),
+		classes:    cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{}),
+		staleAfter: staleAfter,
+		onClaim:    func(any) {},
+		onClass:    func() {},
+	}
+	c.stale = func() bool { return c.status.Stale(c.staleAfter) }
+	return c
+}
+
+// hasSynced reports whether the first full list is in.
+func (c *streamCache) hasSynced() bool { return c.synced.Load() }
+
+// current reports whether the cache may be trusted now: a full list is in,
+// no relist is under way, and within staleAfter the stream was caught up
+// with a SERVING watcher.
+func (c *streamCache) current() bool {
+	return c.synced.Load() && !c.listing.Load() && !c.stale()
+}
+
+// Reset implements watchclient.Handler: a full list follows. Nothing is
+// dropped until its Synced, so readers never see an empty cache.
+func (c *streamCache) Reset() {
+	c.listing.Store(true)
+	c.listed = map[watcherv1.Kind]map[string]bool{
+		watcherv1.Kind_KIND_PERSISTENT_VOLUME_CLAIM: {},
+		watcherv1.Kind_KIND_STORAGE_CLASS:           {},
+	}
+}
+
+// Synced implements watchclient.Handler: objects the full list did not
+// mention were deleted while the stream was down.
+func (c *streamCache) Synced() {
+	if c.listed != nil {
+		for _, k := range c.claims.ListKeys() {
+			if !c.listed[watcherv1.Kind_KIND_PERSISTENT_VOLUME_CLAIM][k] {
+				c.drop(c.claims, k, "", c.onClaim)
+			}
+		}
+		for _, k := range c.classes.ListKeys() {
+			if !c.listed[watcherv1.Kind_KIND_STORAGE_CLASS][k] {
+				c.drop(c.classes, k, "", func(any) { c.onClass() })
+			}
+		}
+		c.listed = nil
+	}
+	c.synced.Store(true)
+	c.listing.Store(false)
+}
+
+// Event implements watchclient.Handler.
+func (c *streamCache) Event(ev *watcherv1.WatchResponse) error {
+	if m := c.listed[ev.Kind]; m != nil && ev.Type == watcherv1.EventType_EVENT_TYPE_ADDED {
+		m[ev.Key] = true
+	}
+	deleted := ev.Type == watcherv1.EventType_EVENT_TYPE_DELETED
+	switch ev.Kind {
+	case watcherv1.Kind_KIND_PERSISTENT_VOLUME_CLAIM:
+		cl, err := kube.DecodeClaim(ev.Object)
+		if err != nil {
+			return err
+		}
+		if deleted {
+			c.drop(c.claims, ev.Key, string(cl.UID), c.onClaim)
+			return nil
+		}
+		cl.ManagedFields = nil
+		if err := c.claims.Update(cl); err != nil {
+			return fmt.Errorf("cache claim %s: %w", ev.Key, err)
+		}
+		c.onClaim(cl)
+	case watcherv1.Kind_KIND_STORAGE_CLASS:
+		sc, err := kube.DecodeStorageClass(ev.Object)
+		if err != nil {
+			return err
+		}
+		if deleted {
+			c.drop(c.classes, ev.Key, string(sc.UID), func(any) { c.onClass() })
+			return nil
+		}
+		sc.ManagedFields = nil
+		if err := c.classes.Update(sc); err != nil {
+			return fmt.Errorf("cache StorageClass %s: %w", ev.Key, err)
+		}
+		c.onClass()
+	}
+	return nil
+}
+
+// drop removes the object under key, unless uid is set and the cached
+// object has another (the object was recreated under its name); changed
+// gets the tombstone.
+func (c *streamCache) drop(idx cache.Indexer, key, uid string, changed func(any)) {
+	obj, ok, err := idx.GetByKey(key)
+	if err != nil || !ok {
+		return
+	}
+	if m, err := meta.Accessor(obj); err == nil && uid != "" && string(m.GetUID()) != uid {
+		return
+	}
+	if err := idx.Delete(obj); err != nil {
+		return
+	}
+	changed(cache.DeletedFinalStateUnknown{Key: key, Obj: obj})
+}
+
+// watcherAddresses splits the --watcher-address value: one address or
+// several, comma-separated.
+func watcherAddresses(s string) []string {
+	var out []string
+	for _, a := range strings.Split(s, ",") {
+		if a = strings.TrimSpace(a); a != "" {
+			out = append(out, a)
+		}
+	}
+	return out
+}
+
+// run dials every watcher and feeds the cache from one of them at a time,
+// failing over between them (see pkg/watchclient), until ctx ends.
+func (c *streamCache) run(ctx context.Context, addrs []string, tls grpcutil.TLSFiles, log *slog.Logger) error {
+	watchers := make([]watchclient.Watcher, 0, len(addrs))
+	for _, a := range addrs {
+		cc, err := grpcutil.Dial(a, tls)
+		if err != nil {
+			return fmt.Errorf("watcher %s: %w", a, err)
+		}
+		defer cc.Close()
+		watchers = append(watchers, watchclient.Watcher{Name: a, Conn: cc})
+	}
+	err := watchclient.RunFailover(ctx, watchers, watchclient.Options{
+		Kinds:        []watcherv1.Kind{watcherv1.Kind_KIND_PERSISTENT_VOLUME_CLAIM, watcherv1.Kind_KIND_STORAGE_CLASS},
+		Encoding:     watcherv1.Encoding_ENCODING_PROTOBUF,
+		Logger:       log.With("peer", "watcher"),
+		StallTimeout: c.staleAfter,
+		Status:       &c.status,
+	}, c)
+	if ctx.Err() != nil {
+		return nil
+	}
+	return err
+}
+
+// report logs every change of current until ctx ends.
+func (c *streamCache) report(ctx context.Context, log *slog.Logger) {
+	t := time.NewTicker(250 * time.Millisecond)
+	defer t.Stop()
+	was := false
+	for {
+		if now := c.current(); now != was {
+			was = now
+			if now {
+				log.Info("claim and class cache current: hints and the delete guard's index come from the watcher stream", "watcher", c.status.Watcher())
+			} else {
+				log.Warn("claim and class cache not current: claims and classes are read from the API server", "watcher", c.status.Watcher(),
+					"synced", c.synced.Load(), "relisting", c.listing.Load(), "fresh_at", c.status.FreshAt())
+			}
+		}
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			return
+		}
+	}
+}
+
+// errNotCurrent is a hint refused because the stream-fed cache may be
+// behind: the caller reads the API server instead.
+var errNotCurrent = errors.New("the claim and class cache is not current")
+
+// currentHints are hints only while current says the cache is current.
+type currentHints struct {
+	next    hints
+	current func() bool
+}
+
+var _ hints = currentHints{}
+
+func (h currentHints) Claim(namespace, name string) (*corev1.PersistentVolumeClaim, error) {
+	if !h.current() {
+		return nil, errNotCurrent
+	}
+	return h.next.Claim(namespace, name)
+}
+
+func (h currentHints) StorageClass(name string) (*storagev1.StorageClass, error) {
+	if !h.current() {
+		return nil, errNotCurrent
+	}
+	return h.next.StorageClass(name)
+}
+
+// currentIndex is guard.APIClaims whose index is asked only while current
+// says the cache is current; otherwise every claim is listed from the API
+// server. Every claim either way is read from the API server.
+type currentIndex struct {
+	client  kubernetes.Interface
+	index   cache.Indexer
+	current func() bool
+}
+
+var _ guard.Claims = currentIndex{}
+
+func (c currentIndex) GetClaim(ctx context.Context, namespace, name string) (*corev1.PersistentVolumeClaim, error) {
+	return guard.APIClaims{Client: c.client}.GetClaim(ctx, namespace, name)
+}
+
+func (c currentIndex) ClaimsNaming(ctx context.Context, volume string) ([]corev1.PersistentVolumeClaim, error) {
+	a := guard.APIClaims{Client: c.client}
+	if c.current() {
+		a.Index = c.index
+	}
+	return a.ClaimsNaming(ctx, volume)
+}
