@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -52,22 +53,57 @@ func (c cacheHints) StorageClass(name string) (*storagev1.StorageClass, error) {
 // whether the caches may be trusted now (the stream-fed cache, stream.go):
 // while it is false no hint is taken and the guard lists the claims from
 // the API server. Without it (the provisioner's own informers, which the
-// caller starts and waits for) the caches are always used.
-func newServer(p *provisioner, claims, classes cache.Indexer, current func() bool) *server {
+// caller starts and waits for) the caches are always used. claimStored,
+// when set, returns a channel closed when the claim cache next stores a
+// claim: readClaim then waits a little for a version it does not hold yet.
+func newServer(p *provisioner, claims, classes cache.Indexer, current func() bool, claimStored func() <-chan struct{}) *server {
 	h := cacheHints{claims: corelisters.NewPersistentVolumeClaimLister(claims), classes: storagelisters.NewStorageClassLister(classes)}
 	if current == nil {
 		return &server{p: p, hints: h, claims: guard.APIClaims{Client: p.client, Index: claims}}
 	}
-	return &server{p: p, hints: currentHints{next: h, current: current}, claims: currentIndex{client: p.client, index: claims, current: current}}
+	return &server{p: p, hints: currentHints{next: h, current: current}, claims: currentIndex{client: p.client, index: claims, current: current},
+		claimStored: claimStored}
 }
 
-// readClaim returns the claim as the API server has it: the informer's
-// copy when it has the UID and resourceVersion of the one sent, else a
+// hintWait bounds how long readClaim waits for the cache to store the
+// version of a claim the caller sent. The binder sends the claim its own
+// write returned (the storage-provisioner annotations), which the watcher
+// stream brings a few milliseconds later; waiting for it spares the API
+// server a quorum read of every provisioned claim.
+const hintWait = 200 * time.Millisecond
+
+// readClaim returns the claim as the API server has it: the cache's copy
+// when it has the UID and resourceVersion of the one sent (waiting up to
+// hintWait for it when the cache can say when it stores a claim), else a
 // fresh read. The bytes sent are never used.
 func (s *server) readClaim(ctx context.Context, namespace, name string, sent *corev1.PersistentVolumeClaim) (*corev1.PersistentVolumeClaim, error) {
 	if sent != nil && s.hints != nil && sent.ResourceVersion != "" {
-		if c, err := s.hints.Claim(namespace, name); err == nil && c.UID == sent.UID && c.ResourceVersion == sent.ResourceVersion {
-			return c.DeepCopy(), nil
+		var timeout <-chan time.Time
+	wait:
+		for {
+			var stored <-chan struct{}
+			if s.claimStored != nil {
+				stored = s.claimStored() // before the look, so no store is missed
+			}
+			c, err := s.hints.Claim(namespace, name)
+			if err == nil && c.UID == sent.UID && c.ResourceVersion == sent.ResourceVersion {
+				return c.DeepCopy(), nil
+			}
+			if stored == nil || errors.Is(err, errNotCurrent) {
+				break
+			}
+			if timeout == nil {
+				t := time.NewTimer(hintWait)
+				defer t.Stop()
+				timeout = t.C
+			}
+			select {
+			case <-stored:
+			case <-timeout:
+				break wait
+			case <-ctx.Done():
+				return nil, status.FromContextError(ctx.Err()).Err()
+			}
 		}
 	}
 	c, err := s.p.client.CoreV1().PersistentVolumeClaims(namespace).Get(ctx, name, metav1.GetOptions{})

@@ -209,7 +209,7 @@ func Run(ctx context.Context, o Options) error {
 		prefix:  o.VolumeNamePrefix, defaultFSType: o.DefaultFSType, strictTopology: o.StrictTopology, extraMetadata: o.ExtraCreateMetadata,
 		timeout: o.Timeout, now: time.Now, inflight: map[string]bool{}, instance: newInstance(time.Now()),
 	}
-	api := newServer(p, objs.claims, objs.classes, objs.current)
+	api := newServer(p, objs.claims, objs.classes, objs.current, objs.claimStored)
 	api.capacity = capc
 	clones := newCloneProtection(log, client, corelisters.NewPersistentVolumeClaimLister(objs.claims))
 	if err := objs.notify(clones.claimChanged, capc.enqueueAll, capc != nil); err != nil {
@@ -313,6 +313,9 @@ type objectCaches struct {
 	// current is nil for the informers (their caches are always used),
 	// stream.current for the stream.
 	current func() bool
+	// claimStored is nil for the informers, stream.claimStored for the
+	// stream.
+	claimStored func() <-chan struct{}
 
 	stream                       *streamCache              // nil: informers
 	claimInformer, classInformer cache.SharedIndexInformer // nil: the stream
@@ -324,7 +327,8 @@ type objectCaches struct {
 func newObjectCaches(factory informers.SharedInformerFactory, watchers []string, staleAfter time.Duration) (objectCaches, error) {
 	if len(watchers) > 0 {
 		s := newStreamCache(staleAfter)
-		return objectCaches{claims: s.claims, classes: s.classes, claimsSynced: s.hasSynced, classesSynced: s.hasSynced, current: s.current, stream: s}, nil
+		return objectCaches{claims: s.claims, classes: s.classes, claimsSynced: s.hasSynced, classesSynced: s.hasSynced, current: s.current,
+			claimStored: s.claimStored, stream: s}, nil
 	}
 	ci := factory.Core().V1().PersistentVolumeClaims().Informer()
 	if err := ci.AddIndexers(cache.Indexers{guard.ByVolumeName: guard.IndexByVolumeName}); err != nil {

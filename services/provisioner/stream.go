@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -54,6 +55,10 @@ type streamCache struct {
 	// claim or tombstone, the class's name); set before the stream runs.
 	onClaim func(obj any)
 	onClass func()
+
+	// claimTick is closed, and replaced, whenever a claim is stored.
+	tickMu    sync.Mutex
+	claimTick chan struct{}
 }
 
 var _ watchclient.Handler = (*streamCache)(nil)
@@ -65,9 +70,24 @@ func newStreamCache(staleAfter time.Duration) *streamCache {
 		staleAfter: staleAfter,
 		onClaim:    func(any) {},
 		onClass:    func() {},
+		claimTick:  make(chan struct{}),
 	}
 	c.stale = func() bool { return c.status.Stale(c.staleAfter) }
 	return c
+}
+
+// claimStored returns a channel closed when the next claim is stored.
+func (c *streamCache) claimStored() <-chan struct{} {
+	c.tickMu.Lock()
+	defer c.tickMu.Unlock()
+	return c.claimTick
+}
+
+func (c *streamCache) tick() {
+	c.tickMu.Lock()
+	close(c.claimTick)
+	c.claimTick = make(chan struct{})
+	c.tickMu.Unlock()
 }
 
 // hasSynced reports whether the first full list is in.
@@ -130,6 +150,7 @@ func (c *streamCache) Event(ev *watcherv1.WatchResponse) error {
 		if err := c.claims.Update(cl); err != nil {
 			return fmt.Errorf("cache claim %s: %w", ev.Key, err)
 		}
+		c.tick()
 		c.onClaim(cl)
 	case watcherv1.Kind_KIND_STORAGE_CLASS:
 		sc, err := kube.DecodeStorageClass(ev.Object)

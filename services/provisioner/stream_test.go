@@ -3,6 +3,7 @@ package provisioner
 import (
 	"strings"
 	"testing"
+	"time"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -169,7 +170,7 @@ func streamGuarded(t *testing.T) (*guarded, *streamCache, *bool) {
 	c := newStreamCache(DefaultStaleAfter)
 	stale := new(bool)
 	c.stale = func() bool { return *stale }
-	g.s = newServer(g.s.p, c.claims, c.classes, c.current)
+	g.s = newServer(g.s.p, c.claims, c.classes, c.current, c.claimStored)
 	return g, c, stale
 }
 
@@ -273,6 +274,53 @@ func TestStreamGuardListsFromTheAPIUnlessCurrent(t *testing.T) {
 			}
 			if n := apiReads(g)["list persistentvolumeclaims"]; n != tc.wantLists {
 				t.Errorf("%d lists of claims from the API server, want %d", n, tc.wantLists)
+			}
+		})
+	}
+}
+
+// The binder sends the claim its own write returned, a version the stream
+// brings a little later: readClaim waits for it (no API read) up to
+// hintWait, then reads the API server.
+func TestReadClaimWaitsForTheSentVersion(t *testing.T) {
+	for _, tc := range []struct {
+		name         string
+		arrives      bool
+		wantAPIReads int
+	}{{"arrives", true, 0}, {"never arrives", false, 1}} {
+		t.Run(tc.name, func(t *testing.T) {
+			g, c, _ := streamGuarded(t)
+			claim := g.addClaim(t, streamClaim("ns", "data", "u1", "", ""))
+			claim.ResourceVersion = "7"
+			c.Reset()
+			feed(t, c, event(t, watcherv1.EventType_EVENT_TYPE_ADDED, claim))
+			c.Synced()
+			sent := claim.DeepCopy()
+			sent.ResourceVersion = "8"
+			sent.Annotations = map[string]string{"volume.kubernetes.io/storage-provisioner": "x"}
+			if tc.arrives {
+				ev := event(t, watcherv1.EventType_EVENT_TYPE_UPDATED, sent)
+				go func() {
+					time.Sleep(20 * time.Millisecond)
+					if err := c.Event(ev); err != nil {
+						t.Error(err)
+					}
+				}()
+			}
+			g.api.ClearActions()
+			start := time.Now()
+			got, err := g.s.readClaim(t.Context(), "ns", "data", sent)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if reads := apiReads(g)["get persistentvolumeclaims"]; reads != tc.wantAPIReads {
+				t.Errorf("%d API reads of the claim, want %d", reads, tc.wantAPIReads)
+			}
+			if tc.arrives && (got.ResourceVersion != "8" || got.Annotations["volume.kubernetes.io/storage-provisioner"] != "x") {
+				t.Errorf("got version %s %v, want the sent version from the cache", got.ResourceVersion, got.Annotations)
+			}
+			if !tc.arrives && time.Since(start) < hintWait {
+				t.Errorf("read the API server after %s, before hintWait", time.Since(start))
 			}
 		})
 	}
