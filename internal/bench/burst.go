@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"time"
 )
 
@@ -42,7 +43,7 @@ func (l load) create(ctx context.Context, create func(i int) error) (Lateness, e
 func boundWait(n int) time.Duration { return 2*time.Minute + time.Duration(n)*50*time.Millisecond }
 
 // startProfiles takes CPU profiles of volplane's binder and watcher (and
-// provisioner, when dynamic) while a burst's claims are bound, or while a
+// provisioner, when dynamic) and of kube-apiserver while a burst's claims are bound, or while a
 // steady rate's claims arrive, into ProfileDir (a steady rate's into
 // ProfileDir/rate-<R>); the function it returns waits for them and saves
 // heap profiles.
@@ -58,15 +59,27 @@ func (t *trial) startProfiles(ctx context.Context, l load, n int) func() error {
 		return func() error { return err }
 	}
 	services := slices.Sorted(maps.Keys(t.debug))
-	errc := make(chan error, len(services))
+	errc := make(chan error, len(services)+1)
 	for _, s := range services {
 		go func() {
 			errc <- fetch(ctx, fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", t.debug[s], seconds), filepath.Join(dir, s+".pprof"))
 		}()
 	}
+	// The apiserver too: it spends most of every claim's CPU.
+	go func() {
+		b, err := t.client.CoreV1().RESTClient().Get().AbsPath("/debug/pprof/profile").Param("seconds", strconv.Itoa(seconds)).
+			Timeout(time.Duration(seconds+60) * time.Second).DoRaw(ctx)
+		if err == nil {
+			err = os.WriteFile(filepath.Join(dir, "kube-apiserver.pprof"), b, 0o644)
+		}
+		if err != nil {
+			err = fmt.Errorf("profile kube-apiserver: %w", err)
+		}
+		errc <- err
+	}()
 	return func() error {
 		var err error
-		for range services {
+		for range len(services) + 1 {
 			err = errors.Join(err, <-errc)
 		}
 		for _, s := range services {

@@ -178,8 +178,12 @@ func (t *trial) startControlPlane(ctx context.Context) error {
 	if err := waitHealthy(ctx, t.etcdURL+"/health", t.fail, time.Minute); err != nil {
 		return fmt.Errorf("etcd: %w (log: %s)", err, t.etcd.LogPath)
 	}
+	var extra []string
+	if t.o.ProfileDir != "" {
+		extra = append(extra, "--profiling=true") // /debug/pprof, for the profile of its CPU
+	}
 	if t.api, err = devenv.StartAPIServer(ctx, devenv.APIServerOptions{Dir: filepath.Join(t.dir, "apiserver"),
-		KubeAPIServer: t.o.KubeAPIServer, EtcdServers: []string{t.etcdURL}}); err != nil {
+		KubeAPIServer: t.o.KubeAPIServer, EtcdServers: []string{t.etcdURL}, ExtraArgs: extra}); err != nil {
 		return err
 	}
 	t.client = t.newClient("volplane-bench")
