@@ -12,6 +12,7 @@ import (
 	"github.com/volplane/volplane/pkg/kube"
 	"github.com/volplane/volplane/pkg/metrics"
 	"github.com/volplane/volplane/pkg/replica"
+	"github.com/volplane/volplane/pkg/watchclient"
 	binderv1 "github.com/volplane/volplane/proto/volplane/binder/v1"
 	provisionerv1 "github.com/volplane/volplane/proto/volplane/provisioner/v1"
 	reclaimerv1 "github.com/volplane/volplane/proto/volplane/reclaimer/v1"
@@ -74,7 +75,7 @@ const etcdUse = "reservations"
 
 func (o *Options) validate() error {
 	var errs []error
-	if len(watcherAddresses(o.WatcherAddress)) == 0 {
+	if len(watchclient.Addresses(o.WatcherAddress)) == 0 {
 		errs = append(errs, errors.New("the watcher address is required (--watcher-address)"))
 	}
 	if o.StaleAfter < 0 {
@@ -173,7 +174,7 @@ func Run(ctx context.Context, o Options) error {
 	log.Info("binder starting", "member", o.MemberID, "listen", r.Addr(), "watcher", o.WatcherAddress, "workers", o.Workers)
 	err = r.Run(ctx,
 		func(ctx context.Context) error {
-			return c.subscribe(ctx, watcherAddresses(o.WatcherAddress), o.TLS, log)
+			return c.subscribe(ctx, watchclient.Addresses(o.WatcherAddress), o.TLS, log)
 		},
 		func(ctx context.Context) error { return c.run(ctx, o.Workers, o.ResyncPeriod) },
 		func(ctx context.Context) error { return c.readiness(ctx, r.Server) },

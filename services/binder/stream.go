@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -45,40 +44,15 @@ func (c *controller) streamHealthy() bool {
 	return c.synced.Load() && !c.feed.status.Stale(c.feed.staleAfter)
 }
 
-// watcherAddresses splits the --watcher-address value: one address or
-// several, comma-separated.
-func watcherAddresses(s string) []string {
-	var out []string
-	for _, a := range strings.Split(s, ",") {
-		if a = strings.TrimSpace(a); a != "" {
-			out = append(out, a)
-		}
-	}
-	return out
-}
-
-// subscribe dials every watcher and feeds c from one of them at a time,
-// failing over between them (see pkg/watchclient), until ctx ends.
+// subscribe feeds c from one of the watchers at a time, failing over
+// between them (see pkg/watchclient), until ctx ends.
 func (c *controller) subscribe(ctx context.Context, addrs []string, tls grpcutil.TLSFiles, log *slog.Logger) error {
-	watchers := make([]watchclient.Watcher, 0, len(addrs))
-	for _, a := range addrs {
-		cc, err := grpcutil.Dial(a, tls)
-		if err != nil {
-			return fmt.Errorf("watcher %s: %w", a, err)
-		}
-		defer cc.Close()
-		watchers = append(watchers, watchclient.Watcher{Name: a, Conn: cc})
-	}
-	err := watchclient.RunFailover(ctx, watchers, watchclient.Options{
+	return watchclient.DialFailover(ctx, addrs, tls, watchclient.Options{
 		Kinds:        []watcherv1.Kind{watcherv1.Kind_KIND_PERSISTENT_VOLUME, watcherv1.Kind_KIND_PERSISTENT_VOLUME_CLAIM, watcherv1.Kind_KIND_STORAGE_CLASS, watcherv1.Kind_KIND_POD},
 		Logger:       log.With("peer", "watcher"),
 		StallTimeout: c.feed.staleAfter,
 		Status:       &c.feed.status,
 	}, c)
-	if ctx.Err() != nil {
-		return nil
-	}
-	return err
 }
 
 // gatedReclaimer hands a volume to the reclaimer only while the cache is

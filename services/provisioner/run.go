@@ -26,6 +26,7 @@ import (
 	"github.com/volplane/volplane/pkg/grpcutil"
 	"github.com/volplane/volplane/pkg/guard"
 	"github.com/volplane/volplane/pkg/replica"
+	"github.com/volplane/volplane/pkg/watchclient"
 	provisionerv1 "github.com/volplane/volplane/proto/volplane/provisioner/v1"
 )
 
@@ -173,7 +174,7 @@ func Run(ctx context.Context, o Options) error {
 	nodeLister := factory.Core().V1().Nodes().Lister()
 	csiNodeLister := factory.Storage().V1().CSINodes().Lister()
 
-	objs, err := newObjectCaches(factory, watcherAddresses(o.WatcherAddress), o.StaleAfter)
+	objs, err := newObjectCaches(factory, watchclient.Addresses(o.WatcherAddress), o.StaleAfter)
 	if err != nil {
 		return err
 	}
@@ -293,7 +294,9 @@ func Run(ctx context.Context, o Options) error {
 	}
 	if s := objs.stream; s != nil {
 		tasks = append(tasks,
-			func(ctx context.Context) error { return s.run(ctx, watcherAddresses(o.WatcherAddress), o.TLS, log) },
+			func(ctx context.Context) error {
+				return s.run(ctx, watchclient.Addresses(o.WatcherAddress), o.TLS, log)
+			},
 			func(ctx context.Context) error { s.report(ctx, log); return nil })
 	}
 	err = r.Run(ctx, tasks...)

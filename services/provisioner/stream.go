@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -187,41 +186,16 @@ func (c *streamCache) drop(idx cache.Indexer, key, uid string, changed func(any)
 	changed(cache.DeletedFinalStateUnknown{Key: key, Obj: obj})
 }
 
-// watcherAddresses splits the --watcher-address value: one address or
-// several, comma-separated.
-func watcherAddresses(s string) []string {
-	var out []string
-	for _, a := range strings.Split(s, ",") {
-		if a = strings.TrimSpace(a); a != "" {
-			out = append(out, a)
-		}
-	}
-	return out
-}
-
-// run dials every watcher and feeds the cache from one of them at a time,
-// failing over between them (see pkg/watchclient), until ctx ends.
+// run feeds the cache from one of the watchers at a time, failing over
+// between them (see pkg/watchclient), until ctx ends.
 func (c *streamCache) run(ctx context.Context, addrs []string, tls grpcutil.TLSFiles, log *slog.Logger) error {
-	watchers := make([]watchclient.Watcher, 0, len(addrs))
-	for _, a := range addrs {
-		cc, err := grpcutil.Dial(a, tls)
-		if err != nil {
-			return fmt.Errorf("watcher %s: %w", a, err)
-		}
-		defer cc.Close()
-		watchers = append(watchers, watchclient.Watcher{Name: a, Conn: cc})
-	}
-	err := watchclient.RunFailover(ctx, watchers, watchclient.Options{
+	return watchclient.DialFailover(ctx, addrs, tls, watchclient.Options{
 		Kinds:        []watcherv1.Kind{watcherv1.Kind_KIND_PERSISTENT_VOLUME_CLAIM, watcherv1.Kind_KIND_STORAGE_CLASS},
 		Encoding:     watcherv1.Encoding_ENCODING_PROTOBUF,
 		Logger:       log.With("peer", "watcher"),
 		StallTimeout: c.staleAfter,
 		Status:       &c.status,
 	}, c)
-	if ctx.Err() != nil {
-		return nil
-	}
-	return err
 }
 
 // report logs every change of current until ctx ends.
