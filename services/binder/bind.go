@@ -67,6 +67,7 @@ func (c *controller) reserve(ctx context.Context, volume *corev1.PersistentVolum
 		return func(bool) { c.store.unreserve(volume.Name, claim.UID) }, nil
 	}
 	resource := "pv/" + volume.Name
+	c.releaseQueued(ctx, resource, string(claim.UID))
 	if err := c.reserves.reserve(ctx, coord.Reservation{Resource: resource, Holder: string(claim.UID)}); err != nil {
 		c.store.unreserve(volume.Name, claim.UID)
 		if errors.Is(err, coord.ErrReserved) {

@@ -88,6 +88,10 @@ type controller struct {
 	releases chan queuedRelease
 	linger   time.Duration // releaseLinger; shorter in tests
 	reserves *reserveBatcher
+	// unreleased: the reservations queued for release and not yet
+	// released, resource → holder (see releaseQueued).
+	releaseMu  sync.Mutex
+	unreleased map[string]string
 }
 
 func newController(log *slog.Logger, client kubernetes.Interface, recorder record.EventRecorder) *controller {
@@ -109,6 +113,7 @@ func newController(log *slog.Logger, client kubernetes.Interface, recorder recor
 		syncedCh:    make(chan struct{}),
 		provisions:  newProvisions(DefaultProvisionCalls),
 		releases:    make(chan queuedRelease, 4096),
+		unreleased:  map[string]string{},
 		linger:      releaseLinger,
 	}
 	c.reserves = &reserveBatcher{
@@ -418,12 +423,16 @@ func (c *controller) releaseSoon(resource, holder string) {
 }
 
 func (c *controller) queueRelease(r queuedRelease) {
+	c.releaseMu.Lock()
+	c.unreleased[r.Resource] = r.Holder
+	c.releaseMu.Unlock()
 	select {
 	case c.releases <- r:
 	default:
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
 		c.release(ctx, r.Resource, r.Holder)
+		c.released(r.Reservation)
 	}
 }
 
@@ -463,12 +472,39 @@ func (c *controller) releaser(ctx context.Context) {
 		}
 		if len(batch) == 1 {
 			c.release(ctx, batch[0].Resource, batch[0].Holder)
-			continue
-		}
-		if err := c.reservations.ReleaseAll(ctx, batch); err != nil && ctx.Err() == nil {
+		} else if err := c.reservations.ReleaseAll(ctx, batch); err != nil && ctx.Err() == nil {
 			// The reservations live on the session lease: they go when
 			// this replica does.
 			c.log.Warn("release reservations", "count", len(batch), "error", err)
+		}
+		c.released(batch...)
+	}
+}
+
+// releaseQueued drops, at once, a reservation of resource queued for
+// release by a holder other than holder, and reports whether there was
+// one: a volume bound, released and recycled within a linger would
+// otherwise be refused to its next claim by this replica's own lingering
+// reservation.
+func (c *controller) releaseQueued(ctx context.Context, resource, holder string) bool {
+	c.releaseMu.Lock()
+	queued, ok := c.unreleased[resource]
+	c.releaseMu.Unlock()
+	if !ok || queued == holder {
+		return false
+	}
+	c.release(ctx, resource, queued)
+	c.released(coord.Reservation{Resource: resource, Holder: queued})
+	return true
+}
+
+// released forgets reservations queued for release once they are.
+func (c *controller) released(rs ...coord.Reservation) {
+	c.releaseMu.Lock()
+	defer c.releaseMu.Unlock()
+	for _, r := range rs {
+		if c.unreleased[r.Resource] == r.Holder {
+			delete(c.unreleased, r.Resource)
 		}
 	}
 }

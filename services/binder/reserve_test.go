@@ -13,6 +13,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
@@ -184,5 +185,76 @@ func TestBindGivesBackItsReservation(t *testing.T) {
 				t.Fatal("the reservation was not given back")
 			}
 		})
+	}
+}
+
+// heldReservations keeps reservations as etcd would: one holder a resource.
+type heldReservations struct {
+	mu   sync.Mutex
+	held map[string]string
+}
+
+func (h *heldReservations) ReserveAll(_ context.Context, rs []coord.Reservation) ([]error, error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	errs := make([]error, len(rs))
+	for i, r := range rs {
+		if holder, ok := h.held[r.Resource]; ok && holder != r.Holder {
+			errs[i] = fmt.Errorf("%s: %w %q", r.Resource, coord.ErrReserved, holder)
+			continue
+		}
+		h.held[r.Resource] = r.Holder
+	}
+	return errs, nil
+}
+
+func (h *heldReservations) Release(_ context.Context, resource, holder string) error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.held[resource] == holder {
+		delete(h.held, resource)
+	}
+	return nil
+}
+
+func (h *heldReservations) ReleaseAll(ctx context.Context, rs []coord.Reservation) error {
+	for _, r := range rs {
+		_ = h.Release(ctx, r.Resource, r.Holder)
+	}
+	return nil
+}
+
+// A volume bound, released and made Available again while its first
+// claim's reservation still lingers goes to the next claim at once: this
+// replica drops its own lingering reservation instead of being refused by
+// it.
+func TestALingeringReleaseGivesWayToTheNextClaim(t *testing.T) {
+	v, first, next := testVolume("pv-1"), testClaim("first"), testClaim("next")
+	c := newController(slog.New(slog.NewTextHandler(io.Discard, nil)), fake.NewClientset(v, first, next), record.NewFakeRecorder(100))
+	held := &heldReservations{held: map[string]string{}}
+	c.reservations = held
+	c.linger = time.Hour
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan struct{})
+	go func() { defer close(done); c.releaser(ctx) }()
+	defer func() { cancel(); <-done }()
+
+	if err := c.bind(ctx, v, first); err != nil {
+		t.Fatal(err)
+	}
+	if h := held.held["pv/pv-1"]; h != string(first.UID) {
+		t.Fatalf("after the first bind pv/pv-1 is held by %q, want the first claim's lingering reservation", h)
+	}
+	// The volume is Available again (recycled), as the API now has it.
+	again, err := c.client.CoreV1().PersistentVolumes().Get(ctx, "pv-1", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	again.Spec.ClaimRef, again.Annotations, again.Status.Phase = nil, nil, corev1.VolumeAvailable
+	if again, err = c.client.CoreV1().PersistentVolumes().Update(ctx, again, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.bind(ctx, again, next); err != nil {
+		t.Fatalf("the next claim: %v", err)
 	}
 }
