@@ -54,9 +54,10 @@ func (c cacheHints) StorageClass(name string) (*storagev1.StorageClass, error) {
 // while it is false no hint is taken and the guard lists the claims from
 // the API server. Without it (the provisioner's own informers, which the
 // caller starts and waits for) the caches are always used. claimStored,
-// when set, returns a channel closed when the claim cache next stores a
-// claim: readClaim then waits a little for a version it does not hold yet.
-func newServer(p *provisioner, claims, classes cache.Indexer, current func() bool, claimStored func() <-chan struct{}) *server {
+// when set, returns a channel closed when the claim cache next stores the
+// claim named: readClaim then waits a little for a version it does not
+// hold yet.
+func newServer(p *provisioner, claims, classes cache.Indexer, current func() bool, claimStored func(namespace, name string) <-chan struct{}) *server {
 	h := cacheHints{claims: corelisters.NewPersistentVolumeClaimLister(claims), classes: storagelisters.NewStorageClassLister(classes)}
 	if current == nil {
 		return &server{p: p, hints: h, claims: guard.APIClaims{Client: p.client, Index: claims}}
@@ -78,19 +79,25 @@ const hintWait = 200 * time.Millisecond
 // fresh read. The bytes sent are never used.
 func (s *server) readClaim(ctx context.Context, namespace, name string, sent *corev1.PersistentVolumeClaim) (*corev1.PersistentVolumeClaim, error) {
 	if sent != nil && s.hints != nil && sent.ResourceVersion != "" {
-		var timeout <-chan time.Time
-	wait:
-		for {
-			var stored <-chan struct{}
-			if s.claimStored != nil {
-				stored = s.claimStored() // before the look, so no store is missed
-			}
+		look := func() (*corev1.PersistentVolumeClaim, error) {
 			c, err := s.hints.Claim(namespace, name)
-			if err == nil && c.UID == sent.UID && c.ResourceVersion == sent.ResourceVersion {
+			if err == nil && (c.UID != sent.UID || c.ResourceVersion != sent.ResourceVersion) {
+				c = nil
+			}
+			return c, err
+		}
+		var timeout <-chan time.Time
+		for {
+			c, err := look()
+			if c != nil {
 				return c.DeepCopy(), nil
 			}
-			if stored == nil || errors.Is(err, errNotCurrent) {
+			if s.claimStored == nil || errors.Is(err, errNotCurrent) {
 				break
+			}
+			stored := s.claimStored(namespace, name)
+			if c, _ := look(); c != nil { // stored since the first look
+				return c.DeepCopy(), nil
 			}
 			if timeout == nil {
 				t := time.NewTimer(hintWait)
@@ -99,11 +106,12 @@ func (s *server) readClaim(ctx context.Context, namespace, name string, sent *co
 			}
 			select {
 			case <-stored:
+				continue
 			case <-timeout:
-				break wait
 			case <-ctx.Done():
 				return nil, status.FromContextError(ctx.Err()).Err()
 			}
+			break
 		}
 	}
 	c, err := s.p.client.CoreV1().PersistentVolumeClaims(namespace).Get(ctx, name, metav1.GetOptions{})

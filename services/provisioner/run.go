@@ -318,7 +318,7 @@ type objectCaches struct {
 	current func() bool
 	// claimStored is nil for the informers, stream.claimStored for the
 	// stream.
-	claimStored func() <-chan struct{}
+	claimStored func(namespace, name string) <-chan struct{}
 
 	stream                       *streamCache              // nil: informers
 	claimInformer, classInformer cache.SharedIndexInformer // nil: the stream

@@ -31,9 +31,9 @@ type server struct {
 	p *provisioner
 	// hints checks sent claims and classes; nil reads them all.
 	hints hints
-	// claimStored, when set, tells readClaim when the hints' cache stores
-	// a claim (the stream-fed cache), so that it can wait for one.
-	claimStored func() <-chan struct{}
+	// claimStored, when set, tells readClaim when the hints' cache next
+	// stores a claim (the stream-fed cache), so that it can wait for it.
+	claimStored func(namespace, name string) <-chan struct{}
 	// claims finds the claims pointing at a volume; nil lists them.
 	claims guard.Claims
 	// capacity publishes CSIStorageCapacity objects; nil when tracking is

@@ -55,9 +55,10 @@ type streamCache struct {
 	onClaim func(obj any)
 	onClass func()
 
-	// claimTick is closed, and replaced, whenever a claim is stored.
-	tickMu    sync.Mutex
-	claimTick chan struct{}
+	// waiting: per claim key, a channel closed when that claim is next
+	// stored (or dropped), for readClaim's wait.
+	waitMu  sync.Mutex
+	waiting map[string]chan struct{}
 }
 
 var _ watchclient.Handler = (*streamCache)(nil)
@@ -69,24 +70,34 @@ func newStreamCache(staleAfter time.Duration) *streamCache {
 		staleAfter: staleAfter,
 		onClaim:    func(any) {},
 		onClass:    func() {},
-		claimTick:  make(chan struct{}),
+		waiting:    map[string]chan struct{}{},
 	}
 	c.stale = func() bool { return c.status.Stale(c.staleAfter) }
 	return c
 }
 
-// claimStored returns a channel closed when the next claim is stored.
-func (c *streamCache) claimStored() <-chan struct{} {
-	c.tickMu.Lock()
-	defer c.tickMu.Unlock()
-	return c.claimTick
+// claimStored returns a channel closed when the claim namespace/name is
+// next stored or dropped.
+func (c *streamCache) claimStored(namespace, name string) <-chan struct{} {
+	key := namespace + "/" + name
+	c.waitMu.Lock()
+	defer c.waitMu.Unlock()
+	ch, ok := c.waiting[key]
+	if !ok {
+		ch = make(chan struct{})
+		c.waiting[key] = ch
+	}
+	return ch
 }
 
-func (c *streamCache) tick() {
-	c.tickMu.Lock()
-	close(c.claimTick)
-	c.claimTick = make(chan struct{})
-	c.tickMu.Unlock()
+// stored wakes whoever waits for claim key.
+func (c *streamCache) stored(key string) {
+	c.waitMu.Lock()
+	defer c.waitMu.Unlock()
+	if ch, ok := c.waiting[key]; ok {
+		close(ch)
+		delete(c.waiting, key)
+	}
 }
 
 // hasSynced reports whether the first full list is in.
@@ -143,13 +154,14 @@ func (c *streamCache) Event(ev *watcherv1.WatchResponse) error {
 		}
 		if deleted {
 			c.drop(c.claims, ev.Key, string(cl.UID), c.onClaim)
+			c.stored(ev.Key) // a waiter reads the API server now
 			return nil
 		}
 		cl.ManagedFields = nil
 		if err := c.claims.Update(cl); err != nil {
 			return fmt.Errorf("cache claim %s: %w", ev.Key, err)
 		}
-		c.tick()
+		c.stored(ev.Key)
 		c.onClaim(cl)
 	case watcherv1.Kind_KIND_STORAGE_CLASS:
 		sc, err := kube.DecodeStorageClass(ev.Object)

@@ -322,6 +322,12 @@ func TestReadClaimWaitsForTheSentVersion(t *testing.T) {
 			if !tc.arrives && time.Since(start) < hintWait {
 				t.Errorf("read the API server after %s, before hintWait", time.Since(start))
 			}
+			c.waitMu.Lock()
+			waiting := len(c.waiting)
+			c.waitMu.Unlock()
+			if tc.arrives && waiting != 0 {
+				t.Errorf("%d claims still waited for after the claim was stored", waiting)
+			}
 		})
 	}
 }
