@@ -79,15 +79,11 @@ func TestReleasesGoInBatches(t *testing.T) {
 
 func waitReleased(t *testing.T, res *countingReservations, n int) {
 	t.Helper()
-	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
+	waitFor(t, func() bool {
 		res.mu.Lock()
-		got := len(res.released)
-		res.mu.Unlock()
-		if got >= n {
-			return
-		}
-	}
-	t.Fatalf("released fewer than %d", n)
+		defer res.mu.Unlock()
+		return len(res.released) >= n
+	})
 }
 
 // The reservations of finished binds wait for others to share their

@@ -124,15 +124,11 @@ func TestReservationsGoInBatches(t *testing.T) {
 
 func waitPending(t *testing.T, b *reserveBatcher, n int) {
 	t.Helper()
-	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
+	waitFor(t, func() bool {
 		b.mu.Lock()
-		got := len(b.pending)
-		b.mu.Unlock()
-		if got == n {
-			return
-		}
-	}
-	t.Fatalf("never %d reservations pending", n)
+		defer b.mu.Unlock()
+		return len(b.pending) == n
+	})
 }
 
 // A resource asked for twice waits for the next batch; order is kept.
