@@ -1,7 +1,10 @@
 // Command volplane-csi runs volplane's development CSI driver: volumes are
 // directories under --root-dir, served over CSI (Identity, Controller and
-// Node) on --endpoint. `make up` runs it for the provisioner; --fault
-// injects failures, delays and hangs (see internal/devcsi).
+// Node, or one part with --mode) on --endpoint. `make up` runs it for the
+// provisioner; in a cluster its controller part runs next to the
+// provisioner and its node part in a DaemonSet that registers with the
+// kubelet (--plugin-registration-dir); --fault injects failures, delays
+// and hangs (see internal/devcsi).
 package main
 
 import (
@@ -23,6 +26,13 @@ func main() {
 	flag.StringVar(&o.RootDir, "root-dir", filepath.Join(dir, "root"), "directory holding the volumes, the snapshots and their state (kept across restarts)")
 	flag.StringVar(&o.NodeID, "node-id", "", "this node's ID, also its topology value; defaults to the hostname")
 	flag.StringVar(&o.Name, "driver-name", devcsi.DefaultName, "the CSI driver name")
+	flag.Func("mode", "the services to serve: all (default), controller (next to the provisioner) or node (the node plugin, which mounts)", func(s string) error {
+		o.Mode = devcsi.Mode(s)
+		return nil
+	})
+	flag.StringVar(&o.PluginRegistrationDir, "plugin-registration-dir", "", "register with the kubelet through its plugin registration directory (/var/lib/kubelet/plugins_registry on the node), as mounted here; needs --kubelet-registration-path")
+	flag.StringVar(&o.KubeletRegistrationPath, "kubelet-registration-path", "", "the CSI socket's path as the kubelet sees it on the node, e.g. /var/lib/kubelet/plugins/<driver>/csi.sock")
+	flag.StringVar(&o.HealthAddress, "health-address", "", "serve HTTP /healthz here (e.g. :9808): 200 while the CSI endpoint answers Probe and the registration socket is in place")
 	flag.Int64Var(&o.MaxVolumesPerNode, "max-volumes-per-node", 0, "reported by NodeGetInfo; 0 means no limit")
 	flag.Int64Var(&o.Capacity, "capacity", 0, "total bytes handed out to volumes; 0 means no limit")
 	flag.Int64Var(&o.NodeCapacity, "node-capacity", 0, "bytes each topology segment (node) holds; CreateVolume beyond it is ResourceExhausted and GetCapacity reports what is left there; 0 means no limit")

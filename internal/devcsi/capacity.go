@@ -10,6 +10,13 @@ import (
 // reads it to give an orphan's age; CSI itself has no such field.
 const CreationTimeKey = "volplane.io/creation-time"
 
+// NodeKey is the volume_context key naming the node a volume is on (its
+// topology segment's value). The kubelet passes the volume context to
+// NodeStageVolume, so a node plugin can tell a volume of another node
+// from one that does not exist, even when it cannot see that node's
+// state.
+const NodeKey = "volplane.io/node"
+
 // SetNodeCapacity sets the bytes node holds, overriding
 // Options.NodeCapacity for that node; 0 means no limit there. Volumes
 // already on the node are kept even when they exceed it.

@@ -50,8 +50,9 @@ func (d *Driver) csiVolume(v *volume) *csi.Volume {
 		CapacityBytes:      v.CapacityBytes,
 		AccessibleTopology: []*csi.Topology{{Segments: map[string]string{TopologyKey: v.Node}}},
 	}
+	cv.VolumeContext = map[string]string{NodeKey: v.Node}
 	if !v.CreatedAt.IsZero() {
-		cv.VolumeContext = map[string]string{CreationTimeKey: v.CreatedAt.UTC().Format(time.RFC3339)}
+		cv.VolumeContext[CreationTimeKey] = v.CreatedAt.UTC().Format(time.RFC3339)
 	}
 	switch {
 	case v.SourceVolumeID != "":
@@ -94,8 +95,11 @@ func (s *controllerServer) CreateVolume(ctx context.Context, req *csi.CreateVolu
 		}
 	}
 
-	d.mu.Lock()
-	defer d.mu.Unlock()
+	release, err := d.acquire(true)
+	if err != nil {
+		return nil, err
+	}
+	defer release()
 	if v := d.st.volumeByName(req.GetName()); v != nil {
 		// Idempotency: the same request again gets the same volume.
 		var why string
@@ -177,23 +181,17 @@ func (s *controllerServer) DeleteVolume(ctx context.Context, req *csi.DeleteVolu
 	if id == "" {
 		return nil, status.Error(codes.InvalidArgument, "volume_id is required")
 	}
-	d.mu.Lock()
-	defer d.mu.Unlock()
+	release, err := d.acquire(true)
+	if err != nil {
+		return nil, err
+	}
+	defer release()
 	v := d.st.Volumes[id]
 	if v == nil {
 		return &csi.DeleteVolumeResponse{}, nil // already gone
 	}
-	for target, p := range d.st.Publications {
-		if p.VolumeID != id {
-			continue
-		}
-		if d.inPlace(p) {
-			return nil, status.Errorf(codes.FailedPrecondition, "volume %s is published at %s; unpublish it first", id, target)
-		}
-		delete(d.st.Publications, target) // stale: nothing there any more
-		if err := d.st.savePublication(d.root, target); err != nil {
-			d.log.Warn("could not drop the record of a stale publication", "target", target, "error", err)
-		}
+	if err := d.checkUnused(id); err != nil {
+		return nil, err
 	}
 	delete(d.st.Volumes, id)
 	if err := d.st.saveVolume(d.root, id); err != nil {
@@ -215,9 +213,12 @@ func (s *controllerServer) ValidateVolumeCapabilities(ctx context.Context, req *
 	if len(req.GetVolumeCapabilities()) == 0 {
 		return nil, status.Error(codes.InvalidArgument, "volume_capabilities are required")
 	}
-	s.d.mu.Lock()
+	release, err := s.d.acquire(false)
+	if err != nil {
+		return nil, err
+	}
 	v := s.d.st.Volumes[req.GetVolumeId()]
-	s.d.mu.Unlock()
+	release()
 	if v == nil {
 		return nil, status.Errorf(codes.NotFound, "volume %q does not exist", req.GetVolumeId())
 	}
@@ -260,8 +261,11 @@ func page(ids []string, token string, maxEntries int32, valid func(string) bool)
 
 func (s *controllerServer) ListVolumes(ctx context.Context, req *csi.ListVolumesRequest) (*csi.ListVolumesResponse, error) {
 	d := s.d
-	d.mu.Lock()
-	defer d.mu.Unlock()
+	release, err := d.acquire(false)
+	if err != nil {
+		return nil, err
+	}
+	defer release()
 	ids, next, err := page(d.st.sortedVolumeIDs(), req.GetStartingToken(), req.GetMaxEntries(), volumeIDPattern.MatchString)
 	if err != nil {
 		return nil, err
@@ -277,8 +281,11 @@ func (s *controllerServer) ControllerGetVolume(ctx context.Context, req *csi.Con
 	if req.GetVolumeId() == "" {
 		return nil, status.Error(codes.InvalidArgument, "volume_id is required")
 	}
-	s.d.mu.Lock()
-	defer s.d.mu.Unlock()
+	release, err := s.d.acquire(false)
+	if err != nil {
+		return nil, err
+	}
+	defer release()
 	v := s.d.st.Volumes[req.GetVolumeId()]
 	if v == nil {
 		return nil, status.Errorf(codes.NotFound, "volume %q does not exist", req.GetVolumeId())
@@ -303,9 +310,12 @@ func (s *controllerServer) GetCapacity(ctx context.Context, req *csi.GetCapacity
 			return resp, nil // a topology this driver places nothing in
 		}
 	}
-	d.mu.Lock()
+	release, err := d.acquire(false)
+	if err != nil {
+		return nil, err
+	}
 	left, limited := d.available(node)
-	d.mu.Unlock()
+	release()
 	if !limited {
 		free, err := freeBytes(d.root)
 		if err != nil {
@@ -333,8 +343,11 @@ func (s *controllerServer) ControllerExpandVolume(ctx context.Context, req *csi.
 			return nil, status.Error(codes.InvalidArgument, err.Error())
 		}
 	}
-	d.mu.Lock()
-	defer d.mu.Unlock()
+	release, err := d.acquire(true)
+	if err != nil {
+		return nil, err
+	}
+	defer release()
 	v := d.st.Volumes[req.GetVolumeId()]
 	if v == nil {
 		return nil, status.Errorf(codes.NotFound, "volume %q does not exist", req.GetVolumeId())

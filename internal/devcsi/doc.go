@@ -1,9 +1,12 @@
 // Package devcsi is volplane's development CSI driver: a CSI v1.12 plugin
-// (Identity, Controller and Node services in one process) whose volumes are
-// directories on the machine running it. `make up` runs it as volplane-csi
-// and tests start it in-process; the Go module proxy serves no upstream test
-// driver, so volplane ships this one. It passes csi-sanity (see
-// sanity_test.go).
+// (Identity, Controller and Node services in one process, or one part per
+// process: Options.Mode) whose volumes are directories on the machine
+// running it. `make up` runs it as volplane-csi and tests start it
+// in-process; in a cluster its controller part runs next to the
+// provisioner and its node part as a DaemonSet that registers with the
+// kubelet (Registrar) and mounts volumes into pods. The Go module proxy
+// serves no upstream test driver, so volplane ships this one. It passes
+// csi-sanity (see sanity_test.go).
 //
 // # Volumes
 //
@@ -14,11 +17,19 @@
 // ("vol-" or "snap-" and 32 hex digits of a SHA-256), so one name always
 // gets one ID. What exists is recorded one JSON file per object under
 // <root>/state/ (volumes/, snapshots/, publications/), the changed object
-// written atomically under one mutex (so a call costs the same with ten
-// volumes or ten thousand; an older <root>/state.json is converted at
-// start), so a restarted driver
-// keeps its volumes, snapshots and publications; directories the state does
-// not know (an interrupted copy or delete) are removed at start.
+// written atomically (a temporary file renamed) under the root's lock, so
+// a restarted driver keeps its volumes, snapshots, stagings and
+// publications (an older <root>/state.json is converted at start);
+// directories the state does not know (an interrupted copy or delete) are
+// removed at start.
+//
+// Several processes may share a root (the controller part of each
+// provisioner replica and the node plugin, through a hostPath): every
+// call takes <root>/state/lock with flock(2), exclusive to change the
+// state, and reads the state again from disk when the lock file's
+// generation shows that another process changed it (store.go). A process
+// alone on its root never rereads, so a call costs the same with ten
+// volumes or ten thousand.
 //
 // Capacity is bookkeeping: a volume records the bytes asked for (default
 // 1 GiB) and is not held to them. Options.Capacity caps the total handed
@@ -36,16 +47,34 @@
 // a cluster of nodes for tests; the content is always under this driver's
 // root directory.
 //
-// # Publishing
+// A volume is on one node, the one its topology names; its volume context
+// says which (NodeKey), and a node plugin refuses to stage a volume of
+// another node (FailedPrecondition naming it): storage is node-local, as
+// the upstream csi-hostpath driver's.
 //
-// NodePublishVolume bind-mounts the volume's directory on the target path
-// (creating it; read-only when asked) when the process may mount, as it
-// does when run as root on Linux: New tries one bind mount inside the root
-// directory to find out. Otherwise (PublishSymlink) the target path becomes
-// a symbolic link to the volume's directory, and readonly is recorded but
-// not enforced. NodeUnpublishVolume unmounts and removes the target path.
-// There is no staging (no STAGE_UNSTAGE_VOLUME) and no ControllerPublish.
-// Mount flags and fs_type are ignored: there is no file system to make.
+// # Staging and publishing
+//
+// NodeStageVolume bind-mounts the volume's directory on the staging path
+// (read-only for a reader-only access mode), NodePublishVolume the staging
+// path (or the volume's directory when no staging path is given) on the
+// target path, which it creates, read-only when asked, when the process may
+// mount, as it does when run as root on Linux: New tries one bind mount
+// inside the root directory to find out. Otherwise (PublishSymlink) staging
+// is a record and the target path becomes a symbolic link to the volume's
+// directory; readonly is recorded but not enforced. NodeUnpublishVolume
+// unmounts and removes the target path, NodeUnstageVolume unmounts the
+// staging path and leaves it to the CO that made it. There is no
+// ControllerPublish. Mount flags and fs_type are ignored: there is no file
+// system to make.
+//
+// # Kubelet registration and health
+//
+// Run with Options.PluginRegistrationDir serves the kubelet's plugin
+// registration API on <dir>/<name>-reg.sock, as node-driver-registrar
+// does, and returns an error when the kubelet reports a failed
+// registration (so the process exits and its pod restarts); with
+// Options.HealthAddress it serves /healthz, which checks that a new
+// connection to the CSI endpoint gets a ready Probe (Checker).
 //
 // # Fault injection
 //

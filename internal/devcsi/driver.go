@@ -14,6 +14,7 @@ import (
 	"time"
 
 	csi "github.com/container-storage-interface/spec/lib/go/csi"
+	"golang.org/x/sync/errgroup"
 	"google.golang.org/grpc"
 
 	"github.com/volplane/volplane/pkg/grpcutil"
@@ -57,8 +58,26 @@ const (
 	PublishSymlink PublishMode = "symlink"
 )
 
+// Mode is which CSI services a process serves.
+type Mode string
+
+const (
+	// ModeAll serves Identity, Controller and Node: one process does
+	// everything (make up, docker-compose, the tests).
+	ModeAll Mode = "all"
+	// ModeController serves Identity and Controller: the part next to the
+	// provisioner. It mounts nothing.
+	ModeController Mode = "controller"
+	// ModeNode serves Identity and Node: the part on each node, which the
+	// kubelet calls to stage and publish volumes (as root, to mount).
+	ModeNode Mode = "node"
+)
+
 // Options configures a Driver.
 type Options struct {
+	// Mode is which services this process serves; default ModeAll.
+	// Processes of any modes may share RootDir.
+	Mode Mode
 	// Name is the CSI driver name; default DefaultName.
 	Name string
 	// NodeID is this node's ID; default the hostname, else DefaultNodeID.
@@ -96,6 +115,22 @@ type Options struct {
 	// Faults are fault specifications in Faults.Parse's syntax, applied
 	// at start (the --fault flag).
 	Faults []string
+	// PluginRegistrationDir is the kubelet's plugin registration directory
+	// (/var/lib/kubelet/plugins_registry on the node) as this process sees
+	// it. Run then serves the kubelet's plugin registration API there, on
+	// <dir>/<Name>-reg.sock, as node-driver-registrar does, and stops with
+	// an error when the kubelet reports that the registration failed.
+	// Only Run uses it; it needs the Node service (ModeNode or ModeAll).
+	PluginRegistrationDir string
+	// KubeletRegistrationPath is the path of the CSI socket as the kubelet
+	// sees it (e.g. /var/lib/kubelet/plugins/<Name>/csi.sock), which the
+	// registration gives the kubelet; required with PluginRegistrationDir.
+	KubeletRegistrationPath string
+	// HealthAddress is where Run serves HTTP (host:port): /healthz answers
+	// 200 while the CSI endpoint answers Probe (and the registration
+	// socket, if any, is in place), 503 otherwise, as the livenessprobe
+	// sidecar does. Empty: none.
+	HealthAddress string
 	// Logger; default slog.Default().
 	Logger *slog.Logger
 }
@@ -103,6 +138,7 @@ type Options struct {
 // Driver is the dev CSI driver: the Identity, Controller and Node services
 // of one node whose volumes are directories under RootDir.
 type Driver struct {
+	mode               Mode
 	name, nodeID, root string
 	maxVolumesPerNode  int64
 	capacity, maxSize  int64
@@ -113,8 +149,12 @@ type Driver struct {
 	faults             *Faults
 	faultSpecs         []string // from Options, for the start-up log
 
-	mu sync.Mutex // guards st and the directories under root
-	st *state
+	// mu, with the root's lock (acquire), guards st, gen and the
+	// directories under root.
+	mu    sync.Mutex
+	st    *state
+	lockf *os.File // <root>/state/lock
+	gen   uint64   // the root's generation st reflects
 	// nodeCapacities overrides nodeCapacity per node (SetNodeCapacity).
 	nodeCapacities map[string]int64
 }
@@ -129,6 +169,21 @@ func New(o Options) (*Driver, error) {
 	}
 	if o.Name == "" {
 		o.Name = DefaultName
+	}
+	switch o.Mode {
+	case "":
+		o.Mode = ModeAll
+	case ModeAll, ModeController, ModeNode:
+	default:
+		errs = append(errs, fmt.Errorf("mode %q: want all, controller or node (--mode)", o.Mode))
+	}
+	switch {
+	case (o.PluginRegistrationDir == "") != (o.KubeletRegistrationPath == ""):
+		errs = append(errs, errors.New("kubelet plugin registration needs both --plugin-registration-dir and --kubelet-registration-path"))
+	case o.PluginRegistrationDir != "" && o.Mode == ModeController:
+		errs = append(errs, errors.New("kubelet plugin registration is for a node plugin: --mode node or all, not controller"))
+	case o.KubeletRegistrationPath != "" && !filepath.IsAbs(strings.TrimPrefix(o.KubeletRegistrationPath, "unix://")):
+		errs = append(errs, fmt.Errorf("--kubelet-registration-path %q is not an absolute path", o.KubeletRegistrationPath))
 	}
 	if err := validDriverName(o.Name); err != nil {
 		errs = append(errs, err)
@@ -176,14 +231,22 @@ func New(o Options) (*Driver, error) {
 	if err := os.MkdirAll(root, 0o755); err != nil {
 		return nil, fmt.Errorf("root directory: %w", err)
 	}
+	lockf, err := openLock(root)
+	if err != nil {
+		return nil, err
+	}
 	d := &Driver{
-		name: o.Name, nodeID: o.NodeID, root: root,
+		mode: o.Mode, name: o.Name, nodeID: o.NodeID, root: root,
 		maxVolumesPerNode: o.MaxVolumesPerNode, capacity: o.Capacity, maxSize: o.MaxVolumeSize, nodeCapacity: o.NodeCapacity,
 		defaultSize: o.DefaultVolumeSize, publishMode: o.PublishMode,
-		log: o.Logger, faults: faults, faultSpecs: o.Faults,
+		log: o.Logger, faults: faults, faultSpecs: o.Faults, lockf: lockf,
 	}
-	if d.st, err = loadState(root, d.log); err != nil {
+	if err := d.start(); err != nil {
+		lockf.Close()
 		return nil, err
+	}
+	if d.publishMode == PublishAuto && !d.servesNode() {
+		d.publishMode = PublishBind // never used: this process publishes nothing
 	}
 	if d.publishMode == PublishAuto {
 		d.publishMode = PublishSymlink
@@ -195,6 +258,28 @@ func New(o Options) (*Driver, error) {
 	}
 	return d, nil
 }
+
+// start reads the state and tidies the root under its exclusive lock;
+// a node plugin also forgets the stagings and publications of its node
+// that are no longer in place (a reboot drops mounts).
+func (d *Driver) start() error {
+	release, err := d.acquire(true)
+	if err != nil {
+		return err
+	}
+	defer release()
+	if err := d.st.prepareRoot(d.root, d.log); err != nil {
+		return err
+	}
+	if d.servesNode() {
+		d.dropStale()
+	}
+	return nil
+}
+
+// servesNode and servesController say which services this process serves.
+func (d *Driver) servesNode() bool       { return d.mode != ModeController }
+func (d *Driver) servesController() bool { return d.mode != ModeNode }
 
 // probeBindMount tries one bind mount inside root.
 func probeBindMount(root string) error {
@@ -248,13 +333,21 @@ func (d *Driver) VolumePath(volumeID string) string {
 	return filepath.Join(d.root, volumesDir, volumeID)
 }
 
-// Register adds the driver's Identity, Controller and Node services to s,
-// for callers that run their own server. The fault injector is then not in
-// the path unless s was built with Faults().UnaryServerInterceptor().
+// Mode is which services this driver serves.
+func (d *Driver) Mode() Mode { return d.mode }
+
+// Register adds the driver's Identity service and, as its mode says, its
+// Controller and Node services to s, for callers that run their own
+// server. The fault injector is then not in the path unless s was built
+// with Faults().UnaryServerInterceptor().
 func (d *Driver) Register(s *grpc.Server) {
 	csi.RegisterIdentityServer(s, &identityServer{d: d})
-	csi.RegisterControllerServer(s, &controllerServer{d: d})
-	csi.RegisterNodeServer(s, &nodeServer{d: d})
+	if d.servesController() {
+		csi.RegisterControllerServer(s, &controllerServer{d: d})
+	}
+	if d.servesNode() {
+		csi.RegisterNodeServer(s, &nodeServer{d: d})
+	}
 }
 
 // Run serves the CSI services (and gRPC health) on lis until ctx ends,
@@ -264,8 +357,11 @@ func (d *Driver) Run(ctx context.Context, lis net.Listener) error {
 	srv := grpcutil.NewCSIServer(d.log, grpc.ChainUnaryInterceptor(d.faults.UnaryServerInterceptor()))
 	d.Register(srv.Server)
 	srv.SetServing(true)
-	d.log.Info("CSI driver serving", "address", lis.Addr().String(), "driver", d.name, "node", d.nodeID,
-		"root", d.root, "publish", string(d.publishMode))
+	attrs := []any{"address", lis.Addr().String(), "driver", d.name, "mode", string(d.mode), "node", d.nodeID, "root", d.root}
+	if d.servesNode() {
+		attrs = append(attrs, "publish", string(d.publishMode))
+	}
+	d.log.Info("CSI driver serving", attrs...)
 	if len(d.faultSpecs) > 0 {
 		d.log.Warn("injecting faults", "faults", strings.Join(d.faultSpecs, ","))
 	}
@@ -273,7 +369,11 @@ func (d *Driver) Run(ctx context.Context, lis net.Listener) error {
 }
 
 // Run is the volplane-csi command: New, listen on o.Endpoint (a stale
-// unix socket left by a crash is removed first), Driver.Run.
+// unix socket left by a crash is removed first), Driver.Run, and with
+// them the kubelet plugin registration (o.PluginRegistrationDir) and the
+// health endpoint (o.HealthAddress). It returns when ctx ends or when one
+// of them fails (the kubelet refused the registration, say), so that the
+// process exits and its pod restarts.
 func Run(ctx context.Context, o Options) error {
 	if o.Endpoint == "" {
 		return errors.New("an endpoint is required (--endpoint unix:///path/csi.sock or host:port)")
@@ -283,10 +383,8 @@ func Run(ctx context.Context, o Options) error {
 		return err
 	}
 	if path, ok := strings.CutPrefix(o.Endpoint, "unix://"); ok {
-		if fi, err := os.Lstat(path); err == nil && fi.Mode().Type() == fs.ModeSocket {
-			if err := os.Remove(path); err != nil {
-				return fmt.Errorf("remove stale socket: %w", err)
-			}
+		if err := removeStaleSocket(path); err != nil {
+			return err
 		}
 		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 			return fmt.Errorf("socket directory: %w", err)
@@ -296,5 +394,43 @@ func Run(ctx context.Context, o Options) error {
 	if err != nil {
 		return err
 	}
-	return d.Run(ctx, lis)
+	var health net.Listener
+	if o.HealthAddress != "" {
+		if health, err = net.Listen("tcp", o.HealthAddress); err != nil {
+			lis.Close()
+			return fmt.Errorf("health endpoint: %w", err)
+		}
+	}
+	g, ctx := errgroup.WithContext(ctx)
+	g.Go(func() error { return d.Run(ctx, lis) })
+	regSocket := ""
+	if o.PluginRegistrationDir != "" {
+		r := &Registrar{
+			Driver: d.name, Endpoint: o.KubeletRegistrationPath, Dir: o.PluginRegistrationDir, Logger: d.log,
+		}
+		regSocket = r.SocketPath()
+		g.Go(func() error { return r.Run(ctx) })
+	}
+	if health != nil {
+		g.Go(func() error { return serveHealth(ctx, health, o.Endpoint, regSocket, d.log) })
+	}
+	return g.Wait()
+}
+
+// removeStaleSocket removes the unix socket a crashed process left at
+// path; anything else there is an error.
+func removeStaleSocket(path string) error {
+	fi, err := os.Lstat(path)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return nil
+	case err != nil:
+		return fmt.Errorf("socket %s: %w", path, err)
+	case fi.Mode().Type() != fs.ModeSocket:
+		return fmt.Errorf("socket %s: something other than a socket is there", path)
+	}
+	if err := os.Remove(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("remove stale socket: %w", err)
+	}
+	return nil
 }

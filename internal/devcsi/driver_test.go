@@ -161,6 +161,12 @@ func TestNewValidatesOptions(t *testing.T) {
 		{"unknown method", devcsi.Options{RootDir: "x", Faults: []string{"MakeVolume=unavailable"}}, "not a CSI method"},
 		{"bad publish mode", devcsi.Options{RootDir: "x", PublishMode: "copy"}, "publish mode"},
 		{"negative capacity", devcsi.Options{RootDir: "x", Capacity: -1}, "negative"},
+		{"bad mode", devcsi.Options{RootDir: "x", Mode: "both"}, "--mode"},
+		{"registration without the kubelet's path", devcsi.Options{RootDir: "x", PluginRegistrationDir: "/registration"}, "--kubelet-registration-path"},
+		{"registration without its directory", devcsi.Options{RootDir: "x", KubeletRegistrationPath: "/var/lib/kubelet/plugins/d/csi.sock"}, "--plugin-registration-dir"},
+		{"registration of a controller", devcsi.Options{RootDir: "x", Mode: devcsi.ModeController,
+			PluginRegistrationDir: "/registration", KubeletRegistrationPath: "/var/lib/kubelet/plugins/d/csi.sock"}, "node plugin"},
+		{"a relative kubelet path", devcsi.Options{RootDir: "x", PluginRegistrationDir: "/registration", KubeletRegistrationPath: "csi.sock"}, "absolute"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := devcsi.New(tc.o)

@@ -22,10 +22,11 @@ func (s *identityServer) GetPluginCapabilities(context.Context, *csi.GetPluginCa
 	service := func(t csi.PluginCapability_Service_Type) *csi.PluginCapability {
 		return &csi.PluginCapability{Type: &csi.PluginCapability_Service_{Service: &csi.PluginCapability_Service{Type: t}}}
 	}
-	return &csi.GetPluginCapabilitiesResponse{Capabilities: []*csi.PluginCapability{
-		service(csi.PluginCapability_Service_CONTROLLER_SERVICE),
-		service(csi.PluginCapability_Service_VOLUME_ACCESSIBILITY_CONSTRAINTS),
-	}}, nil
+	caps := []*csi.PluginCapability{service(csi.PluginCapability_Service_VOLUME_ACCESSIBILITY_CONSTRAINTS)}
+	if s.d.servesController() {
+		caps = append([]*csi.PluginCapability{service(csi.PluginCapability_Service_CONTROLLER_SERVICE)}, caps...)
+	}
+	return &csi.GetPluginCapabilitiesResponse{Capabilities: caps}, nil
 }
 
 // Probe is always ready: New has loaded the state before anything is

@@ -72,7 +72,8 @@ func TestNodePublish(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if u := stats.GetUsage(); len(u) != 1 || u[0].GetUsed() != int64(len("hi")+len("written by the pod")) || u[0].GetTotal() != 1<<20 {
+			if u := stats.GetUsage(); len(u) != 2 || u[0].GetUnit() != csi.VolumeUsage_BYTES ||
+				u[0].GetUsed() != int64(len("hi")+len("written by the pod")) || u[0].GetTotal() != 1<<20 {
 				t.Fatalf("stats %v", u)
 			}
 			_, err = d.NodeGetVolumeStats(t.Context(), &csi.NodeGetVolumeStatsRequest{VolumeId: v.GetVolumeId(), VolumePath: pods})

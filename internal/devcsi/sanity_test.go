@@ -18,11 +18,14 @@ import (
 const sanityEnv = "VOLPLANE_CSI_SANITY"
 
 // TestCSISanity runs the CSI conformance suite, kubernetes-csi's csi-sanity,
-// against the driver in this process: the controller and the node service
-// on two unix sockets sharing one driver, as a CO with separate controller
-// and node plugins would reach them. Nothing is skipped by name: the specs
-// csi-sanity skips are those of capabilities the driver does not advertise
-// (staging, node expansion, ModifyVolume, health, group snapshots, ...).
+// against the driver in this process, in two layouts: one driver serving
+// the controller and the node endpoints (two unix sockets), as a CO with
+// separate controller and node plugins would reach them; and, as in a
+// cluster, a controller-only driver and a node-only driver, two Drivers
+// sharing one root directory through its lock and state files. Nothing is
+// skipped by name: the specs csi-sanity skips are those of capabilities
+// the driver does not advertise (node expansion, ModifyVolume, health,
+// group snapshots, ...).
 func TestCSISanity(t *testing.T) {
 	if testing.Short() {
 		t.Skip("csi-sanity runs the whole conformance suite; skipped with -short")
@@ -34,19 +37,44 @@ func TestCSISanity(t *testing.T) {
 	if _, err := os.Stat(bin); err != nil {
 		t.Fatalf("%s=%s: %v (`make test` installs it)", sanityEnv, bin, err)
 	}
+	for _, tc := range []struct {
+		name                 string
+		controller, nodeMode devcsi.Mode
+	}{
+		{"one driver", devcsi.ModeAll, ""},
+		{"controller and node parts on one root", devcsi.ModeController, devcsi.ModeNode},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			sanity(t, bin, tc.controller, tc.nodeMode)
+		})
+	}
+}
 
+// sanity runs csi-sanity against a driver of mode controller on the
+// controller endpoint and, on the node endpoint, the same driver (nodeMode
+// empty) or another of nodeMode on the same root.
+func sanity(t *testing.T, bin string, controllerMode, nodeMode devcsi.Mode) {
 	dir := t.TempDir()
-	d, err := devcsi.New(devcsi.Options{
-		RootDir: filepath.Join(dir, "root"),
-		NodeID:  "sanity-node",
-		Logger:  slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelWarn})),
-	})
-	if err != nil {
-		t.Fatal(err)
+	newDriver := func(mode devcsi.Mode) *devcsi.Driver {
+		d, err := devcsi.New(devcsi.Options{
+			Mode:    mode,
+			RootDir: filepath.Join(dir, "root"),
+			NodeID:  "sanity-node",
+			Logger:  slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelWarn})),
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return d
+	}
+	controllerDriver := newDriver(controllerMode)
+	nodeDriver := controllerDriver
+	if nodeMode != "" {
+		nodeDriver = newDriver(nodeMode)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	var runs []chan error
-	endpoint := func(name string) string {
+	endpoint := func(d *devcsi.Driver, name string) string {
 		addr := "unix://" + filepath.Join(dir, name+".sock")
 		lis, err := grpcutil.Listen(addr)
 		if err != nil {
@@ -57,7 +85,7 @@ func TestCSISanity(t *testing.T) {
 		runs = append(runs, done)
 		return addr
 	}
-	controller, node := endpoint("controller"), endpoint("node")
+	controller, node := endpoint(controllerDriver, "controller"), endpoint(nodeDriver, "node")
 	t.Cleanup(func() {
 		cancel()
 		for _, done := range runs {
@@ -77,7 +105,7 @@ func TestCSISanity(t *testing.T) {
 	)
 	out, err := cmd.CombinedOutput()
 	if err != nil {
-		t.Fatalf("csi-sanity (driver mode %s) failed: %v\n%s", d.PublishMode(), err, out)
+		t.Fatalf("csi-sanity (node publish mode %s) failed: %v\n%s", nodeDriver.PublishMode(), err, out)
 	}
 	summary := regexp.MustCompile(`(?m)^(Ran \d+ of \d+ Specs.*|SUCCESS!.*)$`).FindAll(out, -1)
 	for _, line := range summary {

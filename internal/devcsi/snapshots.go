@@ -30,8 +30,11 @@ func (s *controllerServer) CreateSnapshot(ctx context.Context, req *csi.CreateSn
 	if req.GetSourceVolumeId() == "" {
 		return nil, status.Error(codes.InvalidArgument, "source_volume_id is required")
 	}
-	d.mu.Lock()
-	defer d.mu.Unlock()
+	release, err := d.acquire(true)
+	if err != nil {
+		return nil, err
+	}
+	defer release()
 	if sn := d.st.snapshotByName(req.GetName()); sn != nil {
 		if sn.SourceVolumeID != req.GetSourceVolumeId() {
 			return nil, status.Errorf(codes.AlreadyExists, "snapshot %q exists (%s) of another volume, %s", req.GetName(), sn.ID, sn.SourceVolumeID)
@@ -69,8 +72,11 @@ func (s *controllerServer) DeleteSnapshot(ctx context.Context, req *csi.DeleteSn
 	if id == "" {
 		return nil, status.Error(codes.InvalidArgument, "snapshot_id is required")
 	}
-	d.mu.Lock()
-	defer d.mu.Unlock()
+	release, err := d.acquire(true)
+	if err != nil {
+		return nil, err
+	}
+	defer release()
 	sn := d.st.Snapshots[id]
 	if sn == nil {
 		return &csi.DeleteSnapshotResponse{}, nil
@@ -89,8 +95,11 @@ func (s *controllerServer) DeleteSnapshot(ctx context.Context, req *csi.DeleteSn
 
 func (s *controllerServer) ListSnapshots(ctx context.Context, req *csi.ListSnapshotsRequest) (*csi.ListSnapshotsResponse, error) {
 	d := s.d
-	d.mu.Lock()
-	defer d.mu.Unlock()
+	release, err := d.acquire(false)
+	if err != nil {
+		return nil, err
+	}
+	defer release()
 	var ids []string
 	for _, id := range d.st.sortedSnapshotIDs() {
 		sn := d.st.Snapshots[id]
@@ -114,8 +123,11 @@ func (s *controllerServer) GetSnapshot(ctx context.Context, req *csi.GetSnapshot
 	if req.GetSnapshotId() == "" {
 		return nil, status.Error(codes.InvalidArgument, "snapshot_id is required")
 	}
-	s.d.mu.Lock()
-	defer s.d.mu.Unlock()
+	release, err := s.d.acquire(false)
+	if err != nil {
+		return nil, err
+	}
+	defer release()
 	sn := s.d.st.Snapshots[req.GetSnapshotId()]
 	if sn == nil {
 		return nil, status.Errorf(codes.NotFound, "snapshot %q does not exist", req.GetSnapshotId())

@@ -19,8 +19,10 @@ import (
 
 // The layout under Options.RootDir. The state is one small JSON file per
 // object under state/ (volumes/<id>.json, snapshots/<id>.json,
-// publications/<hash of the target>.json), so a change writes one object,
-// whatever the number of volumes. state.json is the older single-file
+// publications/<hash of the target>.json, stagings/<hash of the node and
+// the staging path>.json), so a change writes one object, whatever the
+// number of volumes; state/lock serializes the processes sharing the root
+// and counts their changes (store.go). state.json is the older single-file
 // layout, still read (and converted) at start.
 const (
 	legacyStateFile = "state.json"
@@ -28,6 +30,7 @@ const (
 	volumesDir      = "volumes"
 	snapshotsDir    = "snapshots"
 	publicationsDir = "publications"
+	stagingsDir     = "stagings"
 	tmpSuffix       = ".tmp"
 )
 
@@ -54,26 +57,53 @@ type snapshot struct {
 	CreatedAt      time.Time         `json:"createdAt"`
 }
 
-// publication is a volume published at a target path on this node.
+// publication is a volume published at a target path on a node.
 type publication struct {
 	VolumeID   string      `json:"volumeId"`
 	TargetPath string      `json:"targetPath"`
 	Readonly   bool        `json:"readonly"`
 	Mode       PublishMode `json:"mode"`
 	AccessMode int32       `json:"accessMode"` // csi.VolumeCapability_AccessMode_Mode
+	// Node is the node ID of the driver that published it (empty in
+	// records of older drivers: the node of the driver reading them).
+	Node string `json:"node,omitempty"`
+	// StagingPath is where the volume was staged and published from;
+	// empty when it was published from its directory without staging.
+	StagingPath string `json:"stagingPath,omitempty"`
 }
 
+// staging is a volume staged on a node: its directory bind-mounted on the
+// staging path, which every publication of it on that node then binds.
+type staging struct {
+	VolumeID    string      `json:"volumeId"`
+	Node        string      `json:"node"`
+	StagingPath string      `json:"stagingPath"`
+	Readonly    bool        `json:"readonly"`
+	Mode        PublishMode `json:"mode"`
+	AccessMode  int32       `json:"accessMode"`
+}
+
+// placeKey names a staging: staging paths are per volume, the same on
+// every node (the kubelet derives them from the volume handle), so a root
+// shared by several nodes keys them by node too.
+type placeKey struct{ node, path string }
+
 // state is everything the driver keeps, each object persisted as JSON when
-// it changes (saveVolume, saveSnapshot, savePublication). Driver.mu guards
-// it.
+// it changes (saveVolume, saveSnapshot, savePublication, saveStaging).
+// Driver.mu and the root's lock guard it.
 type state struct {
 	Volumes      map[string]*volume      `json:"volumes"`      // by ID
 	Snapshots    map[string]*snapshot    `json:"snapshots"`    // by ID
 	Publications map[string]*publication `json:"publications"` // by target path
+	Stagings     map[placeKey]*staging   `json:"-"`
+	// dirty says an object was written since the root's generation was
+	// last counted up (Driver.acquire's release does it).
+	dirty bool
 }
 
 func newState() *state {
-	return &state{Volumes: map[string]*volume{}, Snapshots: map[string]*snapshot{}, Publications: map[string]*publication{}}
+	return &state{Volumes: map[string]*volume{}, Snapshots: map[string]*snapshot{}, Publications: map[string]*publication{},
+		Stagings: map[placeKey]*staging{}}
 }
 
 // IDs are derived from names so that they are stable: the same name always
@@ -113,21 +143,11 @@ func (s *state) usedBytes() int64 {
 func (s *state) sortedVolumeIDs() []string   { return slices.Sorted(maps.Keys(s.Volumes)) }
 func (s *state) sortedSnapshotIDs() []string { return slices.Sorted(maps.Keys(s.Snapshots)) }
 
-// loadState reads root's state file (an absent file is an empty state) and
-// removes directories under volumes/ and snapshots/ that the state does not
-// know: the leftovers of a copy or a delete cut short by a crash.
-func loadState(root string, log *slog.Logger) (*state, error) {
-	for _, d := range []string{volumesDir, snapshotsDir} {
-		if err := os.MkdirAll(filepath.Join(root, d), 0o755); err != nil {
-			return nil, fmt.Errorf("create %s: %w", d, err)
-		}
-	}
+// readState reads every record under root's state directory (a missing
+// directory is an empty one). It changes nothing on disk: other processes
+// may be using the root (Driver.acquire holds its lock).
+func readState(root string) (*state, error) {
 	st := newState()
-	for _, kind := range []string{volumesDir, snapshotsDir, publicationsDir} {
-		if err := os.MkdirAll(filepath.Join(root, stateDir, kind), 0o755); err != nil {
-			return nil, fmt.Errorf("create %s/%s: %w", stateDir, kind, err)
-		}
-	}
 	if err := loadRecords(root, volumesDir, func(v *volume) { st.Volumes[v.ID] = v }); err != nil {
 		return nil, err
 	}
@@ -137,19 +157,52 @@ func loadState(root string, log *slog.Logger) (*state, error) {
 	if err := loadRecords(root, publicationsDir, func(p *publication) { st.Publications[p.TargetPath] = p }); err != nil {
 		return nil, err
 	}
-	if err := st.convertLegacy(root); err != nil {
+	if err := loadRecords(root, stagingsDir, func(s *staging) { st.Stagings[placeKey{s.Node, s.StagingPath}] = s }); err != nil {
 		return nil, err
+	}
+	return st, nil
+}
+
+// prepareRoot makes root's directories, removes what writes cut short by
+// a crash left (temporary files under state/, directories under volumes/
+// and snapshots/ the state does not know: an interrupted copy or delete),
+// converts an older state.json and makes the directory of every volume
+// that lacks one. The root's lock must be held exclusively: with it, no
+// other process is between making a directory and recording it.
+func (s *state) prepareRoot(root string, log *slog.Logger) error {
+	for _, d := range []string{volumesDir, snapshotsDir} {
+		if err := os.MkdirAll(filepath.Join(root, d), 0o755); err != nil {
+			return fmt.Errorf("create %s: %w", d, err)
+		}
+	}
+	for _, kind := range []string{volumesDir, snapshotsDir, publicationsDir, stagingsDir} {
+		dir := filepath.Join(root, stateDir, kind)
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			return fmt.Errorf("create %s/%s: %w", stateDir, kind, err)
+		}
+		entries, err := os.ReadDir(dir)
+		if err != nil {
+			return fmt.Errorf("read %s: %w", dir, err)
+		}
+		for _, e := range entries {
+			if !strings.HasSuffix(e.Name(), ".json") {
+				_ = os.Remove(filepath.Join(dir, e.Name()))
+			}
+		}
+	}
+	if err := s.convertLegacy(root); err != nil {
+		return err
 	}
 	for _, d := range []struct {
 		dir   string
 		known func(string) bool
 	}{
-		{volumesDir, func(id string) bool { return st.Volumes[id] != nil }},
-		{snapshotsDir, func(id string) bool { return st.Snapshots[id] != nil }},
+		{volumesDir, func(id string) bool { return s.Volumes[id] != nil }},
+		{snapshotsDir, func(id string) bool { return s.Snapshots[id] != nil }},
 	} {
 		entries, err := os.ReadDir(filepath.Join(root, d.dir))
 		if err != nil {
-			return nil, fmt.Errorf("read %s: %w", d.dir, err)
+			return fmt.Errorf("read %s: %w", d.dir, err)
 		}
 		for _, e := range entries {
 			if d.known(e.Name()) {
@@ -158,16 +211,16 @@ func loadState(root string, log *slog.Logger) (*state, error) {
 			p := filepath.Join(root, d.dir, e.Name())
 			log.Info("removing a directory the state does not know (left by an interrupted operation)", "path", p)
 			if err := os.RemoveAll(p); err != nil {
-				return nil, fmt.Errorf("remove leftover %s: %w", p, err)
+				return fmt.Errorf("remove leftover %s: %w", p, err)
 			}
 		}
 	}
-	for id := range st.Volumes {
+	for id := range s.Volumes {
 		if err := os.MkdirAll(filepath.Join(root, volumesDir, id), 0o777); err != nil {
-			return nil, fmt.Errorf("volume %s: %w", id, err)
+			return fmt.Errorf("volume %s: %w", id, err)
 		}
 	}
-	return st, nil
+	return nil
 }
 
 // convertLegacy folds a single-file state.json of an older driver into the
@@ -206,18 +259,20 @@ func (s *state) convertLegacy(root string) error {
 	return os.Remove(p)
 }
 
-// loadRecords reads every <kind>/*.json under the state directory into put;
-// temporary files of a write cut short are removed.
+// loadRecords reads every <kind>/*.json under the state directory into put
+// (other files are temporary files of writes, left alone).
 func loadRecords[T any](root, kind string, put func(*T)) error {
 	dir := filepath.Join(root, stateDir, kind)
 	entries, err := os.ReadDir(dir)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
 	if err != nil {
 		return fmt.Errorf("read %s: %w", dir, err)
 	}
 	for _, e := range entries {
 		p := filepath.Join(dir, e.Name())
 		if !strings.HasSuffix(e.Name(), ".json") {
-			_ = os.Remove(p)
 			continue
 		}
 		b, err := os.ReadFile(p)
@@ -233,25 +288,35 @@ func loadRecords[T any](root, kind string, put func(*T)) error {
 	return nil
 }
 
-// saveVolume, saveSnapshot and savePublication persist one object as it is
-// in the state now: written when present, removed when gone.
+// saveVolume, saveSnapshot, savePublication and saveStaging persist one
+// object as it is in the state now: written when present, removed when
+// gone. The root's lock must be held exclusively.
 func (s *state) saveVolume(root, id string) error {
+	s.dirty = true
 	return saveRecord(root, volumesDir, id, s.Volumes[id])
 }
 
 func (s *state) saveSnapshot(root, id string) error {
+	s.dirty = true
 	return saveRecord(root, snapshotsDir, id, s.Snapshots[id])
 }
 
 func (s *state) savePublication(root, target string) error {
+	s.dirty = true
 	return saveRecord(root, publicationsDir, hashID("pub-", target), s.Publications[target])
 }
 
-// saveRecord writes v atomically (a temporary file renamed over the old
-// one, so a crashed driver finds the old object or the new, never half of
-// one), or removes the file when v is nil. It is not fsynced: a dev driver
-// survives its own crash, not the machine's, and a sync per call would make
-// it the slowest part of every provisioning benchmark.
+func (s *state) saveStaging(root string, k placeKey) error {
+	s.dirty = true
+	return saveRecord(root, stagingsDir, hashID("stage-", k.node+"\x00"+k.path), s.Stagings[k])
+}
+
+// saveRecord writes v atomically (a temporary file of its own renamed over
+// the old one, so a crashed driver, or another process reading the root,
+// finds the old object or the new, never half of one), or removes the file
+// when v is nil. It is not fsynced: a dev driver survives its own crash,
+// not the machine's, and a sync per call would make it the slowest part of
+// every provisioning benchmark.
 func saveRecord[T any](root, kind, key string, v *T) error {
 	p := filepath.Join(root, stateDir, kind, key+".json")
 	if v == nil {
@@ -264,13 +329,22 @@ func saveRecord[T any](root, kind, key string, v *T) error {
 	if err != nil {
 		return fmt.Errorf("encode state: %w", err)
 	}
-	tmp := p + tmpSuffix
-	if err := os.WriteFile(tmp, append(b, '\n'), 0o644); err != nil {
-		_ = os.Remove(tmp)
+	f, err := os.CreateTemp(filepath.Dir(p), key+".json"+tmpSuffix+"-*")
+	if err != nil {
 		return fmt.Errorf("save state: %w", err)
 	}
-	if err := os.Rename(tmp, p); err != nil {
-		_ = os.Remove(tmp)
+	_, err = f.Write(append(b, '\n'))
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Chmod(f.Name(), 0o644)
+	}
+	if err == nil {
+		err = os.Rename(f.Name(), p)
+	}
+	if err != nil {
+		_ = os.Remove(f.Name())
 		return fmt.Errorf("save state: %w", err)
 	}
 	return nil
@@ -339,23 +413,24 @@ func copyFile(src, dst string, perm fs.FileMode) error {
 	return out.Close()
 }
 
-// dirUsage is the bytes held by regular files under dir.
-func dirUsage(dir string) (int64, error) {
-	var n int64
-	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+// dirUsage is the bytes held by regular files under dir (du's apparent
+// size) and the number of files and directories there (its inodes).
+func dirUsage(dir string) (bytes, entries int64, err error) {
+	err = filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return err
 		}
+		entries++
 		if d.Type().IsRegular() {
 			info, err := d.Info()
 			if err != nil {
 				return err
 			}
-			n += info.Size()
+			bytes += info.Size()
 		}
 		return nil
 	})
-	return n, err
+	return bytes, entries, err
 }
 
 // validName rejects names that cannot be logged or stored sensibly.
