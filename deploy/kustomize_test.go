@@ -3,12 +3,14 @@ package deploy
 import (
 	"os"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
+	storagev1 "k8s.io/api/storage/v1"
 	"k8s.io/apimachinery/pkg/runtime/serializer/json"
 	"k8s.io/client-go/kubernetes/scheme"
 
@@ -57,13 +59,15 @@ func TestKustomizationRunsAsShipped(t *testing.T) {
 	strict := json.NewSerializerWithOptions(json.DefaultMetaFactory, scheme.Scheme, scheme.Scheme, json.SerializerOptions{Strict: true})
 	for _, tc := range []struct {
 		dir string
-		// replicas of the provisioner: the dev driver keeps its volumes in
-		// the provisioner's pod, so the dev overlay runs one.
+		// replicas of the provisioner: the dev overlay's driver keeps its
+		// volumes in the provisioner's pod, so it runs one; cluster-dev's
+		// keeps them on the node, shared by every replica there.
 		provisioners int32
 	}{
 		{"kubernetes", 2},
 		{"overlays/dev", 1},
 		{"overlays/csi-driver", 2},
+		{"overlays/cluster-dev", 2},
 	} {
 		t.Run(tc.dir, func(t *testing.T) {
 			budgets := map[string]bool{}
@@ -187,4 +191,207 @@ func TestComposeImagesPinned(t *testing.T) {
 			t.Errorf("docker-compose.yaml: image %s, want a pinned tag (volplane:%s)", image, version)
 		}
 	}
+}
+
+// The cluster-dev overlay deploys the dev CSI driver as a real CSI driver
+// and its parts agree with each other and with what a kubelet expects:
+// the CSIDriver object; the node plugin's DaemonSet registering through
+// the kubelet's plugin registration directory with the CSI socket's path
+// as the kubelet sees it, mounting the kubelet's directory both ways, in a
+// namespace whose Pod Security lets it; the controller part next to each
+// provisioner on the same node data directory as the node plugin; the
+// StorageClasses; fully-qualified images.
+func TestClusterDevOverlay(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds every binary")
+	}
+	bin := build(t)
+	version := makefileVersion(t)
+	strict := json.NewSerializerWithOptions(json.DefaultMetaFactory, scheme.Scheme, scheme.Scheme, json.SerializerOptions{Strict: true})
+	var (
+		driver      *storagev1.CSIDriver
+		classes     []*storagev1.StorageClass
+		node        *appsv1.DaemonSet
+		provisioner *appsv1.Deployment
+		namespaces  = map[string]*corev1.Namespace{}
+	)
+	for i, doc := range render(t, "overlays/cluster-dev") {
+		if strings.Contains(string(doc), `"apiVersion":"cert-manager.io/`) {
+			continue
+		}
+		obj, _, err := strict.Decode(doc, nil, nil)
+		if err != nil {
+			t.Fatalf("#%d: %v", i, err)
+		}
+		switch o := obj.(type) {
+		case *storagev1.CSIDriver:
+			driver = o
+		case *storagev1.StorageClass:
+			classes = append(classes, o)
+		case *appsv1.DaemonSet:
+			node = o
+		case *appsv1.Deployment:
+			if o.Name == "volplane-provisioner" {
+				provisioner = o
+			}
+		case *corev1.Namespace:
+			namespaces[o.Name] = o
+		}
+		for _, c := range podContainers(obj) {
+			if name, tag, _ := strings.Cut(c.Image, ":"); strings.HasSuffix(name, "/volplane") || name == "volplane" {
+				if name != "ghcr.io/volplane/volplane" || tag != version {
+					t.Errorf("container %s: image %s, want ghcr.io/volplane/volplane:%s", c.Name, c.Image, version)
+				}
+			}
+		}
+	}
+	if driver == nil || node == nil || provisioner == nil {
+		t.Fatalf("CSIDriver %v, DaemonSet %v, provisioner %v: want all three", driver != nil, node != nil, provisioner != nil)
+	}
+
+	const name = "hostpath.csi.volplane.io"
+	ds := driver.Spec
+	if driver.Name != name || ds.AttachRequired == nil || *ds.AttachRequired || ds.FSGroupPolicy == nil || ds.PodInfoOnMount == nil ||
+		len(ds.VolumeLifecycleModes) != 1 || ds.VolumeLifecycleModes[0] != storagev1.VolumeLifecyclePersistent {
+		t.Errorf("CSIDriver %s: %+v, want no attach, an fsGroupPolicy, podInfoOnMount set, Persistent volumes only", driver.Name, ds)
+	}
+	kinds := map[string]bool{}
+	for _, c := range classes {
+		if c.Provisioner != name {
+			t.Errorf("StorageClass %s: provisioner %s, want %s", c.Name, c.Provisioner, name)
+		}
+		kinds[string(*c.VolumeBindingMode)+"/"+string(*c.ReclaimPolicy)] = true
+	}
+	for _, want := range []string{"Immediate/Delete", "WaitForFirstConsumer/Delete", "WaitForFirstConsumer/Retain"} {
+		if !kinds[want] {
+			t.Errorf("no StorageClass %s among %v", want, kinds)
+		}
+	}
+
+	// The node plugin.
+	ns := namespaces[node.Namespace]
+	if ns == nil || ns.Labels["pod-security.kubernetes.io/enforce"] != "privileged" {
+		t.Errorf("namespace %s of the node plugin: %v, want Pod Security enforce=privileged", node.Namespace, ns)
+	}
+	pod := node.Spec.Template.Spec
+	if len(pod.Containers) != 1 {
+		t.Fatalf("node plugin: %d containers, want 1", len(pod.Containers))
+	}
+	c := pod.Containers[0]
+	acceptsFlags(t, bin, "DaemonSet "+node.Name, c.Command)
+	flags := flagValues(c.Command)
+	if c.SecurityContext == nil || c.SecurityContext.Privileged == nil || !*c.SecurityContext.Privileged {
+		t.Errorf("node plugin: securityContext %+v, want privileged (it mounts)", c.SecurityContext)
+	}
+	if flags["--mode"] != "node" || flags["--driver-name"] != "" && flags["--driver-name"] != name {
+		t.Errorf("node plugin: flags %v", flags)
+	}
+	hostPathOf := func(spec corev1.PodSpec, c corev1.Container, path string) (string, *corev1.VolumeMount) {
+		t.Helper()
+		for _, m := range c.VolumeMounts {
+			if path == m.MountPath || strings.HasPrefix(path, m.MountPath+"/") {
+				for _, v := range spec.Volumes {
+					if v.Name == m.Name && v.HostPath != nil {
+						return v.HostPath.Path + strings.TrimPrefix(path, m.MountPath), &m
+					}
+				}
+			}
+		}
+		t.Errorf("%s: %s is on no hostPath volume", c.Name, path)
+		return "", nil
+	}
+	socket := strings.TrimPrefix(flags["--endpoint"], "unix://")
+	if onHost, _ := hostPathOf(pod, c, socket); onHost != flags["--kubelet-registration-path"] || onHost != "/var/lib/kubelet/plugins/"+name+"/csi.sock" {
+		t.Errorf("node plugin: the CSI socket %s is %s on the node, --kubelet-registration-path %s: want both /var/lib/kubelet/plugins/%s/csi.sock",
+			socket, onHost, flags["--kubelet-registration-path"], name)
+	}
+	if onHost, _ := hostPathOf(pod, c, flags["--plugin-registration-dir"]); onHost != "/var/lib/kubelet/plugins_registry" {
+		t.Errorf("node plugin: --plugin-registration-dir %s is %s on the node, want the kubelet's /var/lib/kubelet/plugins_registry", flags["--plugin-registration-dir"], onHost)
+	}
+	if onHost, m := hostPathOf(pod, c, "/var/lib/kubelet/pods"); onHost != "/var/lib/kubelet/pods" ||
+		m.MountPropagation == nil || *m.MountPropagation != corev1.MountPropagationBidirectional {
+		t.Errorf("node plugin: the kubelet's pod directory %s, mount %+v: want /var/lib/kubelet at its own path, Bidirectional", onHost, m)
+	}
+	nodeData, _ := hostPathOf(pod, c, flags["--root-dir"])
+	if flags["--node-id"] != "$(NODE_NAME)" || !fromNodeName(c, "NODE_NAME") {
+		t.Errorf("node plugin: --node-id %q, want $(NODE_NAME) from spec.nodeName", flags["--node-id"])
+	}
+	if p := c.LivenessProbe; p == nil || p.HTTPGet == nil || p.HTTPGet.Path != "/healthz" || !samePort(c, p.HTTPGet.Port.String(), flags["--health-address"]) {
+		t.Errorf("node plugin: liveness %+v, want /healthz on --health-address %s", p, flags["--health-address"])
+	}
+
+	// The controller part, next to each provisioner.
+	pspec := provisioner.Spec.Template.Spec
+	var ctrl *corev1.Container
+	for i := range pspec.Containers {
+		if pspec.Containers[i].Name == "csi-driver" {
+			ctrl = &pspec.Containers[i]
+		}
+	}
+	if ctrl == nil {
+		t.Fatal("no csi-driver container in the provisioner's pod")
+	}
+	cflags := flagValues(ctrl.Command)
+	if cflags["--mode"] != "controller" || cflags["--node-capacity"] == "" || cflags["--node-id"] != "$(NODE_NAME)" || !fromNodeName(*ctrl, "NODE_NAME") {
+		t.Errorf("controller part: flags %v, want --mode=controller, a --node-capacity, --node-id=$(NODE_NAME) from spec.nodeName", cflags)
+	}
+	if ctrlData, _ := hostPathOf(pspec, *ctrl, cflags["--root-dir"]); ctrlData == "" || ctrlData != nodeData {
+		t.Errorf("controller part's data directory %q on the node, node plugin's %q: want one hostPath", ctrlData, nodeData)
+	}
+	if *provisioner.Spec.Replicas < 2 {
+		t.Errorf("provisioner replicas %d, want at least 2", *provisioner.Spec.Replicas)
+	}
+	if p := ctrl.LivenessProbe; p == nil || p.HTTPGet == nil || !samePort(*ctrl, p.HTTPGet.Port.String(), cflags["--health-address"]) {
+		t.Errorf("controller part: liveness %+v, want /healthz on --health-address %s", p, cflags["--health-address"])
+	}
+}
+
+// podContainers are the containers of a workload object.
+func podContainers(obj any) []corev1.Container {
+	switch o := obj.(type) {
+	case *appsv1.Deployment:
+		return o.Spec.Template.Spec.Containers
+	case *appsv1.StatefulSet:
+		return o.Spec.Template.Spec.Containers
+	case *appsv1.DaemonSet:
+		return o.Spec.Template.Spec.Containers
+	}
+	return nil
+}
+
+// flagValues maps a command line's --name=value flags.
+func flagValues(command []string) map[string]string {
+	out := map[string]string{}
+	for _, a := range command[1:] {
+		if k, v, ok := strings.Cut(a, "="); ok {
+			out[k] = v
+		}
+	}
+	return out
+}
+
+// fromNodeName reports whether the container's variable comes from the
+// pod's spec.nodeName.
+func fromNodeName(c corev1.Container, name string) bool {
+	for _, e := range c.Env {
+		if e.Name == name && e.ValueFrom != nil && e.ValueFrom.FieldRef != nil && e.ValueFrom.FieldRef.FieldPath == "spec.nodeName" {
+			return true
+		}
+	}
+	return false
+}
+
+// samePort reports whether a probe's port (a number or a port name of the
+// container) is the port of a listen address.
+func samePort(c corev1.Container, port, listen string) bool {
+	want := listen[strings.LastIndex(listen, ":")+1:]
+	if port == want {
+		return true
+	}
+	for _, p := range c.Ports {
+		if p.Name == port && strconv.Itoa(int(p.ContainerPort)) == want {
+			return true
+		}
+	}
+	return false
 }

@@ -42,6 +42,8 @@ type Options struct {
 	// EtcdTLS runs etcd with client TLS and client certificates required;
 	// the services then take Env.EtcdSecurity.
 	EtcdTLS bool
+	// APIServerArgs are added to kube-apiserver's command line.
+	APIServerArgs []string
 }
 
 // Client is the name of the certificate the tests themselves use to call
@@ -57,7 +59,7 @@ func StartCluster(ctx context.Context, name string, o Options) (*Cluster, error)
 		return nil, err
 	}
 	start := time.Now()
-	env, err := devenv.Start(ctx, devenv.Options{Dir: dir, EtcdTLS: o.EtcdTLS})
+	env, err := devenv.Start(ctx, devenv.Options{Dir: dir, EtcdTLS: o.EtcdTLS, ExtraArgs: o.APIServerArgs})
 	if err != nil {
 		os.RemoveAll(dir)
 		return nil, fmt.Errorf("start kube-apiserver and etcd: %w", err)

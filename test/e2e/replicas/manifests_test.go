@@ -16,7 +16,7 @@ import (
 	"github.com/volplane/volplane/internal/manifests"
 )
 
-// The kustomize base and both overlays, rendered as kubectl kustomize
+// The kustomize base and its overlays, rendered as kubectl kustomize
 // renders them, are accepted by a real API server: every object passes a
 // server-side dry-run create (validation, defaulting, admission; strict
 // field validation, so a misspelled field fails) in the namespace the
@@ -33,7 +33,7 @@ func TestManifestsPassServerSideDryRun(t *testing.T) {
 		t.Fatal(err)
 	}
 	mapper := restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(dc))
-	for _, dir := range []string{"kubernetes", "overlays/dev", "overlays/csi-driver"} {
+	for _, dir := range []string{"kubernetes", "overlays/dev", "overlays/csi-driver", "overlays/cluster-dev"} {
 		t.Run(dir, func(t *testing.T) {
 			_, objs, err := manifests.Render(filepath.Join("..", "..", "..", "deploy", dir))
 			if err != nil {

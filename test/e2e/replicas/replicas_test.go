@@ -48,7 +48,10 @@ func run(m *testing.M) int {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	var err error
-	cl, err = e2e.StartCluster(ctx, "e2e/replicas", e2e.Options{EtcdTLS: true})
+	// Privileged containers allowed, as in every real cluster (kubeadm's
+	// and `make cluster`'s kube-apiserver): the cluster-dev overlay's CSI
+	// node plugin is one (manifests_test.go).
+	cl, err = e2e.StartCluster(ctx, "e2e/replicas", e2e.Options{EtcdTLS: true, APIServerArgs: []string{"--allow-privileged=true"}})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "e2e/replicas:", err)
 		return 1
