@@ -16,9 +16,9 @@
 // restoring a snapshot copies the directory. IDs derive from names
 // ("vol-" or "snap-" and 32 hex digits of a SHA-256), so one name always
 // gets one ID. What exists is recorded one JSON file per object under
-// <root>/state/ (volumes/, snapshots/, publications/), the changed object
-// written atomically (a temporary file renamed) under the root's lock, so
-// a restarted driver keeps its volumes, snapshots, stagings and
+// <root>/state/ (volumes/, snapshots/, publications/, stagings/), the
+// changed object written atomically (a temporary file renamed) under the
+// root's lock, so a restarted driver keeps its volumes, snapshots, stagings and
 // publications (an older <root>/state.json is converted at start);
 // directories the state does not know (an interrupted copy or delete) are
 // removed at start.
