@@ -37,4 +37,8 @@ func HTTPFlags(fs *flag.FlagSet, o *HTTPOptions) {
 	fs.DurationVar(&o.WriteTimeout, "write-timeout", DefaultWriteTimeout, "time allowed to write a response (/v1/watch streams without it)")
 	fs.DurationVar(&o.IdleTimeout, "idle-timeout", DefaultIdleTimeout, "how long a kept-alive connection may wait for its next request")
 	fs.IntVar(&o.MaxHeaderBytes, "max-header-bytes", DefaultMaxHeaderBytes, "largest request headers accepted")
+	fs.IntVar(&o.MaxRequestDepth, "max-request-depth", DefaultMaxRequestDepth, "deepest nesting of objects and arrays in a JSON or YAML body; deeper gets 400")
+	fs.IntVar(&o.MaxRequestElements, "max-request-elements", DefaultMaxRequestElements, "most values (object members and array elements, YAML aliases expanded) in a JSON or YAML body; more gets 400")
+	fs.IntVar(&o.MaxRequestStringBytes, "max-request-string-bytes", DefaultMaxRequestStringBytes, "longest string in a JSON or YAML body, in bytes; longer gets 400")
+	fs.IntVar(&o.MaxRequestKeyBytes, "max-request-key-bytes", DefaultMaxRequestKeyBytes, "longest object key in a JSON or YAML body, in bytes; longer gets 400")
 }

@@ -91,7 +91,7 @@ func NewHandler(ctx context.Context, o Options) (http.Handler, func(), error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	mux := runtime.NewServeMux(muxOptions(g, o.HTTP.MaxRequestBytes)...)
+	mux := runtime.NewServeMux(muxOptions(g, &o.HTTP)...)
 	closeAll := func() {
 		for _, b := range backends {
 			if b.cc != nil {
