@@ -201,6 +201,17 @@ func (g *guard) middleware(next runtime.HandlerFunc) runtime.HandlerFunc {
 			return
 		}
 		u, _ := auth.UserFrom(ctx)
+		if rt.Expensive {
+			// Before authorization, which may ask the API server too.
+			release, no := g.limits.acquire(u.Name)
+			if no != nil {
+				w.Header().Set("Retry-After", retryAfter(no.retryAfter))
+				writeError(w, httpError(http.StatusTooManyRequests, codes.ResourceExhausted,
+					"too many expensive requests: "+no.message+"; retry after "+retryAfter(no.retryAfter)+"s"))
+				return
+			}
+			defer release()
+		}
 		if code, msg := g.authorize(ctx, u, rt, params); code != 0 {
 			writeError(w, httpError(code, grpcCode(code), msg))
 			return
@@ -251,6 +262,8 @@ func grpcCode(httpCode int) codes.Code {
 		return codes.InvalidArgument
 	case http.StatusMethodNotAllowed:
 		return codes.Unimplemented
+	case http.StatusTooManyRequests:
+		return codes.ResourceExhausted
 	}
 	return codes.Unknown
 }
