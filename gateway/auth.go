@@ -65,7 +65,9 @@ type guard struct {
 	certs     *auth.CertAuthenticator // nil without a client CA
 	anonymous bool
 	authz     *auth.Authorizer
-	log       *slog.Logger
+	// limits holds each user's expensive requests (expensive.go).
+	limits *limiter
+	log    *slog.Logger
 }
 
 func newGuard(o AuthOptions, log *slog.Logger) (*guard, error) {

@@ -30,6 +30,11 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protoreflect"
+	"google.golang.org/protobuf/reflect/protoregistry"
+	"google.golang.org/protobuf/types/dynamicpb"
+	"google.golang.org/protobuf/types/known/emptypb"
 	authnv1 "k8s.io/api/authentication/v1"
 	authzv1 "k8s.io/api/authorization/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -66,6 +71,11 @@ func startFakeBackend(t testing.TB) *fakeBackend {
 	srv := grpc.NewServer(grpc.UnknownServiceHandler(func(_ any, stream grpc.ServerStream) error {
 		method, _ := grpc.MethodFromServerStream(stream)
 		md, _ := metadata.FromIncomingContext(stream.Context())
+		// Decode the request as the real service would, so that what its
+		// gRPC layer refuses is refused here too.
+		if err := stream.RecvMsg(requestOf(method)); err != nil {
+			return err
+		}
 		b.mu.Lock()
 		b.calls = append(b.calls, backendCall{method: method, md: md})
 		answer := b.answer
@@ -78,6 +88,19 @@ func startFakeBackend(t testing.TB) *fakeBackend {
 	go srv.Serve(lis)
 	t.Cleanup(srv.Stop)
 	return b
+}
+
+// requestOf is an empty request message of the full gRPC method name
+// ("/volplane.binder.v1.BinderService/MatchClaim"), from the generated
+// descriptors; an unknown method decodes into an Empty.
+func requestOf(method string) proto.Message {
+	name := protoreflect.FullName(strings.ReplaceAll(strings.TrimPrefix(method, "/"), "/", "."))
+	if d, err := protoregistry.GlobalFiles.FindDescriptorByName(name); err == nil {
+		if md, ok := d.(protoreflect.MethodDescriptor); ok {
+			return dynamicpb.NewMessage(md.Input())
+		}
+	}
+	return &emptypb.Empty{}
 }
 
 func (b *fakeBackend) take() []backendCall {
@@ -217,9 +240,9 @@ func (g *testGateway) doStream(t testing.TB, method, path, token string) (*http.
 	return resp, chunk.Error
 }
 
-// httpRules reads proto/volplane/http.yaml: method, path and selector of
-// every binding.
-func httpRules(t *testing.T) [][3]string {
+// httpRules reads proto/volplane/http.yaml: method, path, selector and
+// body ("" for none) of every binding.
+func httpRules(t *testing.T) [][4]string {
 	t.Helper()
 	f, err := os.Open("../proto/volplane/http.yaml")
 	if err != nil {
@@ -227,19 +250,19 @@ func httpRules(t *testing.T) [][3]string {
 	}
 	defer f.Close()
 	type binding struct {
-		Get, Post, Put, Delete, Patch string
-		AdditionalBindings            []binding `json:"additional_bindings"`
+		Get, Post, Put, Delete, Patch, Body string
+		AdditionalBindings                  []binding `json:"additional_bindings"`
 	}
 	var doc struct {
 		HTTP struct {
 			Rules []struct {
 				Selector string
-				binding  `json:",inline"`
 				Get      string
 				Post     string
 				Put      string
 				Delete   string
 				Patch    string
+				Body     string
 				More     []binding `json:"additional_bindings"`
 			}
 		}
@@ -247,16 +270,16 @@ func httpRules(t *testing.T) [][3]string {
 	if err := utilyaml.NewYAMLOrJSONDecoder(f, 4096).Decode(&doc); err != nil {
 		t.Fatal(err)
 	}
-	var out [][3]string
+	var out [][4]string
 	add := func(sel string, b binding) {
 		for _, mp := range [][2]string{{"GET", b.Get}, {"POST", b.Post}, {"PUT", b.Put}, {"DELETE", b.Delete}, {"PATCH", b.Patch}} {
 			if mp[1] != "" {
-				out = append(out, [3]string{mp[0], mp[1], sel})
+				out = append(out, [4]string{mp[0], mp[1], sel, b.Body})
 			}
 		}
 	}
 	for _, r := range doc.HTTP.Rules {
-		add(r.Selector, binding{Get: r.Get, Post: r.Post, Put: r.Put, Delete: r.Delete, Patch: r.Patch})
+		add(r.Selector, binding{Get: r.Get, Post: r.Post, Put: r.Put, Delete: r.Delete, Patch: r.Patch, Body: r.Body})
 		for _, b := range r.More {
 			add(r.Selector, b)
 		}

@@ -37,4 +37,17 @@ func HTTPFlags(fs *flag.FlagSet, o *HTTPOptions) {
 	fs.DurationVar(&o.WriteTimeout, "write-timeout", DefaultWriteTimeout, "time allowed to write a response (/v1/watch streams without it)")
 	fs.DurationVar(&o.IdleTimeout, "idle-timeout", DefaultIdleTimeout, "how long a kept-alive connection may wait for its next request")
 	fs.IntVar(&o.MaxHeaderBytes, "max-header-bytes", DefaultMaxHeaderBytes, "largest request headers accepted")
+	fs.IntVar(&o.MaxRequestDepth, "max-request-depth", DefaultMaxRequestDepth, "deepest nesting of objects and arrays in a JSON or YAML body; deeper gets 400")
+	fs.IntVar(&o.MaxRequestElements, "max-request-elements", DefaultMaxRequestElements, "most values (object members and array elements, YAML aliases expanded) in a JSON or YAML body; more gets 400")
+	fs.IntVar(&o.MaxRequestStringBytes, "max-request-string-bytes", DefaultMaxRequestStringBytes, "longest string in a JSON or YAML body, in bytes; longer gets 400")
+	fs.IntVar(&o.MaxRequestKeyBytes, "max-request-key-bytes", DefaultMaxRequestKeyBytes, "longest object key in a JSON or YAML body, in bytes; longer gets 400")
+}
+
+// ExpensiveFlags registers the flags of ExpensiveOptions on fs.
+func ExpensiveFlags(fs *flag.FlagSet, o *ExpensiveOptions) {
+	fs.Float64Var(&o.RequestsPerSecond, "expensive-requests-per-second", DefaultExpensiveRequestsPerSecond, "each user's sustained rate of expensive requests (match, explain, sync, provision, reclaim, orphans, capacity); more gets 429 with Retry-After")
+	fs.IntVar(&o.Burst, "expensive-requests-burst", DefaultExpensiveRequestsBurst, "how many expensive requests a user may make at once before --expensive-requests-per-second applies")
+	fs.IntVar(&o.MaxInFlightPerUser, "max-in-flight-expensive-per-user", DefaultMaxInFlightExpensivePerUser, "expensive requests one user may have in flight at once; more gets 429")
+	fs.IntVar(&o.MaxInFlight, "max-in-flight-expensive", DefaultMaxInFlightExpensive, "expensive requests all users together may have in flight at once; more gets 429")
+	fs.IntVar(&o.TrackedUsers, "expensive-tracked-users", DefaultExpensiveTrackedUsers, "users whose expensive-request limits the gateway remembers; beyond, the least recently seen idle user's are forgotten (bounds memory)")
 }

@@ -47,6 +47,9 @@ type Options struct {
 	// HTTP holds the HTTP server's limits and serving certificate
 	// (limits.go); zero values mean the defaults.
 	HTTP HTTPOptions
+	// Expensive limits each user's requests to the expensive routes
+	// (expensive.go); zero values mean the defaults.
+	Expensive ExpensiveOptions
 	// Logger; default slog.Default().
 	Logger *slog.Logger
 }
@@ -91,7 +94,8 @@ func NewHandler(ctx context.Context, o Options) (http.Handler, func(), error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	mux := runtime.NewServeMux(muxOptions(g, o.HTTP.MaxRequestBytes)...)
+	g.limits = newLimiter(o.Expensive)
+	mux := runtime.NewServeMux(muxOptions(g, &o.HTTP)...)
 	closeAll := func() {
 		for _, b := range backends {
 			if b.cc != nil {

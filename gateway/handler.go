@@ -24,6 +24,7 @@ import (
 	_ "google.golang.org/genproto/googleapis/rpc/errdetails"
 
 	"github.com/volplane/volplane/pkg/auth"
+	"github.com/volplane/volplane/pkg/shape"
 )
 
 // reqState is what the layers of one request learn about it, for the
@@ -49,10 +50,39 @@ var marshaler = &runtime.JSONPb{
 	UnmarshalOptions: protojson.UnmarshalOptions{DiscardUnknown: false},
 }
 
+// jsonBodies decodes request bodies as JSON once their shape is checked
+// (checkShape): the body is read whole (--max-request-bytes bounds it),
+// scanned token by token, and only then decoded.
+type jsonBodies struct {
+	*runtime.JSONPb
+	limits shape.Limits
+}
+
+func (j jsonBodies) NewDecoder(r io.Reader) runtime.Decoder {
+	return runtime.DecoderFunc(func(v any) error {
+		b, err := io.ReadAll(r)
+		if err != nil {
+			return err
+		}
+		if len(bytes.TrimSpace(b)) == 0 {
+			return io.EOF
+		}
+		return j.Unmarshal(b, v)
+	})
+}
+
+func (j jsonBodies) Unmarshal(data []byte, v any) error {
+	if err := checkShape(shape.CheckJSON(data, j.limits)); err != nil {
+		return err
+	}
+	return j.JSONPb.NewDecoder(bytes.NewReader(data)).Decode(v)
+}
+
 // yamlBodies decodes request bodies sent as YAML (Content-Type
-// application/yaml, as Kubernetes manifests are written): the YAML becomes
-// JSON, decoded as JSON bodies are. Answers are JSON whatever the request.
-type yamlBodies struct{ *runtime.JSONPb }
+// application/yaml, as Kubernetes manifests are written): once its shape
+// is checked (aliases expanded), the YAML becomes JSON, decoded as JSON
+// bodies are. Answers are JSON whatever the request.
+type yamlBodies struct{ jsonBodies }
 
 // yamlTypes are the media types read as YAML.
 var yamlTypes = []string{"application/yaml", "application/x-yaml", "text/yaml"}
@@ -71,20 +101,47 @@ func (y yamlBodies) NewDecoder(r io.Reader) runtime.Decoder {
 }
 
 func (y yamlBodies) Unmarshal(data []byte, v any) error {
+	if err := checkShape(shape.CheckYAML(data, y.limits)); err != nil {
+		return err
+	}
 	j, err := utilyaml.ToJSON(data)
 	if err != nil {
 		return fmt.Errorf("the body is not YAML: %w", err)
 	}
-	return y.JSONPb.NewDecoder(bytes.NewReader(j)).Decode(v)
+	return y.jsonBodies.JSONPb.NewDecoder(bytes.NewReader(j)).Decode(v)
+}
+
+// shapeFlags are the flags of the shape limits, for the caller to know
+// which to raise.
+var shapeFlags = map[shape.Limit]string{
+	shape.Depth:       "--max-request-depth",
+	shape.Elements:    "--max-request-elements",
+	shape.StringBytes: "--max-request-string-bytes",
+	shape.KeyBytes:    "--max-request-key-bytes",
+}
+
+// checkShape words a shape check's error for the caller (grpc-gateway
+// answers a decoding error with 400): the limit exceeded and its flag.
+func checkShape(err error) error {
+	var e *shape.Error
+	switch {
+	case err == nil:
+		return nil
+	case errors.As(err, &e):
+		return fmt.Errorf("the request body is refused: %v; the gateway's limit is %s", e, shapeFlags[e.Limit])
+	default:
+		return fmt.Errorf("the body is %v", err)
+	}
 }
 
 // muxOptions configures grpc-gateway: the JSON marshaler, the caller's
 // identity as metadata (and no HTTP header as metadata at all, so no caller
 // can forge it), authorization of each matched route, and errors mapped to
 // the HTTP statuses of the README.
-func muxOptions(g *guard, maxBody int64) []runtime.ServeMuxOption {
+func muxOptions(g *guard, o *HTTPOptions) []runtime.ServeMuxOption {
+	bodies := jsonBodies{JSONPb: marshaler, limits: o.shapeLimits()}
 	opts := []runtime.ServeMuxOption{
-		runtime.WithMarshalerOption(runtime.MIMEWildcard, marshaler),
+		runtime.WithMarshalerOption(runtime.MIMEWildcard, bodies),
 		runtime.WithIncomingHeaderMatcher(func(string) (string, bool) { return "", false }),
 		runtime.WithMetadata(func(ctx context.Context, r *http.Request) metadata.MD {
 			if u, ok := auth.UserFrom(r.Context()); ok {
@@ -97,7 +154,7 @@ func muxOptions(g *guard, maxBody int64) []runtime.ServeMuxOption {
 		runtime.WithMiddlewares(g.middleware),
 		runtime.WithErrorHandler(func(ctx context.Context, mux *runtime.ServeMux, m runtime.Marshaler, w http.ResponseWriter, r *http.Request, err error) {
 			if stateFrom(r.Context()).bodyTooLarge {
-				err = tooLarge(maxBody)
+				err = tooLarge(o.MaxRequestBytes)
 			}
 			runtime.DefaultHTTPErrorHandler(ctx, mux, m, w, r, withHTTPStatus(err))
 		}),
@@ -117,7 +174,7 @@ func muxOptions(g *guard, maxBody int64) []runtime.ServeMuxOption {
 		}),
 	}
 	for _, t := range yamlTypes {
-		opts = append(opts, runtime.WithMarshalerOption(t, yamlBodies{marshaler}))
+		opts = append(opts, runtime.WithMarshalerOption(t, yamlBodies{bodies}))
 	}
 	return opts
 }
@@ -144,6 +201,17 @@ func (g *guard) middleware(next runtime.HandlerFunc) runtime.HandlerFunc {
 			return
 		}
 		u, _ := auth.UserFrom(ctx)
+		if rt.Expensive {
+			// Before authorization, which may ask the API server too.
+			release, no := g.limits.acquire(u.Name)
+			if no != nil {
+				w.Header().Set("Retry-After", retryAfter(no.retryAfter))
+				writeError(w, httpError(http.StatusTooManyRequests, codes.ResourceExhausted,
+					"too many expensive requests: "+no.message+"; retry after "+retryAfter(no.retryAfter)+"s"))
+				return
+			}
+			defer release()
+		}
 		if code, msg := g.authorize(ctx, u, rt, params); code != 0 {
 			writeError(w, httpError(code, grpcCode(code), msg))
 			return
@@ -194,6 +262,8 @@ func grpcCode(httpCode int) codes.Code {
 		return codes.InvalidArgument
 	case http.StatusMethodNotAllowed:
 		return codes.Unimplemented
+	case http.StatusTooManyRequests:
+		return codes.ResourceExhausted
 	}
 	return codes.Unknown
 }

@@ -8,6 +8,8 @@ import (
 	"net/url"
 	"time"
 	"unicode/utf8"
+
+	"github.com/volplane/volplane/pkg/shape"
 )
 
 // Defaults of HTTPOptions.
@@ -18,6 +20,13 @@ const (
 	DefaultWriteTimeout      = 60 * time.Second
 	DefaultIdleTimeout       = 120 * time.Second
 	DefaultMaxHeaderBytes    = 64 << 10
+
+	// The shape of a body (pkg/shape): generous for any Kubernetes
+	// object, far below what would cost the gateway or a service much.
+	DefaultMaxRequestDepth       = shape.DefaultMaxDepth
+	DefaultMaxRequestElements    = shape.DefaultMaxElements
+	DefaultMaxRequestStringBytes = shape.DefaultMaxStringBytes
+	DefaultMaxRequestKeyBytes    = shape.DefaultMaxKeyBytes
 )
 
 // HTTPOptions are the gateway's HTTP server's limits and its serving
@@ -46,6 +55,20 @@ type HTTPOptions struct {
 	IdleTimeout time.Duration
 	// MaxHeaderBytes bounds a request's headers (--max-header-bytes).
 	MaxHeaderBytes int
+	// MaxRequestDepth, MaxRequestElements, MaxRequestStringBytes and
+	// MaxRequestKeyBytes bound the shape of a JSON or YAML body
+	// (--max-request-depth, --max-request-elements,
+	// --max-request-string-bytes, --max-request-key-bytes): how deep it
+	// nests, how many values it holds (YAML aliases expanded), how long a
+	// string or an object key is. A body beyond one is refused with 400
+	// naming the flag, before it is decoded.
+	MaxRequestDepth, MaxRequestElements, MaxRequestStringBytes, MaxRequestKeyBytes int
+}
+
+// shapeLimits are the body shape limits (zero values are defaults there).
+func (o *HTTPOptions) shapeLimits() shape.Limits {
+	return shape.Limits{MaxDepth: o.MaxRequestDepth, MaxElements: o.MaxRequestElements,
+		MaxStringBytes: o.MaxRequestStringBytes, MaxKeyBytes: o.MaxRequestKeyBytes}
 }
 
 func (o *HTTPOptions) defaults() error {

@@ -29,6 +29,11 @@ type route struct {
 	Name string
 	// Stream marks a streaming response (no write deadline).
 	Stream bool
+	// Expensive marks a route that makes the API server, a CSI driver or a
+	// service work for the caller (a dry run, a sync, a CSI call, a
+	// reclaim): each user's rate and concurrency on these is limited
+	// (ExpensiveOptions), 429 beyond.
+	Expensive bool
 }
 
 // routes is the one table that authorizes the REST API. The gateway looks
@@ -45,26 +50,26 @@ var routes = []route{
 	{Method: "GET", Path: "/v1/namespaces/{namespace}/claims/{name}", RPC: "volplane.binder.v1.BinderService.GetClaim", Verb: "get", Resource: "claims"},
 	{Method: "GET", Path: "/v1/volumes", RPC: "volplane.binder.v1.BinderService.ListVolumes", Verb: "list", Resource: "volumes"},
 	{Method: "GET", Path: "/v1/volumes/{name}", RPC: "volplane.binder.v1.BinderService.GetVolume", Verb: "get", Resource: "volumes"},
-	{Method: "POST", Path: "/v1/namespaces/{namespace}/claims/{name}:sync", RPC: "volplane.binder.v1.BinderService.SyncClaim", Verb: "update", Resource: "claims", Subresource: "sync"},
-	{Method: "POST", Path: "/v1/volumes/{name}:sync", RPC: "volplane.binder.v1.BinderService.SyncVolume", Verb: "update", Resource: "volumes", Subresource: "sync"},
+	{Method: "POST", Path: "/v1/namespaces/{namespace}/claims/{name}:sync", RPC: "volplane.binder.v1.BinderService.SyncClaim", Verb: "update", Resource: "claims", Subresource: "sync", Expensive: true},
+	{Method: "POST", Path: "/v1/volumes/{name}:sync", RPC: "volplane.binder.v1.BinderService.SyncVolume", Verb: "update", Resource: "volumes", Subresource: "sync", Expensive: true},
 	{Method: "GET", Path: "/v1/binder/status", RPC: "volplane.binder.v1.BinderService.GetStatus", Verb: "get", Resource: "status", Name: "binder"},
-	{Method: "GET", Path: "/v1/namespaces/{namespace}/claims/{name}:explain", RPC: "volplane.binder.v1.BinderService.ExplainClaim", Verb: "get", Resource: "claims", Subresource: "explain"},
+	{Method: "GET", Path: "/v1/namespaces/{namespace}/claims/{name}:explain", RPC: "volplane.binder.v1.BinderService.ExplainClaim", Verb: "get", Resource: "claims", Subresource: "explain", Expensive: true},
 	// A match reads (a dry run writes nothing): get, which viewers have.
-	{Method: "POST", Path: "/v1/claims:match", RPC: "volplane.binder.v1.BinderService.MatchClaim", Verb: "get", Resource: "claims", Subresource: "match"},
-	{Method: "POST", Path: "/v1/namespaces/{namespace}/claims:match", RPC: "volplane.binder.v1.BinderService.MatchClaim", Verb: "get", Resource: "claims", Subresource: "match"},
+	{Method: "POST", Path: "/v1/claims:match", RPC: "volplane.binder.v1.BinderService.MatchClaim", Verb: "get", Resource: "claims", Subresource: "match", Expensive: true},
+	{Method: "POST", Path: "/v1/namespaces/{namespace}/claims:match", RPC: "volplane.binder.v1.BinderService.MatchClaim", Verb: "get", Resource: "claims", Subresource: "match", Expensive: true},
 	// provisioner
-	{Method: "POST", Path: "/v1/provisions", RPC: "volplane.provisioner.v1.ProvisionerService.Provision", Verb: "create", Resource: "provisions"},
-	{Method: "POST", Path: "/v1/volumes/{volume_name}:deleteBacking", RPC: "volplane.provisioner.v1.ProvisionerService.DeleteVolume", Verb: "delete", Resource: "volumes", Subresource: "backing"},
+	{Method: "POST", Path: "/v1/provisions", RPC: "volplane.provisioner.v1.ProvisionerService.Provision", Verb: "create", Resource: "provisions", Expensive: true},
+	{Method: "POST", Path: "/v1/volumes/{volume_name}:deleteBacking", RPC: "volplane.provisioner.v1.ProvisionerService.DeleteVolume", Verb: "delete", Resource: "volumes", Subresource: "backing", Expensive: true},
 	{Method: "GET", Path: "/v1/drivers", RPC: "volplane.provisioner.v1.ProvisionerService.ListDrivers", Verb: "list", Resource: "drivers"},
 	{Method: "GET", Path: "/v1/provisioner/operations", RPC: "volplane.provisioner.v1.ProvisionerService.ListOperations", Verb: "list", Resource: "operations"},
-	{Method: "GET", Path: "/v1/drivers/{name}/capacity", RPC: "volplane.provisioner.v1.ProvisionerService.GetCapacity", Verb: "get", Resource: "drivers", Subresource: "capacity"},
-	{Method: "GET", Path: "/v1/orphans", RPC: "volplane.provisioner.v1.ProvisionerService.ListOrphans", Verb: "list", Resource: "orphans"},
-	{Method: "POST", Path: "/v1/orphans:delete", RPC: "volplane.provisioner.v1.ProvisionerService.DeleteOrphan", Verb: "delete", Resource: "orphans"},
+	{Method: "GET", Path: "/v1/drivers/{name}/capacity", RPC: "volplane.provisioner.v1.ProvisionerService.GetCapacity", Verb: "get", Resource: "drivers", Subresource: "capacity", Expensive: true},
+	{Method: "GET", Path: "/v1/orphans", RPC: "volplane.provisioner.v1.ProvisionerService.ListOrphans", Verb: "list", Resource: "orphans", Expensive: true},
+	{Method: "POST", Path: "/v1/orphans:delete", RPC: "volplane.provisioner.v1.ProvisionerService.DeleteOrphan", Verb: "delete", Resource: "orphans", Expensive: true},
 	// reclaimer
-	{Method: "POST", Path: "/v1/reclaims", RPC: "volplane.reclaimer.v1.ReclaimerService.Reclaim", Verb: "create", Resource: "reclaims"},
+	{Method: "POST", Path: "/v1/reclaims", RPC: "volplane.reclaimer.v1.ReclaimerService.Reclaim", Verb: "create", Resource: "reclaims", Expensive: true},
 	{Method: "GET", Path: "/v1/reclaims/{volume_name}", RPC: "volplane.reclaimer.v1.ReclaimerService.GetReclaim", Verb: "get", Resource: "reclaims"},
 	{Method: "GET", Path: "/v1/reclaims", RPC: "volplane.reclaimer.v1.ReclaimerService.ListReclaims", Verb: "list", Resource: "reclaims"},
-	{Method: "POST", Path: "/v1/reclaims/{volume_name}:retry", RPC: "volplane.reclaimer.v1.ReclaimerService.RetryReclaim", Verb: "update", Resource: "reclaims", Subresource: "retry"},
+	{Method: "POST", Path: "/v1/reclaims/{volume_name}:retry", RPC: "volplane.reclaimer.v1.ReclaimerService.RetryReclaim", Verb: "update", Resource: "reclaims", Subresource: "retry", Expensive: true},
 }
 
 // routeIndex maps "METHOD /path/{template}" to its route.

@@ -265,6 +265,14 @@ func (e *Env) waitReady(ctx context.Context, caPEM []byte, token string, timeout
 	return fmt.Errorf("kube-apiserver not ready within %s: %s", timeout, last)
 }
 
+// APIServerPID is kube-apiserver's process ID, 0 while it is stopped.
+func (e *Env) APIServerPID() int {
+	if e.cmd == nil || e.cmd.Process == nil {
+		return 0
+	}
+	return e.cmd.Process.Pid
+}
+
 // Exited is closed when kube-apiserver exits.
 func (e *Env) Exited() <-chan struct{} { return e.done }
 

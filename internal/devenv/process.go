@@ -107,6 +107,33 @@ func (p *Process) Usage() (peakRSS int64, cpu time.Duration) {
 	return peakRSS, cpu
 }
 
+// PIDUsage reads a process's resident memory now (VmRSS) and its user and
+// system CPU time so far, from /proc.
+func PIDUsage(pid int) (rss int64, cpu time.Duration, err error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0, 0, err
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if f := strings.Fields(line); len(f) >= 2 && f[0] == "VmRSS:" {
+			kb, _ := strconv.ParseInt(f[1], 10, 64)
+			rss = kb << 10
+		}
+	}
+	if b, err = os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid)); err != nil {
+		return 0, 0, err
+	}
+	s := string(b)
+	i := strings.LastIndexByte(s, ')')
+	f := strings.Fields(s[i+1:])
+	if i < 0 || len(f) <= 12 {
+		return 0, 0, fmt.Errorf("/proc/%d/stat: unexpected format", pid)
+	}
+	ut, _ := strconv.ParseInt(f[11], 10, 64)
+	st, _ := strconv.ParseInt(f[12], 10, 64)
+	return rss, time.Duration(ut+st) * time.Second / 100, nil // USER_HZ is 100 on Linux
+}
+
 // FreeAddr returns a loopback host:port nobody listens on right now.
 func FreeAddr() (string, error) {
 	l, err := net.Listen("tcp", "127.0.0.1:0")

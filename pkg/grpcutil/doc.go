@@ -16,5 +16,8 @@
 // info level and secrets stripped (Sanitize); turn a panic in a handler
 // into an Internal error, logged once with its stack; and the server sets
 // explicit message size limits and a handshake timeout. Reflection is off
-// unless asked for.
+// unless asked for. A request that protobuf cannot decode (nested deeper
+// than its recursion limit, or not protobuf) is the caller's mistake:
+// InvalidArgument, logged as a rejected call, never reaching the handler
+// (grpc-go alone would answer Internal and log nothing).
 package grpcutil

@@ -102,10 +102,14 @@ func NewCSIServer(log *slog.Logger, opts ...grpc.ServerOption) *Server {
 func newServer(log *slog.Logger, reflect, logWrites bool, opts ...grpc.ServerOption) *Server {
 	logUnary, logStream := serverLogging(log, logWrites)
 	recoverUnary, recoverStream := serverRecovery(log)
+	decodedUnary, decodedStream := checkDecoded()
 	opts = append([]grpc.ServerOption{
-		// The logger sees what the caller gets: the recovery runs inside it.
-		grpc.ChainUnaryInterceptor(serverMetrics.UnaryServerInterceptor(), logUnary, recoverUnary),
-		grpc.ChainStreamInterceptor(serverMetrics.StreamServerInterceptor(), logStream, recoverStream),
+		// The logger sees what the caller gets: the recovery runs inside
+		// it, and a request that did not decode is refused inside both
+		// (codec.go).
+		grpc.ForceServerCodecV2(newServerCodec()),
+		grpc.ChainUnaryInterceptor(serverMetrics.UnaryServerInterceptor(), logUnary, recoverUnary, decodedUnary),
+		grpc.ChainStreamInterceptor(serverMetrics.StreamServerInterceptor(), logStream, recoverStream, decodedStream),
 		grpc.ConnectionTimeout(ConnectionTimeout),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}),
 	}, opts...)

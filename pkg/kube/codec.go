@@ -2,6 +2,7 @@ package kube
 
 import (
 	"fmt"
+	"reflect"
 
 	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
@@ -33,18 +34,27 @@ func EncodeProto(o Object) ([]byte, error) {
 	return b, nil
 }
 
-// DecodeVolume decodes a PersistentVolume encoded by EncodeProto.
+// DecodeVolume decodes a PersistentVolume encoded by EncodeProto. Its
+// quantities are checked (ParseQuantity's bounds) before it is decoded:
+// the bytes may come from any caller.
 func DecodeVolume(b []byte) (*corev1.PersistentVolume, error) {
 	pv := &corev1.PersistentVolume{}
+	if err := checkProtoQuantities(b, reflect.TypeOf(*pv)); err != nil {
+		return nil, fmt.Errorf("decode PersistentVolume: %w", err)
+	}
 	if err := pv.Unmarshal(b); err != nil {
 		return nil, fmt.Errorf("decode PersistentVolume: %w", err)
 	}
 	return pv, nil
 }
 
-// DecodeClaim decodes a PersistentVolumeClaim encoded by EncodeProto.
+// DecodeClaim decodes a PersistentVolumeClaim encoded by EncodeProto, its
+// quantities checked first as DecodeVolume's are.
 func DecodeClaim(b []byte) (*corev1.PersistentVolumeClaim, error) {
 	pvc := &corev1.PersistentVolumeClaim{}
+	if err := checkProtoQuantities(b, reflect.TypeOf(*pvc)); err != nil {
+		return nil, fmt.Errorf("decode PersistentVolumeClaim: %w", err)
+	}
 	if err := pvc.Unmarshal(b); err != nil {
 		return nil, fmt.Errorf("decode PersistentVolumeClaim: %w", err)
 	}

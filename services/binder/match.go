@@ -12,7 +12,9 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 
+	"github.com/volplane/volplane/pkg/claimvalidation"
 	"github.com/volplane/volplane/pkg/guard"
+	"github.com/volplane/volplane/pkg/shape"
 	binderv1 "github.com/volplane/volplane/proto/volplane/binder/v1"
 )
 
@@ -24,14 +26,17 @@ import (
 type dryRunCreate func(ctx context.Context, namespace string, body []byte) (*corev1.PersistentVolumeClaim, error)
 
 // apiDryRun is dryRunCreate against the API server. The body goes as it
-// came, so that an unknown or misspelt field is the API server's strict
-// decoding error, not silently dropped.
+// came (MatchClaim checked it as the API server would), so that an unknown
+// or misspelt field is the API server's strict decoding error too, never
+// silently dropped. The request carries the binder's deadline as its
+// timeout parameter: the API server stops waiting for its own handler
+// then, as the binder does.
 func (c *controller) apiDryRun(ctx context.Context, namespace string, body []byte) (*corev1.PersistentVolumeClaim, error) {
 	ctx, cancel := context.WithTimeout(ctx, askTimeout)
 	defer cancel()
 	out := &corev1.PersistentVolumeClaim{}
 	err := c.client.CoreV1().RESTClient().Post().Namespace(namespace).Resource("persistentvolumeclaims").
-		Param("dryRun", "All").Param("fieldValidation", "Strict").
+		Param("dryRun", "All").Param("fieldValidation", "Strict").Timeout(askTimeout).
 		SetHeader("Content-Type", "application/json").Body(body).Do(ctx).Into(out)
 	if err != nil {
 		return nil, err
@@ -129,7 +134,8 @@ func dryRunStatus(err error, namespace string) error {
 	return status.Errorf(codes.Unavailable, "ask the API server to try the claim (dry run): %s", msg)
 }
 
-// MatchClaim implements BinderService: the claim is created as a dry run,
+// MatchClaim implements BinderService: the claim is checked as the API
+// server would check it (pkg/claimvalidation), then created as a dry run,
 // then judged exactly as a claim of the cache is (judge), without
 // reserving anything; when it would be provisioned, the provisioner builds
 // its CreateVolume request with PlanVolume. Nothing is written anywhere.
@@ -150,9 +156,18 @@ func (a *api) MatchClaim(ctx context.Context, req *binderv1.MatchClaimRequest) (
 	if req.GetClaim() == nil || len(req.GetClaim().GetFields()) == 0 {
 		return nil, status.Error(codes.InvalidArgument, "claim is required: send the PersistentVolumeClaim, JSON or YAML, as the body")
 	}
+	if err := shape.CheckStruct(req.GetClaim(), shape.Default); err != nil {
+		return nil, status.Errorf(codes.InvalidArgument, "claim: %v", err)
+	}
 	ns, body, err := matchBody(req.GetNamespace(), req.GetClaim().AsMap())
 	if err != nil {
 		return nil, err
+	}
+	// The claim is checked as the API server would check it, so that
+	// nothing it would refuse, or choke on (a quantity such as
+	// 1E+999999999), is sent to it under the binder's identity.
+	if _, err := claimvalidation.Check(body); err != nil {
+		return nil, dryRunStatus(err, ns)
 	}
 	if err := a.ready(); err != nil {
 		return nil, err

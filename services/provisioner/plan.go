@@ -10,6 +10,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
 
+	"github.com/volplane/volplane/pkg/claimvalidation"
 	"github.com/volplane/volplane/pkg/guard"
 	"github.com/volplane/volplane/pkg/kube"
 	"github.com/volplane/volplane/pkg/match"
@@ -31,6 +32,11 @@ func (s *server) PlanVolume(ctx context.Context, req *provisionerv1.PlanVolumeRe
 	}
 	if err := guard.CheckName("claim namespace", claim.Namespace, guard.Namespace); err != nil {
 		return nil, status.Error(codes.InvalidArgument, err.Error())
+	}
+	// The claim may be anyone's: it is planned only if the API server
+	// would take it (its size bounded, above all).
+	if errs := claimvalidation.Validate(claim); len(errs) > 0 {
+		return nil, status.Errorf(codes.InvalidArgument, "claim: %v", errs.ToAggregate())
 	}
 	name := match.ClaimClass(claim)
 	if name == "" {

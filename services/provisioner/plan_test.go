@@ -133,6 +133,14 @@ func TestPlanVolumeRefusals(t *testing.T) {
 		}), codes.NotFound, "StorageClass gone"},
 		"not served":          {mk(&other, nil), codes.FailedPrecondition, "not served"},
 		"bad class parameter": {mk(&fast, nil), codes.FailedPrecondition, "fstpye"},
+		// A claim the API server would refuse, whoever sends it.
+		"no access modes": {mk(&fast, func(c *corev1.PersistentVolumeClaim) { c.Spec.AccessModes = nil }), codes.InvalidArgument, "spec.accessModes"},
+		"larger than an int64": {mk(&fast, func(c *corev1.PersistentVolumeClaim) {
+			c.Spec.Resources.Requests[corev1.ResourceStorage] = resource.MustParse("100E")
+		}), codes.InvalidArgument, "8Ei"},
+		"absurd exponent": {mk(&fast, func(c *corev1.PersistentVolumeClaim) {
+			c.Spec.Resources.Requests[corev1.ResourceStorage] = resource.MustParse("1e99")
+		}), codes.InvalidArgument, "out of range"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			_, err := g.s.PlanVolume(t.Context(), &provisionerv1.PlanVolumeRequest{Claim: tc.claim})

@@ -22,6 +22,7 @@ import (
 	storagev1 "k8s.io/api/storage/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/volplane/volplane/gateway"
 	"github.com/volplane/volplane/pkg/kube"
 	binderv1 "github.com/volplane/volplane/proto/volplane/binder/v1"
 )
@@ -474,7 +475,7 @@ type authedGateway struct {
 	viewer, nsViewer, nobody string
 }
 
-func matchGateway(t *testing.T, n string) *authedGateway {
+func matchGateway(t *testing.T, n string, mutate ...func(*gateway.Options)) *authedGateway {
 	t.Helper()
 	roles := clusterRoles(t, "roles.yaml")
 	applyClusterRole(t, roles["volplane-viewer"])
@@ -493,7 +494,11 @@ func matchGateway(t *testing.T, n string) *authedGateway {
 	if _, err := cluster.client.RbacV1().RoleBindings(n).Create(t.Context(), rb, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	g.authGateway = startAuthGateway(t, n+"/gateway", "", nil)
+	g.authGateway = startAuthGateway(t, n+"/gateway", "", func(o *gateway.Options) {
+		for _, m := range mutate {
+			m(o)
+		}
+	})
 	return g
 }
 

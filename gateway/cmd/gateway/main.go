@@ -24,6 +24,7 @@ func main() {
 	cmdutil.TLSFlags(&o.TLS)
 	gateway.AuthFlags(flag.CommandLine, &o.Auth)
 	gateway.HTTPFlags(flag.CommandLine, &o.HTTP)
+	gateway.ExpensiveFlags(flag.CommandLine, &o.Expensive)
 	logging := cmdutil.LogFlags()
 	flag.Parse()
 	os.Exit(cmdutil.Run("gateway", logging, func(ctx context.Context, log *slog.Logger) error {
