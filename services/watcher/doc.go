@@ -94,4 +94,19 @@
 // SYNCED inline, in the same stream, and goes on from there. An object is
 // encoded at most once per event and encoding, whatever the number of
 // subscribers.
+//
+// # Progress marks
+//
+// A subscriber that sets progress_marks also gets PROGRESS events: no
+// kind, key or object, just the cursor of the watcher's newest event at
+// the moment the stream had sent (or skipped, being of kinds not asked
+// for) everything up to it. One is sent, outside lists and only once the
+// stream has caught up, 200ms after the previous mark when events were
+// skipped since the last message, and 1s after the last message
+// otherwise. A subscriber's position is so always the watcher's head a
+// fraction of a second ago while it keeps up, whatever other kinds do; it
+// hears from the stream at least every second; and it may resume from a
+// mark's cursor, so that churn of other kinds neither forces a relist
+// (its cursor never ages out of the history) nor replays the skipped
+// events. Subscribers that do not ask get no mark.
 package watcher
