@@ -27,18 +27,32 @@
 // handler applies as a replace (objects the list does not mention are
 // gone). A cursor is therefore resumed only on the replica that issued it.
 //
+// # Staleness, per subscription
+//
+// The client asks for progress marks (WatchRequest.progress_marks): the
+// watcher then tells it, with PROGRESS events the handler never sees, up
+// to which sequence it has been sent (or spared, being of other kinds)
+// everything, and the client resumes from there. The stream's position is
+// the sequence of the last event or mark received: it reaches the
+// watcher's newest sequence within a fraction of a second while the
+// stream keeps up, whatever kinds the others change, so what the
+// subscriber did not ask for never looks like a stall.
+//
 // While a stream is open the client probes its watcher every
 // Options.ProbeInterval (gRPC health and GetStatus on the same
 // connection). A stream is abandoned for another replica when it breaks,
-// when it delivers nothing while the watcher reports events it has not
-// sent for Options.StallTimeout, when the watcher cannot be probed for
-// that long, or when the watcher is NOT_SERVING for that long while
-// another replica is SERVING.
+// when its position stays behind the newest sequence the watcher reports
+// for Options.StallTimeout with nothing arriving, when the watcher cannot
+// be probed for that long, or when the watcher is NOT_SERVING for that
+// long while another replica is SERVING.
 //
 // Status tells the consumer how current its view is: FreshAt is the latest
-// time at which the handler had been given every event its watcher had
-// (and that watcher was SERVING, i.e. its own watches on the API server
-// were working).
+// time T (on this process's clock: a probe's start) at which the watcher
+// was SERVING, i.e. its own watches on the API server were open, and the
+// handler had been given every event of its kinds up to the newest
+// sequence the watcher had at T. A watcher that predates progress marks
+// sends none; then the position counts only the events received, and a
+// subscriber of some kinds may look behind while other kinds change.
 package watchclient
 
 import (
@@ -297,7 +311,7 @@ func (s *subscription) stream(ctx context.Context, w int) (progressed bool, err 
 	defer cancel(nil)
 	rep := s.watchers[w]
 	s.o.Status.watcher.Store(&rep.name)
-	req := &watcherv1.WatchRequest{Kinds: s.o.Kinds, Encoding: s.o.Encoding}
+	req := &watcherv1.WatchRequest{Kinds: s.o.Kinds, Encoding: s.o.Encoding, ProgressMarks: true}
 	if s.cursor != nil {
 		req.ResumeAfter = proto.Clone(s.cursor).(*watcherv1.Cursor)
 	}
@@ -369,6 +383,13 @@ func (s *subscription) stream(ctx context.Context, w int) (progressed bool, err 
 			if err := s.h.Event(ev); err != nil {
 				s.o.Logger.Error("handle watch event", "kind", ev.Kind, "key", ev.Key, "type", ev.Type, "error", err)
 			}
+			if synced {
+				s.cursor = ev.Cursor
+			}
+		case watcherv1.EventType_EVENT_TYPE_PROGRESS:
+			// Every event of our kinds up to its cursor has been
+			// delivered: the stream is caught up to there (the prober
+			// reads lastSeq), and a resume may start from it.
 			if synced {
 				s.cursor = ev.Cursor
 			}
