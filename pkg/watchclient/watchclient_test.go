@@ -308,6 +308,7 @@ type marking struct {
 	watcherv1.UnimplementedWatcherServiceServer
 	head  atomic.Uint64
 	calls atomic.Int32
+	every time.Duration // between marks; 0 means 20ms
 }
 
 func (m *marking) Watch(req *watcherv1.WatchRequest, st grpc.ServerStreamingServer[watcherv1.WatchResponse]) error {
@@ -319,7 +320,11 @@ func (m *marking) Watch(req *watcherv1.WatchRequest, st grpc.ServerStreamingServ
 			return err
 		}
 	}
-	t := time.NewTicker(20 * time.Millisecond)
+	every := m.every
+	if every == 0 {
+		every = 20 * time.Millisecond
+	}
+	t := time.NewTicker(every)
 	defer t.Stop()
 	for {
 		select {
@@ -373,4 +378,39 @@ func TestOtherKindsAreNoStall(t *testing.T) {
 	if n := m.calls.Load(); n != 1 {
 		t.Fatalf("%d streams, want the first one kept", n)
 	}
+}
+
+// A stream that keeps up is fresh as of its watcher's last probe as soon as
+// a mark reaches the head that probe found: FreshAt lags by about one probe
+// interval, not two.
+func TestFreshWithinAProbeInterval(t *testing.T) {
+	const interval = 500 * time.Millisecond
+	m := &marking{every: 10 * time.Millisecond}
+	var st watchclient.Status
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		done <- watchclient.Run(ctx, serveWatcher(t, m), watchclient.Options{StallTimeout: 5 * time.Second, ProbeInterval: interval, MinBackoff: time.Millisecond, Status: &st}, &recorder{})
+	}()
+	defer func() {
+		cancel()
+		<-done
+	}()
+	deadline := time.Now().Add(10 * time.Second)
+	for st.Stale(interval) {
+		if time.Now().After(deadline) {
+			t.Fatal("the stream never turned fresh")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	worst := time.Duration(0)
+	until := time.Now().Add(3 * time.Second)
+	for time.Now().Before(until) {
+		worst = max(worst, time.Since(st.FreshAt()))
+		time.Sleep(5 * time.Millisecond)
+	}
+	if worst > interval*3/2 {
+		t.Fatalf("FreshAt lagged by up to %s with a probe every %s and a mark every 10ms", worst, interval)
+	}
+	t.Logf("FreshAt lagged by at most %s", worst)
 }
