@@ -65,7 +65,11 @@ func TestStreamRules(t *testing.T) {
 		synced  = watcherv1.EventType_EVENT_TYPE_SYNCED
 		added   = watcherv1.EventType_EVENT_TYPE_ADDED
 		updated = watcherv1.EventType_EVENT_TYPE_UPDATED
+		mark    = watcherv1.EventType_EVENT_TYPE_PROGRESS
 	)
+	marks := &watcherv1.WatchRequest{ProgressMarks: true}
+	markWithKey := ev(mark, "e", 6, "")
+	markWithKey.Key = "a"
 	wrongKey := ev(added, "e", 5, "a")
 	wrongKey.Key = "b"
 	wrongRV := ev(updated, "e", 6, "a")
@@ -102,6 +106,17 @@ func TestStreamRules(t *testing.T) {
 		{"resource_version not the object's", &watcherv1.WatchRequest{}, []*watcherv1.WatchResponse{ev(reset, "e", 4, ""), ev(synced, "e", 4, ""), wrongRV}, "resource_version"},
 		{"object not Kubernetes protobuf", &watcherv1.WatchRequest{}, []*watcherv1.WatchResponse{ev(reset, "e", 4, ""), ev(synced, "e", 4, ""), undecodable}, "not a StorageClass"},
 		{"JSON expected", &watcherv1.WatchRequest{Encoding: watcherv1.Encoding_ENCODING_JSON}, []*watcherv1.WatchResponse{ev(reset, "e", 4, ""), ev(added, "e", 4, "a")}, "not JSON"},
+		{"progress marks", marks, []*watcherv1.WatchResponse{
+			ev(reset, "e", 5, ""), ev(synced, "e", 5, ""), ev(mark, "e", 5, ""), ev(mark, "e", 9, ""), ev(mark, "e", 9, ""), ev(updated, "e", 10, "a"), ev(mark, "e", 12, "")}, ""},
+		{"resumed at a mark", &watcherv1.WatchRequest{ProgressMarks: true, ResumeAfter: &watcherv1.Cursor{Epoch: "e", Sequence: 9}}, []*watcherv1.WatchResponse{
+			ev(mark, "e", 9, ""), ev(updated, "e", 10, "a")}, ""},
+		{"a mark not asked for", &watcherv1.WatchRequest{}, []*watcherv1.WatchResponse{ev(reset, "e", 5, ""), ev(synced, "e", 5, ""), ev(mark, "e", 6, "")}, "did not ask"},
+		{"a mark first", marks, []*watcherv1.WatchResponse{ev(mark, "e", 5, "")}, "not RESET"},
+		{"a mark in the list", marks, []*watcherv1.WatchResponse{ev(reset, "e", 5, ""), ev(mark, "e", 5, "")}, "inside a list"},
+		{"a mark with a key", marks, []*watcherv1.WatchResponse{ev(reset, "e", 5, ""), ev(synced, "e", 5, ""), markWithKey}, "carries"},
+		{"a mark going back", marks, []*watcherv1.WatchResponse{ev(reset, "e", 5, ""), ev(synced, "e", 5, ""), ev(updated, "e", 8, "a"), ev(mark, "e", 7, "")}, "behind"},
+		{"an event at a mark's sequence", marks, []*watcherv1.WatchResponse{ev(reset, "e", 5, ""), ev(synced, "e", 5, ""), ev(mark, "e", 8, ""), ev(updated, "e", 8, "a")}, "not after 8"},
+		{"a mark of another epoch", marks, []*watcherv1.WatchResponse{ev(reset, "e", 5, ""), ev(synced, "e", 5, ""), ev(mark, "f", 8, "")}, "epoch"},
 		{"RESET going back", &watcherv1.WatchRequest{}, []*watcherv1.WatchResponse{
 			ev(reset, "e", 5, ""), ev(synced, "e", 5, ""), ev(updated, "e", 8, "a"), ev(reset, "e", 7, "")}, "behind"},
 	} {

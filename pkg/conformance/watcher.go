@@ -2,6 +2,7 @@ package conformance
 
 import (
 	"context"
+	"fmt"
 	"strconv"
 	"strings"
 
@@ -31,6 +32,8 @@ func watcherChecks() []Check {
 			Doc: "After SYNCED, every event is newer (strictly increasing sequence, same epoch), and per object the events come in the order of its changes: ADDED, then UPDATED with each change in order, then DELETED carrying the last state; nothing follows DELETED."},
 		{Name: "resume", Needs: kube, run: checkResume,
 			Doc: "A stream resumed with resume_after = the cursor of the last event processed (after SYNCED, or SYNCED itself) while the watcher holds the events after it gets exactly the events it missed, in order, then live events: no RESET, no SYNCED, no loss."},
+		{Name: "progress-marks", Needs: kube, run: checkProgressMarks,
+			Doc: "Watch with progress_marks and kinds = [KIND_STORAGE_CLASS], while only a volume and a claim change: PROGRESS marks (no kind, key or object; in the stream's epoch; sequences never going back, and no event at or below a mark's) until one reaches the sequence GetStatus reports after those changes; resumed from that mark's cursor, no RESET, and the next class change arrives. A stream that did not ask for marks never gets one (every other check)."},
 		{Name: "relist-unknown-epoch", run: checkRelistEpoch,
 			Doc: "A resume_after cursor of another epoch (another replica or process) gets RESET, the full list and SYNCED in the watcher's own epoch."},
 		{Name: "relist-cursor-too-old", Needs: kube, run: checkRelistTooOld,
@@ -429,6 +432,36 @@ func checkResume(t *T) {
 	}
 	resume(cursor, "the last event processed", missed)
 	resume(synced, "SYNCED", append([]func(*watcherv1.WatchResponse) bool{updated(x, "1")}, missed...))
+}
+
+func checkProgressMarks(t *T) {
+	class := t.markerClass().Name
+	kinds := []watcherv1.Kind{watcherv1.Kind_KIND_STORAGE_CLASS}
+	s := t.watch(&watcherv1.WatchRequest{Kinds: kinds, ProgressMarks: true})
+	s.arrives(s.list(), watcherv1.Kind_KIND_STORAGE_CLASS, class)
+	listed := s.last.GetSequence()
+	ns := t.namespace()
+	t.createVolume(t.newVolume(t.s.name("pv"), t.s.name("class"), "1Mi"))
+	t.createClaim(t.newClaim(ns, "marked", t.s.name("class"), "1Mi"))
+	var head uint64
+	t.Eventually("the watcher logged the volume and the claim", func() string {
+		if head = t.status().GetSequence(); head < listed+2 {
+			return fmt.Sprintf("GetStatus sequence %d, the list's %d", head, listed)
+		}
+		return ""
+	})
+	// streamRules fails the check on an event of another kind, or on a
+	// mark that breaks the rules.
+	evs := s.until(false, func(ev *watcherv1.WatchResponse) bool {
+		return ev.GetType() == watcherv1.EventType_EVENT_TYPE_PROGRESS && ev.GetCursor().GetSequence() >= head
+	})
+	mark := evs[len(evs)-1].GetCursor()
+	s.close()
+
+	r := t.watch(&watcherv1.WatchRequest{Kinds: kinds, ProgressMarks: true, ResumeAfter: mark})
+	t.setGen(class, 1)
+	// until fails on RESET or SYNCED.
+	r.until(false, is(watcherv1.EventType_EVENT_TYPE_UPDATED, watcherv1.Kind_KIND_STORAGE_CLASS, class, "1"))
 }
 
 func checkRelistEpoch(t *T) {

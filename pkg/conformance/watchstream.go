@@ -25,10 +25,14 @@ import (
 //     resumed cursor);
 //   - every object event has a kind the request asked for, a key
 //     ("namespace/name" for claims, "name" otherwise), the object in the
-//     requested encoding with that key, and its resourceVersion.
+//     requested encoding with that key, and its resourceVersion;
+//   - PROGRESS comes only to a stream that asked for progress marks, never
+//     inside a list, with no kind, key or object, in the stream's epoch,
+//     never behind the last sequence seen; the next event is after it.
 type streamRules struct {
 	kinds    map[watcherv1.Kind]bool
 	encoding watcherv1.Encoding
+	marks    bool // the request asked for progress marks
 
 	started bool
 	epoch   string
@@ -40,7 +44,7 @@ type streamRules struct {
 
 // newStreamRules checks a stream of req.
 func newStreamRules(req *watcherv1.WatchRequest) *streamRules {
-	r := &streamRules{kinds: map[watcherv1.Kind]bool{}, encoding: req.GetEncoding()}
+	r := &streamRules{kinds: map[watcherv1.Kind]bool{}, encoding: req.GetEncoding(), marks: req.GetProgressMarks()}
 	for _, k := range req.GetKinds() {
 		r.kinds[k] = true
 	}
@@ -85,6 +89,23 @@ func (r *streamRules) observe(ev *watcherv1.WatchResponse) error {
 			return fmt.Errorf("SYNCED carries a kind or key: %v", ev)
 		}
 		r.inList = false
+		return nil
+	case watcherv1.EventType_EVENT_TYPE_PROGRESS:
+		switch {
+		case !r.marks:
+			return fmt.Errorf("PROGRESS on a stream that did not ask for progress marks")
+		case first && r.epoch == "":
+			return fmt.Errorf("a stream opened without a cursor starts with PROGRESS, not RESET")
+		case r.inList:
+			return fmt.Errorf("PROGRESS inside a list (only ADDED until SYNCED)")
+		case ev.GetKind() != watcherv1.Kind_KIND_UNSPECIFIED || ev.GetKey() != "" || len(ev.GetObject()) > 0:
+			return fmt.Errorf("PROGRESS carries a kind, key or object: %v", ev)
+		case c.GetEpoch() != r.epoch:
+			return fmt.Errorf("PROGRESS in epoch %s, the stream's is %s", c.GetEpoch(), r.epoch)
+		case c.GetSequence() < r.seq:
+			return fmt.Errorf("PROGRESS at sequence %d, behind the %d already seen", c.GetSequence(), r.seq)
+		}
+		r.seq = c.GetSequence()
 		return nil
 	case watcherv1.EventType_EVENT_TYPE_ADDED, watcherv1.EventType_EVENT_TYPE_UPDATED, watcherv1.EventType_EVENT_TYPE_DELETED:
 	default:

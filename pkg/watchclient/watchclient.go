@@ -27,18 +27,32 @@
 // handler applies as a replace (objects the list does not mention are
 // gone). A cursor is therefore resumed only on the replica that issued it.
 //
+// # Staleness, per subscription
+//
+// The client asks for progress marks (WatchRequest.progress_marks): the
+// watcher then tells it, with PROGRESS events the handler never sees, up
+// to which sequence it has been sent (or spared, being of other kinds)
+// everything, and the client resumes from there. The stream's position is
+// the sequence of the last event or mark received: it reaches the
+// watcher's newest sequence within a fraction of a second while the
+// stream keeps up, whatever kinds the others change, so what the
+// subscriber did not ask for never looks like a stall.
+//
 // While a stream is open the client probes its watcher every
 // Options.ProbeInterval (gRPC health and GetStatus on the same
 // connection). A stream is abandoned for another replica when it breaks,
-// when it delivers nothing while the watcher reports events it has not
-// sent for Options.StallTimeout, when the watcher cannot be probed for
-// that long, or when the watcher is NOT_SERVING for that long while
-// another replica is SERVING.
+// when its position stays behind the newest sequence the watcher reports
+// for Options.StallTimeout with nothing arriving, when the watcher cannot
+// be probed for that long, or when the watcher is NOT_SERVING for that
+// long while another replica is SERVING.
 //
 // Status tells the consumer how current its view is: FreshAt is the latest
-// time at which the handler had been given every event its watcher had
-// (and that watcher was SERVING, i.e. its own watches on the API server
-// were working).
+// time T (on this process's clock: a probe's start) at which the watcher
+// was SERVING, i.e. its own watches on the API server were open, and the
+// handler had been given every event of its kinds up to the newest
+// sequence the watcher had at T. A watcher that predates progress marks
+// sends none; then the position counts only the events received, and a
+// subscriber of some kinds may look behind while other kinds change.
 package watchclient
 
 import (
@@ -47,6 +61,7 @@ import (
 	"io"
 	"log/slog"
 	"math/rand/v2"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -279,12 +294,73 @@ func (s *subscription) choose(ctx context.Context, start int) int {
 	return start
 }
 
-// progress is what the prober reads of the receiving side.
+// progress is what the prober and the receiving side share.
 type progress struct {
-	lastSeq  atomic.Uint64 // sequence of the newest event received
-	lastRecv atomic.Int64  // unix nanoseconds of the newest event received
+	lastSeq  atomic.Uint64 // sequence of the newest event or mark received
+	lastRecv atomic.Int64  // unix nanoseconds of the newest message received
 	epoch    atomic.Pointer[string]
-	listing  atomic.Bool // inside RESET … SYNCED, or before the first event
+	listing  atomic.Bool  // inside RESET … SYNCED, or before the first event
+	caughtUp atomic.Int64 // unix nanoseconds of the latest probe the stream had caught up with
+
+	mu sync.Mutex
+	// pending are probes of a SERVING watcher whose newest sequence the
+	// stream had not reached yet, oldest first (heads never decrease).
+	pending []sample
+}
+
+// sample is what a probe found: the watcher's newest sequence at a time.
+type sample struct {
+	at   time.Time
+	head uint64
+}
+
+// maxPending bounds the probes waiting for the stream to catch up; the
+// oldest go first (FreshAt then lags more, never less, than it could).
+const maxPending = 32
+
+// wait records a probe the stream has not caught up with yet, then
+// resolves what the stream has reached meanwhile.
+func (p *progress) wait(smp sample, st *Status) {
+	p.mu.Lock()
+	if len(p.pending) == maxPending {
+		p.pending = p.pending[1:]
+	}
+	p.pending = append(p.pending, smp)
+	p.mu.Unlock()
+	p.reached(st)
+}
+
+// reached resolves the probes whose newest sequence the stream has now
+// reached: the view was current as of the latest of them. Called on every
+// message received, and by wait.
+func (p *progress) reached(st *Status) {
+	if p.listing.Load() {
+		return
+	}
+	seq := p.lastSeq.Load()
+	p.mu.Lock()
+	var at time.Time
+	i := 0
+	for ; i < len(p.pending) && p.pending[i].head <= seq; i++ {
+		at = p.pending[i].at
+	}
+	p.pending = p.pending[i:]
+	p.mu.Unlock()
+	if !at.IsZero() {
+		p.caught(at)
+		st.markFresh(at)
+	}
+}
+
+// caught moves caughtUp forward to t.
+func (p *progress) caught(t time.Time) {
+	n := t.UnixNano()
+	for {
+		old := p.caughtUp.Load()
+		if old >= n || p.caughtUp.CompareAndSwap(old, n) {
+			return
+		}
+	}
 }
 
 // errStalled ends a stream that the prober gave up on.
@@ -297,7 +373,7 @@ func (s *subscription) stream(ctx context.Context, w int) (progressed bool, err 
 	defer cancel(nil)
 	rep := s.watchers[w]
 	s.o.Status.watcher.Store(&rep.name)
-	req := &watcherv1.WatchRequest{Kinds: s.o.Kinds, Encoding: s.o.Encoding}
+	req := &watcherv1.WatchRequest{Kinds: s.o.Kinds, Encoding: s.o.Encoding, ProgressMarks: true}
 	if s.cursor != nil {
 		req.ResumeAfter = proto.Clone(s.cursor).(*watcherv1.Cursor)
 	}
@@ -308,6 +384,7 @@ func (s *subscription) stream(ctx context.Context, w int) (progressed bool, err 
 	}
 	var p progress
 	p.lastRecv.Store(opened.UnixNano())
+	p.caughtUp.Store(opened.UnixNano())
 	synced := s.cursor != nil
 	if synced {
 		p.lastSeq.Store(s.cursor.GetSequence())
@@ -372,9 +449,17 @@ func (s *subscription) stream(ctx context.Context, w int) (progressed bool, err 
 			if synced {
 				s.cursor = ev.Cursor
 			}
+		case watcherv1.EventType_EVENT_TYPE_PROGRESS:
+			// Every event of our kinds up to its cursor has been
+			// delivered: the stream is caught up to there (the prober
+			// reads lastSeq), and a resume may start from it.
+			if synced {
+				s.cursor = ev.Cursor
+			}
 		default:
 			s.o.Logger.Warn("unknown watch event type; ignored", "type", ev.Type)
 		}
+		p.reached(s.o.Status)
 	}
 }
 
@@ -389,21 +474,10 @@ func (s *subscription) probe(ctx context.Context, w int, p *progress, stop conte
 	var (
 		lastOK      = time.Now() // the last probe that answered
 		lastServing = time.Now() // the last probe that found it SERVING
-		caughtUp    = time.Now() // the last probe the stream had caught up with
-		target      uint64       // the watcher's head at pendingAt
-		pendingAt   time.Time    // a probe whose head the stream has not reached yet
 		statusless  bool         // GetStatus unimplemented: judge by events only
 	)
 	check := func() {
 		now := time.Now()
-		// The handler has reached the head of an earlier probe.
-		if !pendingAt.IsZero() && p.lastSeq.Load() >= target && !p.listing.Load() {
-			if pendingAt.After(caughtUp) {
-				caughtUp = pendingAt
-			}
-			s.o.Status.markFresh(pendingAt)
-			pendingAt = time.Time{}
-		}
 		serving := s.serving(ctx, w, s.o.ProbeInterval)
 		if serving {
 			lastServing = now
@@ -430,15 +504,18 @@ func (s *subscription) probe(ctx context.Context, w int, p *progress, stop conte
 					// The replica restarted under the stream: the stream
 					// will break; nothing to measure.
 				case p.lastSeq.Load() >= st.GetSequence():
-					caughtUp = now
+					p.caught(now)
 					if serving && !p.listing.Load() {
 						s.o.Status.markFresh(now)
 					}
-				case serving && pendingAt.IsZero():
-					target, pendingAt = st.GetSequence(), now
+				case serving:
+					// Fresh as of now once the stream reaches this head
+					// (with an event or a progress mark).
+					p.wait(sample{at: now, head: st.GetSequence()}, s.o.Status)
 				}
 			}
 		}
+		caughtUp := time.Unix(0, p.caughtUp.Load())
 		lastEvent := time.Unix(0, p.lastRecv.Load())
 		var why string
 		switch {

@@ -3,7 +3,9 @@ package watchclient_test
 import (
 	"context"
 	"net"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -276,4 +278,139 @@ func TestStalledStreamFailsOver(t *testing.T) {
 	if st.Stale(100 * time.Millisecond) {
 		t.Fatalf("a caught-up stream is stale: fresh at %v", st.FreshAt())
 	}
+}
+
+// The client asks for progress marks; a mark is not an event for the
+// handler, and the next stream resumes after it.
+func TestProgressMarkAdvancesTheCursor(t *testing.T) {
+	s := &script{streams: [][]*watcherv1.WatchResponse{
+		{ev(watcherv1.EventType_EVENT_TYPE_RESET, "", 2), ev(watcherv1.EventType_EVENT_TYPE_ADDED, "a", 2), ev(watcherv1.EventType_EVENT_TYPE_SYNCED, "", 2),
+			ev(watcherv1.EventType_EVENT_TYPE_UPDATED, "a", 3), {Type: watcherv1.EventType_EVENT_TYPE_PROGRESS, Cursor: &watcherv1.Cursor{Epoch: "e1", Sequence: 9}}},
+		{ev(watcherv1.EventType_EVENT_TYPE_DELETED, "a", 10)},
+	}}
+	log, reqs := run(t, s, 5)
+	want := []string{"reset", "ADDED a", "synced", "UPDATED a", "DELETED a"}
+	if strings.Join(log, ",") != strings.Join(want, ",") {
+		t.Fatalf("handler saw %v, want %v", log, want)
+	}
+	if !reqs[0].ProgressMarks {
+		t.Error("the client did not ask for progress marks")
+	}
+	if c := reqs[1].ResumeAfter; c == nil || c.Epoch != "e1" || c.Sequence != 9 {
+		t.Errorf("second stream resumed after %v, want e1/9 (the mark)", c)
+	}
+}
+
+// marking is a fake watcher whose head moves all the time with events of a
+// kind its subscriber did not ask for: the stream sends a list, then only
+// progress marks up to the head.
+type marking struct {
+	watcherv1.UnimplementedWatcherServiceServer
+	head  atomic.Uint64
+	calls atomic.Int32
+	every time.Duration // between marks; 0 means 20ms
+}
+
+func (m *marking) Watch(req *watcherv1.WatchRequest, st grpc.ServerStreamingServer[watcherv1.WatchResponse]) error {
+	m.calls.Add(1)
+	cur := func() *watcherv1.Cursor { return &watcherv1.Cursor{Epoch: "e1", Sequence: m.head.Load()} }
+	list := cur()
+	for _, typ := range []watcherv1.EventType{watcherv1.EventType_EVENT_TYPE_RESET, watcherv1.EventType_EVENT_TYPE_SYNCED} {
+		if err := st.Send(&watcherv1.WatchResponse{Type: typ, Cursor: list}); err != nil {
+			return err
+		}
+	}
+	every := m.every
+	if every == 0 {
+		every = 20 * time.Millisecond
+	}
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-t.C:
+		case <-st.Context().Done():
+			return nil
+		}
+		if !req.ProgressMarks {
+			continue
+		}
+		if err := st.Send(&watcherv1.WatchResponse{Type: watcherv1.EventType_EVENT_TYPE_PROGRESS, Cursor: cur()}); err != nil {
+			return err
+		}
+	}
+}
+
+func (m *marking) GetStatus(context.Context, *watcherv1.GetStatusRequest) (*watcherv1.GetStatusResponse, error) {
+	// Every probe finds newer events (of the other kind).
+	return &watcherv1.GetStatusResponse{Epoch: "e1", Sequence: m.head.Add(10), Synced: true}, nil
+}
+
+// Events of kinds the subscriber did not ask for move the watcher's head
+// all the time; with progress marks the stream is caught up all the same:
+// it stays fresh and is never abandoned.
+func TestOtherKindsAreNoStall(t *testing.T) {
+	m := &marking{}
+	var st watchclient.Status
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		done <- watchclient.Run(ctx, serveWatcher(t, m), watchclient.Options{StallTimeout: 300 * time.Millisecond, ProbeInterval: 20 * time.Millisecond, MinBackoff: time.Millisecond, Status: &st}, &recorder{})
+	}()
+	defer func() {
+		cancel()
+		<-done
+	}()
+	deadline := time.Now().Add(10 * time.Second)
+	for st.Stale(200 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the stream never turned fresh")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	until := time.Now().Add(1500 * time.Millisecond)
+	for time.Now().Before(until) {
+		if st.Stale(200 * time.Millisecond) {
+			t.Fatalf("stale while caught up with every mark: fresh at %v", st.FreshAt())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if n := m.calls.Load(); n != 1 {
+		t.Fatalf("%d streams, want the first one kept", n)
+	}
+}
+
+// A stream that keeps up is fresh as of its watcher's last probe as soon as
+// a mark reaches the head that probe found: FreshAt lags by about one probe
+// interval, not two.
+func TestFreshWithinAProbeInterval(t *testing.T) {
+	const interval = 500 * time.Millisecond
+	m := &marking{every: 10 * time.Millisecond}
+	var st watchclient.Status
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		done <- watchclient.Run(ctx, serveWatcher(t, m), watchclient.Options{StallTimeout: 5 * time.Second, ProbeInterval: interval, MinBackoff: time.Millisecond, Status: &st}, &recorder{})
+	}()
+	defer func() {
+		cancel()
+		<-done
+	}()
+	deadline := time.Now().Add(10 * time.Second)
+	for st.Stale(interval) {
+		if time.Now().After(deadline) {
+			t.Fatal("the stream never turned fresh")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	worst := time.Duration(0)
+	until := time.Now().Add(3 * time.Second)
+	for time.Now().Before(until) {
+		worst = max(worst, time.Since(st.FreshAt()))
+		time.Sleep(5 * time.Millisecond)
+	}
+	if worst > interval*3/2 {
+		t.Fatalf("FreshAt lagged by up to %s with a probe every %s and a mark every 10ms", worst, interval)
+	}
+	t.Logf("FreshAt lagged by at most %s", worst)
 }

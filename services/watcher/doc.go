@@ -71,17 +71,50 @@
 // RunFailover picks the replica and moves on when a stream breaks or
 // stalls.
 //
-// # Readiness
+// # Readiness: what "current" means
 //
-// gRPC health is SERVING only while the view is current: the informers
-// have synced, the API server answers /readyz (NOT_SERVING after 3s
-// without an answer), and no informer is stale. An informer counts as
-// stale after a watch error (other than an expired resourceVersion or a
-// closed watch) or while /readyz failed, until its last synced
-// resourceVersion moves, or 35s after both the failure and the API
-// server's return (a reflector may wait up to 30s to watch again). Streams
-// go on either way; subscribers read the health to know how far to trust
-// them.
+// The watcher's view is current when every informer has synced and, for
+// each informer:
+//
+//   - it holds an open watch on the API server, or has been without one
+//     for at most 10s (a reflector opens the next watch at once when one
+//     ends, every 5 to 10 minutes or after a "too old" resourceVersion,
+//     and against a slow API server that takes as long as a request; while
+//     the API server is down, or refuses or fails the watch, the gap
+//     grows); and
+//   - its open watch has delivered something (an event, or a bookmark,
+//     which the API server sends about every minute on every watch) within
+//     the last 90s, or the API server answers the probe below.
+//
+// A watch is open from the moment the API server accepted it until its
+// stream ends; every call and stream of an informer's ListerWatcher is
+// observed (readiness.go). A watch on a connection that died without a
+// reset is ended by the client's HTTP/2 health check (a ping after 30s
+// without a frame, 15s to answer), after which the first rule applies; the
+// second catches such a watch faster, and without HTTP/2, when the API
+// server does not answer at all.
+//
+// The probe asks /readyz every second, one request at a time, each allowed
+// 15s (kube.APIProbe); it counts as failing after 3s of failed requests.
+// It decides nothing while the watches deliver: a slow or failing probe is
+// logged and exported (volplane_watcher_api_probe_failing), and the
+// watcher stays SERVING. So an API server that is slow, under a burst or
+// starved of CPU, makes the view late by as much as the API server is
+// late, never NOT_SERVING; one that is down, or refuses the watches, makes
+// it NOT_SERVING within about 10s.
+//
+// gRPC health is SERVING exactly while the view is current (and
+// NOT_SERVING before the first sync and at shutdown). Streams go on either
+// way; subscribers read the health to know how far to trust them.
+//
+// A subscriber is current at time T when, at T, the watcher was SERVING
+// and the subscriber had been given every event of its kinds up to the
+// watcher's newest sequence at T. pkg/watchclient measures this with the
+// watcher's GetStatus (newest sequence at T, on the subscriber's clock)
+// and the subscriber's position in the stream, which progress marks move
+// past the events of kinds it did not ask for: Status.FreshAt is the
+// latest such T. Churn of other kinds therefore never makes a subscriber
+// look behind.
 //
 // # Subscribers
 //
@@ -94,4 +127,19 @@
 // SYNCED inline, in the same stream, and goes on from there. An object is
 // encoded at most once per event and encoding, whatever the number of
 // subscribers.
+//
+// # Progress marks
+//
+// A subscriber that sets progress_marks also gets PROGRESS events: no
+// kind, key or object, just the cursor of the watcher's newest event at
+// the moment the stream had sent (or skipped, being of kinds not asked
+// for) everything up to it. One is sent, outside lists and only once the
+// stream has caught up, 200ms after the previous mark when events were
+// skipped since the last message, and 1s after the last message
+// otherwise. A subscriber's position is so always the watcher's head a
+// fraction of a second ago while it keeps up, whatever other kinds do; it
+// hears from the stream at least every second; and it may resume from a
+// mark's cursor, so that churn of other kinds neither forces a relist
+// (its cursor never ages out of the history) nor replays the skipped
+// events. Subscribers that do not ask get no mark.
 package watcher

@@ -19,13 +19,20 @@ var (
 		"Objects in the watcher's current state.", []string{"kind"}, nil)
 	subscribersDesc = prometheus.NewDesc("volplane_watcher_subscribers",
 		"Streams open now.", nil, nil)
+	watchOpenDesc = prometheus.NewDesc("volplane_watcher_api_watch_open",
+		"Whether the informer of the resource holds an open watch on the API server (1) or not (0).", []string{"resource"}, nil)
+	probeFailingDesc = prometheus.NewDesc("volplane_watcher_api_probe_failing",
+		"Whether the API server's /readyz has been failing for more than 3s (1) or answers (0); readiness follows the watches.", nil, nil)
 )
 
-// collector reports the hub at scrape time.
-type collector struct{ h *hub }
+// collector reports the hub and the API server's state at scrape time.
+type collector struct {
+	h   *hub
+	api *apiHealth // nil: not reported
+}
 
 func (collector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{eventsDesc, sequenceDesc, historyDesc, objectsDesc, subscribersDesc} {
+	for _, d := range []*prometheus.Desc{eventsDesc, sequenceDesc, historyDesc, objectsDesc, subscribersDesc, watchOpenDesc, probeFailingDesc} {
 		ch <- d
 	}
 }
@@ -55,4 +62,25 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(sequenceDesc, prometheus.GaugeValue, float64(head))
 	ch <- prometheus.MustNewConstMetric(historyDesc, prometheus.GaugeValue, float64(stored))
 	ch <- prometheus.MustNewConstMetric(subscribersDesc, prometheus.GaugeValue, float64(subs))
+	if c.api == nil {
+		return
+	}
+	c.api.mu.Lock()
+	watches := make(map[string]*watchState, len(c.api.watches))
+	for n, w := range c.api.watches {
+		watches[n] = w
+	}
+	c.api.mu.Unlock()
+	for n, w := range watches {
+		open := 0.0
+		if w.get().open > 0 {
+			open = 1
+		}
+		ch <- prometheus.MustNewConstMetric(watchOpenDesc, prometheus.GaugeValue, open, n)
+	}
+	failing := 0.0
+	if ok, _ := c.api.probe.Healthy(c.api.limits.probeGrace); !ok {
+		failing = 1
+	}
+	ch <- prometheus.MustNewConstMetric(probeFailingDesc, prometheus.GaugeValue, failing)
 }

@@ -13,8 +13,7 @@ import (
 	storagev1 "k8s.io/api/storage/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/informers"
-	coreinformers "k8s.io/client-go/informers/core/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
@@ -65,6 +64,10 @@ type Options struct {
 	DebugAddress string
 	// Logger receives the watcher's logs; default slog.Default().
 	Logger *slog.Logger
+
+	// limits and marks: zero means the defaults (tests shorten them).
+	limits limits
+	marks  markTiming
 }
 
 func (o *Options) validate() error {
@@ -83,6 +86,9 @@ func (o *Options) validate() error {
 	}
 	if o.Logger == nil {
 		o.Logger = slog.Default()
+	}
+	if o.limits == (limits{}) {
+		o.limits = defaultLimits
 	}
 	return errors.Join(errs...)
 }
@@ -111,34 +117,54 @@ func Run(ctx context.Context, o Options) error {
 func serve(ctx context.Context, o Options, client kubernetes.Interface, lis net.Listener) error {
 	log := o.Logger
 	h := newHub(o.HistorySize)
-	api := newAPIHealth(client)
-	factory := informers.NewSharedInformerFactoryWithOptions(client, o.ResyncPeriod,
-		// Each object kept as its protobuf (encoded.go).
-		informers.WithTransform(transform))
-	pvs := factory.Core().V1().PersistentVolumes().Informer()
-	pvcs := factory.Core().V1().PersistentVolumeClaims().Informer()
-	classes := factory.Storage().V1().StorageClasses().Informer()
+	api := newAPIHealth(client, o.limits)
+	// Each informer's list and watch calls and streams are observed
+	// (readiness.go): whether its watch is open is what says the view is
+	// current.
+	core, storage := client.CoreV1(), client.StorageV1()
+	pvs := api.informer("PersistentVolume", client, &cache.ListWatch{
+		ListWithContextFunc: func(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
+			return core.PersistentVolumes().List(ctx, opts)
+		},
+		WatchFuncWithContext: core.PersistentVolumes().Watch,
+	}, &corev1.PersistentVolume{}, o.ResyncPeriod)
+	pvcs := api.informer("PersistentVolumeClaim", client, &cache.ListWatch{
+		ListWithContextFunc: func(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
+			return core.PersistentVolumeClaims(metav1.NamespaceAll).List(ctx, opts)
+		},
+		WatchFuncWithContext: core.PersistentVolumeClaims(metav1.NamespaceAll).Watch,
+	}, &corev1.PersistentVolumeClaim{}, o.ResyncPeriod)
+	classes := api.informer("StorageClass", client, &cache.ListWatch{
+		ListWithContextFunc: func(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
+			return storage.StorageClasses().List(ctx, opts)
+		},
+		WatchFuncWithContext: storage.StorageClasses().Watch,
+	}, &storagev1.StorageClass{}, o.ResyncPeriod)
 	// Pods are many and big, and only their use of claims matters: their
-	// own informer, outside the factory (whose transform is for all its
-	// informers), keeps a slim view of each (slimPod) and no index.
-	pods := coreinformers.NewPodInformer(client, metav1.NamespaceAll, o.ResyncPeriod, cache.Indexers{})
-	if err := pods.SetTransform(slimPod); err != nil {
-		return fmt.Errorf("set pod transform: %w", err)
-	}
-	for _, reg := range []struct {
-		inf  cache.SharedIndexInformer
-		kind watcherv1.Kind
+	// informer keeps a slim view of each (slimPod); the others keep each
+	// object as its protobuf (encoded.go).
+	pods := api.informer("Pod", client, &cache.ListWatch{
+		ListWithContextFunc: func(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
+			return core.Pods(metav1.NamespaceAll).List(ctx, opts)
+		},
+		WatchFuncWithContext: core.Pods(metav1.NamespaceAll).Watch,
+	}, &corev1.Pod{}, o.ResyncPeriod)
+	informers := []struct {
+		inf       cache.SharedIndexInformer
+		kind      watcherv1.Kind
+		transform cache.TransformFunc
 	}{
-		{pvs, watcherv1.Kind_KIND_PERSISTENT_VOLUME},
-		{pvcs, watcherv1.Kind_KIND_PERSISTENT_VOLUME_CLAIM},
-		{classes, watcherv1.Kind_KIND_STORAGE_CLASS},
-		{pods, watcherv1.Kind_KIND_POD},
-	} {
+		{pvs, watcherv1.Kind_KIND_PERSISTENT_VOLUME, transform},
+		{pvcs, watcherv1.Kind_KIND_PERSISTENT_VOLUME_CLAIM, transform},
+		{classes, watcherv1.Kind_KIND_STORAGE_CLASS, transform},
+		{pods, watcherv1.Kind_KIND_POD, slimPod},
+	}
+	for _, reg := range informers {
+		if err := reg.inf.SetTransform(reg.transform); err != nil {
+			return fmt.Errorf("set %v transform: %w", reg.kind, err)
+		}
 		if _, err := reg.inf.AddEventHandler(handler(h, reg.kind, log)); err != nil {
 			return fmt.Errorf("register %v handler: %w", reg.kind, err)
-		}
-		if err := reg.inf.SetWatchErrorHandlerWithContext(api.watch(reg.kind.String(), reg.inf)); err != nil {
-			return fmt.Errorf("register %v watch error handler: %w", reg.kind, err)
 		}
 	}
 
@@ -149,21 +175,21 @@ func serve(ctx context.Context, o Options, client kubernetes.Interface, lis net.
 	// NOT_SERVING (not "unknown service") for probes by service name until
 	// the informers have synced.
 	srv.SetServing(false, watcherv1.WatcherService_ServiceDesc.ServiceName)
-	watcherv1.RegisterWatcherServiceServer(srv.Server, &server{hub: h, log: log, stopping: ctx.Done()})
+	watcherv1.RegisterWatcherServiceServer(srv.Server, &server{hub: h, log: log, stopping: ctx.Done(), marks: o.marks})
 
-	col := collector{h}
+	col := collector{h: h, api: api}
 	if err := metrics.Registry.Register(col); err == nil {
 		defer metrics.Registry.Unregister(col)
 	}
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return srv.Serve(gctx, lis, 10*time.Second) })
 	g.Go(func() error { return metrics.Serve(gctx, o.DebugAddress, log) })
-	factory.Start(gctx.Done())
-	defer factory.Shutdown()
-	g.Go(func() error {
-		pods.RunWithContext(gctx)
-		return nil
-	})
+	for _, reg := range informers {
+		g.Go(func() error {
+			reg.inf.RunWithContext(gctx)
+			return nil
+		})
+	}
 	log.Info("watcher starting", "listen", lis.Addr().String(), "history", o.HistorySize)
 	g.Go(func() error {
 		if !cache.WaitForCacheSync(gctx.Done(), pvs.HasSynced, pvcs.HasSynced, classes.HasSynced, pods.HasSynced) {
@@ -172,38 +198,52 @@ func serve(ctx context.Context, o Options, client kubernetes.Interface, lis net.
 		h.markSynced()
 		pv, pvc, sc, pod := h.counts()
 		log.Info("watcher synced", "persistent_volumes", pv, "persistent_volume_claims", pvc, "storage_classes", sc, "pods_with_claims", pod)
-		// SERVING while the informers' view is current: NOT_SERVING while
-		// the API server cannot be reached or a watch on it fails, so that
-		// subscribers move to another watcher (or know that theirs is
-		// stale). The stream itself goes on either way.
-		serving := false
-		t := time.NewTicker(probeInterval)
-		defer t.Stop()
-		for {
-			ok, why := api.healthy()
-			if ok != serving {
-				serving = ok
-				srv.SetServing(ok, watcherv1.WatcherService_ServiceDesc.ServiceName)
-				if ok {
-					log.Info("watcher serving: its view of the API server is current")
-				} else {
-					log.Warn("watcher not serving: its view of the API server may be stale", "error", why)
-				}
-			}
-			select {
-			case <-t.C:
-			case <-gctx.Done():
-				return nil
-			}
-		}
+		ready(gctx, api, srv, log)
+		return nil
 	})
 	g.Go(func() error {
-		api.probe.Run(gctx, probeInterval)
+		api.probe.Run(gctx, judgeInterval)
 		return nil
 	})
 	err = g.Wait()
 	log.Info("watcher stopped")
 	return err
+}
+
+// ready keeps the watcher SERVING while its view is current (apiHealth)
+// and NOT_SERVING otherwise, until ctx ends, so that subscribers move to
+// another watcher (or know that theirs is behind). The streams go on
+// either way. The API server probe is logged when it changes; it decides
+// nothing while the watches are alive.
+func ready(ctx context.Context, api *apiHealth, srv *grpcutil.Server, log *slog.Logger) {
+	serving, probeOK := false, true
+	t := time.NewTicker(judgeInterval)
+	defer t.Stop()
+	for {
+		ok, why := api.current(time.Now())
+		if ok != serving {
+			serving = ok
+			srv.SetServing(ok, watcherv1.WatcherService_ServiceDesc.ServiceName)
+			if ok {
+				log.Info("watcher serving: its view of the API server is current")
+			} else {
+				log.Warn("watcher not serving: its view of the API server may be behind", "error", why)
+			}
+		}
+		if p, err := api.probe.Healthy(api.limits.probeGrace); p != probeOK {
+			probeOK = p
+			if p {
+				log.Info("the API server answers its readiness probe again")
+			} else {
+				log.Warn("the API server does not answer its readiness probe; readiness follows the watches", "serving", serving, "error", err)
+			}
+		}
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			return
+		}
+	}
 }
 
 // handler feeds one informer into the hub. Pods that use no claim are

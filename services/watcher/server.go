@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"strings"
 	"sync/atomic"
+	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -20,6 +21,20 @@ var errStopping = status.Error(codes.Unavailable, "the watcher is shutting down;
 // batch is how many events a subscriber copies out of the ring per lock.
 const batch = 512
 
+// Progress marks (WatchRequest.progress_marks): once a stream has sent
+// everything, a mark follows within markAfterSkip when events of other
+// kinds were skipped since the last mark, and markIdle after the last
+// message otherwise.
+const (
+	markAfterSkip = 200 * time.Millisecond
+	markIdle      = time.Second
+)
+
+// markTiming is when progress marks are due; tests shorten it.
+type markTiming struct {
+	afterSkip, idle time.Duration
+}
+
 type server struct {
 	watcherv1.UnimplementedWatcherServiceServer
 	hub     *hub
@@ -29,6 +44,8 @@ type server struct {
 	// (subscribers resume elsewhere or after the restart) instead of
 	// holding the graceful stop.
 	stopping <-chan struct{}
+	// marks: zero means markAfterSkip and markIdle.
+	marks markTiming
 }
 
 func parseKinds(kinds []watcherv1.Kind) (kindSet, error) {
@@ -99,7 +116,19 @@ func (s *server) Watch(req *watcherv1.WatchRequest, st grpc.ServerStreamingServe
 		log.Info("subscriber cannot resume; sending a full list", "cursor_epoch", c.GetEpoch(), "cursor_sequence", c.GetSequence(), "epoch", h.epoch)
 	}
 	log.Info("subscriber connected", "kinds", kindNames(kinds), "encoding", enc, "resume", !resync, "after", next)
-	var sent int // events sent, for the disconnect log
+	var (
+		sent     int       // messages sent, for the disconnect log
+		cursor   = next    // the sequence of the last message sent
+		lastSend time.Time // when the last message was sent
+		lastMark time.Time // when the last progress mark was sent
+		marks    = req.GetProgressMarks()
+		timing   = s.markTiming()
+		due      *time.Timer // the next progress mark, with marks
+	)
+	if marks {
+		due = time.NewTimer(timing.idle)
+		defer due.Stop()
+	}
 	gone := func(err error) error {
 		log.Info("subscriber disconnected", "sent", sent, "last_sequence", next, "error", err)
 		return err
@@ -114,6 +143,7 @@ func (s *server) Watch(req *watcherv1.WatchRequest, st grpc.ServerStreamingServe
 				return gone(err)
 			}
 			next, resync = seq, false
+			cursor, lastSend = seq, time.Now()
 			sent += len(objs) + 2
 		}
 		h.mu.Lock()
@@ -132,19 +162,57 @@ func (s *server) Watch(req *watcherv1.WatchRequest, st grpc.ServerStreamingServe
 			if err := s.send(st, e, e.typ, e.seq, enc); err != nil {
 				return gone(err)
 			}
+			cursor, lastSend = e.seq, time.Now()
 			sent++
 		}
 		if len(evs) > 0 {
 			continue
 		}
+		// Everything up to next has been sent or skipped.
+		var markDue <-chan time.Time
+		if marks {
+			d := timing.untilMark(time.Now(), next > cursor, lastSend, lastMark)
+			if d <= 0 {
+				if err := st.Send(&watcherv1.WatchResponse{Type: watcherv1.EventType_EVENT_TYPE_PROGRESS, Cursor: &watcherv1.Cursor{Epoch: h.epoch, Sequence: next}}); err != nil {
+					return gone(err)
+				}
+				cursor, lastSend, lastMark = next, time.Now(), time.Now()
+				sent++
+				d = timing.idle
+			}
+			due.Reset(d)
+			markDue = due.C
+		}
 		select {
 		case <-wait:
+		case <-markDue:
 		case <-ctx.Done():
 			return gone(status.FromContextError(ctx.Err()).Err())
 		case <-s.stopping:
 			return gone(errStopping)
 		}
 	}
+}
+
+func (s *server) markTiming() markTiming {
+	t := s.marks
+	if t.afterSkip <= 0 {
+		t.afterSkip = markAfterSkip
+	}
+	if t.idle <= 0 {
+		t.idle = markIdle
+	}
+	return t
+}
+
+// untilMark is how long until a progress mark is due for a stream that has
+// sent everything: skipped says whether events were skipped since the last
+// message sent.
+func (t markTiming) untilMark(now time.Time, skipped bool, lastSend, lastMark time.Time) time.Duration {
+	if skipped {
+		return lastMark.Add(t.afterSkip).Sub(now)
+	}
+	return lastSend.Add(t.idle).Sub(now)
 }
 
 func (s *server) unsubscribe() {

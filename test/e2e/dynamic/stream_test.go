@@ -344,3 +344,91 @@ func TestProvisionerOnTheWatcherStream(t *testing.T) {
 		sp.deletedOnceFree(t, squatter, pv.Name, data)
 	})
 }
+
+// The provisioner's stream carries claims and classes only. Thousands of
+// volume events (volumes created, changed and deleted, as in a mass
+// deletion) flow meanwhile: the stream never looks stalled (the watcher's
+// progress marks carry it past the volume events), so it is never
+// abandoned or relisted, and the cache stays current throughout (issue 23,
+// item 7: it used to reconnect 6 to 8 times per mass deletion).
+func TestStreamIgnoresVolumeChurn(t *testing.T) {
+	sp := startStreamProvisioner(t, "churn")
+	ns := e2e.Namespace(t, cluster.client)
+	notCurrent := sp.logs.count(logNotCurrent)
+	const (
+		volumes = 1000
+		workers = 16
+	)
+	pvs := cluster.client.CoreV1().PersistentVolumes()
+	ctx := context.Background()
+	each := func(what string, do func(name string) error) {
+		t.Helper()
+		start := time.Now()
+		var wg sync.WaitGroup
+		errs := make(chan error, workers)
+		for w := range workers {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for i := w; i < volumes; i += workers {
+					if err := do(fmt.Sprintf("%s-churn-%04d", ns, i)); err != nil {
+						errs <- err
+						return
+					}
+				}
+			}()
+		}
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			t.Fatalf("%s: %v", what, err)
+		}
+		t.Logf("%s %d volumes in %s", what, volumes, time.Since(start).Round(time.Millisecond))
+	}
+	t.Cleanup(func() {
+		for i := range volumes {
+			removeVolume(fmt.Sprintf("%s-churn-%04d", ns, i))
+		}
+	})
+	each("created", func(name string) error {
+		_, err := pvs.Create(ctx, e2e.Volume(name, "1Gi", ns), metav1.CreateOptions{})
+		return err
+	})
+	each("relabelled", func(name string) error {
+		pv, err := pvs.Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		pv.Labels = map[string]string{"churn": "1"}
+		_, err = pvs.Update(ctx, pv, metav1.UpdateOptions{})
+		return err
+	})
+	each("deleted", func(name string) error {
+		removeVolume(name)
+		return nil
+	})
+	report := func() {
+		t.Helper()
+		if n := sp.logs.count("abandoning the watch stream"); n > 0 {
+			t.Errorf("the provisioner abandoned its claims-and-classes stream %d times during volume churn", n)
+		}
+		if n := sp.logs.count("watch stream ended"); n > 0 {
+			t.Errorf("the provisioner's stream ended %d times during volume churn", n)
+		}
+		if n := sp.logs.count(logNotCurrent) - notCurrent; n > 0 {
+			t.Errorf("the provisioner's cache stopped being current %d times during volume churn", n)
+		}
+	}
+	report()
+	if t.Failed() {
+		return
+	}
+	// The stall detector judges a stream that went quiet after the last
+	// volume events for longer than streamStaleAfter.
+	e2e.Consistently(t, 2*streamStaleAfter, func() string {
+		if sp.logs.count(logNotCurrent) > notCurrent || sp.logs.count("abandoning the watch stream") > 0 {
+			return "the stream was abandoned or stopped being current after the churn"
+		}
+		return ""
+	})
+}

@@ -149,6 +149,13 @@ const (
 	EventType_EVENT_TYPE_SYNCED EventType = 4
 	// Forget everything received so far: a full list follows.
 	EventType_EVENT_TYPE_RESET EventType = 5
+	// A progress mark, sent only to subscribers that set
+	// WatchRequest.progress_marks: the stream has delivered every event of
+	// the requested kinds up to cursor.sequence (the watcher's newest event
+	// when it sent the mark); the events of other kinds up to there were
+	// skipped. It carries no kind, key or object. Resume from its cursor as
+	// from any event's.
+	EventType_EVENT_TYPE_PROGRESS EventType = 6
 )
 
 // Enum value maps for EventType.
@@ -160,6 +167,7 @@ var (
 		3: "EVENT_TYPE_DELETED",
 		4: "EVENT_TYPE_SYNCED",
 		5: "EVENT_TYPE_RESET",
+		6: "EVENT_TYPE_PROGRESS",
 	}
 	EventType_value = map[string]int32{
 		"EVENT_TYPE_UNSPECIFIED": 0,
@@ -168,6 +176,7 @@ var (
 		"EVENT_TYPE_DELETED":     3,
 		"EVENT_TYPE_SYNCED":      4,
 		"EVENT_TYPE_RESET":       5,
+		"EVENT_TYPE_PROGRESS":    6,
 	}
 )
 
@@ -264,7 +273,16 @@ type WatchRequest struct {
 	// Encoding of the objects in the events.
 	Encoding Encoding `protobuf:"varint,2,opt,name=encoding,proto3,enum=volplane.watcher.v1.Encoding" json:"encoding,omitempty"`
 	// The cursor of the last event processed, to resume a broken stream.
-	ResumeAfter   *Cursor `protobuf:"bytes,3,opt,name=resume_after,json=resumeAfter,proto3" json:"resume_after,omitempty"`
+	ResumeAfter *Cursor `protobuf:"bytes,3,opt,name=resume_after,json=resumeAfter,proto3" json:"resume_after,omitempty"`
+	// Ask for progress marks (EVENT_TYPE_PROGRESS). Outside a full list,
+	// whenever the stream has sent everything the watcher has, it sends a
+	// mark with the cursor of the watcher's newest event: within a fraction
+	// of a second when events of other kinds were skipped since the last
+	// message, and about every second while nothing happens. A subscriber
+	// thus knows how far it is caught up whatever the other kinds do, and
+	// that the stream is alive. Watchers that predate marks ignore the field
+	// and send none.
+	ProgressMarks bool `protobuf:"varint,4,opt,name=progress_marks,json=progressMarks,proto3" json:"progress_marks,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -320,12 +338,19 @@ func (x *WatchRequest) GetResumeAfter() *Cursor {
 	return nil
 }
 
+func (x *WatchRequest) GetProgressMarks() bool {
+	if x != nil {
+		return x.ProgressMarks
+	}
+	return false
+}
+
 // WatchResponse is one event.
 type WatchResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// What happened.
 	Type EventType `protobuf:"varint,1,opt,name=type,proto3,enum=volplane.watcher.v1.EventType" json:"type,omitempty"`
-	// The kind of the object (unset for RESET and SYNCED).
+	// The kind of the object (unset for RESET, SYNCED and PROGRESS).
 	Kind Kind `protobuf:"varint,2,opt,name=kind,proto3,enum=volplane.watcher.v1.Kind" json:"kind,omitempty"`
 	// Position of this event; pass the last one processed as resume_after.
 	Cursor *Cursor `protobuf:"bytes,3,opt,name=cursor,proto3" json:"cursor,omitempty"`
@@ -685,11 +710,12 @@ const file_volplane_watcher_v1_watcher_proto_rawDesc = "" +
 	"!volplane/watcher/v1/watcher.proto\x12\x13volplane.watcher.v1\":\n" +
 	"\x06Cursor\x12\x14\n" +
 	"\x05epoch\x18\x01 \x01(\tR\x05epoch\x12\x1a\n" +
-	"\bsequence\x18\x02 \x01(\x04R\bsequence\"\xba\x01\n" +
+	"\bsequence\x18\x02 \x01(\x04R\bsequence\"\xe1\x01\n" +
 	"\fWatchRequest\x12/\n" +
 	"\x05kinds\x18\x01 \x03(\x0e2\x19.volplane.watcher.v1.KindR\x05kinds\x129\n" +
 	"\bencoding\x18\x02 \x01(\x0e2\x1d.volplane.watcher.v1.EncodingR\bencoding\x12>\n" +
-	"\fresume_after\x18\x03 \x01(\v2\x1b.volplane.watcher.v1.CursorR\vresumeAfter\"\xfc\x01\n" +
+	"\fresume_after\x18\x03 \x01(\v2\x1b.volplane.watcher.v1.CursorR\vresumeAfter\x12%\n" +
+	"\x0eprogress_marks\x18\x04 \x01(\bR\rprogressMarks\"\xfc\x01\n" +
 	"\rWatchResponse\x122\n" +
 	"\x04type\x18\x01 \x01(\x0e2\x1e.volplane.watcher.v1.EventTypeR\x04type\x12-\n" +
 	"\x04kind\x18\x02 \x01(\x0e2\x19.volplane.watcher.v1.KindR\x04kind\x123\n" +
@@ -728,14 +754,15 @@ const file_volplane_watcher_v1_watcher_proto_rawDesc = "" +
 	"\bEncoding\x12\x18\n" +
 	"\x14ENCODING_UNSPECIFIED\x10\x00\x12\x15\n" +
 	"\x11ENCODING_PROTOBUF\x10\x01\x12\x11\n" +
-	"\rENCODING_JSON\x10\x02*\x9a\x01\n" +
+	"\rENCODING_JSON\x10\x02*\xb3\x01\n" +
 	"\tEventType\x12\x1a\n" +
 	"\x16EVENT_TYPE_UNSPECIFIED\x10\x00\x12\x14\n" +
 	"\x10EVENT_TYPE_ADDED\x10\x01\x12\x16\n" +
 	"\x12EVENT_TYPE_UPDATED\x10\x02\x12\x16\n" +
 	"\x12EVENT_TYPE_DELETED\x10\x03\x12\x15\n" +
 	"\x11EVENT_TYPE_SYNCED\x10\x04\x12\x14\n" +
-	"\x10EVENT_TYPE_RESET\x10\x052\xbe\x01\n" +
+	"\x10EVENT_TYPE_RESET\x10\x05\x12\x17\n" +
+	"\x13EVENT_TYPE_PROGRESS\x10\x062\xbe\x01\n" +
 	"\x0eWatcherService\x12P\n" +
 	"\x05Watch\x12!.volplane.watcher.v1.WatchRequest\x1a\".volplane.watcher.v1.WatchResponse0\x01\x12Z\n" +
 	"\tGetStatus\x12%.volplane.watcher.v1.GetStatusRequest\x1a&.volplane.watcher.v1.GetStatusResponseBBZ@github.com/volplane/volplane/proto/volplane/watcher/v1;watcherv1b\x06proto3"

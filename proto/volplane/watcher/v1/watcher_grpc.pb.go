@@ -40,6 +40,8 @@ type WatcherServiceClient interface {
 	// the watcher replays every later event when it still holds them; when it
 	// does not (another watcher replica, or the subscriber fell too far behind)
 	// it sends RESET and a full list again, so that no event is ever lost.
+	// With progress_marks, PROGRESS marks say how far the stream has caught
+	// up, events of the kinds not asked for included.
 	Watch(ctx context.Context, in *WatchRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[WatchResponse], error)
 	// GetStatus reports the watcher's caches, position and subscribers.
 	GetStatus(ctx context.Context, in *GetStatusRequest, opts ...grpc.CallOption) (*GetStatusResponse, error)
@@ -99,6 +101,8 @@ type WatcherServiceServer interface {
 	// the watcher replays every later event when it still holds them; when it
 	// does not (another watcher replica, or the subscriber fell too far behind)
 	// it sends RESET and a full list again, so that no event is ever lost.
+	// With progress_marks, PROGRESS marks say how far the stream has caught
+	// up, events of the kinds not asked for included.
 	Watch(*WatchRequest, grpc.ServerStreamingServer[WatchResponse]) error
 	// GetStatus reports the watcher's caches, position and subscribers.
 	GetStatus(context.Context, *GetStatusRequest) (*GetStatusResponse, error)
