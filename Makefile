@@ -103,6 +103,25 @@ kube-controller-manager: $(KUBE_CONTROLLER_MANAGER) ## Build the pinned kube-con
 $(KUBE_CONTROLLER_MANAGER):
 	hack/build-kube.sh $(KUBE_VERSION) $(KUBE_DIR)
 
+##@ Cluster
+
+# The local single-node cluster (hack/cluster/README.md): its state lives
+# in CLUSTER_DIR and the kubelet's directory, its builds in VOLPLANE_CACHE.
+CLUSTER_DIR ?= /var/lib/volplane-cluster
+CLUSTER_ENV  = VERSION=$(VERSION) KUBE_VERSION=$(KUBE_VERSION) VOLPLANE_CACHE=$(VOLPLANE_CACHE) VOLPLANE_CLUSTER_DIR=$(CLUSTER_DIR)
+CLUSTER_TEST_ENV = VOLPLANE_CLUSTER_KUBECONFIG=$(CLUSTER_DIR)/admin.kubeconfig VOLPLANE_KUBECTL=$(KUBE_DIR)/kubectl \
+	VOLPLANE_WORKLOAD_IMAGE=ghcr.io/volplane/workload:$(VERSION)
+
+.PHONY: cluster cluster-down test-cluster-smoke
+cluster: ## Start a single-node Kubernetes cluster from pinned parts (kubelet, containerd, CoreDNS...; as root), and say how to reach it.
+	$(CLUSTER_ENV) hack/cluster/up.sh
+cluster-down: ## Stop the cluster and undo what it changed on the host (processes, mounts, network, cgroups, sysctls, state).
+	$(CLUSTER_ENV) hack/cluster/down.sh
+test-cluster-smoke: ## make cluster, its smoke test (node, DNS, volumes, token, logs, exec), then make cluster-down even when it fails.
+	@trap 'rc=$$?; $(CLUSTER_ENV) hack/cluster/down.sh || rc=1; exit $$rc' EXIT; \
+	$(CLUSTER_ENV) hack/cluster/up.sh; \
+	$(CLUSTER_TEST_ENV) $(GO) test -count=1 -v -timeout 20m -run '^TestSmoke$$' ./test/cluster/
+
 ##@ Test
 
 .PHONY: test
