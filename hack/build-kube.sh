@@ -37,7 +37,9 @@ fi
 # link NAME: DIR/../NAME-VERSION becomes DIR/NAME, atomically (a test may be
 # starting the old one right now; a rename never leaves the path missing).
 link() {
-	local to="$(dirname "$dir")/$1-$version"
+	local to
+	to="$(dirname "$dir")/$1-$version"
+	[[ $to -ef $dir/$1 ]] && return 0
 	ln -f "$dir/$1" "$to.tmp.$$"
 	mv -f "$to.tmp.$$" "$to"
 }

@@ -138,4 +138,4 @@ need_root() {
 # The binaries the scripts run.
 kubectl=$kube_dir/kubectl
 ctr=$containerd_dir/ctr
-kctl() { "$kubectl" --kubeconfig "$admin_kubeconfig" "$@"; }
+kctl() { "$kubectl" --kubeconfig "$admin_kubeconfig" --cache-dir "$state/kubectl-cache" "$@"; }

@@ -248,7 +248,7 @@ EOF
 		"$ctr" --address "$containerd_sock" -n k8s.io images import "$images_dir/${img%%:*}.tar" >>"$logs/ctr.log" 2>&1
 		"$ctr" --address "$containerd_sock" -n k8s.io images label "$ref" io.cri-containerd.pinned=pinned >>"$logs/ctr.log" 2>&1
 	done
-	"$ctr" --address "$containerd_sock" -n k8s.io images ls -q 2>>"$logs/ctr.log" | sed 's/^/    /' >&2
+	"$ctr" --address "$containerd_sock" -n k8s.io images ls -q 2>>"$logs/ctr.log" | grep -v '^sha256:' | sed 's/^/    /' >&2
 }
 step "containerd and the images" runtime
 
