@@ -29,6 +29,10 @@ type Cluster struct {
 	// WorkloadImage is the test workload's image
 	// ($VOLPLANE_WORKLOAD_IMAGE; test/cluster/workload).
 	WorkloadImage string
+
+	// cacheDir is kubectl's discovery cache, the tests' own rather than
+	// ~/.kube/cache.
+	cacheDir string
 }
 
 // kubectlTimeout bounds one kubectl command.
@@ -55,21 +59,29 @@ func NewCluster(kubeconfig, kubectl string) (*Cluster, error) {
 	if img == "" {
 		img = "ghcr.io/volplane/workload:0.1.0"
 	}
-	c := &Cluster{Kubeconfig: kubeconfig, KubectlBin: path, Client: client, WorkloadImage: img}
+	cacheDir, err := os.MkdirTemp("", "volplane-cluster-kubectl-")
+	if err != nil {
+		return nil, err
+	}
+	c := &Cluster{Kubeconfig: kubeconfig, KubectlBin: path, Client: client, WorkloadImage: img, cacheDir: cacheDir}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	if _, err := c.Run(ctx, "", "version"); err != nil {
+		c.Close()
 		return nil, fmt.Errorf("the cluster does not answer: %w", err)
 	}
 	return c, nil
 }
+
+// Close removes what NewCluster made on the host.
+func (c *Cluster) Close() error { return os.RemoveAll(c.cacheDir) }
 
 // Run runs kubectl with the cluster's kubeconfig, stdin as its input,
 // and returns its standard output; the error carries its standard error.
 func (c *Cluster) Run(ctx context.Context, stdin string, args ...string) (string, error) {
 	ctx, cancel := context.WithTimeout(ctx, kubectlTimeout)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, c.KubectlBin, append([]string{"--kubeconfig", c.Kubeconfig}, args...)...)
+	cmd := exec.CommandContext(ctx, c.KubectlBin, append([]string{"--kubeconfig", c.Kubeconfig, "--cache-dir", c.cacheDir}, args...)...)
 	var stdout, stderr bytes.Buffer
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = strings.NewReader(stdin), &stdout, &stderr
 	if err := cmd.Run(); err != nil {
@@ -177,6 +189,25 @@ func waitFor(t testing.TB, timeout time.Duration, cond func() string) {
 		select {
 		case <-t.Context().Done():
 			t.Fatalf("%v: %s", t.Context().Err(), why)
+		case <-tick.C:
+		}
+	}
+}
+
+// holds polls cond every half second for d and fails the test as soon as
+// it returns something other than "" (what went wrong).
+func holds(t testing.TB, d time.Duration, cond func() string) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	tick := time.NewTicker(500 * time.Millisecond)
+	defer tick.Stop()
+	for time.Now().Before(deadline) {
+		if why := cond(); why != "" {
+			t.Fatal(why)
+		}
+		select {
+		case <-t.Context().Done():
+			t.Fatal(t.Context().Err())
 		case <-tick.C:
 		}
 	}

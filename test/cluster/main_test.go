@@ -36,5 +36,7 @@ func TestMain(m *testing.M) {
 		fmt.Fprintln(os.Stderr, "cluster:", err)
 		os.Exit(1)
 	}
-	os.Exit(m.Run())
+	code := m.Run()
+	c.Close()
+	os.Exit(code)
 }

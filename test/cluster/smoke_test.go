@@ -45,6 +45,51 @@ func TestSmoke(t *testing.T) {
 	})
 
 	ns := c.Namespace(t)
+	t.Run("storage protection on, PV binder off", func(t *testing.T) {
+		// A claim and a volume that kube-controller-manager's binder would
+		// bind at once: StorageObjectInUseProtection and the protection
+		// controllers add their finalizers, and the claim stays unbound.
+		c.Apply(t, ns, fmt.Sprintf(`
+apiVersion: v1
+kind: PersistentVolume
+metadata: {name: smoke-%[1]s}
+spec:
+  capacity: {storage: 1Mi}
+  accessModes: [ReadWriteOnce]
+  storageClassName: smoke-%[1]s
+  hostPath: {path: /nonexistent}
+---
+apiVersion: v1
+kind: PersistentVolumeClaim
+metadata: {name: smoke}
+spec:
+  accessModes: [ReadWriteOnce]
+  storageClassName: smoke-%[1]s
+  resources: {requests: {storage: 1Mi}}
+`, ns))
+		t.Cleanup(func() { c.Run(t.Context(), "", "delete", "pv", "smoke-"+ns, "--wait=false") })
+		waitFor(t, time.Minute, func() string {
+			pvc, err := c.Run(t.Context(), "", "get", "pvc", "-n", ns, "smoke", "-o", "jsonpath={.metadata.finalizers}")
+			if err != nil {
+				return err.Error()
+			}
+			pv, err := c.Run(t.Context(), "", "get", "pv", "smoke-"+ns, "-o", "jsonpath={.metadata.finalizers}")
+			if err != nil {
+				return err.Error()
+			}
+			if !strings.Contains(pvc, "kubernetes.io/pvc-protection") || !strings.Contains(pv, "kubernetes.io/pv-protection") {
+				return fmt.Sprintf("finalizers: claim %s, volume %s", pvc, pv)
+			}
+			return ""
+		})
+		holds(t, 10*time.Second, func() string {
+			if phase := c.Kubectl(t, "get", "pvc", "-n", ns, "smoke", "-o", "jsonpath={.status.phase}"); phase != "Pending" {
+				return "claim is " + phase + ": something bound it, but the PV binder should be off"
+			}
+			return ""
+		})
+	})
+
 	hostDir := t.TempDir()
 	nonce := randomSuffix()
 	const pod = "smoke"
