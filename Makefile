@@ -21,6 +21,9 @@ CSI_SANITY_VERSION      := v5.6.0
 KUBE_VERSION            := v1.36.3
 # Where heavy builds are cached across clones (git-ignored, outside the tree).
 VOLPLANE_CACHE          ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/volplane
+# One `go build` makes every Kubernetes command into KUBE_DIR (make kube);
+# kube-apiserver-VERSION and kube-controller-manager-VERSION link to it.
+KUBE_DIR                := $(VOLPLANE_CACHE)/kube-$(KUBE_VERSION)
 KUBE_APISERVER          := $(VOLPLANE_CACHE)/kube-apiserver-$(KUBE_VERSION)
 # Only for the comparison benchmarks (make bench-kcm, bench-external-provisioner, bench-rate-kcm, bench-scale).
 KUBE_CONTROLLER_MANAGER := $(VOLPLANE_CACHE)/kube-controller-manager-$(KUBE_VERSION)
@@ -83,10 +86,12 @@ build: ## Build every binary into ./bin (kubectl-volplane too: put ./bin on the 
 		./gateway/cmd/gateway ./cmd/volplane-csi ./cmd/volplane-dev ./cmd/volplane-bench \
 		./cmd/volplane-etcd ./cmd/volplane-chaos ./cmd/kubectl-volplane ./cmd/volplane-conformance
 
-.PHONY: kube-apiserver
-kube-apiserver: $(KUBE_APISERVER) ## Build the pinned kube-apiserver once into the cache (~15 min).
+.PHONY: kube kube-apiserver
+kube: ## Build the pinned Kubernetes commands (kube-apiserver, -controller-manager, -scheduler, -proxy, kubelet, kubectl) once into the cache, in one go build (~30 min).
+	hack/build-kube.sh $(KUBE_VERSION) $(KUBE_DIR)
+kube-apiserver: $(KUBE_APISERVER) ## Build the pinned kube-apiserver (make kube) once into the cache.
 $(KUBE_APISERVER):
-	hack/build-kube.sh $(KUBE_VERSION) $@
+	hack/build-kube.sh $(KUBE_VERSION) $(KUBE_DIR)
 
 .PHONY: external-provisioner
 external-provisioner: $(CSI_PROVISIONER) ## Build the pinned CSI external-provisioner (csi-provisioner) into the cache (for bench-external-provisioner).
@@ -94,9 +99,28 @@ $(CSI_PROVISIONER):
 	hack/build-external-provisioner.sh $(EXTERNAL_PROVISIONER_VERSION) $@
 
 .PHONY: kube-controller-manager
-kube-controller-manager: $(KUBE_CONTROLLER_MANAGER) ## Build the pinned kube-controller-manager into the cache (for bench-kcm).
+kube-controller-manager: $(KUBE_CONTROLLER_MANAGER) ## Build the pinned kube-controller-manager (make kube) into the cache (for bench-kcm).
 $(KUBE_CONTROLLER_MANAGER):
-	hack/build-kube.sh $(KUBE_VERSION) $@ kube-controller-manager
+	hack/build-kube.sh $(KUBE_VERSION) $(KUBE_DIR)
+
+##@ Cluster
+
+# The local single-node cluster (hack/cluster/README.md): its state lives
+# in CLUSTER_DIR and the kubelet's directory, its builds in VOLPLANE_CACHE.
+CLUSTER_DIR ?= /var/lib/volplane-cluster
+CLUSTER_ENV  = VERSION=$(VERSION) KUBE_VERSION=$(KUBE_VERSION) VOLPLANE_CACHE=$(VOLPLANE_CACHE) VOLPLANE_CLUSTER_DIR=$(CLUSTER_DIR)
+CLUSTER_TEST_ENV = VOLPLANE_CLUSTER_KUBECONFIG=$(CLUSTER_DIR)/admin.kubeconfig VOLPLANE_KUBECTL=$(KUBE_DIR)/kubectl \
+	VOLPLANE_WORKLOAD_IMAGE=ghcr.io/volplane/workload:$(VERSION)
+
+.PHONY: cluster cluster-down test-cluster-smoke
+cluster: ## Start a single-node Kubernetes cluster from pinned parts (kubelet, containerd, CoreDNS...; as root), and say how to reach it.
+	$(CLUSTER_ENV) hack/cluster/up.sh
+cluster-down: ## Stop the cluster and undo what it changed on the host (processes, mounts, network, cgroups, sysctls, state).
+	$(CLUSTER_ENV) hack/cluster/down.sh
+test-cluster-smoke: ## make cluster, its smoke test (node, DNS, volumes, token, logs, exec), then make cluster-down even when it fails.
+	@trap 'rc=$$?; $(CLUSTER_ENV) hack/cluster/down.sh || rc=1; exit $$rc' EXIT; \
+	$(CLUSTER_ENV) hack/cluster/up.sh; \
+	$(CLUSTER_TEST_ENV) $(GO) test -count=1 -v -timeout 20m -run '^TestSmoke$$' ./test/cluster/
 
 ##@ Test
 

@@ -1,0 +1,102 @@
+#!/usr/bin/env bash
+# Builds every part of the local cluster (make cluster) that is not a
+# Debian package, each pinned and cached outside the tree:
+#
+#   kube        kube-apiserver, kube-controller-manager, kube-scheduler,
+#               kube-proxy, kubelet, kubectl (hack/build-kube.sh)
+#   containerd  containerd, containerd-shim-runc-v2 and ctr from the Go module
+#   etcd        etcd from hack/etcd (the control plane's, and the etcd image's)
+#   coredns     CoreDNS with a minimal plugin set from hack/coredns
+#   images      the image tarballs, FROM scratch (hack/ociimage): pause,
+#               volplane, etcd, coredns, workload
+#
+#   hack/cluster/build.sh [PART...]     (default: every part)
+#
+# The versioned parts are built once; the images are packed again each time
+# (the volplane binaries come from the working tree; an unchanged input
+# gives the same digest).
+set -euo pipefail
+# shellcheck source=lib.sh
+source "$(dirname "$0")/lib.sh"
+
+export CGO_ENABLED=0
+
+build_kube() {
+	"$root/hack/build-kube.sh" "$KUBE_VERSION" "$kube_dir"
+}
+
+build_containerd() {
+	local bins=(containerd containerd-shim-runc-v2 ctr) b missing=0 tmp
+	for b in "${bins[@]}"; do [[ -x "$containerd_dir/$b" ]] || missing=1; done
+	((missing)) || return 0
+	tmp=$(mktemp -d "$cache/containerd.XXXXXX")
+	# shellcheck disable=SC2064
+	trap "rm -rf '$tmp'" RETURN
+	local pkgs=()
+	for b in "${bins[@]}"; do pkgs+=("github.com/containerd/containerd/v2/cmd/$b@$CONTAINERD_VERSION"); done
+	# The tags leave out the snapshotters that need cgo or host tools.
+	GOBIN=$tmp with_progress "containerd build" "$tmp/build.log" \
+		go install -v -trimpath -ldflags="-s -w -X github.com/containerd/containerd/v2/version.Version=$CONTAINERD_VERSION" \
+		-tags "no_btrfs no_devmapper no_zfs" "${pkgs[@]}"
+	mkdir -p "$containerd_dir"
+	for b in "${bins[@]}"; do mv -f "$tmp/$b" "$containerd_dir/$b"; done
+}
+
+# build_module DIR OUT: the main package of a throwaway module under hack/.
+build_module() {
+	local dir=$1 out=$2
+	[[ -x "$out" ]] && return 0
+	(cd "$dir" && GOFLAGS=-mod=mod with_progress "$(basename "$out") build" "$out.build.log" \
+		go build -v -trimpath -ldflags='-s -w' -o "$out.tmp" .)
+	mv -f "$out.tmp" "$out"
+	rm -f "$out.build.log"
+}
+
+build_etcd() { build_module "$root/hack/etcd" "$etcd_bin"; }
+build_coredns() { build_module "$root/hack/coredns" "$coredns_bin"; }
+
+build_images() {
+	local bin=$images_dir/bin ca=/etc/ssl/certs/ca-certificates.crt
+	[[ -r $ca ]] || die "$ca is missing: install Debian's ca-certificates (the images carry the host's CA bundle)"
+	[[ -x $etcd_bin ]] || build_etcd
+	[[ -x $coredns_bin ]] || build_coredns
+	mkdir -p "$bin"
+	(cd "$root" && go build -trimpath -ldflags='-s -w' -o "$bin/" \
+		./services/watcher/cmd/watcher ./services/binder/cmd/binder ./services/provisioner/cmd/provisioner \
+		./services/reclaimer/cmd/reclaimer ./gateway/cmd/gateway ./cmd/volplane-csi \
+		./hack/pause ./test/cluster/workload ./hack/ociimage)
+	local oci=$bin/ociimage
+	# Each image is a list of -add DEST=SRC and -dir PATH:UID:GID:MODE: add a
+	# binary to an image by adding a line.
+	"$oci" -name "$pause_image" -o "$images_dir/pause.tar" -base=false -user 65535:65535 \
+		-entrypoint /pause -add "/pause=$bin/pause"
+	"$oci" -name "$volplane_image" -o "$images_dir/volplane.tar" \
+		-add "/usr/local/bin/watcher=$bin/watcher" \
+		-add "/usr/local/bin/binder=$bin/binder" \
+		-add "/usr/local/bin/provisioner=$bin/provisioner" \
+		-add "/usr/local/bin/reclaimer=$bin/reclaimer" \
+		-add "/usr/local/bin/gateway=$bin/gateway" \
+		-add "/usr/local/bin/volplane-csi=$bin/volplane-csi" \
+		-dir /var/lib/volplane/etcd:65532:65532:0755 \
+		-dir /var/lib/volplane/csi:65532:65532:0755 \
+		-dir /var/lib/volplane/csi-socket:65532:65532:0755
+	"$oci" -name "$etcd_image" -o "$images_dir/etcd.tar" \
+		-add "/usr/local/bin/etcd=$etcd_bin" \
+		-dir /var/lib/etcd:65532:65532:0700
+	"$oci" -name "$coredns_image" -o "$images_dir/coredns.tar" \
+		-entrypoint /coredns -add "/coredns=$coredns_bin"
+	# Root, like the busybox of upstream tests, so that it writes into a
+	# volume whoever owns it; a test that wants otherwise sets runAsUser.
+	"$oci" -name "$workload_image" -o "$images_dir/workload.tar" -user 0:0 \
+		-entrypoint /usr/local/bin/volplane-workload -add "/usr/local/bin/volplane-workload=$bin/workload"
+}
+
+parts=("$@")
+((${#parts[@]})) || parts=(kube containerd etcd coredns images)
+mkdir -p "$cache"
+for p in "${parts[@]}"; do
+	case $p in
+	kube | containerd | etcd | coredns | images) step "build $p" "build_$p" ;;
+	*) die "unknown part $p (kube, containerd, etcd, coredns, images)" ;;
+	esac
+done

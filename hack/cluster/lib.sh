@@ -1,0 +1,141 @@
+# Sourced by hack/cluster/*.sh: the pinned versions, the cache and state
+# paths, the cluster's addresses, and the helpers every script uses.
+# shellcheck shell=bash
+
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+
+# Pinned parts. KUBE_VERSION must match the Makefile's (it passes it).
+KUBE_VERSION=${KUBE_VERSION:-v1.36.3}
+CONTAINERD_VERSION=v2.2.9
+COREDNS_VERSION=$(sed -n 's/^require github.com\/coredns\/coredns \(v[^ ]*\)$/\1/p' "$root/hack/coredns/go.mod")
+ETCD_VERSION=$(sed -n 's/^require go.etcd.io\/etcd\/server\/v3 \(v[^ ]*\)$/\1/p' "$root/hack/etcd/go.mod")
+# The tag of volplane's own images (the Makefile's VERSION).
+VERSION=${VERSION:-0.1.0}
+
+# Where builds are cached across clones (as the Makefile's VOLPLANE_CACHE).
+cache=${VOLPLANE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/volplane}
+kube_dir=$cache/kube-$KUBE_VERSION
+containerd_dir=$cache/containerd-$CONTAINERD_VERSION
+etcd_bin=$cache/etcd-$ETCD_VERSION
+coredns_bin=$cache/coredns-$COREDNS_VERSION
+images_dir=$cache/cluster-images
+
+# The images the cluster runs, all built FROM scratch and imported into
+# containerd (no registry is reachable).
+image_registry=ghcr.io/volplane
+pause_image=$image_registry/pause:$VERSION
+volplane_image=$image_registry/volplane:$VERSION
+etcd_image=$image_registry/etcd:$ETCD_VERSION
+coredns_image=$image_registry/coredns:$COREDNS_VERSION
+workload_image=$image_registry/workload:$VERSION
+
+# The cluster's state: every file a running cluster writes, except the
+# kubelet's directory, which stays where CSI drivers' manifests expect it.
+# `make cluster-down` removes both.
+state=${VOLPLANE_CLUSTER_DIR:-/var/lib/volplane-cluster}
+kubelet_dir=/var/lib/kubelet
+pki=$state/pki
+logs=$state/logs
+run=$state/run
+admin_kubeconfig=$state/admin.kubeconfig
+containerd_sock=$state/containerd/containerd.sock
+
+# Addresses. The Service and pod ranges are reached only on this host: up.sh
+# adds "unreachable" routes for both, so a packet kube-proxy did not
+# translate is refused here instead of following the default route out.
+service_cidr=10.96.0.0/16
+kubernetes_service_ip=10.96.0.1
+dns_ip=10.96.0.10
+cluster_cidr=10.244.0.0/16
+node_pod_cidr=10.244.0.0/24
+node_pod_gateway=10.244.0.1
+cluster_domain=cluster.local
+bridge=cni0
+# Fixed ports, all outside the kernel's ephemeral range (32768-60999) so
+# that the loopback servers tests start on port 0 never take them.
+api_port=6443
+etcd_client_port=12379
+etcd_peer_port=12380
+etcd_metrics_port=12381
+node_name=$(hostname | tr '[:upper:]' '[:lower:]')
+
+log() { printf '%s %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
+die() {
+	log "ERROR: $*"
+	exit 1
+}
+
+# elapsed SECONDS: 1h02m03s, 4m05s or 6s.
+elapsed() {
+	local s=$1
+	if ((s >= 3600)); then
+		printf '%dh%02dm%02ds' $((s / 3600)) $((s % 3600 / 60)) $((s % 60))
+	elif ((s >= 60)); then
+		printf '%dm%02ds' $((s / 60)) $((s % 60))
+	else
+		printf '%ds' "$s"
+	fi
+}
+
+# step NAME COMMAND...: runs COMMAND and logs how long it took.
+step() {
+	local name=$1 start=$SECONDS
+	shift
+	log "==> $name"
+	"$@"
+	log "<== $name: $(elapsed $((SECONDS - start)))"
+}
+
+# child_cpu: sets child_cpu_ticks to the CPU time (user and system, in
+# clock ticks) of the children this shell has waited for, the compilers of
+# a `go build` included. Not in a $(...): that would read a subshell's.
+child_cpu() {
+	local s
+	read -r s <"/proc/$BASHPID/stat"
+	s=${s##*) }
+	# shellcheck disable=SC2086
+	set -- $s
+	child_cpu_ticks=$((${14} + ${15}))
+}
+
+# with_progress LABEL LOGFILE COMMAND...: runs COMMAND with its output in
+# LOGFILE and, every 30 seconds, logs the time spent and, for `go build -v`
+# or `go install -v`, how many packages were compiled so far and the last;
+# at the end, the wall and CPU time it took.
+with_progress() {
+	local label=$1 out=$2 start=$SECONDS cpu pid rc=0 n last
+	child_cpu
+	cpu=$child_cpu_ticks
+	shift 2
+	"$@" >"$out" 2>&1 &
+	pid=$!
+	while kill -0 "$pid" 2>/dev/null; do
+		for _ in $(seq 30); do
+			kill -0 "$pid" 2>/dev/null || break
+			sleep 1
+		done
+		if kill -0 "$pid" 2>/dev/null; then
+			n=$(grep -cv '^go: ' "$out" || true)
+			last=$(grep -v '^go: ' "$out" | tail -n 1 || true)
+			log "    $label: $(elapsed $((SECONDS - start))), $n packages compiled${last:+, last $last}"
+		fi
+	done
+	wait "$pid" || rc=$?
+	if ((rc != 0)); then
+		tail -n 40 "$out" >&2
+		log "$label failed (exit $rc); full output in $out"
+		return "$rc"
+	fi
+	child_cpu
+	log "    $label: done in $(elapsed $((SECONDS - start))), $(((child_cpu_ticks - cpu) / $(getconf CLK_TCK))) CPU-seconds"
+}
+
+# need_root: the cluster changes the host's network, mounts and cgroups.
+need_root() {
+	[[ $(id -u) == 0 ]] || die "run as root: the kubelet, containerd and kube-proxy change the host's mounts, cgroups and network"
+}
+
+# The binaries the scripts run.
+kubectl=$kube_dir/kubectl
+ctr=$containerd_dir/ctr
+kctl() { "$kubectl" --kubeconfig "$admin_kubeconfig" --cache-dir "$state/kubectl-cache" "$@"; }

@@ -1,0 +1,340 @@
+#!/usr/bin/env bash
+# Starts the local single-node cluster (make cluster): etcd, kube-apiserver,
+# kube-controller-manager (every default controller but the PV binder),
+# kube-scheduler, containerd with runc and the CNI bridge, the kubelet,
+# kube-proxy (nftables mode) as host processes under $state, then CoreDNS as
+# a Deployment; and prints how to reach it. hack/cluster/down.sh (make
+# cluster-down) stops it and undoes what it changed on the host.
+#
+# Every part is pinned and built by hack/cluster/build.sh; the Debian
+# packages are installed by hack/cluster/deps.sh when missing.
+set -euo pipefail
+# shellcheck source=lib.sh
+source "$(dirname "$0")/lib.sh"
+need_root
+here=$root/hack/cluster
+total_start=$SECONDS
+
+step "Debian packages" "$here/deps.sh"
+step "build" "$here/build.sh"
+
+# alive NAME: the process of $run/NAME.pid runs, and runs the binary it was
+# started as (a recycled PID is not ours).
+alive() {
+	local f=$run/$1.pid pid bin
+	[[ -r $f ]] || return 1
+	read -r pid bin <"$f"
+	[[ $(readlink "/proc/$pid/exe" 2>/dev/null) == "$bin" ]]
+}
+for f in "$run"/*.pid; do
+	[[ -e $f ]] || continue
+	if alive "$(basename "$f" .pid)"; then
+		die "the cluster is already running ($f): make cluster-down first"
+	fi
+done
+if [[ -e $state || -e $kubelet_dir ]]; then
+	log "removing the state a previous cluster left"
+	"$here/down.sh"
+fi
+
+node_ip=$(ip -4 -o addr show dev "$(ip -4 route show default | awk '{print $5; exit}')" | awk '{split($4, a, "/"); print a[1]; exit}')
+[[ -n $node_ip ]] || die "no IPv4 address on the default route's interface: the kubelet would have no node IP"
+
+mkdir -p "$state"/{host,etcd,cni/net.d,cni/ipam,containerd,pod-logs} "$logs" "$run"
+chmod 700 "$state"
+on_exit() {
+	local rc=$?
+	((rc == 0)) || log "make cluster failed: the logs are in $logs; make cluster-down removes what was started"
+}
+trap on_exit EXIT
+
+# What down.sh restores: the sysctls the cluster changes, and which of the
+# host paths the parts create outside $state existed before.
+record_host() {
+	local k
+	for k in net.ipv4.ip_forward vm.overcommit_memory vm.panic_on_oom kernel.panic kernel.panic_on_oops \
+		kernel.keys.root_maxkeys kernel.keys.root_maxbytes net.bridge.bridge-nf-call-iptables \
+		net.bridge.bridge-nf-call-ip6tables; do
+		if [[ -e /proc/sys/${k//.//} ]]; then echo "$k=$(sysctl -n "$k")"; fi
+	done >"$state/host/sysctl"
+	local p
+	for p in /run/containerd /var/lib/cni /var/log/containers /var/log/pods; do
+		if [[ -e $p ]]; then echo "$p"; fi
+	done >"$state/host/existed"
+	nft list tables >"$state/host/nft-tables"
+}
+step "record the host's settings" record_host
+
+network() {
+	# Pod traffic is routed through the host and Service addresses are
+	# translated by kube-proxy in nftables.
+	sysctl -qw net.ipv4.ip_forward=1 net.bridge.bridge-nf-call-iptables=1
+	# A packet to a Service or pod address that nothing translated or
+	# delivered is refused on this host, never sent to the default gateway.
+	ip route replace unreachable "$service_cidr"
+	ip route replace unreachable "$cluster_cidr"
+	cat >"$state/cni/net.d/10-volplane.conflist" <<EOF
+{
+  "cniVersion": "1.0.0",
+  "name": "volplane-cluster",
+  "plugins": [
+    {
+      "type": "bridge",
+      "bridge": "$bridge",
+      "isGateway": true,
+      "ipMasq": false,
+      "hairpinMode": true,
+      "ipam": {
+        "type": "host-local",
+        "ranges": [[{"subnet": "$node_pod_cidr", "gateway": "$node_pod_gateway"}]],
+        "routes": [{"dst": "0.0.0.0/0"}],
+        "dataDir": "$state/cni/ipam"
+      }
+    }
+  ]
+}
+EOF
+}
+step "host network" network
+
+# kubeconfig NAME USER: $state/NAME.kubeconfig with the client certificate
+# $pki/USER.{crt,key}.
+kubeconfig() {
+	cat >"$state/$1.kubeconfig" <<EOF
+apiVersion: v1
+kind: Config
+clusters:
+  - name: volplane-cluster
+    cluster: {server: "https://127.0.0.1:$api_port", certificate-authority: "$pki/ca.crt"}
+users:
+  - name: $2
+    user: {client-certificate: "$pki/$2.crt", client-key: "$pki/$2.key"}
+contexts:
+  - name: volplane-cluster
+    context: {cluster: volplane-cluster, user: $2}
+current-context: volplane-cluster
+EOF
+	chmod 600 "$state/$1.kubeconfig"
+}
+credentials() {
+	"$here/pki.sh" "$pki" "$node_name" "$node_ip"
+	kubeconfig admin admin
+	kubeconfig kube-controller-manager kube-controller-manager
+	kubeconfig kube-scheduler kube-scheduler
+	kubeconfig kube-proxy kube-proxy
+	kubeconfig kubelet kubelet
+}
+step "PKI and kubeconfigs" credentials
+
+# start NAME BINARY ARGS...: BINARY in a session of its own (a Ctrl-C of
+# make does not stop the cluster), its output in $logs/NAME.log.
+start() {
+	local name=$1 bin=$2
+	shift 2
+	setsid "$bin" "$@" >>"$logs/$name.log" 2>&1 </dev/null &
+	echo "$! $bin" >"$run/$name.pid"
+}
+
+# wait_for WHAT SECONDS LOG COMMAND...: polls COMMAND every second.
+wait_for() {
+	local what=$1 timeout=$2 logf=$3 deadline=$((SECONDS + $2))
+	shift 3
+	until "$@" >/dev/null 2>&1; do
+		if ((SECONDS >= deadline)); then
+			[[ -z $logf ]] || tail -n 30 "$logf" >&2
+			die "$what: not after ${timeout}s"
+		fi
+		sleep 1
+	done
+}
+
+api_ok() { curl -sf --cacert "$pki/ca.crt" --cert "$pki/admin.crt" --key "$pki/admin.key" "https://127.0.0.1:$api_port$1"; }
+
+control_plane() {
+	start etcd "$etcd_bin" --name=cluster --data-dir="$state/etcd" \
+		--listen-client-urls="https://127.0.0.1:$etcd_client_port" --advertise-client-urls="https://127.0.0.1:$etcd_client_port" \
+		--listen-peer-urls="https://127.0.0.1:$etcd_peer_port" --initial-advertise-peer-urls="https://127.0.0.1:$etcd_peer_port" \
+		--initial-cluster="cluster=https://127.0.0.1:$etcd_peer_port" \
+		--listen-metrics-urls="http://127.0.0.1:$etcd_metrics_port" \
+		--cert-file="$pki/etcd-server.crt" --key-file="$pki/etcd-server.key" --trusted-ca-file="$pki/ca.crt" --client-cert-auth \
+		--peer-cert-file="$pki/etcd-server.crt" --peer-key-file="$pki/etcd-server.key" --peer-trusted-ca-file="$pki/ca.crt" --peer-client-cert-auth
+	wait_for "etcd" 60 "$logs/etcd.log" curl -sf "http://127.0.0.1:$etcd_metrics_port/health"
+
+	start kube-apiserver "$kube_dir/kube-apiserver" \
+		--advertise-address="$node_ip" --secure-port="$api_port" \
+		--etcd-servers="https://127.0.0.1:$etcd_client_port" \
+		--etcd-cafile="$pki/ca.crt" --etcd-certfile="$pki/apiserver-etcd-client.crt" --etcd-keyfile="$pki/apiserver-etcd-client.key" \
+		--client-ca-file="$pki/ca.crt" --tls-cert-file="$pki/apiserver.crt" --tls-private-key-file="$pki/apiserver.key" \
+		--kubelet-client-certificate="$pki/apiserver-kubelet-client.crt" --kubelet-client-key="$pki/apiserver-kubelet-client.key" \
+		--kubelet-certificate-authority="$pki/ca.crt" --kubelet-preferred-address-types=InternalIP,Hostname \
+		--service-account-issuer="https://kubernetes.default.svc.$cluster_domain" \
+		--service-account-key-file="$pki/sa.pub" --service-account-signing-key-file="$pki/sa.key" \
+		--service-cluster-ip-range="$service_cidr" \
+		--authorization-mode=Node,RBAC \
+		--enable-admission-plugins=NodeRestriction,StorageObjectInUseProtection \
+		--enable-aggregator-routing=true \
+		--allow-privileged=true \
+		--v=1
+	wait_for "kube-apiserver /readyz" 180 "$logs/kube-apiserver.log" api_ok /readyz
+
+	start kube-controller-manager "$kube_dir/kube-controller-manager" \
+		--kubeconfig="$state/kube-controller-manager.kubeconfig" \
+		--authentication-kubeconfig="$state/kube-controller-manager.kubeconfig" \
+		--authorization-kubeconfig="$state/kube-controller-manager.kubeconfig" \
+		--bind-address=127.0.0.1 \
+		--controllers='*,-persistentvolume-binder-controller' \
+		--service-account-private-key-file="$pki/sa.key" --root-ca-file="$pki/ca.crt" \
+		--cluster-signing-cert-file="$pki/ca.crt" --cluster-signing-key-file="$pki/ca.key" \
+		--use-service-account-credentials=true \
+		--service-cluster-ip-range="$service_cidr" \
+		--v=1
+	start kube-scheduler "$kube_dir/kube-scheduler" \
+		--kubeconfig="$state/kube-scheduler.kubeconfig" \
+		--authentication-kubeconfig="$state/kube-scheduler.kubeconfig" \
+		--authorization-kubeconfig="$state/kube-scheduler.kubeconfig" \
+		--bind-address=127.0.0.1 --v=1
+	wait_for "kube-controller-manager /healthz" 120 "$logs/kube-controller-manager.log" curl -skf https://127.0.0.1:10257/healthz
+	wait_for "kube-scheduler /healthz" 120 "$logs/kube-scheduler.log" curl -skf https://127.0.0.1:10259/healthz
+}
+step "control plane" control_plane
+
+runtime() {
+	mkdir -p "$state/containerd"
+	# restrict_oom_score_adj: this host lacks CAP_SYS_RESOURCE, so runc may
+	# not lower a container's oom_score_adj (every sandbox fails with
+	# "oom_score_adj: Permission denied" otherwise). NRI and the opt plugin
+	# are off: they would create /var/run/nri and /opt/containerd.
+	cat >"$state/containerd/config.toml" <<EOF
+version = 3
+root = "$state/containerd/root"
+state = "$state/containerd/state"
+disabled_plugins = ["io.containerd.nri.v1.nri", "io.containerd.internal.v1.opt"]
+
+[grpc]
+  address = "$containerd_sock"
+
+[plugins.'io.containerd.cri.v1.images']
+  snapshotter = "overlayfs"
+  [plugins.'io.containerd.cri.v1.images'.pinned_images]
+    sandbox = "$pause_image"
+
+[plugins.'io.containerd.cri.v1.runtime']
+  restrict_oom_score_adj = true
+  enable_unprivileged_ports = true
+  enable_unprivileged_icmp = true
+  netns_mounts_under_state_dir = true
+  enable_cdi = false
+  [plugins.'io.containerd.cri.v1.runtime'.containerd]
+    default_runtime_name = "runc"
+    [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc]
+      runtime_type = "io.containerd.runc.v2"
+      [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc.options]
+        BinaryName = "/usr/sbin/runc"
+        Root = "$state/containerd/runc"
+        SystemdCgroup = false
+  [plugins.'io.containerd.cri.v1.runtime'.cni]
+    bin_dirs = ["/usr/lib/cni"]
+    conf_dir = "$state/cni/net.d"
+    max_conf_num = 1
+EOF
+	# containerd starts the shim it finds first on PATH: the cached one.
+	PATH=$containerd_dir:$PATH start containerd "$containerd_dir/containerd" --config "$state/containerd/config.toml"
+	wait_for "containerd" 60 "$logs/containerd.log" "$ctr" --address "$containerd_sock" version
+	# Pinned: no registry could give them back, so the kubelet's image
+	# garbage collection must never remove them.
+	local img ref
+	for img in pause:$pause_image volplane:$volplane_image etcd:$etcd_image coredns:$coredns_image workload:$workload_image; do
+		ref=${img#*:}
+		"$ctr" --address "$containerd_sock" -n k8s.io images import "$images_dir/${img%%:*}.tar" >>"$logs/ctr.log" 2>&1
+		"$ctr" --address "$containerd_sock" -n k8s.io images label "$ref" io.cri-containerd.pinned=pinned >>"$logs/ctr.log" 2>&1
+	done
+	"$ctr" --address "$containerd_sock" -n k8s.io images ls -q 2>>"$logs/ctr.log" | grep -v '^sha256:' | sed 's/^/    /' >&2
+}
+step "containerd and the images" runtime
+
+node() {
+	mkdir -p "$state/kubelet"
+	cat >"$state/kubelet/config.yaml" <<EOF
+apiVersion: kubelet.config.k8s.io/v1beta1
+kind: KubeletConfiguration
+# This host is cgroup v1 (hybrid), has no swap limit support and no systemd
+# cgroup manager for us.
+failCgroupV1: false
+cgroupDriver: cgroupfs
+failSwapOn: false
+containerRuntimeEndpoint: unix://$containerd_sock
+# As a kubeadm node: client certificates signed by the cluster CA, anything
+# else asks the API server (webhook); a serving certificate the API server
+# verifies (--kubelet-certificate-authority).
+authentication:
+  anonymous: {enabled: false}
+  webhook: {enabled: true}
+  x509: {clientCAFile: "$pki/ca.crt"}
+authorization: {mode: Webhook}
+tlsCertFile: "$pki/kubelet-serving.crt"
+tlsPrivateKeyFile: "$pki/kubelet-serving.key"
+readOnlyPort: 0
+healthzBindAddress: 127.0.0.1
+clusterDNS: [$dns_ip]
+clusterDomain: $cluster_domain
+resolvConf: /etc/resolv.conf
+podLogsDir: "$state/pod-logs"
+# No CAP_SYS_RESOURCE: the kubelet may not lower its own oom_score_adj.
+oomScoreAdj: 0
+# A shared development machine: evict only when really short.
+evictionHard:
+  memory.available: 100Mi
+  nodefs.available: 5%
+  nodefs.inodesFree: 5%
+  imagefs.available: 5%
+EOF
+	start kubelet "$kube_dir/kubelet" --config="$state/kubelet/config.yaml" \
+		--kubeconfig="$state/kubelet.kubeconfig" --root-dir="$kubelet_dir" --v=1
+	wait_for "the kubelet's node registration" 120 "$logs/kubelet.log" kctl get node "$node_name"
+
+	cat >"$state/kube-proxy.yaml" <<EOF
+apiVersion: kubeproxy.config.k8s.io/v1alpha1
+kind: KubeProxyConfiguration
+# nftables: kube-proxy keeps every rule in tables of its own ("ip
+# kube-proxy", "ip6 kube-proxy") that down.sh deletes whole, and, unlike the
+# iptables mode, never sets route_localnet nor serves NodePorts on
+# 127.0.0.1, so loopback traffic of other processes is never translated.
+mode: nftables
+clientConnection: {kubeconfig: "$state/kube-proxy.kubeconfig"}
+hostnameOverride: $node_name
+clusterCIDR: $cluster_cidr
+detectLocalMode: ClusterCIDR
+nodePortAddresses: [primary]
+healthzBindAddress: 127.0.0.1:10256
+metricsBindAddress: 127.0.0.1:10249
+# 0: leave the host's conntrack sysctls as they are.
+conntrack: {maxPerCore: 0, min: 0, tcpEstablishedTimeout: 0s, tcpCloseWaitTimeout: 0s}
+oomScoreAdj: 0
+EOF
+	start kube-proxy "$kube_dir/kube-proxy" --config="$state/kube-proxy.yaml" --v=1
+	wait_for "kube-proxy /healthz" 120 "$logs/kube-proxy.log" curl -sf http://127.0.0.1:10256/healthz
+	wait_for "node $node_name Ready" 180 "$logs/kubelet.log" \
+		kctl wait --for=condition=Ready "node/$node_name" --timeout=5s
+}
+ready_start=$SECONDS
+step "kubelet and kube-proxy" node
+ready_time=$((SECONDS - ready_start))
+
+dns() {
+	sed -e "s|@DNS_IP@|$dns_ip|g" -e "s|@COREDNS_IMAGE@|$coredns_image|g" -e "s|@CLUSTER_DOMAIN@|$cluster_domain|g" \
+		"$here/manifests/coredns.yaml" | kctl apply -f - >/dev/null
+	kctl -n kube-system rollout status deployment/coredns --timeout=180s >/dev/null
+}
+step "CoreDNS" dns
+
+kctl get nodes -o wide >&2
+kctl get pods -A -o wide >&2
+cat >&2 <<EOF
+
+The cluster is up in $(elapsed $((SECONDS - total_start))) (the node was Ready $(elapsed "$ready_time") after the kubelet started).
+  export KUBECONFIG=$admin_kubeconfig
+  kubectl (the cluster's version): $kubectl
+  images: $pause_image (sandbox), $volplane_image, $etcd_image, $coredns_image, $workload_image
+  logs: $logs
+make cluster-down stops it and removes its state.
+EOF
