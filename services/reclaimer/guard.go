@@ -75,10 +75,14 @@ func (c *controller) refuseLiveClaim(ctx context.Context, v *corev1.PersistentVo
 // deletes or recycles it) needs the volume released as
 // kube-controller-manager has it (guard.Released): its claim may still
 // exist when it is bound to another volume, and Kubernetes then marks the
-// volume Failed too. Each step of a held reclaim still checks
+// volume Failed too. A plan that does nothing (a volume another deleter
+// owns, SKIPPED) needs nothing. Each step of a held reclaim still checks
 // guard.LiveClaim right before it destroys anything (sync.go).
 func (c *controller) claimCheck(ctx context.Context, v *corev1.PersistentVolume) func(context.Context, guard.Claims, *corev1.PersistentVolume) error {
-	if c.plan(ctx, v).method == reclaimerv1.Method_METHOD_UNSUPPORTED {
+	switch p := c.plan(ctx, v); {
+	case !p.acts():
+		return func(context.Context, guard.Claims, *corev1.PersistentVolume) error { return nil }
+	case p.method == reclaimerv1.Method_METHOD_UNSUPPORTED:
 		return guard.Released
 	}
 	return guard.LiveClaim

@@ -182,9 +182,10 @@ func TestRefusedReclaimIsVisibleAndRetried(t *testing.T) {
 // kube-controller-manager's isVolumeReleased has it. When nothing can
 // delete or recycle the volume (a plan that only marks it Failed, touching
 // no data) that is enough: the volume goes Failed with Kubernetes' Event,
-// as upstream, and RetryReclaim may retry it. A plan that would destroy
-// data is still refused while the claim exists, and so is a volume whose
-// claim still has it (or nothing yet).
+// as upstream, and RetryReclaim may retry it. A volume another deleter
+// owns is only recorded (SKIPPED), as for any claim. A plan that would
+// destroy data is still refused while the claim exists, and so is a
+// volume whose claim still has it (or nothing yet).
 func TestAClaimBoundElsewhereReleasesAVolumeNothingDeletes(t *testing.T) {
 	hostPath := func(v *corev1.PersistentVolume) {
 		withProvisionedBy(kube.PluginHostPath)(v)
@@ -195,8 +196,10 @@ func TestAClaimBoundElsewhereReleasesAVolumeNothingDeletes(t *testing.T) {
 		pv     *corev1.PersistentVolume
 		claim  *corev1.PersistentVolumeClaim
 		refuse string // "" accepted
-		event  string // after a step
-		phase  corev1.PersistentVolumePhase
+		// skipped: accepted, its own deleter's (nothing done here).
+		skipped bool
+		event   string // after a step
+		phase   corev1.PersistentVolumePhase
 	}{
 		{name: "host-path provisioned, Delete, claim bound elsewhere", pv: releasedPV("v", corev1.PersistentVolumeReclaimDelete, hostPath),
 			claim: claim("ns", "data", "claim-uid", "w"),
@@ -204,6 +207,8 @@ func TestAClaimBoundElsewhereReleasesAVolumeNothingDeletes(t *testing.T) {
 		{name: "no recycler, claim bound elsewhere", pv: releasedPV("v", corev1.PersistentVolumeReclaimRecycle, withCSI("ebs.csi.aws.com")),
 			claim: claim("ns", "data", "claim-uid", "w"),
 			event: "Warning VolumeFailedRecycle No recycler plugin found for the volume!", phase: corev1.VolumeFailed},
+		{name: "another provisioner's volume, claim bound elsewhere", pv: releasedPV("v", corev1.PersistentVolumeReclaimDelete, withProvisionedBy("example.com/other")),
+			claim: claim("ns", "data", "claim-uid", "w"), skipped: true},
 		{name: "host-path provisioned, claim bound to this volume", pv: releasedPV("v", corev1.PersistentVolumeReclaimDelete, hostPath),
 			claim: claim("ns", "data", "claim-uid", "v"), refuse: "claim ns/data (uid claim-uid) still exists and is not bound to another volume"},
 		{name: "host-path provisioned, claim not bound yet", pv: releasedPV("v", corev1.PersistentVolumeReclaimDelete, hostPath),
@@ -233,6 +238,16 @@ func TestAClaimBoundElsewhereReleasesAVolumeNothingDeletes(t *testing.T) {
 			}
 			if err != nil {
 				t.Fatalf("Reclaim: %v", err)
+			}
+			if tc.skipped {
+				rec, err := s.GetReclaim(t.Context(), &reclaimerv1.GetReclaimRequest{VolumeName: "v"})
+				if err != nil || rec.Reclaim.State != reclaimerv1.State_STATE_SKIPPED || j.len() != 0 || r.queue.Len() != 0 {
+					t.Errorf("record %v (%v), journal %d, queue %d", rec, err, j.len(), r.queue.Len())
+				}
+				if got := kc.pv("v"); got == nil || got.Status.Phase != corev1.VolumeReleased {
+					t.Errorf("volume %+v", got)
+				}
+				return
 			}
 			rec := r.step(t, "v")
 			if rec.State != reclaimerv1.State_STATE_FAILED || rec.Method != reclaimerv1.Method_METHOD_UNSUPPORTED {
