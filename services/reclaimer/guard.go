@@ -47,7 +47,7 @@ func validateReclaim(req *reclaimerv1.ReclaimRequest) (*corev1.PersistentVolume,
 
 // refuseLiveClaim refuses a reclaim whose policy may destroy data
 // (Delete, Recycle) while a claim still has a hold on the volume (see
-// claimCheck). Retain destroys nothing and is only recorded.
+// checkClaims). Retain destroys nothing and is only recorded.
 func (c *controller) refuseLiveClaim(ctx context.Context, v *corev1.PersistentVolume) error {
 	switch v.Spec.PersistentVolumeReclaimPolicy {
 	case corev1.PersistentVolumeReclaimDelete, corev1.PersistentVolumeReclaimRecycle:
@@ -59,7 +59,7 @@ func (c *controller) refuseLiveClaim(ctx context.Context, v *corev1.PersistentVo
 	default:
 		return nil // reclaim refuses it with the phase
 	}
-	err := c.claimCheck(ctx, v)(ctx, c.kube, v)
+	err := c.checkClaims(ctx, v)
 	var refused *guard.Refusal
 	if errors.As(err, &refused) {
 		c.rememberRefusal(v, refused.Reason)
@@ -67,8 +67,8 @@ func (c *controller) refuseLiveClaim(ctx context.Context, v *corev1.PersistentVo
 	return err
 }
 
-// claimCheck is the claim guard a reclaim of the volume as it is now must
-// pass. A plan that destroys data (a deletion through the provisioner, a
+// checkClaims is the claim guard a reclaim of the volume as it is now
+// must pass. A plan that destroys data (a deletion through the provisioner, a
 // scrub, or one not decided yet) needs no live claim pointing at the
 // volume at all (guard.LiveClaim). A plan that destroys nothing and only
 // gives the volume up (METHOD_UNSUPPORTED: Failed, because no plugin
@@ -78,14 +78,14 @@ func (c *controller) refuseLiveClaim(ctx context.Context, v *corev1.PersistentVo
 // volume Failed too. A plan that does nothing (a volume another deleter
 // owns, SKIPPED) needs nothing. Each step of a held reclaim still checks
 // guard.LiveClaim right before it destroys anything (sync.go).
-func (c *controller) claimCheck(ctx context.Context, v *corev1.PersistentVolume) func(context.Context, guard.Claims, *corev1.PersistentVolume) error {
+func (c *controller) checkClaims(ctx context.Context, v *corev1.PersistentVolume) error {
 	switch p := c.plan(ctx, v); {
 	case !p.acts():
-		return func(context.Context, guard.Claims, *corev1.PersistentVolume) error { return nil }
+		return nil
 	case p.method == reclaimerv1.Method_METHOD_UNSUPPORTED:
-		return guard.Released
+		return guard.Released(ctx, c.kube, v)
 	}
-	return guard.LiveClaim
+	return guard.LiveClaim(ctx, c.kube, v)
 }
 
 // rememberRefusal keeps a refused Reclaim as a PENDING record for
@@ -146,7 +146,7 @@ func (c *controller) checkRetry(ctx context.Context, name string) error {
 		return &preconditionError{fmt.Sprintf("the reclaim of volume %q is of an earlier release (volume uid %s, claim uid %s), not of the volume as it is now (uid %s, claim uid %s)",
 			name, r.VolumeUid, r.ClaimUid, v.UID, claimUID(v))}
 	}
-	return c.claimCheck(ctx, v)(ctx, c.kube, v)
+	return c.checkClaims(ctx, v)
 }
 
 // apiStatus turns an API server error of what into a gRPC status.
