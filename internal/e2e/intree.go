@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -77,6 +78,10 @@ func InTree(t *testing.T, c kubernetes.Interface, ns string) {
 		{"no-provisioner", "kubernetes.io/no-provisioner", "no volume plugin matched name: kubernetes.io/no-provisioner"},
 		{"removed-plugin", "kubernetes.io/glusterfs", "no volume plugin matched name: kubernetes.io/glusterfs"},
 		{"not-provisionable", "kubernetes.io/nfs", "no provisionable volume plugin matched"},
+		// Registered in kube-controller-manager, but not in its PV
+		// controller, which keeps only plugins that provision, delete or
+		// recycle.
+		{"not-in-the-pv-controller", "kubernetes.io/iscsi", "no volume plugin matched name: kubernetes.io/iscsi"},
 	}
 	for _, f := range failures {
 		t.Run("provisioning fails: "+f.name, func(t *testing.T) {
@@ -214,6 +219,57 @@ func InTree(t *testing.T, c kubernetes.Interface, ns string) {
 		HasEvent(t, c, "default", "PersistentVolume", pv, kube.EventVolumeFailedDelete, "no volume plugin matched name: kubernetes.io/rbd", "", InTreeTimeout)
 	})
 
+	// An in-tree plugin the PV controller does not hold has no deleter.
+	t.Run("in-tree volume, Delete, plugin unknown to the PV controller", func(t *testing.T) {
+		t.Parallel()
+		pv := staticVolume(t, c, ns+"-fc", "kubernetes.io/fc", corev1.PersistentVolumeReclaimDelete, kube.FinalizerPVController)
+		claim(t, "fc", "", func(pvc *corev1.PersistentVolumeClaim) { pvc.Spec.VolumeName = pv })
+		ClaimPhase(t, c, ns, "fc", corev1.ClaimBound, InTreeTimeout)
+		if err := c.CoreV1().PersistentVolumeClaims(ns).Delete(ctx, "fc", metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		VolumePhase(t, c, pv, corev1.VolumeFailed, InTreeTimeout)
+		HasEvent(t, c, "default", "PersistentVolume", pv, kube.EventVolumeFailedDelete, "no volume plugin matched name: kubernetes.io/fc", "", InTreeTimeout)
+	})
+
+	// Static volumes (no provisioned-by) with policy Delete: the PV
+	// controller looks for a deleter by their source. Its host_path
+	// deleter refuses a path outside /tmp; nfs has none.
+	for _, st := range []struct {
+		name string
+		src  corev1.PersistentVolumeSource
+		want func(pv string) string
+	}{
+		{"hostPath", corev1.PersistentVolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: "/data/" + ns + "-static-hostpath"}},
+			func(string) string {
+				return "host_path deleter only supports /tmp/.+ but received provided /data/" + ns + "-static-hostpath"
+			}},
+		{"nfs", corev1.PersistentVolumeSource{NFS: &corev1.NFSVolumeSource{Server: "nfs.example", Path: "/exports/x"}},
+			func(pv string) string {
+				return fmt.Sprintf("error getting deleter volume plugin for volume %q: no deletable volume plugin matched", pv)
+			}},
+	} {
+		t.Run("static "+st.name+" volume, Delete", func(t *testing.T) {
+			t.Parallel()
+			pv := staticVolume(t, c, ns+"-static-"+strings.ToLower(st.name), "", corev1.PersistentVolumeReclaimDelete, "", func(v *corev1.PersistentVolume) {
+				v.Spec.PersistentVolumeSource = st.src
+			})
+			name := "static-" + strings.ToLower(st.name)
+			claim(t, name, "", func(pvc *corev1.PersistentVolumeClaim) { pvc.Spec.VolumeName = pv })
+			ClaimPhase(t, c, ns, name, corev1.ClaimBound, InTreeTimeout)
+			if err := c.CoreV1().PersistentVolumeClaims(ns).Delete(ctx, name, metav1.DeleteOptions{}); err != nil {
+				t.Fatal(err)
+			}
+			VolumePhase(t, c, pv, corev1.VolumeFailed, InTreeTimeout)
+			HasEvent(t, c, "default", "PersistentVolume", pv, kube.EventVolumeFailedDelete, st.want(pv), "", InTreeTimeout)
+		})
+	}
+
+	t.Run("in-tree host-path volume, Delete, its claim bound to another volume", func(t *testing.T) {
+		t.Parallel()
+		HostPathVolumeOfAClaimBoundElsewhere(t, c, ns)
+	})
+
 	t.Run("in-tree volume, Retain", func(t *testing.T) {
 		t.Parallel()
 		pv := staticVolume(t, c, ns+"-rbd-retain", "kubernetes.io/rbd", corev1.PersistentVolumeReclaimRetain, kube.FinalizerPVController)
@@ -223,19 +279,75 @@ func InTree(t *testing.T, c kubernetes.Interface, ns string) {
 	})
 }
 
-// staticVolume creates a hostPath volume that says provisioner made it,
-// with the policy and an extra finalizer, and deletes it (finalizers
-// removed) when the test ends.
-func staticVolume(t *testing.T, c kubernetes.Interface, name, provisioner string, policy corev1.PersistentVolumeReclaimPolicy, finalizer string) string {
+// HostPathVolumeOfAClaimBoundElsewhere makes a volume the in-tree
+// host-path plugin provisioned (policy Delete, a path outside /tmp) whose
+// claimRef, with its UID, names a claim bound to another volume, and
+// checks that it ends as kube-controller-manager ends it: the claim
+// releases it (isVolumeReleased), the host_path deleter refuses the path,
+// and the volume is Failed with VolumeFailedDelete, nothing deleted and
+// the claim left Bound to its own volume. It returns the volume's name.
+func HostPathVolumeOfAClaimBoundElsewhere(t *testing.T, c kubernetes.Interface, ns string) string {
+	t.Helper()
+	ctx := context.Background()
+	other := staticVolume(t, c, ns+"-hp-other", "", corev1.PersistentVolumeReclaimRetain, "")
+	if _, err := c.CoreV1().PersistentVolumeClaims(ns).Create(ctx, Claim(ns, "hp-elsewhere", "1Gi", "", func(pvc *corev1.PersistentVolumeClaim) {
+		pvc.Spec.VolumeName = other
+	}), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	bound := ClaimPhase(t, c, ns, "hp-elsewhere", corev1.ClaimBound, InTreeTimeout)
+	pv := staticVolume(t, c, ns+"-hp-elsewhere", kube.PluginHostPath, corev1.PersistentVolumeReclaimDelete, kube.FinalizerPVController, func(v *corev1.PersistentVolume) {
+		v.Spec.ClaimRef = &corev1.ObjectReference{Kind: "PersistentVolumeClaim", APIVersion: "v1", Namespace: ns, Name: bound.Name, UID: bound.UID}
+	})
+	VolumePhase(t, c, pv, corev1.VolumeFailed, InTreeTimeout)
+	want := "host_path deleter only supports /tmp/.+ but received provided /data/" + pv
+	HasEvent(t, c, "default", "PersistentVolume", pv, kube.EventVolumeFailedDelete, want, "", InTreeTimeout)
+	Consistently(t, 2*time.Second, func() string {
+		v, err := c.CoreV1().PersistentVolumes().Get(ctx, pv, metav1.GetOptions{})
+		if err != nil {
+			return err.Error()
+		}
+		if v.Status.Phase != corev1.VolumeFailed || v.Status.Message != want {
+			return fmt.Sprintf("volume %s is %q (%q), want Failed (%q)", pv, v.Status.Phase, v.Status.Message, want)
+		}
+		if r := v.Spec.ClaimRef; r == nil || r.UID != bound.UID || v.DeletionTimestamp != nil {
+			return fmt.Sprintf("volume %s changed: claimRef %+v, deletion %v", pv, r, v.DeletionTimestamp)
+		}
+		pvc, err := c.CoreV1().PersistentVolumeClaims(ns).Get(ctx, bound.Name, metav1.GetOptions{})
+		if err != nil {
+			return err.Error()
+		}
+		if pvc.Status.Phase != corev1.ClaimBound || pvc.Spec.VolumeName != other {
+			return fmt.Sprintf("claim %s is %q on %q, want Bound on %q", pvc.Name, pvc.Status.Phase, pvc.Spec.VolumeName, other)
+		}
+		return ""
+	})
+	return pv
+}
+
+// staticVolume creates a hostPath volume that says provisioner made it
+// (none when empty), with the policy and an extra finalizer (none when
+// empty), changed by opts, and deletes it (finalizers removed) when the
+// test ends.
+func staticVolume(t *testing.T, c kubernetes.Interface, name, provisioner string, policy corev1.PersistentVolumeReclaimPolicy, finalizer string, opts ...func(*corev1.PersistentVolume)) string {
 	t.Helper()
 	pv := &corev1.PersistentVolume{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Annotations: map[string]string{kube.AnnDynamicallyProvisioned: provisioner}, Finalizers: []string{finalizer}},
+		ObjectMeta: metav1.ObjectMeta{Name: name},
 		Spec: corev1.PersistentVolumeSpec{
 			Capacity:                      corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")},
 			AccessModes:                   []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
 			PersistentVolumeReclaimPolicy: policy,
 			PersistentVolumeSource:        corev1.PersistentVolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: "/data/" + name}},
 		},
+	}
+	if provisioner != "" {
+		pv.Annotations = map[string]string{kube.AnnDynamicallyProvisioned: provisioner}
+	}
+	if finalizer != "" {
+		pv.Finalizers = []string{finalizer}
+	}
+	for _, o := range opts {
+		o(pv)
 	}
 	if _, err := c.CoreV1().PersistentVolumes().Create(context.Background(), pv, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)

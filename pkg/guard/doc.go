@@ -14,6 +14,12 @@
 //     spec.volumeName (a claim recreated under the old name, pre-bound to
 //     the volume).
 //
+// Released is the weaker check for a step that destroys no data but gives
+// the volume up (marking it Failed because nothing can delete or recycle
+// it): the volume is released as kube-controller-manager's
+// isVolumeReleased has it, so its claimRef's claim may still exist if it
+// is bound to another volume.
+//
 // A refusal is a *Refusal whose Reason says why, for gRPC's
 // FailedPrecondition; any other error is a failure to read the API.
 package guard

@@ -83,6 +83,34 @@ func LiveClaim(ctx context.Context, c Claims, v *corev1.PersistentVolume) error 
 	return nil
 }
 
+// Released reads the claim of the volume's claimRef and refuses unless the
+// volume is released as kube-controller-manager's isVolumeReleased has it:
+// the claimRef names a claim by UID, and that claim is gone, was recreated
+// with another UID, or is bound to another volume (its spec.volumeName
+// names one). It is weaker than LiveClaim, which refuses while the
+// claimRef's claim exists at all: it guards only steps that destroy no
+// data and give the volume up, such as marking it Failed because nothing
+// can delete or recycle it, which Kubernetes does for a volume released
+// this way.
+func Released(ctx context.Context, c Claims, v *corev1.PersistentVolume) error {
+	ref := v.Spec.ClaimRef
+	if ref == nil || ref.UID == "" {
+		return refuse("volume %q has no claimRef with a UID: no claim was released", v.Name)
+	}
+	claim, err := c.GetClaim(ctx, ref.Namespace, ref.Name)
+	switch {
+	case apierrors.IsNotFound(err):
+		return nil
+	case err != nil:
+		return fmt.Errorf("read claim %s/%s: %w", ref.Namespace, ref.Name, err)
+	case claim.UID != ref.UID:
+		return nil
+	case claim.Spec.VolumeName != "" && claim.Spec.VolumeName != v.Name:
+		return nil
+	}
+	return refuse("claim %s/%s (uid %s) still exists and is not bound to another volume: volume %q is not released", ref.Namespace, ref.Name, ref.UID, v.Name)
+}
+
 // ByVolumeName is the name of an informer index of claims by
 // spec.volumeName (IndexByVolumeName).
 const ByVolumeName = "spec.volumeName"

@@ -110,6 +110,43 @@ func TestLiveClaimRefusesWhileAClaimPointsAtTheVolume(t *testing.T) {
 	}
 }
 
+// Released allows what kube-controller-manager's isVolumeReleased allows:
+// the claim of the claimRef is gone, was recreated (another UID) or is
+// bound to another volume. Every other way of asking is refused.
+func TestReleasedAsKubernetesHasIt(t *testing.T) {
+	ref := &corev1.ObjectReference{Namespace: "ns", Name: "data", UID: "old"}
+	for _, tc := range []struct {
+		name   string
+		ref    *corev1.ObjectReference
+		claims []*corev1.PersistentVolumeClaim
+		want   string
+	}{
+		{"claim gone", ref, nil, ""},
+		{"claim recreated (another UID)", ref, []*corev1.PersistentVolumeClaim{claim("ns", "data", "new", "pv1")}, ""},
+		{"claim bound to another volume", ref, []*corev1.PersistentVolumeClaim{claim("ns", "data", "old", "pv2")}, ""},
+		{"claim bound to this volume", ref, []*corev1.PersistentVolumeClaim{claim("ns", "data", "old", "pv1")}, "ns/data (uid old) still exists and is not bound to another volume"},
+		{"claim not bound yet", ref, []*corev1.PersistentVolumeClaim{claim("ns", "data", "old", "")}, "still exists and is not bound to another volume"},
+		{"no claimRef", nil, nil, "no claimRef with a UID"},
+		{"claimRef without a UID", &corev1.ObjectReference{Namespace: "ns", Name: "data"}, nil, "no claimRef with a UID"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			api := fake.NewClientset()
+			for _, c := range tc.claims {
+				if _, err := api.CoreV1().PersistentVolumeClaims(c.Namespace).Create(t.Context(), c, metav1.CreateOptions{}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			check(t, Released(t.Context(), APIClaims{Client: api}, volume(corev1.VolumeReleased, corev1.PersistentVolumeReclaimDelete, tc.ref)), tc.want)
+		})
+	}
+	// A failure to read the API is an error, never a permission.
+	v := volume(corev1.VolumeReleased, corev1.PersistentVolumeReclaimDelete, ref)
+	var r *Refusal
+	if err := Released(t.Context(), failing{getErr: errors.New("down")}, v); err == nil || errors.As(err, &r) {
+		t.Errorf("Released with the API down: %v, want a read error", err)
+	}
+}
+
 // A failure to read the API is an error, never a permission.
 func TestLiveClaimFailsWhenTheAPIFails(t *testing.T) {
 	v := volume(corev1.VolumeReleased, corev1.PersistentVolumeReclaimDelete, &corev1.ObjectReference{Namespace: "ns", Name: "data", UID: "u"})

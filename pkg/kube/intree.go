@@ -17,9 +17,12 @@ import (
 const FinalizerPVController = "kubernetes.io/pv-controller"
 
 // In-tree volume plugins kube-controller-manager v1.36 still registers
-// (cmd/kube-controller-manager/app/plugins.go); of these only host-path
-// provisions (when --enable-hostpath-provisioner is set, off by default),
-// and only host-path deletes.
+// (cmd/kube-controller-manager/app/plugins.go). Its PV controller keeps
+// only those that provision, delete or recycle
+// (ProbeProvisionableRecyclableVolumePlugins): host-path and nfs. Of
+// these only host-path provisions (when --enable-hostpath-provisioner is
+// set, off by default), and only host-path deletes; fc, iscsi and csi are
+// unknown to it.
 const (
 	PluginHostPath = "kubernetes.io/host-path"
 	PluginNFS      = "kubernetes.io/nfs"
@@ -28,7 +31,9 @@ const (
 	PluginCSI      = "kubernetes.io/csi"
 )
 
-var registeredInTree = []string{PluginHostPath, PluginNFS, PluginFC, PluginISCSI, PluginCSI}
+// pvControllerPlugins are the plugins kube-controller-manager's PV
+// controller holds.
+var pvControllerPlugins = []string{PluginHostPath, PluginNFS}
 
 var translator = csitrans.New()
 
@@ -88,7 +93,7 @@ func DecideProvisioning(class *storagev1.StorageClass, claim *corev1.PersistentV
 		}
 		return ProvisionDecision{Provisioner: p,
 			Failure: fmt.Sprintf("Failed to create provisioner: provisioning in volume plugin %q is disabled", p)}
-	case slices.Contains(registeredInTree, p):
+	case slices.Contains(pvControllerPlugins, p):
 		return ProvisionDecision{Failure: "no provisionable volume plugin matched"}
 	}
 	return ProvisionDecision{Failure: "no volume plugin matched name: " + p}
@@ -113,15 +118,39 @@ func InTreeDeleteFailure(v *corev1.PersistentVolume) (message string, ok bool) {
 		if v.Spec.HostPath == nil {
 			return fmt.Sprintf("failed to create deleter for volume %q: spec.PersistentVolumeSource.HostPath is nil", v.Name), true
 		}
-		path := v.Spec.HostPath.Path
-		if !tmpPath.MatchString(path) {
-			return "host_path deleter only supports /tmp/.+ but received provided " + path, true
-		}
-		return fmt.Sprintf("volplane does not run kube-controller-manager's test-only host_path deleter: delete %s on its node by hand", path), true
-	case slices.Contains(registeredInTree, by):
+		return hostPathDeleteFailure(v.Spec.HostPath.Path), true
+	case slices.Contains(pvControllerPlugins, by):
 		return "no deletable volume plugin matched", true
 	}
 	return "no volume plugin matched name: " + by, true
+}
+
+// StaticDeleteFailure is kube-controller-manager's VolumeFailedDelete
+// message for a Released volume with policy Delete that no provisioner
+// annotated and that has no CSI source: findDeletablePlugin looks for a
+// plugin by the volume's source among the PV controller's own (host-path
+// and nfs), and only host-path's deletes, only under /tmp (see
+// hostPathDeleteFailure).
+func StaticDeleteFailure(v *corev1.PersistentVolume) string {
+	switch {
+	case v.Spec.HostPath != nil:
+		return hostPathDeleteFailure(v.Spec.HostPath.Path)
+	case v.Spec.NFS != nil:
+		return fmt.Sprintf("error getting deleter volume plugin for volume %q: no deletable volume plugin matched", v.Name)
+	}
+	return fmt.Sprintf("error getting deleter volume plugin for volume %q: no volume plugin matched", v.Name)
+}
+
+// hostPathDeleteFailure is what kube-controller-manager's host_path
+// deleter answers for path: outside /tmp it refuses, with this message;
+// under /tmp it removes the directory on kube-controller-manager's own
+// node (a test-only deleter), which volplane does not do: the volume
+// fails, saying so.
+func hostPathDeleteFailure(path string) string {
+	if !tmpPath.MatchString(path) {
+		return "host_path deleter only supports /tmp/.+ but received provided " + path
+	}
+	return fmt.Sprintf("volplane does not run kube-controller-manager's test-only host_path deleter: delete %s on its node by hand", path)
 }
 
 // UpdateMigrationAnnotations sets or removes pv.kubernetes.io/migrated-to in

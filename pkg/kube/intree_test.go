@@ -32,7 +32,12 @@ func TestDecideProvisioning(t *testing.T) {
 		{name: "no-provisioner", provisioner: "kubernetes.io/no-provisioner", want: ProvisionDecision{Failure: "no volume plugin matched name: kubernetes.io/no-provisioner"}},
 		{name: "removed plugin", provisioner: "kubernetes.io/rbd", want: ProvisionDecision{Failure: "no volume plugin matched name: kubernetes.io/rbd"}},
 		{name: "registered, not provisionable", provisioner: "kubernetes.io/nfs", want: ProvisionDecision{Failure: "no provisionable volume plugin matched"}},
-		{name: "in-tree csi", provisioner: "kubernetes.io/csi", want: ProvisionDecision{Failure: "no provisionable volume plugin matched"}},
+		// The PV controller holds only host-path and nfs
+		// (ProbeProvisionableRecyclableVolumePlugins): fc, iscsi and csi are
+		// not provisionable, deletable or recyclable, so it does not know them.
+		{name: "in-tree csi", provisioner: "kubernetes.io/csi", want: ProvisionDecision{Failure: "no volume plugin matched name: kubernetes.io/csi"}},
+		{name: "in-tree fc", provisioner: "kubernetes.io/fc", want: ProvisionDecision{Failure: "no volume plugin matched name: kubernetes.io/fc"}},
+		{name: "in-tree iscsi", provisioner: "kubernetes.io/iscsi", want: ProvisionDecision{Failure: "no volume plugin matched name: kubernetes.io/iscsi"}},
 		{name: "host-path disabled", provisioner: "kubernetes.io/host-path", want: ProvisionDecision{Provisioner: "kubernetes.io/host-path",
 			Failure: `Failed to create provisioner: provisioning in volume plugin "kubernetes.io/host-path" is disabled`}},
 		{name: "host-path with mount options", provisioner: "kubernetes.io/host-path", mountOptions: []string{"ro"}, want: ProvisionDecision{Provisioner: "kubernetes.io/host-path",
@@ -75,13 +80,50 @@ func TestInTreeDeleteFailure(t *testing.T) {
 		{name: "migrated", v: pv("kubernetes.io/gce-pd", "")},
 		{name: "removed plugin", v: pv("kubernetes.io/glusterfs", ""), want: "no volume plugin matched name: kubernetes.io/glusterfs", ok: true},
 		{name: "registered, not deletable", v: pv("kubernetes.io/nfs", ""), want: "no deletable volume plugin matched", ok: true},
+		{name: "not in the PV controller", v: pv("kubernetes.io/fc", ""), want: "no volume plugin matched name: kubernetes.io/fc", ok: true},
 		{name: "host-path outside /tmp", v: pv("kubernetes.io/host-path", "/data/x"), want: "host_path deleter only supports /tmp/.+ but received provided /data/x", ok: true},
+		{name: "host-path under /tmp", v: pv("kubernetes.io/host-path", "/tmp/x"), want: "volplane does not run kube-controller-manager's test-only host_path deleter: delete /tmp/x on its node by hand", ok: true},
 		{name: "host-path without a path", v: pv("kubernetes.io/host-path", ""), want: `failed to create deleter for volume "pv": spec.PersistentVolumeSource.HostPath is nil`, ok: true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			got, ok := InTreeDeleteFailure(tc.v)
 			if got != tc.want || ok != tc.ok {
 				t.Fatalf("got %q %v, want %q %v", got, ok, tc.want, tc.ok)
+			}
+		})
+	}
+}
+
+// The expectations are kube-controller-manager v1.36.3's for a volume no
+// provisioner annotated (findDeletablePlugin by the volume's source among
+// the PV controller's host-path and nfs plugins, then the host_path
+// deleter), except under /tmp, where its test-only deleter would remove
+// the directory on its own node.
+func TestStaticDeleteFailure(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		src  corev1.PersistentVolumeSource
+		want string
+	}{
+		{"hostPath outside /tmp", corev1.PersistentVolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: "/data/x"}},
+			"host_path deleter only supports /tmp/.+ but received provided /data/x"},
+		{"hostPath with /tmp/ inside", corev1.PersistentVolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: "/data/tmp/x"}},
+			"volplane does not run kube-controller-manager's test-only host_path deleter: delete /data/tmp/x on its node by hand"},
+		{"hostPath /tmp itself", corev1.PersistentVolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: "/tmp/"}},
+			"host_path deleter only supports /tmp/.+ but received provided /tmp/"},
+		{"nfs", corev1.PersistentVolumeSource{NFS: &corev1.NFSVolumeSource{Server: "s", Path: "/e"}},
+			`error getting deleter volume plugin for volume "pv": no deletable volume plugin matched`},
+		{"local", corev1.PersistentVolumeSource{Local: &corev1.LocalVolumeSource{Path: "/mnt/x"}},
+			`error getting deleter volume plugin for volume "pv": no volume plugin matched`},
+		{"fc", corev1.PersistentVolumeSource{FC: &corev1.FCVolumeSource{TargetWWNs: []string{"5005"}}},
+			`error getting deleter volume plugin for volume "pv": no volume plugin matched`},
+		{"no source", corev1.PersistentVolumeSource{},
+			`error getting deleter volume plugin for volume "pv": no volume plugin matched`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			v := &corev1.PersistentVolume{ObjectMeta: metav1.ObjectMeta{Name: "pv"}, Spec: corev1.PersistentVolumeSpec{PersistentVolumeSource: tc.src}}
+			if got := StaticDeleteFailure(v); got != tc.want {
+				t.Fatalf("got %q, want %q", got, tc.want)
 			}
 		})
 	}

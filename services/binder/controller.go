@@ -59,6 +59,9 @@ type controller struct {
 	reclaimer    reclaimer    // nil: Released volumes wait for another reclaimer
 	provisioner  provisioner  // nil: every class is left to external provisioners
 	provisions   *provisions  // the provisioner's calls in flight and finished
+	// refused: the volumes whose hand-off the reclaimer refused
+	// (handoff.go), looked at again when their claim changes.
+	refused refusals
 	// owns reports whether this replica may act on an object ("pvc/ns/name"
 	// or "pv/name") now: it owns it in the ring, on a live etcd session.
 	// Every step with side effects asks it right before it is taken.
@@ -203,6 +206,7 @@ func (c *controller) Event(ev *watcherv1.WatchResponse) error {
 		}
 		if c.store.putClaim(cl) != nil {
 			c.claimQueue.add(ev.Key)
+			c.claimChanged(ev.Key)
 		}
 	case watcherv1.Kind_KIND_STORAGE_CLASS:
 		if deleted {
@@ -240,9 +244,22 @@ func (c *controller) volumeChanged(v *corev1.PersistentVolume) {
 	}
 }
 
+// claimChanged queues the volumes whose hand-off to the reclaimer was
+// refused while their claimRef names this claim: the refusal (a live
+// claim) may not hold any more. Other volumes naming the claim need
+// nothing from its change (a deletion queues them all, claimDeleted).
+func (c *controller) claimChanged(key string) {
+	for _, n := range c.store.volumesClaimedBy(key) {
+		if c.refused.has(n) {
+			c.volumeQueue.add(n)
+		}
+	}
+}
+
 // volumeDeleted handles a volume's deletion: uid is the deleted object's
 // (a watch event), empty when a relist did not mention the volume.
 func (c *controller) volumeDeleted(name string, uid types.UID) {
+	c.refused.forget(name)
 	old := c.store.deleteVolume(name, uid)
 	if old != nil && old.Spec.ClaimRef != nil {
 		// The claim turns Lost now rather than at the next resync.

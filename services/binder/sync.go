@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"time"
 
+	"google.golang.org/grpc/status"
 	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -401,10 +403,24 @@ func (c *controller) reclaimVolume(ctx context.Context, volume *corev1.Persisten
 	if err := c.fence(ctx); err != nil {
 		return err
 	}
-	if err := c.reclaimer.Reclaim(ctx, volume); err != nil {
-		return fmt.Errorf("hand volume %s to the reclaimer: %w: %w", volume.Name, errReclaim, err)
+	err := c.reclaimer.Reclaim(ctx, volume)
+	switch decideHandOff(err) {
+	case handOffTaken:
+		c.refused.forget(volume.Name)
+		return nil
+	case handOffRefused:
+		// Not retried: the volume's or its claim's next change, or the
+		// resync, hands it over again.
+		why := status.Convert(err).Message()
+		lvl := slog.LevelDebug
+		if c.refused.note(volume.Name, why) {
+			lvl = slog.LevelInfo
+		}
+		c.log.Log(ctx, lvl, "the reclaimer refused the volume; it is handed over again when the volume or its claim changes, and at the resync",
+			"volume", volume.Name, "why", why)
+		return nil
 	}
-	return nil
+	return fmt.Errorf("hand volume %s to the reclaimer: %w: %w", volume.Name, errReclaim, err)
 }
 
 // errReclaim says the reclaimer could not take a volume.

@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -63,13 +65,15 @@ type transition struct {
 type recordingReclaimer struct {
 	mu  sync.Mutex
 	got []string
+	// err is the reclaimer's answer to every hand-off.
+	err error
 }
 
 func (r *recordingReclaimer) Reclaim(_ context.Context, v *corev1.PersistentVolume) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.got = append(r.got, v.Name)
-	return nil
+	return r.err
 }
 
 type recordingProv struct {
@@ -349,6 +353,33 @@ func TestTransitions(t *testing.T) {
 			claims: []*corev1.PersistentVolumeClaim{boundClaim("data", "w")}, sync: "pv/v", reclaim: &recordingReclaimer{},
 			writes: []string{"update persistentvolumes/status"},
 			after:  map[string]state{"pv/v": {phase: "Released", to: "ns/data"}}, handedOff: []string{"v"}},
+		// As kube-controller-manager (isVolumeReleased: a claim bound to
+		// another volume releases this one): a volume the in-tree host-path
+		// plugin provisioned goes the same way (with the in-tree deletion
+		// finalizer first, as upstream); the reclaimer finds no deleter for
+		// it and marks it Failed (VolumeFailedDelete).
+		{name: "host-path provisioned for a claim that got another volume, Delete: Released and reclaimed",
+			volumes: []*corev1.PersistentVolume{pvT("v", "1Gi", refTo("data", "uid-data"), pvPhase(corev1.VolumeBound),
+				pvAnn(kube.AnnDynamicallyProvisioned, kube.PluginHostPath), policy(corev1.PersistentVolumeReclaimDelete))},
+			claims: []*corev1.PersistentVolumeClaim{boundClaim("data", "w")}, sync: "pv/v", reclaim: &recordingReclaimer{},
+			writes: []string{"update persistentvolumes", "update persistentvolumes/status"},
+			after:  map[string]state{"pv/v": {phase: "Released", to: "ns/data"}, "pvc/ns/data": {phase: "Bound", to: "w"}}, handedOff: []string{"v"}},
+		// A hand-off the reclaimer refuses for the state of the volume or
+		// its claims (FailedPrecondition) ends the sync without an error:
+		// no retry with backoff, the volume is handed over again when it
+		// or its claim changes, and at the resync.
+		{name: "claim bound to another volume, the reclaimer refuses the hand-off: Released, no retry",
+			volumes: []*corev1.PersistentVolume{pvT("v", "1Gi", refTo("data", "uid-data"), pvPhase(corev1.VolumeReleased),
+				pvAnn(kube.AnnDynamicallyProvisioned, "p"), policy(corev1.PersistentVolumeReclaimDelete))},
+			claims: []*corev1.PersistentVolumeClaim{boundClaim("data", "w")}, sync: "pv/v",
+			reclaim: &recordingReclaimer{err: status.Error(codes.FailedPrecondition, `claim ns/data (uid uid-data) still exists: volume "v" is not released`)},
+			writes:  []string{"get persistentvolumeclaims"}, // a Released volume's claim is read from the API
+			after:   map[string]state{"pv/v": {phase: "Released", to: "ns/data"}, "pvc/ns/data": {phase: "Bound", to: "w"}}, handedOff: []string{"v"}},
+		{name: "the reclaimer unreachable: the sync fails (retried with backoff)",
+			volumes: []*corev1.PersistentVolume{pvT("v", "1Gi", refTo("gone", "uid-gone"), pvPhase(corev1.VolumeReleased), policy(corev1.PersistentVolumeReclaimDelete))},
+			sync:    "pv/v", reclaim: &recordingReclaimer{err: status.Error(codes.Unavailable, "connection refused")},
+			wantErr: "connection refused",
+			after:   map[string]state{"pv/v": {phase: "Released", to: "ns/gone"}}, handedOff: []string{"v"}},
 		// volplane's guard (DESIGN: no resurrection): a Released volume is
 		// never bound again to the claim it was released from, even when a
 		// claim of that UID shows up bound to it (a stale cache); the API

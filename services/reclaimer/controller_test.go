@@ -258,11 +258,11 @@ func TestDeleteLeftToOtherDeleters(t *testing.T) {
 func TestDeleteOfAStaticHostPathFails(t *testing.T) {
 	kc, j := newFakeCluster(), newFakeJournal()
 	r := newReplica(t, "me", kc, j, nil, config{})
-	v := releasedPV("static", corev1.PersistentVolumeReclaimDelete)
+	v := releasedPV("static", corev1.PersistentVolumeReclaimDelete, withHostPath("/data/static"))
 	kc.addPV(v)
 	r.start(t, v)
 	rec := r.step(t, "static")
-	want := `error getting deleter volume plugin for volume "static": no deletable volume plugin matched`
+	want := "host_path deleter only supports /tmp/.+ but received provided /data/static"
 	if rec.State != reclaimerv1.State_STATE_FAILED || rec.Message != want || rec.Method != reclaimerv1.Method_METHOD_UNSUPPORTED {
 		t.Fatalf("record %v", rec)
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -44,9 +45,9 @@ func validateReclaim(req *reclaimerv1.ReclaimRequest) (*corev1.PersistentVolume,
 	return v, nil
 }
 
-// refuseLiveClaim refuses a reclaim whose policy destroys data (Delete,
-// Recycle) while a live claim points at the volume. Retain destroys
-// nothing and is only recorded.
+// refuseLiveClaim refuses a reclaim whose policy may destroy data
+// (Delete, Recycle) while a claim still has a hold on the volume (see
+// checkClaims). Retain destroys nothing and is only recorded.
 func (c *controller) refuseLiveClaim(ctx context.Context, v *corev1.PersistentVolume) error {
 	switch v.Spec.PersistentVolumeReclaimPolicy {
 	case corev1.PersistentVolumeReclaimDelete, corev1.PersistentVolumeReclaimRecycle:
@@ -58,7 +59,7 @@ func (c *controller) refuseLiveClaim(ctx context.Context, v *corev1.PersistentVo
 	default:
 		return nil // reclaim refuses it with the phase
 	}
-	err := guard.LiveClaim(ctx, c.kube, v)
+	err := c.checkClaims(ctx, v)
 	var refused *guard.Refusal
 	if errors.As(err, &refused) {
 		c.rememberRefusal(v, refused.Reason)
@@ -66,21 +67,55 @@ func (c *controller) refuseLiveClaim(ctx context.Context, v *corev1.PersistentVo
 	return err
 }
 
+// checkClaims is the claim guard a reclaim of the volume as it is now
+// must pass. A plan that destroys data (a deletion through the provisioner, a
+// scrub, or one not decided yet) needs no live claim pointing at the
+// volume at all (guard.LiveClaim). A plan that destroys nothing and only
+// gives the volume up (METHOD_UNSUPPORTED: Failed, because no plugin
+// deletes or recycles it) needs the volume released as
+// kube-controller-manager has it (guard.Released): its claim may still
+// exist when it is bound to another volume, and Kubernetes then marks the
+// volume Failed too. A plan that does nothing (a volume another deleter
+// owns, SKIPPED) needs nothing. Each step of a held reclaim still checks
+// guard.LiveClaim right before it destroys anything (sync.go).
+func (c *controller) checkClaims(ctx context.Context, v *corev1.PersistentVolume) error {
+	switch p := c.plan(ctx, v); {
+	case !p.acts():
+		return nil
+	case p.method == reclaimerv1.Method_METHOD_UNSUPPORTED:
+		return guard.Released(ctx, c.kube, v)
+	}
+	return guard.LiveClaim(ctx, c.kube, v)
+}
+
 // rememberRefusal keeps a refused Reclaim as a PENDING record for
 // RecordTTL, so GetReclaim and ListReclaims say why the volume waits (the
 // binder hands it over again). A reclaim this replica holds is left as it
-// is: its own guard refuses its steps.
+// is: its own guard refuses its steps. The refusal is logged at info when
+// its reason is new, at debug when the binder hands the volume over again
+// and meets the same one.
 func (c *controller) rememberRefusal(v *corev1.PersistentVolume, reason string) {
 	r := c.newRecord(v, plan{method: reclaimerv1.Method_METHOD_UNSPECIFIED, state: reclaimerv1.State_STATE_PENDING,
 		message: "refused, will check again when the volume is handed over again: " + reason})
 	r.Owner = ""
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if e := c.entries[v.Name]; e != nil && e.held {
+	e := c.entries[v.Name]
+	if e != nil && e.held {
 		return
 	}
+	lvl := slog.LevelInfo
+	if e != nil && e.refused && sameReclaimOf(e.rec, r) && e.rec.Message == r.Message {
+		lvl = slog.LevelDebug
+	}
 	c.entries[v.Name] = &entry{rec: r, expires: c.now().Add(c.cfg.ttl), refused: true}
-	c.log.Info("reclaim refused", "volume", v.Name, "why", reason)
+	c.log.Log(context.Background(), lvl, "reclaim refused", "volume", v.Name, "why", reason)
+}
+
+// sameReclaimOf reports whether two records are of one release of one
+// volume.
+func sameReclaimOf(a, b *reclaimerv1.Reclaim) bool {
+	return a.VolumeUid == b.VolumeUid && a.ClaimUid == b.ClaimUid
 }
 
 // checkRetry decides from the API server and the journal whether a retry
@@ -111,7 +146,7 @@ func (c *controller) checkRetry(ctx context.Context, name string) error {
 		return &preconditionError{fmt.Sprintf("the reclaim of volume %q is of an earlier release (volume uid %s, claim uid %s), not of the volume as it is now (uid %s, claim uid %s)",
 			name, r.VolumeUid, r.ClaimUid, v.UID, claimUID(v))}
 	}
-	return guard.LiveClaim(ctx, c.kube, v)
+	return c.checkClaims(ctx, v)
 }
 
 // apiStatus turns an API server error of what into a gRPC status.

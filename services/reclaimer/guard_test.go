@@ -1,12 +1,14 @@
 package reclaimer
 
 import (
+	"slices"
 	"strings"
 	"testing"
 
 	"google.golang.org/grpc/codes"
 	corev1 "k8s.io/api/core/v1"
 
+	"github.com/volplane/volplane/pkg/kube"
 	provisionerv1 "github.com/volplane/volplane/proto/volplane/provisioner/v1"
 	reclaimerv1 "github.com/volplane/volplane/proto/volplane/reclaimer/v1"
 )
@@ -173,5 +175,97 @@ func TestRefusedReclaimIsVisibleAndRetried(t *testing.T) {
 	}
 	if rec := r.step(t, "v"); rec.State != reclaimerv1.State_STATE_SUCCEEDED || p.calls() != 1 {
 		t.Fatalf("record %v, calls %d", rec, p.calls())
+	}
+}
+
+// A volume's claim bound to another volume releases it, as
+// kube-controller-manager's isVolumeReleased has it. When nothing can
+// delete or recycle the volume (a plan that only marks it Failed, touching
+// no data) that is enough: the volume goes Failed with Kubernetes' Event,
+// as upstream, and RetryReclaim may retry it. A volume another deleter
+// owns is only recorded (SKIPPED), as for any claim. A plan that would
+// destroy data is still refused while the claim exists, and so is a
+// volume whose claim still has it (or nothing yet).
+func TestAClaimBoundElsewhereReleasesAVolumeNothingDeletes(t *testing.T) {
+	hostPath := func(v *corev1.PersistentVolume) {
+		withProvisionedBy(kube.PluginHostPath)(v)
+		withHostPath("/data/" + v.Name)(v)
+	}
+	for _, tc := range []struct {
+		name   string
+		pv     *corev1.PersistentVolume
+		claim  *corev1.PersistentVolumeClaim
+		refuse string // "" accepted
+		// skipped: accepted, its own deleter's (nothing done here).
+		skipped bool
+		event   string // after a step
+		phase   corev1.PersistentVolumePhase
+	}{
+		{name: "host-path provisioned, Delete, claim bound elsewhere", pv: releasedPV("v", corev1.PersistentVolumeReclaimDelete, hostPath),
+			claim: claim("ns", "data", "claim-uid", "w"),
+			event: "Warning VolumeFailedDelete host_path deleter only supports /tmp/.+ but received provided /data/v", phase: corev1.VolumeFailed},
+		{name: "no recycler, claim bound elsewhere", pv: releasedPV("v", corev1.PersistentVolumeReclaimRecycle, withCSI("ebs.csi.aws.com")),
+			claim: claim("ns", "data", "claim-uid", "w"),
+			event: "Warning VolumeFailedRecycle No recycler plugin found for the volume!", phase: corev1.VolumeFailed},
+		{name: "another provisioner's volume, claim bound elsewhere", pv: releasedPV("v", corev1.PersistentVolumeReclaimDelete, withProvisionedBy("example.com/other")),
+			claim: claim("ns", "data", "claim-uid", "w"), skipped: true},
+		{name: "host-path provisioned, claim bound to this volume", pv: releasedPV("v", corev1.PersistentVolumeReclaimDelete, hostPath),
+			claim: claim("ns", "data", "claim-uid", "v"), refuse: "claim ns/data (uid claim-uid) still exists and is not bound to another volume"},
+		{name: "host-path provisioned, claim not bound yet", pv: releasedPV("v", corev1.PersistentVolumeReclaimDelete, hostPath),
+			claim: claim("ns", "data", "claim-uid", ""), refuse: "still exists and is not bound to another volume"},
+		{name: "CSI volume deleted through the provisioner, claim bound elsewhere", pv: releasedPV("v", corev1.PersistentVolumeReclaimDelete, withCSI(devDriver), withProvisionedBy(devDriver)),
+			claim: claim("ns", "data", "claim-uid", "w"), refuse: "claim ns/data (uid claim-uid) still exists"},
+		{name: "scrub, claim bound elsewhere", pv: releasedPV("v", corev1.PersistentVolumeReclaimRecycle),
+			claim: claim("ns", "data", "claim-uid", "w"), refuse: "claim ns/data (uid claim-uid) still exists"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			kc, j, p := newFakeCluster(), newFakeJournal(), servedDev()
+			p.answer(&provisionerv1.DeleteVolumeResponse{Outcome: provisionerv1.Outcome_OUTCOME_FINISHED}, nil)
+			r := newReplica(t, "me", kc, j, p, config{})
+			s := &server{c: r.controller}
+			kc.addPV(tc.pv)
+			kc.addPVC(tc.claim)
+			_, err := s.Reclaim(t.Context(), &reclaimerv1.ReclaimRequest{VolumeName: "v"})
+			if tc.refuse != "" {
+				wantCode(t, "Reclaim", err, codes.FailedPrecondition, tc.refuse)
+				if j.len() != 0 || r.queue.Len() != 0 {
+					t.Errorf("a refused reclaim was journaled (%d) or queued (%d)", j.len(), r.queue.Len())
+				}
+				if got := kc.pv("v"); got == nil || got.Status.Phase != corev1.VolumeReleased {
+					t.Errorf("volume after a refusal: %+v", got)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("Reclaim: %v", err)
+			}
+			if tc.skipped {
+				rec, err := s.GetReclaim(t.Context(), &reclaimerv1.GetReclaimRequest{VolumeName: "v"})
+				if err != nil || rec.Reclaim.State != reclaimerv1.State_STATE_SKIPPED || j.len() != 0 || r.queue.Len() != 0 {
+					t.Errorf("record %v (%v), journal %d, queue %d", rec, err, j.len(), r.queue.Len())
+				}
+				if got := kc.pv("v"); got == nil || got.Status.Phase != corev1.VolumeReleased {
+					t.Errorf("volume %+v", got)
+				}
+				return
+			}
+			rec := r.step(t, "v")
+			if rec.State != reclaimerv1.State_STATE_FAILED || rec.Method != reclaimerv1.Method_METHOD_UNSUPPORTED {
+				t.Errorf("record %v", rec)
+			}
+			got := kc.pv("v")
+			if got == nil || got.Status.Phase != tc.phase || got.Spec.ClaimRef == nil {
+				t.Fatalf("volume %+v, want it %s with its claimRef", got, tc.phase)
+			}
+			if events := r.drain(); !slices.Equal(events, []string{tc.event}) {
+				t.Errorf("events %q, want %q", events, tc.event)
+			}
+			if p.calls() != 0 || len(r.scrubs) != 0 {
+				t.Errorf("DeleteVolume calls %d, scrubs %v", p.calls(), r.scrubs)
+			}
+			if _, err := s.RetryReclaim(t.Context(), &reclaimerv1.RetryReclaimRequest{VolumeName: "v"}); err != nil {
+				t.Errorf("RetryReclaim of the Failed volume: %v", err)
+			}
+		})
 	}
 }

@@ -38,9 +38,8 @@ func (p plan) acts() bool {
 
 // Messages, as kube-controller-manager words them where it has them.
 const (
-	msgRetained    = "policy Retain: the volume stays Released with its data until an administrator deletes or reuses it"
-	msgNoRecycler  = "No recycler plugin found for the volume!"
-	msgNoDeleterFm = "error getting deleter volume plugin for volume %q: no deletable volume plugin matched"
+	msgRetained   = "policy Retain: the volume stays Released with its data until an administrator deletes or reuses it"
+	msgNoRecycler = "No recycler plugin found for the volume!"
 )
 
 // decide is the whole policy decision for a volume, from the volume alone
@@ -75,7 +74,8 @@ func undecided(s served.Set) plan {
 // (kube.InTreeDeleteFailure); a volume provisioned by a provisioner volplane
 // does not serve belongs to that provisioner's deleter (as external-provisioner
 // ignores volumes of other provisioners); a CSI volume of a served driver
-// is deleted through the provisioner; anything else cannot be deleted.
+// is deleted through the provisioner; anything else cannot be deleted, and
+// fails as upstream (kube.StaticDeleteFailure).
 func decideDelete(v *corev1.PersistentVolume, s served.Set) plan {
 	if msg, inTree := kube.InTreeDeleteFailure(v); inTree {
 		// Provisioned by a non-migrated in-tree plugin: kube-controller-
@@ -101,7 +101,9 @@ func decideDelete(v *corev1.PersistentVolume, s served.Set) plan {
 		return plan{method: reclaimerv1.Method_METHOD_PROVISIONER, state: reclaimerv1.State_STATE_PENDING,
 			message: "the backing volume is deleted through volplane's provisioner"}
 	}
-	return unsupported(kube.EventVolumeFailedDelete, fmt.Sprintf(msgNoDeleterFm, v.Name))
+	// A static volume without a CSI source: kube-controller-manager's own
+	// plugins would try it by its source, and fail.
+	return unsupported(kube.EventVolumeFailedDelete, kube.StaticDeleteFailure(v))
 }
 
 // decideRecycle: a recycler pod mounts hostPath and NFS volumes, as

@@ -43,9 +43,18 @@ func TestDecide(t *testing.T) {
 		{"delete hostPath provisioned by another provisioner", releasedPV("a", corev1.PersistentVolumeReclaimDelete, withProvisionedBy("example.com/csi")), nothing, RecyclePod, none, reclaimerv1.State_STATE_SKIPPED, "", `provisioned by "example.com/csi"`},
 		{"delete without a provisioner", releasedPV("a", corev1.PersistentVolumeReclaimDelete, withCSI("dev.csi.volplane.io")), nothing, RecyclePod, none, reclaimerv1.State_STATE_SKIPPED, "", "not served"},
 		{"delete non-CSI volume of a served provisioner", releasedPV("a", corev1.PersistentVolumeReclaimDelete, withProvisionedBy("dev.csi.volplane.io")), serving, RecyclePod, viaProv, reclaimerv1.State_STATE_PENDING, "", ""},
-		{"delete static hostPath", releasedPV("static", corev1.PersistentVolumeReclaimDelete), serving, RecyclePod, unsupported, reclaimerv1.State_STATE_FAILED, kube.EventVolumeFailedDelete,
+		// kube-controller-manager finds its host_path plugin for a static
+		// hostPath volume, whose deleter refuses paths outside /tmp and
+		// would remove one under /tmp on its own node.
+		{"delete static hostPath", releasedPV("static", corev1.PersistentVolumeReclaimDelete, withHostPath("/data/static")), serving, RecyclePod, unsupported, reclaimerv1.State_STATE_FAILED, kube.EventVolumeFailedDelete,
+			"host_path deleter only supports /tmp/.+ but received provided /data/static"},
+		{"delete static hostPath under /tmp", releasedPV("static", corev1.PersistentVolumeReclaimDelete), serving, RecyclePod, unsupported, reclaimerv1.State_STATE_FAILED, kube.EventVolumeFailedDelete,
+			"volplane does not run kube-controller-manager's test-only host_path deleter: delete /tmp/volplane-unit/static on its node by hand"},
+		{"delete static hostPath, provisioner unreachable", releasedPV("static", corev1.PersistentVolumeReclaimDelete, withHostPath("/data/static")), unknown, RecyclePod, unsupported, reclaimerv1.State_STATE_FAILED, kube.EventVolumeFailedDelete, "host_path deleter only supports"},
+		{"delete static NFS", releasedPV("static", corev1.PersistentVolumeReclaimDelete, withNFS()), serving, RecyclePod, unsupported, reclaimerv1.State_STATE_FAILED, kube.EventVolumeFailedDelete,
 			`error getting deleter volume plugin for volume "static": no deletable volume plugin matched`},
-		{"delete static hostPath, provisioner unreachable", releasedPV("static", corev1.PersistentVolumeReclaimDelete), unknown, RecyclePod, unsupported, reclaimerv1.State_STATE_FAILED, kube.EventVolumeFailedDelete, "no deletable volume plugin matched"},
+		{"delete static local", releasedPV("static", corev1.PersistentVolumeReclaimDelete, withLocal("/mnt/disks/a", "node-a")), serving, RecyclePod, unsupported, reclaimerv1.State_STATE_FAILED, kube.EventVolumeFailedDelete,
+			`error getting deleter volume plugin for volume "static": no volume plugin matched`},
 		{"delete CSI, provisioner unreachable", releasedPV("a", corev1.PersistentVolumeReclaimDelete, withCSI("dev.csi.volplane.io")), unknown, RecyclePod, undecided, reclaimerv1.State_STATE_PENDING, "", "provisioner unreachable"},
 		{"recycle hostPath by pod", releasedPV("a", corev1.PersistentVolumeReclaimRecycle), serving, RecyclePod, viaPod, reclaimerv1.State_STATE_PENDING, "", ""},
 		{"recycle NFS by pod", releasedPV("a", corev1.PersistentVolumeReclaimRecycle, withNFS()), serving, RecyclePod, viaPod, reclaimerv1.State_STATE_PENDING, "", ""},

@@ -112,25 +112,50 @@ func TestReclaimNeverScrubsARecreatedClaim(t *testing.T) {
 	}
 }
 
-// A static hostPath volume with policy Delete: nothing can delete it, so
-// it goes Failed with Kubernetes' VolumeFailedDelete message.
+// A static volume with policy Delete: nothing can delete it, so it goes
+// Failed with Kubernetes' VolumeFailedDelete message: its PV controller
+// tries its host_path deleter (which refuses paths outside /tmp; under
+// /tmp it would remove the directory on its own node, which volplane does
+// not do) and has no deleter for NFS.
 func TestReclaimDeleteOfStaticHostPathFails(t *testing.T) {
-	n, cls := ns(t), "reclaim-delete-static"
-	createPV(t, n+"-pv", "1Gi", cls, withPolicy(corev1.PersistentVolumeReclaimDelete))
-	createPVC(t, n, "data", "1Gi", cls, wantVolume(n+"-pv"))
-	pvcPhase(t, n, "data", corev1.ClaimBound)
-	if err := cluster.client.CoreV1().PersistentVolumeClaims(n).Delete(t.Context(), "data", metav1.DeleteOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	want := `error getting deleter volume plugin for volume "` + n + `-pv": no deletable volume plugin matched`
-	v := pvPhase(t, n+"-pv", corev1.VolumeFailed)
-	if v.Status.Message != want {
-		t.Errorf("status message %q, want %q", v.Status.Message, want)
-	}
-	hasEvent(t, "default", "PersistentVolume", n+"-pv", kube.EventVolumeFailedDelete, want)
-	r := waitReclaim(t, reclaimerClient(t, cluster.reclaimerAddr), n+"-pv", reclaimerv1.State_STATE_FAILED)
-	if r.Method != reclaimerv1.Method_METHOD_UNSUPPORTED || r.Message != want {
-		t.Errorf("record %v", r)
+	for _, tc := range []struct {
+		name string
+		src  func(pv string) pvOpt
+		want func(pv string) string
+	}{
+		{"hostPath outside /tmp", func(pv string) pvOpt { return withHostPath("/data/" + pv) },
+			func(pv string) string {
+				return "host_path deleter only supports /tmp/.+ but received provided /data/" + pv
+			}},
+		{"hostPath under /tmp", func(pv string) pvOpt { return withHostPath("/tmp/volplane-e2e/" + pv) },
+			func(pv string) string {
+				return "volplane does not run kube-controller-manager's test-only host_path deleter: delete /tmp/volplane-e2e/" + pv + " on its node by hand"
+			}},
+		{"NFS", func(string) pvOpt { return withNFS("nfs.example", "/exports/x") },
+			func(pv string) string {
+				return `error getting deleter volume plugin for volume "` + pv + `": no deletable volume plugin matched`
+			}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			n, cls := ns(t), "reclaim-delete-static"
+			pv := n + "-pv"
+			createPV(t, pv, "1Gi", cls, withPolicy(corev1.PersistentVolumeReclaimDelete), tc.src(pv))
+			createPVC(t, n, "data", "1Gi", cls, wantVolume(pv))
+			pvcPhase(t, n, "data", corev1.ClaimBound)
+			if err := cluster.client.CoreV1().PersistentVolumeClaims(n).Delete(t.Context(), "data", metav1.DeleteOptions{}); err != nil {
+				t.Fatal(err)
+			}
+			want := tc.want(pv)
+			v := pvPhase(t, pv, corev1.VolumeFailed)
+			if v.Status.Message != want {
+				t.Errorf("status message %q, want %q", v.Status.Message, want)
+			}
+			hasEvent(t, "default", "PersistentVolume", pv, kube.EventVolumeFailedDelete, want)
+			r := waitReclaim(t, reclaimerClient(t, cluster.reclaimerAddr), pv, reclaimerv1.State_STATE_FAILED)
+			if r.Method != reclaimerv1.Method_METHOD_UNSUPPORTED || r.Message != want {
+				t.Errorf("record %v", r)
+			}
+		})
 	}
 }
 

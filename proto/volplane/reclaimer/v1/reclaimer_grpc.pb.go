@@ -41,8 +41,12 @@ type ReclaimerServiceClient interface {
 	// Reclaim starts (or joins) the reclaim of a Released or Failed volume.
 	// It returns at once; the reclaim runs in the background. Errors:
 	// InvalidArgument for a malformed request, NotFound when the volume does
-	// not exist, FailedPrecondition when it is not Released or Failed or its
-	// reclaim policy is unknown.
+	// not exist, FailedPrecondition when it is not Released or Failed, its
+	// reclaim policy is unknown, or a claim still holds it (one that would
+	// lose data to the reclaim, or, for a reclaim that only marks the volume
+	// Failed, one not bound to another volume). FailedPrecondition is a
+	// refusal of state: asking again changes nothing until the volume or its
+	// claims change, so callers ask again then, not with backoff.
 	Reclaim(ctx context.Context, in *ReclaimRequest, opts ...grpc.CallOption) (*ReclaimResponse, error)
 	// GetReclaim returns the reclaim state of one volume: an active reclaim
 	// from the etcd journal (whichever replica owns it), or one this replica
@@ -120,8 +124,12 @@ type ReclaimerServiceServer interface {
 	// Reclaim starts (or joins) the reclaim of a Released or Failed volume.
 	// It returns at once; the reclaim runs in the background. Errors:
 	// InvalidArgument for a malformed request, NotFound when the volume does
-	// not exist, FailedPrecondition when it is not Released or Failed or its
-	// reclaim policy is unknown.
+	// not exist, FailedPrecondition when it is not Released or Failed, its
+	// reclaim policy is unknown, or a claim still holds it (one that would
+	// lose data to the reclaim, or, for a reclaim that only marks the volume
+	// Failed, one not bound to another volume). FailedPrecondition is a
+	// refusal of state: asking again changes nothing until the volume or its
+	// claims change, so callers ask again then, not with backoff.
 	Reclaim(context.Context, *ReclaimRequest) (*ReclaimResponse, error)
 	// GetReclaim returns the reclaim state of one volume: an active reclaim
 	// from the etcd journal (whichever replica owns it), or one this replica
