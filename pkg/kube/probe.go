@@ -2,6 +2,7 @@ package kube
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"time"
 
@@ -56,6 +57,20 @@ func (p *APIProbe) probe(ctx context.Context, timeout time.Duration) error {
 	ctx, cancel := context.WithTimeout(ctx, max(timeout, 2*time.Second))
 	defer cancel()
 	return rc.Get().AbsPath("/readyz").Do(ctx).Error()
+}
+
+// Check is Healthy as an error, for a readiness check: nil when the API
+// server answered within the last grace, else what went wrong.
+func (p *APIProbe) Check(grace time.Duration) error {
+	ok, err := p.Healthy(grace)
+	switch {
+	case ok:
+		return nil
+	case err != nil:
+		return fmt.Errorf("no answer for over %s: %w", grace, err)
+	default:
+		return fmt.Errorf("no answer for over %s", grace)
+	}
 }
 
 // Healthy reports whether the API server answered within the last grace,

@@ -48,8 +48,8 @@ type Options struct {
 	// MemberID names this replica in etcd; default hostname plus a random
 	// suffix.
 	MemberID string
-	// DebugAddress serves /metrics, /healthz and /debug/pprof over HTTP;
-	// empty disables.
+	// DebugAddress serves /metrics, /readyz, /livez (and /healthz, the
+	// same) and /debug/pprof over HTTP; empty disables.
 	DebugAddress string
 	// Logger receives the replica's logs; default slog.Default().
 	Logger *slog.Logger
@@ -67,7 +67,7 @@ func (o *Options) AddFlags(listen, etcdUse string) {
 	flag.StringVar(&o.Listen, "listen", listen, "gRPC listen address (host:port or unix:///path)")
 	flag.StringVar(&o.AdvertiseAddress, "advertise-address", "", "address peers reach this replica at; defaults to --listen")
 	flag.StringVar(&o.MemberID, "member-id", "", "this replica's member id in etcd; defaults to hostname plus a random suffix")
-	flag.StringVar(&o.DebugAddress, "debug-address", "", "HTTP address serving /metrics (Prometheus), /healthz and /debug/pprof; empty disables")
+	flag.StringVar(&o.DebugAddress, "debug-address", "", "HTTP address serving /metrics (Prometheus), /readyz (readiness: the gRPC health's verdict, check by check), /livez (liveness; /healthz the same) and /debug/pprof; empty disables")
 }
 
 // Validate checks the shared options, each error naming its flag, and

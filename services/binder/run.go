@@ -162,6 +162,11 @@ func Run(ctx context.Context, o Options) error {
 		return ok && own.ready()
 	}
 
+	// Ready (gRPC health and /readyz) while the cache is current and the
+	// replica can act: canAct, check by check.
+	r.Health.AddReadiness("watcher-stream", c.streamCheck)
+	r.Health.AddReadiness("membership", own.check)
+
 	peers := newPeers(o.MemberID, own.current, o.TLS)
 	defer peers.close()
 	binderv1.RegisterBinderServiceServer(r.Server.Server, &api{
@@ -177,7 +182,10 @@ func Run(ctx context.Context, o Options) error {
 			return c.subscribe(ctx, watchclient.Addresses(o.WatcherAddress), o.TLS, log)
 		},
 		func(ctx context.Context) error { return c.run(ctx, o.Workers, o.ResyncPeriod) },
-		func(ctx context.Context) error { return c.readiness(ctx, r.Server) },
+		func(ctx context.Context) error {
+			r.Readiness(ctx, 250*time.Millisecond, binderv1.BinderService_ServiceDesc.ServiceName)
+			return nil
+		},
 		func(ctx context.Context) error {
 			followMembers(ctx, co, own, peers, c.enqueueAll, log)
 			return nil

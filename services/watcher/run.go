@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/sync/errgroup"
@@ -20,6 +21,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/volplane/volplane/pkg/grpcutil"
+	"github.com/volplane/volplane/pkg/health"
 	"github.com/volplane/volplane/pkg/kube"
 	"github.com/volplane/volplane/pkg/metrics"
 	watcherv1 "github.com/volplane/volplane/proto/volplane/watcher/v1"
@@ -60,8 +62,8 @@ type Options struct {
 	// (and how far a slow subscriber may lag before it gets a full list
 	// again); 0 means DefaultHistorySize.
 	HistorySize int
-	// DebugAddress serves /metrics, /healthz and /debug/pprof over HTTP;
-	// empty disables.
+	// DebugAddress serves /metrics, /readyz, /livez (and /healthz, the
+	// same) and /debug/pprof over HTTP; empty disables.
 	DebugAddress string
 	// Logger receives the watcher's logs; default slog.Default().
 	Logger *slog.Logger
@@ -157,7 +159,6 @@ func serve(ctx context.Context, o Options, client kubernetes.Interface, lis net.
 	}
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return srv.Serve(gctx, lis, 10*time.Second) })
-	g.Go(func() error { return metrics.Serve(gctx, o.DebugAddress, log) })
 	factory.Start(gctx.Done())
 	defer factory.Shutdown()
 	g.Go(func() error {
@@ -165,37 +166,55 @@ func serve(ctx context.Context, o Options, client kubernetes.Interface, lis net.
 		return nil
 	})
 	log.Info("watcher starting", "listen", lis.Addr().String(), "history", o.HistorySize)
+	var synced atomic.Bool
 	g.Go(func() error {
 		if !cache.WaitForCacheSync(gctx.Done(), pvs.HasSynced, pvcs.HasSynced, classes.HasSynced, pods.HasSynced) {
 			return nil
 		}
 		h.markSynced()
+		synced.Store(true)
 		pv, pvc, sc, pod := h.counts()
 		log.Info("watcher synced", "persistent_volumes", pv, "persistent_volume_claims", pvc, "storage_classes", sc, "pods_with_claims", pod)
-		// SERVING while the informers' view is current: NOT_SERVING while
-		// the API server cannot be reached or a watch on it fails, so that
-		// subscribers move to another watcher (or know that theirs is
-		// stale). The stream itself goes on either way.
-		serving := false
-		t := time.NewTicker(probeInterval)
-		defer t.Stop()
-		for {
-			ok, why := api.healthy()
-			if ok != serving {
-				serving = ok
-				srv.SetServing(ok, watcherv1.WatcherService_ServiceDesc.ServiceName)
-				if ok {
-					log.Info("watcher serving: its view of the API server is current")
-				} else {
-					log.Warn("watcher not serving: its view of the API server may be stale", "error", why)
-				}
-			}
-			select {
-			case <-t.C:
-			case <-gctx.Done():
-				return nil
-			}
+		return nil
+	})
+	// SERVING once the informers have synced and while their view is
+	// current: NOT_SERVING while the API server cannot be reached or a
+	// watch on it fails, so that subscribers move to another watcher (or
+	// know that theirs is stale). The stream itself goes on either way.
+	// /readyz on the debug port says the same, check by check.
+	checks := health.New()
+	checks.AddReadiness("informers", func() error {
+		if synced.Load() {
+			return nil
 		}
+		return errors.New("volumes, claims, classes and pods are not listed yet")
+	})
+	checks.AddReadiness("api-server", func() error {
+		if !synced.Load() {
+			return nil // the informers' check says it
+		}
+		if ok, why := api.healthy(); !ok {
+			if why == nil {
+				why = errors.New("no answer")
+			}
+			return fmt.Errorf("the view may be stale: %w", why)
+		}
+		return nil
+	})
+	g.Go(func() error { return metrics.Serve(gctx, o.DebugAddress, log, checks) })
+	g.Go(func() error {
+		checks.Loop(gctx, probeInterval, func(ready, changed bool, results []health.Result) {
+			if !changed {
+				return
+			}
+			srv.SetServing(ready, watcherv1.WatcherService_ServiceDesc.ServiceName)
+			if ready {
+				log.Info("watcher serving: its view of the API server is current")
+			} else {
+				log.Warn("watcher not serving", "why", health.Summary(results))
+			}
+		})
+		return nil
 	})
 	g.Go(func() error {
 		api.probe.Run(gctx, probeInterval)
