@@ -48,7 +48,8 @@ type backendCall struct {
 }
 
 // fakeBackend serves every gRPC method of every service: it records the
-// call and answers with answer(method), NotFound by default.
+// call and answers with answer(method), NotFound by default. Health
+// checks (the gateway's monitor) are answered NotFound and not recorded.
 type fakeBackend struct {
 	addr   string
 	mu     sync.Mutex
@@ -66,6 +67,10 @@ func startFakeBackend(t testing.TB) *fakeBackend {
 	srv := grpc.NewServer(grpc.UnknownServiceHandler(func(_ any, stream grpc.ServerStream) error {
 		method, _ := grpc.MethodFromServerStream(stream)
 		md, _ := metadata.FromIncomingContext(stream.Context())
+		if strings.HasPrefix(method, "/grpc.health.v1.") {
+			// The gateway's own background health checks, not a caller's.
+			return status.Error(codes.NotFound, "fake backend: no health service")
+		}
 		b.mu.Lock()
 		b.calls = append(b.calls, backendCall{method: method, md: md})
 		answer := b.answer
