@@ -22,9 +22,11 @@ type Options struct {
 	Kubeconfig string
 	// RESTConfig, when set, is used instead of Kubeconfig (tests).
 	RESTConfig *rest.Config
-	// KubeQPS limits API requests per second; 0 means no client-side limit.
+	// KubeQPS limits API requests per second on the client side; 0 means
+	// the service's default (DefaultKubeQPS unless it sets its own before
+	// Validate), negative no limit (kube.RateLimits).
 	KubeQPS float32
-	// KubeBurst is the burst allowed above KubeQPS.
+	// KubeBurst is the burst allowed above KubeQPS; 0 means twice KubeQPS.
 	KubeBurst int
 	// EtcdEndpoints are the etcd client URLs of the replica's coordination:
 	// membership, and the service's reservations or journal.
@@ -55,6 +57,10 @@ type Options struct {
 	Logger *slog.Logger
 }
 
+// DefaultKubeQPS is a replica's client-side API request limit unless its
+// service sets another (kube.RateLimits: a fuse, not a throttle).
+const DefaultKubeQPS = 500
+
 // AddFlags registers the shared flags on the command line: listen is the
 // default --listen, etcdUse what etcd holds for the service besides
 // membership (for --etcd-endpoints' help).
@@ -71,11 +77,15 @@ func (o *Options) AddFlags(listen, etcdUse string) {
 }
 
 // Validate checks the shared options, each error naming its flag, and
-// fills the defaults of those a replica may leave unset: the logger
-// (slog's default), the advertised address (the listen address) and the
-// member ID (hostname and a random suffix); etcdUse is as for AddFlags.
+// fills the defaults of those a replica may leave unset: the client's
+// rate limits (DefaultKubeQPS), the logger (slog's default), the
+// advertised address (the listen address) and the member ID (hostname and
+// a random suffix); etcdUse is as for AddFlags.
 func (o *Options) Validate(etcdUse string) []error {
 	errs := grpcutil.ValidateListenAndTLS(o.Listen, o.TLS)
+	if err := kube.RateLimits(&o.KubeQPS, &o.KubeBurst, DefaultKubeQPS); err != nil {
+		errs = append(errs, err)
+	}
 	if len(o.EtcdEndpoints) == 0 {
 		errs = append(errs, fmt.Errorf("etcd endpoints are required for membership and %s (--etcd-endpoints)", etcdUse))
 	}

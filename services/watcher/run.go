@@ -34,6 +34,10 @@ const Service = "watcher"
 // that resume: at a few hundred changes per second, minutes of history.
 const DefaultHistorySize = 100_000
 
+// DefaultKubeQPS is the watcher's client-side API request limit (a fuse,
+// kube.RateLimits): it only lists (in pages of 500) and watches.
+const DefaultKubeQPS = 100
+
 // Options configures the watcher.
 type Options struct {
 	// Kubeconfig is the kubeconfig path (--kubeconfig); empty means
@@ -41,9 +45,10 @@ type Options struct {
 	Kubeconfig string
 	// RESTConfig, when set, is used instead of Kubeconfig (tests).
 	RESTConfig *rest.Config
-	// KubeQPS limits API requests per second; 0 means no client-side limit.
+	// KubeQPS limits API requests per second on the client side; 0 means
+	// DefaultKubeQPS, negative no limit (kube.RateLimits).
 	KubeQPS float32
-	// KubeBurst is the burst allowed above KubeQPS.
+	// KubeBurst is the burst allowed above KubeQPS; 0 means twice KubeQPS.
 	KubeBurst int
 	// Listen is the gRPC listen address (host:port or unix:///path).
 	Listen string
@@ -74,8 +79,8 @@ func (o *Options) validate() error {
 	if o.HistorySize < 0 {
 		errs = append(errs, fmt.Errorf("history size must not be negative (0 means %d), got %d (--history-size)", DefaultHistorySize, o.HistorySize))
 	}
-	if o.KubeBurst < 0 {
-		errs = append(errs, fmt.Errorf("kubernetes client burst must not be negative, got %d (--kube-api-burst)", o.KubeBurst))
+	if err := kube.RateLimits(&o.KubeQPS, &o.KubeBurst, DefaultKubeQPS); err != nil {
+		errs = append(errs, err)
 	}
 	if o.ResyncPeriod < 0 {
 		errs = append(errs, fmt.Errorf("resync period must not be negative, got %s (--resync-period)", o.ResyncPeriod))
