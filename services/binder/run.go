@@ -54,6 +54,11 @@ type Options struct {
 	// previous owner has stopped (--ownership-settle); 0 means
 	// DefaultOwnershipSettle.
 	OwnershipSettle time.Duration
+	// ForeignBinderManagers are the field managers of other binders whose
+	// binding writes to the claims and volumes this replica owns it
+	// reports (foreign.go; --foreign-binder-managers); nil means
+	// DefaultForeignBinderManagers, empty reports none.
+	ForeignBinderManagers []string
 }
 
 // DefaultWorkers is the default number of workers per queue: enough
@@ -114,6 +119,9 @@ func (o *Options) validate() error {
 	if o.ProvisionCalls == 0 {
 		o.ProvisionCalls = DefaultProvisionCalls
 	}
+	if o.ForeignBinderManagers == nil {
+		o.ForeignBinderManagers = DefaultForeignBinderManagers
+	}
 	return errors.Join(errs...)
 }
 
@@ -134,6 +142,9 @@ func Run(ctx context.Context, o Options) error {
 	metrics.RegisterWorkqueueMetrics()
 	registerRetries()
 	c := newController(log, client, recorder)
+	if len(o.ForeignBinderManagers) > 0 {
+		c.foreign = newForeignBinders(o.ForeignBinderManagers, client, recorder, log)
+	}
 	c.provisions = newProvisions(o.ProvisionCalls)
 	c.feed = &feed{staleAfter: o.StaleAfter}
 	// One binder per process in production; tests running several share
@@ -196,6 +207,12 @@ func Run(ctx context.Context, o Options) error {
 		},
 		func(ctx context.Context) error {
 			followMembers(ctx, co, own, peers, c.enqueueAll, log)
+			return nil
+		},
+		func(ctx context.Context) error {
+			if c.foreign != nil {
+				c.foreign.run(ctx)
+			}
 			return nil
 		})
 	log.Info("binder stopped")
