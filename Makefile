@@ -32,11 +32,11 @@ CSI_PROVISIONER         := $(VOLPLANE_CACHE)/csi-provisioner-$(EXTERNAL_PROVISIO
 # What ships: the services, the gateway, the dev CSI driver and the kubectl
 # plugin (make verify-deps keeps etcd's server out of them).
 PRODUCT_BINARIES = ./services/watcher/cmd/watcher ./services/binder/cmd/binder ./services/provisioner/cmd/provisioner \
-	./services/reclaimer/cmd/reclaimer ./gateway/cmd/gateway ./cmd/volplane-csi ./cmd/kubectl-volplane
+	./services/reclaimer/cmd/reclaimer ./gateway/cmd/gateway ./cmd/volplane-csi ./cmd/kubectl-volplane ./cmd/volplane-certs
 export VOLPLANE_KUBE_APISERVER := $(KUBE_APISERVER)
 export VOLPLANE_CSI_SANITY := $(BIN)/csi-sanity
 
-BINARIES := watcher binder provisioner reclaimer gateway volplane-csi volplane-dev volplane-bench volplane-etcd volplane-chaos kubectl-volplane volplane-conformance
+BINARIES := watcher binder provisioner reclaimer gateway volplane-csi volplane-dev volplane-bench volplane-etcd volplane-chaos kubectl-volplane volplane-conformance volplane-certs
 # Benchmark size: `make bench N=10000`.
 N ?= 1000
 # kube-controller-manager's client QPS in `make bench-kcm` (its default is 20).
@@ -84,7 +84,7 @@ build: ## Build every binary into ./bin (kubectl-volplane too: put ./bin on the 
 	$(GO) build -o $(BIN)/ ./services/watcher/cmd/watcher ./services/binder/cmd/binder \
 		./services/provisioner/cmd/provisioner ./services/reclaimer/cmd/reclaimer \
 		./gateway/cmd/gateway ./cmd/volplane-csi ./cmd/volplane-dev ./cmd/volplane-bench \
-		./cmd/volplane-etcd ./cmd/volplane-chaos ./cmd/kubectl-volplane ./cmd/volplane-conformance
+		./cmd/volplane-etcd ./cmd/volplane-chaos ./cmd/kubectl-volplane ./cmd/volplane-conformance ./cmd/volplane-certs
 
 .PHONY: kube kube-apiserver
 kube: ## Build the pinned Kubernetes commands (kube-apiserver, -controller-manager, -scheduler, -proxy, kubelet, kubectl) once into the cache, in one go build (~30 min).

@@ -16,6 +16,10 @@ import (
 	"github.com/volplane/volplane/pkg/kube"
 )
 
+// apiGrace is how long the API server may not answer before the gateway
+// is not ready: without it no caller can be authenticated or authorized.
+const apiGrace = 5 * time.Second
+
 // AuthOptions configures who may call the gateway. There is no way to turn
 // authentication off: every request but /healthz, /readyz and
 // /openapi.json carries a bearer token (checked by a TokenReview) or a
@@ -66,8 +70,14 @@ type guard struct {
 	anonymous bool
 	authz     *auth.Authorizer
 	// limits holds each user's expensive requests (expensive.go).
-	limits *limiter
-	log    *slog.Logger
+	limits    *limiter
+	log       *slog.Logger
+	// api probes the API server that reviews callers; apiCheck says
+	// whether it has been failing for longer than apiGrace (readiness).
+	api      *kube.APIProbe
+	apiCheck func() error
+	// backends are the configured backends by gRPC service name.
+	backends map[string]*backend
 }
 
 func newGuard(o AuthOptions, log *slog.Logger) (*guard, error) {
@@ -79,7 +89,8 @@ func newGuard(o AuthOptions, log *slog.Logger) (*guard, error) {
 			return nil, fmt.Errorf("the gateway authenticates and authorizes callers with the Kubernetes API: %w", err)
 		}
 	}
-	g := &guard{anonymous: o.AllowAnonymous, log: log}
+	g := &guard{anonymous: o.AllowAnonymous, log: log, api: kube.NewAPIProbe(cs)}
+	g.apiCheck = func() error { return g.api.Check(apiGrace) }
 	var err error
 	if g.tokens, err = auth.NewTokenAuthenticator(auth.TokenOptions{
 		Reviews: cs.AuthenticationV1().TokenReviews(), TTL: o.TokenCacheTTL, Audiences: o.TokenAudiences,

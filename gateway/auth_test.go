@@ -53,7 +53,8 @@ type backendCall struct {
 }
 
 // fakeBackend serves every gRPC method of every service: it records the
-// call and answers with answer(method), NotFound by default.
+// call and answers with answer(method), NotFound by default. Health
+// checks (the gateway's monitor) are answered NotFound and not recorded.
 type fakeBackend struct {
 	addr   string
 	mu     sync.Mutex
@@ -71,6 +72,10 @@ func startFakeBackend(t testing.TB) *fakeBackend {
 	srv := grpc.NewServer(grpc.UnknownServiceHandler(func(_ any, stream grpc.ServerStream) error {
 		method, _ := grpc.MethodFromServerStream(stream)
 		md, _ := metadata.FromIncomingContext(stream.Context())
+		if strings.HasPrefix(method, "/grpc.health.v1.") {
+			// The gateway's own background health checks, not a caller's.
+			return status.Error(codes.NotFound, "fake backend: no health service")
+		}
 		// Decode the request as the real service would, so that what its
 		// gRPC layer refuses is refused here too.
 		if err := stream.RecvMsg(requestOf(method)); err != nil {

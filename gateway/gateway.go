@@ -12,11 +12,15 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/status"
 
 	"github.com/volplane/volplane/pkg/grpcutil"
 	binderv1 "github.com/volplane/volplane/proto/volplane/binder/v1"
@@ -69,10 +73,30 @@ func (o *Options) validate() error {
 }
 
 type backend struct {
-	name     string
-	addr     string
+	name string
+	addr string
+	// service is the gRPC service whose routes the backend serves.
+	service  string
 	register func(context.Context, *runtime.ServeMux, *grpc.ClientConn) error
 	cc       *grpc.ClientConn
+	// health is the backend's last health check (monitor).
+	health atomic.Pointer[backendHealth]
+}
+
+// backendHealth is what the gateway last learned of a backend's gRPC
+// health: its SERVING or NOT_SERVING, or why it could not be asked.
+type backendHealth struct {
+	Status string
+}
+
+// notChecked is a backend's health before its first check.
+var notChecked = &backendHealth{Status: "not checked yet"}
+
+func (b *backend) current() *backendHealth {
+	if h := b.health.Load(); h != nil {
+		return h
+	}
+	return notChecked
 }
 
 // NewHandler returns the gateway's HTTP handler and a function that closes
@@ -85,18 +109,26 @@ func NewHandler(ctx context.Context, o Options) (http.Handler, func(), error) {
 		return nil, nil, fmt.Errorf("gateway options: %w", err)
 	}
 	backends := []*backend{
-		{name: "watcher", addr: o.WatcherAddress, register: watcherv1.RegisterWatcherServiceHandler},
-		{name: "binder", addr: o.BinderAddress, register: binderv1.RegisterBinderServiceHandler},
-		{name: "provisioner", addr: o.ProvisionerAddress, register: provisionerv1.RegisterProvisionerServiceHandler},
-		{name: "reclaimer", addr: o.ReclaimerAddress, register: reclaimerv1.RegisterReclaimerServiceHandler},
+		{name: "watcher", addr: o.WatcherAddress, service: watcherv1.WatcherService_ServiceDesc.ServiceName, register: watcherv1.RegisterWatcherServiceHandler},
+		{name: "binder", addr: o.BinderAddress, service: binderv1.BinderService_ServiceDesc.ServiceName, register: binderv1.RegisterBinderServiceHandler},
+		{name: "provisioner", addr: o.ProvisionerAddress, service: provisionerv1.ProvisionerService_ServiceDesc.ServiceName, register: provisionerv1.RegisterProvisionerServiceHandler},
+		{name: "reclaimer", addr: o.ReclaimerAddress, service: reclaimerv1.ReclaimerService_ServiceDesc.ServiceName, register: reclaimerv1.RegisterReclaimerServiceHandler},
 	}
 	g, err := newGuard(o.Auth, o.Logger)
 	if err != nil {
 		return nil, nil, err
 	}
 	g.limits = newLimiter(o.Expensive)
+	g.backends = map[string]*backend{}
+	for _, b := range backends {
+		if b.addr != "" {
+			g.backends[b.service] = b
+		}
+	}
 	mux := runtime.NewServeMux(muxOptions(g, &o.HTTP)...)
+	mctx, stop := context.WithCancel(ctx)
 	closeAll := func() {
+		stop()
 		for _, b := range backends {
 			if b.cc != nil {
 				b.cc.Close()
@@ -121,17 +153,17 @@ func NewHandler(ctx context.Context, o Options) (http.Handler, func(), error) {
 		live = append(live, b)
 	}
 
+	// The backends' health is checked in the background, never on a
+	// request's behalf: /readyz is open to anyone and must answer at once.
+	go monitor(mctx, live, backendCheckInterval)
+	go g.api.Run(mctx, time.Second)
+
 	root := http.NewServeMux()
 	root.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		writeJSON(w, http.StatusOK, map[string]any{"status": "ok"})
 	})
 	root.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
-		ready, status := readiness(r.Context(), live)
-		code := http.StatusOK
-		if !ready {
-			code = http.StatusServiceUnavailable
-		}
-		writeJSON(w, code, map[string]any{"ready": ready, "backends": status})
+		writeReadiness(w, g, live)
 	})
 	root.HandleFunc("GET /openapi.json", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
@@ -140,26 +172,74 @@ func NewHandler(ctx context.Context, o Options) (http.Handler, func(), error) {
 	return front(g, &o.HTTP, root, mux, o.Logger), closeAll, nil
 }
 
-// readiness asks every backend's gRPC health service.
-func readiness(ctx context.Context, backends []*backend) (bool, map[string]string) {
-	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-	defer cancel()
-	ready := true
-	out := map[string]string{}
-	for _, b := range backends {
-		resp, err := healthpb.NewHealthClient(b.cc).Check(ctx, &healthpb.HealthCheckRequest{})
-		switch {
-		case err != nil:
-			out[b.name] = "unreachable at " + b.addr + ": " + err.Error()
-			ready = false
-		case resp.Status != healthpb.HealthCheckResponse_SERVING:
-			out[b.name] = resp.Status.String()
-			ready = false
-		default:
-			out[b.name] = "SERVING"
+// backendCheckInterval is how often the backends' health is checked;
+// backendCheckTimeout bounds one check.
+const (
+	backendCheckInterval = 2 * time.Second
+	backendCheckTimeout  = 3 * time.Second
+)
+
+// monitor checks every backend's gRPC health now and then every interval,
+// all at once, until ctx ends.
+func monitor(ctx context.Context, backends []*backend, interval time.Duration) {
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		var wg sync.WaitGroup
+		for _, b := range backends {
+			wg.Go(func() { b.health.Store(checkBackend(ctx, b)) })
+		}
+		wg.Wait()
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			return
 		}
 	}
-	return ready, out
+}
+
+// checkBackend asks b's gRPC health service: its status, or that it
+// cannot be reached, or that it answers without a health service.
+func checkBackend(ctx context.Context, b *backend) *backendHealth {
+	ctx, cancel := context.WithTimeout(ctx, backendCheckTimeout)
+	defer cancel()
+	resp, err := healthpb.NewHealthClient(b.cc).Check(ctx, &healthpb.HealthCheckRequest{})
+	switch status.Code(err) {
+	case codes.OK:
+		return &backendHealth{Status: resp.Status.String()}
+	case codes.Unavailable, codes.DeadlineExceeded, codes.Canceled:
+		return &backendHealth{Status: "unreachable at " + b.addr + ": " + status.Convert(err).Message()}
+	default:
+		return &backendHealth{Status: "answers, but not its health: " + status.Convert(err).Message()}
+	}
+}
+
+// writeReadiness answers /readyz. The gateway is ready while it can serve
+// something: it listens (it answers this), and it can authenticate and
+// authorize callers (the API server answers its TokenReviews and
+// SubjectAccessReviews). A backend that is down does not make it unready:
+// the other backends' routes still work and its own answer 503 naming it.
+// The body says which backend is in what state.
+func writeReadiness(w http.ResponseWriter, g *guard, backends []*backend) {
+	status := map[string]string{}
+	unavailable := []string{}
+	for _, b := range backends {
+		h := b.current()
+		status[b.name] = h.Status
+		if h.Status != healthpb.HealthCheckResponse_SERVING.String() {
+			unavailable = append(unavailable, b.name)
+		}
+	}
+	api := "ok"
+	ready := true
+	if err := g.apiCheck(); err != nil {
+		api, ready = "the API server, which checks every caller, "+err.Error(), false
+	}
+	code := http.StatusOK
+	if !ready {
+		code = http.StatusServiceUnavailable
+	}
+	writeJSON(w, code, map[string]any{"ready": ready, "apiServer": api, "backends": status, "unavailable": unavailable})
 }
 
 func writeJSON(w http.ResponseWriter, code int, v any) {

@@ -153,9 +153,11 @@ func muxOptions(g *guard, o *HTTPOptions) []runtime.ServeMuxOption {
 		runtime.WithDisablePathLengthFallback(),
 		runtime.WithMiddlewares(g.middleware),
 		runtime.WithErrorHandler(func(ctx context.Context, mux *runtime.ServeMux, m runtime.Marshaler, w http.ResponseWriter, r *http.Request, err error) {
-			if stateFrom(r.Context()).bodyTooLarge {
+			st := stateFrom(r.Context())
+			if st.bodyTooLarge {
 				err = tooLarge(o.MaxRequestBytes)
 			}
+			err = g.nameBackend(st.route, err)
 			runtime.DefaultHTTPErrorHandler(ctx, mux, m, w, r, withHTTPStatus(err))
 		}),
 		runtime.WithRoutingErrorHandler(func(ctx context.Context, mux *runtime.ServeMux, m runtime.Marshaler, w http.ResponseWriter, r *http.Request, code int) {
@@ -224,6 +226,33 @@ func (g *guard) middleware(next runtime.HandlerFunc) runtime.HandlerFunc {
 		}
 		next(w, r, params)
 	}
+}
+
+// backendOf is the backend serving rt, nil when none is configured.
+func (g *guard) backendOf(rt *route) *backend {
+	if rt == nil {
+		return nil
+	}
+	i := strings.LastIndexByte(rt.RPC, '.')
+	if i < 0 {
+		return nil
+	}
+	return g.backends[rt.RPC[:i]]
+}
+
+// nameBackend says which backend is unavailable when a call to it failed
+// with Unavailable ("binder unavailable: connection refused"), so that a
+// caller of one route knows which service is down and that the others
+// still answer.
+func (g *guard) nameBackend(rt *route, err error) error {
+	s, ok := status.FromError(err)
+	b := g.backendOf(rt)
+	if !ok || s.Code() != codes.Unavailable || b == nil {
+		return err
+	}
+	p := s.Proto()
+	p.Message = b.name + " unavailable: " + p.Message
+	return status.ErrorProto(p)
 }
 
 // withHTTPStatus maps gRPC codes to HTTP as grpc-gateway does, except

@@ -6,7 +6,9 @@
 #   hack/build-images.sh VERSION KUBE_APISERVER_BINARY KUBE_VERSION
 #
 #   volplane:VERSION                  the services, the gateway, the dev CSI driver
+#                                     (also ghcr.io/volplane/volplane:VERSION, the manifests' name)
 #   volplane-etcd:ETCD_VERSION        etcd itself, from hack/etcd (go.mod's etcd version)
+#                                     (also ghcr.io/volplane/etcd:ETCD_VERSION)
 #   volplane-kube-apiserver:KUBE_VERSION  the cached kube-apiserver (make kube-apiserver)
 #
 # The contexts are staged under .cache/images; the Dockerfile at the top
@@ -50,13 +52,15 @@ stage() {
 	cp "$root/Dockerfile" "$d/Dockerfile"
 	echo "$d/rootfs/usr/local/bin"
 }
-build() { # NAME TAG
-	local log
-	if ! log=$(docker build -q -t "$2" "$out/$1" 2>&1); then
+build() { # NAME TAG...
+	local log name=$1 tags=()
+	shift
+	for t in "$@"; do tags+=(-t "$t"); done
+	if ! log=$(docker build -q "${tags[@]}" "$out/$name" 2>&1); then
 		echo "$log" >&2
 		exit 1
 	fi
-	echo "built $2" >&2
+	echo "built $*" >&2
 }
 
 export CGO_ENABLED=0
@@ -64,11 +68,11 @@ bin=$(stage volplane)
 (cd "$root" && go build -trimpath -ldflags='-s -w' -o "$bin/" \
 	./services/watcher/cmd/watcher ./services/binder/cmd/binder ./services/provisioner/cmd/provisioner \
 	./services/reclaimer/cmd/reclaimer ./gateway/cmd/gateway ./cmd/volplane-csi)
-build volplane "volplane:$version"
+build volplane "volplane:$version" "ghcr.io/volplane/volplane:$version"
 
 bin=$(stage etcd)
 (cd "$root/hack/etcd" && GOFLAGS=-mod=mod go build -trimpath -ldflags='-s -w' -o "$bin/etcd" .)
-build etcd "volplane-etcd:$etcd_version"
+build etcd "volplane-etcd:$etcd_version" "ghcr.io/volplane/etcd:$etcd_version"
 
 bin=$(stage kube-apiserver)
 if ! file_out=$(go version "$apiserver" 2>&1) || ! grep -q 'CGO_ENABLED=0' <(go version -m "$apiserver"); then

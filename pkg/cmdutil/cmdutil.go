@@ -36,8 +36,8 @@ func LogFlags() *Logging {
 // KubeFlags registers --kubeconfig, --kube-api-qps and --kube-api-burst.
 func KubeFlags(kubeconfig *string, qps *float32, burst *int) {
 	flag.StringVar(kubeconfig, "kubeconfig", "", "path to a kubeconfig; empty: the files $KUBECONFIG lists, else ~/.kube/config, else the in-cluster configuration")
-	flag.Var((*float32Value)(qps), "kube-api-qps", "client-side limit on Kubernetes API requests per second; 0 means no limit")
-	flag.IntVar(burst, "kube-api-burst", 0, "burst above --kube-api-qps")
+	flag.Var((*float32Value)(qps), "kube-api-qps", "client-side limit on Kubernetes API requests per second, a fuse under the API server's priority and fairness; 0 means the service's default, negative no limit")
+	flag.IntVar(burst, "kube-api-burst", 0, "burst above --kube-api-qps; 0 means twice --kube-api-qps")
 }
 
 // EtcdFlag registers --etcd-endpoints, a comma-separated list.

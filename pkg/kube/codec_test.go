@@ -53,3 +53,38 @@ func TestTuneSpeaksProtobufUnthrottled(t *testing.T) {
 }
 
 var restConfig = rest.Config{Host: "https://127.0.0.1:6443"}
+
+func TestRateLimits(t *testing.T) {
+	for _, tc := range []struct {
+		name               string
+		qps                float32
+		burst              int
+		wantQPS            float32
+		wantBurst          int
+		wantErr, unlimited bool
+	}{
+		{name: "the service's default, burst twice", wantQPS: 500, wantBurst: 1000},
+		{name: "a QPS of the operator's", qps: 20, wantQPS: 20, wantBurst: 40},
+		{name: "and a burst", qps: 20, burst: 30, wantQPS: 20, wantBurst: 30},
+		{name: "negative: no limit", qps: -1, wantQPS: -1, unlimited: true},
+		{name: "negative burst", burst: -1, wantErr: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			qps, burst := tc.qps, tc.burst
+			err := kube.RateLimits(&qps, &burst, 500)
+			if (err != nil) != tc.wantErr {
+				t.Fatalf("err %v", err)
+			}
+			if err != nil {
+				return
+			}
+			if qps != tc.wantQPS || burst != tc.wantBurst {
+				t.Fatalf("QPS %v burst %d, want %v %d", qps, burst, tc.wantQPS, tc.wantBurst)
+			}
+			cfg := kube.Tune(&restConfig, kube.ClientOptions{QPS: qps, Burst: burst})
+			if tc.unlimited != (cfg.QPS < 0) {
+				t.Fatalf("tuned QPS %v", cfg.QPS)
+			}
+		})
+	}
+}

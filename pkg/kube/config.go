@@ -28,6 +28,27 @@ type ClientOptions struct {
 	UserAgent string
 }
 
+// RateLimits resolves a service's --kube-api-qps and --kube-api-burst:
+// a QPS of 0 is the service's default defQPS, a negative QPS no
+// client-side limit at all; a burst of 0 is twice the QPS. The limit is a
+// fuse against a runaway loop, not a throttle: the API server's priority
+// and fairness (deploy/kubernetes/flowcontrol.yaml) is what shares its
+// capacity, by flow, knowing its load; so the defaults sit well above what
+// a replica needs at its benchmarked peak, where kube-controller-manager's
+// 20 QPS would cap its binder at about 5 binds a second.
+func RateLimits(qps *float32, burst *int, defQPS float32) error {
+	if *burst < 0 {
+		return fmt.Errorf("kubernetes client burst must not be negative, got %d (--kube-api-burst)", *burst)
+	}
+	if *qps == 0 {
+		*qps = defQPS
+	}
+	if *qps > 0 && *burst == 0 {
+		*burst = int(2 * *qps)
+	}
+	return nil
+}
+
 // RESTConfig builds a REST config that speaks protobuf and is not throttled
 // unless QPS asks for it.
 func RESTConfig(o ClientOptions) (*rest.Config, error) {

@@ -2,6 +2,7 @@ package kube
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"time"
 
@@ -85,6 +86,21 @@ func (p *APIProbe) record(err error, now time.Time) {
 		p.failing, p.err = now, err
 	default:
 		p.err = err
+	}
+}
+
+// Check is Healthy as an error, for a readiness check: nil while the API
+// server answers, else what went wrong once it has been failing for
+// longer than grace.
+func (p *APIProbe) Check(grace time.Duration) error {
+	ok, err := p.Healthy(grace)
+	switch {
+	case ok:
+		return nil
+	case err != nil:
+		return fmt.Errorf("failing for over %s: %w", grace, err)
+	default:
+		return fmt.Errorf("failing for over %s", grace)
 	}
 }
 

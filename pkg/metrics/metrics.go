@@ -16,6 +16,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	dto "github.com/prometheus/client_model/go"
 	"k8s.io/client-go/util/workqueue"
+
+	"github.com/volplane/volplane/pkg/health"
 )
 
 // Registry holds every volplane metric of this process. Services register
@@ -53,8 +55,11 @@ func init() {
 	Registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 }
 
-// Handler serves /metrics, /debug/pprof/ and /healthz.
-func Handler() http.Handler {
+// Handler serves /metrics, /debug/pprof/, and the service's health h:
+// /readyz (readiness, the same verdict as its gRPC health) and /livez
+// (liveness; /healthz is the same). A nil h serves a /livez and /healthz
+// that only say the process answers, and no /readyz.
+func Handler(h *health.Checks) http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", promhttp.HandlerFor(Gatherer(), promhttp.HandlerOpts{}))
 	mux.HandleFunc("/debug/pprof/", pprof.Index)
@@ -62,13 +67,19 @@ func Handler() http.Handler {
 	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
 	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
 	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
-	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok\n")) })
+	if h == nil {
+		h = health.New()
+	} else {
+		mux.Handle("GET /readyz", h.ReadyHandler())
+	}
+	mux.Handle("GET /livez", h.LiveHandler())
+	mux.Handle("GET /healthz", h.LiveHandler())
 	return mux
 }
 
-// Serve serves Handler on addr until ctx ends; an empty addr serves
+// Serve serves Handler(h) on addr until ctx ends; an empty addr serves
 // nothing and returns when ctx ends.
-func Serve(ctx context.Context, addr string, log *slog.Logger) error {
+func Serve(ctx context.Context, addr string, log *slog.Logger, h *health.Checks) error {
 	if addr == "" {
 		<-ctx.Done()
 		return nil
@@ -77,10 +88,10 @@ func Serve(ctx context.Context, addr string, log *slog.Logger) error {
 	if err != nil {
 		return fmt.Errorf("listen on %s (--debug-address): %w", addr, err)
 	}
-	srv := &http.Server{Handler: Handler(), ReadHeaderTimeout: 10 * time.Second}
+	srv := &http.Server{Handler: Handler(h), ReadHeaderTimeout: 10 * time.Second}
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(lis) }()
-	log.Info("serving metrics and pprof", "address", lis.Addr().String())
+	log.Info("serving metrics, health and pprof", "address", lis.Addr().String())
 	select {
 	case err := <-errc:
 		if errors.Is(err, http.ErrServerClosed) {

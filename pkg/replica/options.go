@@ -22,9 +22,11 @@ type Options struct {
 	Kubeconfig string
 	// RESTConfig, when set, is used instead of Kubeconfig (tests).
 	RESTConfig *rest.Config
-	// KubeQPS limits API requests per second; 0 means no client-side limit.
+	// KubeQPS limits API requests per second on the client side; 0 means
+	// the service's default (DefaultKubeQPS unless it sets its own before
+	// Validate), negative no limit (kube.RateLimits).
 	KubeQPS float32
-	// KubeBurst is the burst allowed above KubeQPS.
+	// KubeBurst is the burst allowed above KubeQPS; 0 means twice KubeQPS.
 	KubeBurst int
 	// EtcdEndpoints are the etcd client URLs of the replica's coordination:
 	// membership, and the service's reservations or journal.
@@ -48,12 +50,16 @@ type Options struct {
 	// MemberID names this replica in etcd; default hostname plus a random
 	// suffix.
 	MemberID string
-	// DebugAddress serves /metrics, /healthz and /debug/pprof over HTTP;
-	// empty disables.
+	// DebugAddress serves /metrics, /readyz, /livez (and /healthz, the
+	// same) and /debug/pprof over HTTP; empty disables.
 	DebugAddress string
 	// Logger receives the replica's logs; default slog.Default().
 	Logger *slog.Logger
 }
+
+// DefaultKubeQPS is a replica's client-side API request limit unless its
+// service sets another (kube.RateLimits: a fuse, not a throttle).
+const DefaultKubeQPS = 500
 
 // AddFlags registers the shared flags on the command line: listen is the
 // default --listen, etcdUse what etcd holds for the service besides
@@ -67,15 +73,19 @@ func (o *Options) AddFlags(listen, etcdUse string) {
 	flag.StringVar(&o.Listen, "listen", listen, "gRPC listen address (host:port or unix:///path)")
 	flag.StringVar(&o.AdvertiseAddress, "advertise-address", "", "address peers reach this replica at; defaults to --listen")
 	flag.StringVar(&o.MemberID, "member-id", "", "this replica's member id in etcd; defaults to hostname plus a random suffix")
-	flag.StringVar(&o.DebugAddress, "debug-address", "", "HTTP address serving /metrics (Prometheus), /healthz and /debug/pprof; empty disables")
+	flag.StringVar(&o.DebugAddress, "debug-address", "", "HTTP address serving /metrics (Prometheus), /readyz (readiness: the gRPC health's verdict, check by check), /livez (liveness; /healthz the same) and /debug/pprof; empty disables")
 }
 
 // Validate checks the shared options, each error naming its flag, and
-// fills the defaults of those a replica may leave unset: the logger
-// (slog's default), the advertised address (the listen address) and the
-// member ID (hostname and a random suffix); etcdUse is as for AddFlags.
+// fills the defaults of those a replica may leave unset: the client's
+// rate limits (DefaultKubeQPS), the logger (slog's default), the
+// advertised address (the listen address) and the member ID (hostname and
+// a random suffix); etcdUse is as for AddFlags.
 func (o *Options) Validate(etcdUse string) []error {
 	errs := grpcutil.ValidateListenAndTLS(o.Listen, o.TLS)
+	if err := kube.RateLimits(&o.KubeQPS, &o.KubeBurst, DefaultKubeQPS); err != nil {
+		errs = append(errs, err)
+	}
 	if len(o.EtcdEndpoints) == 0 {
 		errs = append(errs, fmt.Errorf("etcd endpoints are required for membership and %s (--etcd-endpoints)", etcdUse))
 	}

@@ -8,8 +8,10 @@ package replica
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"net"
+	"strings"
 	"time"
 
 	"golang.org/x/sync/errgroup"
@@ -22,9 +24,14 @@ import (
 
 	"github.com/volplane/volplane/pkg/coord"
 	"github.com/volplane/volplane/pkg/grpcutil"
+	"github.com/volplane/volplane/pkg/health"
 	"github.com/volplane/volplane/pkg/kube"
 	"github.com/volplane/volplane/pkg/metrics"
 )
+
+// APIGrace is how long the API server may not answer before a replica is
+// not ready (readiness check "api-server").
+const APIGrace = 3 * time.Second
 
 // Config is what a replica starts from: the flags every service shares.
 type Config struct {
@@ -68,6 +75,11 @@ type Replica struct {
 	Server   *grpcutil.Server
 	// API says whether the API server answers (readiness).
 	API *kube.APIProbe
+	// Health is what the debug port's /readyz and /livez report. Start
+	// adds the readiness checks "etcd-session" and "api-server"; the
+	// service adds its own and runs Health.Loop, which sets the gRPC
+	// health from the same verdict (SetServing).
+	Health *health.Checks
 
 	lis net.Listener
 	cfg Config
@@ -104,12 +116,41 @@ func Start(ctx context.Context, c Config) (*Replica, error) {
 	}
 	events := record.NewBroadcaster(record.WithContext(ctx))
 	events.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: client.CoreV1().Events("")})
-	return &Replica{
+	r := &Replica{
 		Log: c.Log, RESTConfig: cfg, Client: client, Coord: co,
 		Events: events, Recorder: events.NewRecorder(scheme.Scheme, corev1.EventSource{Component: kube.ControllerComponent}),
-		Server: srv, API: kube.NewAPIProbe(client),
+		Server: srv, API: kube.NewAPIProbe(client), Health: health.New(),
 		lis: lis, cfg: c,
-	}, nil
+	}
+	r.Health.AddReadiness("etcd-session", r.etcdSession)
+	r.Health.AddReadiness("api-server", func() error { return r.API.Check(APIGrace) })
+	return r, nil
+}
+
+// etcdSession is the readiness check "etcd-session": without a live
+// session the replica owns nothing and its fenced writes fail.
+func (r *Replica) etcdSession() error {
+	if r.Coord.Ready() {
+		return nil
+	}
+	return fmt.Errorf("not established (etcd at %s)", strings.Join(r.cfg.Etcd.Endpoints, ","))
+}
+
+// Readiness runs the replica's readiness loop (Health.Loop) every
+// interval until ctx ends: it sets the gRPC health of the server and of
+// services from each verdict, and logs each change with its reasons.
+func (r *Replica) Readiness(ctx context.Context, interval time.Duration, services ...string) {
+	r.Health.Loop(ctx, interval, func(ready, changed bool, results []health.Result) {
+		if !changed {
+			return
+		}
+		r.Server.SetServing(ready, services...)
+		if ready {
+			r.Log.Info(r.cfg.Service+" ready", "member", r.cfg.MemberID)
+		} else {
+			r.Log.Warn(r.cfg.Service+" not ready", "member", r.cfg.MemberID, "why", health.Summary(results))
+		}
+	})
 }
 
 // Addr is the address the gRPC server listens on.
@@ -122,13 +163,13 @@ func (r *Replica) Close() {
 }
 
 // Run serves the gRPC server (draining calls for 10 s at the end), the
-// debug server, the etcd session and the API server probe, and the
-// service's tasks, until ctx ends or one of them fails; then it stops the
+// debug server (metrics, /readyz, /livez), the etcd session and the API
+// server probe, and the service's tasks, until ctx ends or one of them fails; then it stops the
 // others and returns the first error.
 func (r *Replica) Run(ctx context.Context, tasks ...func(context.Context) error) error {
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return r.Server.Serve(gctx, r.lis, 10*time.Second) })
-	g.Go(func() error { return metrics.Serve(gctx, r.cfg.DebugAddress, r.Log) })
+	g.Go(func() error { return metrics.Serve(gctx, r.cfg.DebugAddress, r.Log, r.Health) })
 	g.Go(func() error { return r.Coord.Run(gctx) })
 	g.Go(func() error {
 		r.API.Run(gctx, time.Second)

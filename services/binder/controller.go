@@ -82,6 +82,9 @@ type controller struct {
 	// feed is the watcher subscription and how current it is (stream.go);
 	// nil in unit tests.
 	feed *feed
+	// foreign notices another binder's writes (foreign.go); nil: not
+	// looked for.
+	foreign *foreignBinders
 
 	// relisted tracks the keys a full list after Reset delivered, so that
 	// objects missing from it are deleted on Synced.
@@ -192,7 +195,11 @@ func (c *controller) Event(ev *watcherv1.WatchResponse) error {
 			c.volumeDeleted(ev.Key, v.UID)
 			return nil
 		}
+		old := c.store.volume(ev.Key)
 		if v = c.store.putVolume(v); v != nil {
+			if c.foreign != nil && old != nil && old != v && old.UID == v.UID && c.owns("pv/"+v.Name) {
+				c.foreign.observe(foreignChange{kind: "volume", name: v.Name, uid: v.UID, fields: volumeBindingChanges(old, v)})
+			}
 			c.volumeChanged(v)
 		}
 	case watcherv1.Kind_KIND_PERSISTENT_VOLUME_CLAIM:
@@ -204,7 +211,13 @@ func (c *controller) Event(ev *watcherv1.WatchResponse) error {
 			c.claimDeleted(ev.Key, cl.UID)
 			return nil
 		}
-		if c.store.putClaim(cl) != nil {
+		old := c.store.claim(ev.Key)
+		if cur := c.store.putClaim(cl); cur != nil {
+			// A binding field changed that no write of this replica's had
+			// brought into the cache first: another binder's, maybe.
+			if c.foreign != nil && old != nil && old != cur && old.UID == cur.UID && c.owns("pvc/"+ev.Key) {
+				c.foreign.observe(foreignChange{kind: "claim", namespace: cur.Namespace, name: cur.Name, uid: cur.UID, fields: claimBindingChanges(old, cur)})
+			}
 			c.claimQueue.add(ev.Key)
 			c.claimChanged(ev.Key)
 		}

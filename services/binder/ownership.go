@@ -1,6 +1,8 @@
 package binder
 
 import (
+	"errors"
+	"fmt"
 	"slices"
 	"sync"
 	"time"
@@ -109,6 +111,22 @@ func (o *ownership) ready() bool {
 		return false
 	}
 	return !o.listed.IsZero() && time.Since(o.listed) >= o.settle
+}
+
+// check is the readiness check "membership": why ready is false, nil
+// when it is true.
+func (o *ownership) check() error {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	switch {
+	case o.live != nil && !o.live():
+		return errors.New("no etcd session lists this replica")
+	case o.listed.IsZero():
+		return errors.New("this replica is not in the binder members yet")
+	case time.Since(o.listed) < o.settle:
+		return fmt.Errorf("listed; waiting %s for the previous owners of its objects to stop", o.settle)
+	}
+	return nil
 }
 
 // follow makes live decide, with the member list, what is owned.

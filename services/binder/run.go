@@ -54,12 +54,22 @@ type Options struct {
 	// previous owner has stopped (--ownership-settle); 0 means
 	// DefaultOwnershipSettle.
 	OwnershipSettle time.Duration
+	// ForeignBinderManagers are the field managers of other binders whose
+	// binding writes to the claims and volumes this replica owns it
+	// reports (foreign.go; --foreign-binder-managers); nil means
+	// DefaultForeignBinderManagers, empty reports none.
+	ForeignBinderManagers []string
 }
 
 // DefaultWorkers is the default number of workers per queue: enough
 // requests in flight to keep the API server busy, since each bind is four
 // sequential writes.
 const DefaultWorkers = 128
+
+// DefaultKubeQPS is the binder's client-side API request limit (a fuse,
+// kube.RateLimits): a bind is four writes, and the benchmarks reach about
+// 250 binds a second per replica.
+const DefaultKubeQPS = 1000
 
 // DefaultProvisionCalls is the default bound on provisioner calls in
 // flight: each holds its slot through a CSI call and the provisioner's
@@ -84,6 +94,9 @@ func (o *Options) validate() error {
 	if o.StaleAfter == 0 {
 		o.StaleAfter = DefaultStaleAfter
 	}
+	if o.KubeQPS == 0 {
+		o.KubeQPS = DefaultKubeQPS
+	}
 	errs = append(errs, o.Options.Validate(etcdUse)...)
 	if o.Workers < 0 {
 		errs = append(errs, fmt.Errorf("workers must be at least 1, got %d (--workers)", o.Workers))
@@ -106,6 +119,9 @@ func (o *Options) validate() error {
 	if o.ProvisionCalls == 0 {
 		o.ProvisionCalls = DefaultProvisionCalls
 	}
+	if o.ForeignBinderManagers == nil {
+		o.ForeignBinderManagers = DefaultForeignBinderManagers
+	}
 	return errors.Join(errs...)
 }
 
@@ -126,6 +142,9 @@ func Run(ctx context.Context, o Options) error {
 	metrics.RegisterWorkqueueMetrics()
 	registerRetries()
 	c := newController(log, client, recorder)
+	if len(o.ForeignBinderManagers) > 0 {
+		c.foreign = newForeignBinders(o.ForeignBinderManagers, client, recorder, log)
+	}
 	c.provisions = newProvisions(o.ProvisionCalls)
 	c.feed = &feed{staleAfter: o.StaleAfter}
 	// One binder per process in production; tests running several share
@@ -162,6 +181,11 @@ func Run(ctx context.Context, o Options) error {
 		return ok && own.ready()
 	}
 
+	// Ready (gRPC health and /readyz) while the cache is current and the
+	// replica can act: canAct, check by check.
+	r.Health.AddReadiness("watcher-stream", c.streamCheck)
+	r.Health.AddReadiness("membership", own.check)
+
 	peers := newPeers(o.MemberID, own.current, o.TLS)
 	defer peers.close()
 	binderv1.RegisterBinderServiceServer(r.Server.Server, &api{
@@ -177,9 +201,18 @@ func Run(ctx context.Context, o Options) error {
 			return c.subscribe(ctx, watchclient.Addresses(o.WatcherAddress), o.TLS, log)
 		},
 		func(ctx context.Context) error { return c.run(ctx, o.Workers, o.ResyncPeriod) },
-		func(ctx context.Context) error { return c.readiness(ctx, r.Server) },
+		func(ctx context.Context) error {
+			r.Readiness(ctx, 250*time.Millisecond, binderv1.BinderService_ServiceDesc.ServiceName)
+			return nil
+		},
 		func(ctx context.Context) error {
 			followMembers(ctx, co, own, peers, c.enqueueAll, log)
+			return nil
+		},
+		func(ctx context.Context) error {
+			if c.foreign != nil {
+				c.foreign.run(ctx)
+			}
 			return nil
 		})
 	log.Info("binder stopped")

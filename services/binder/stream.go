@@ -12,7 +12,6 @@ import (
 
 	"github.com/volplane/volplane/pkg/grpcutil"
 	"github.com/volplane/volplane/pkg/watchclient"
-	binderv1 "github.com/volplane/volplane/proto/volplane/binder/v1"
 	watcherv1 "github.com/volplane/volplane/proto/volplane/watcher/v1"
 )
 
@@ -88,26 +87,21 @@ func (g gatedProvisioner) Provision(ctx context.Context, claim *corev1.Persisten
 	return g.provisioner.Provision(ctx, claim, class)
 }
 
-// readiness keeps the binder's health SERVING while its cache is current
-// (streamHealthy) and NOT_SERVING otherwise, until ctx ends.
-func (c *controller) readiness(ctx context.Context, srv *grpcutil.Server) error {
-	t := time.NewTicker(250 * time.Millisecond)
-	defer t.Stop()
-	serving := false
-	for {
-		if ok := c.streamHealthy() && c.coordinated(); ok != serving {
-			serving = ok
-			srv.SetServing(ok, binderv1.BinderService_ServiceDesc.ServiceName)
-			if ok {
-				c.log.Info("binder ready", "watcher", c.feed.status.Watcher())
-			} else {
-				c.log.Warn("binder not ready: no live watcher stream, no etcd session listing it, or no API server", "stream", c.streamHealthy(), "coordinated", c.coordinated(), "watcher", c.feed.status.Watcher(), "fresh_at", c.feed.status.FreshAt())
-			}
+// streamCheck is the readiness check "watcher-stream": the cache is
+// current (streamHealthy), and why not.
+func (c *controller) streamCheck() error {
+	switch {
+	case c.streamHealthy():
+		return nil
+	case !c.synced.Load():
+		if w := c.feed.status.Watcher(); w != "" {
+			return fmt.Errorf("the first full list from watcher %s is not in yet", w)
 		}
-		select {
-		case <-t.C:
-		case <-ctx.Done():
-			return nil
-		}
+		return errors.New("no watcher stream yet")
 	}
+	fresh := c.feed.status.FreshAt()
+	if fresh.IsZero() {
+		return fmt.Errorf("not caught up with a serving watcher yet (watcher %q)", c.feed.status.Watcher())
+	}
+	return fmt.Errorf("not caught up with a serving watcher since %s, over %s (watcher %q)", fresh.UTC().Format(time.RFC3339), c.feed.staleAfter, c.feed.status.Watcher())
 }

@@ -2,6 +2,7 @@ package provisioner
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"sort"
@@ -161,6 +162,26 @@ func (r *registry) all() []*driver {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return append([]*driver(nil), r.drivers...)
+}
+
+// check is the readiness check "csi-drivers": every driver has been
+// probed and is ready.
+func (r *registry) check() error {
+	select {
+	case <-r.probed:
+	default:
+		return errors.New("not probed yet")
+	}
+	var bad []string
+	for _, d := range r.all() {
+		if info := d.current().info; !info.GetReady() {
+			bad = append(bad, fmt.Sprintf("%s not ready: %s", d.endpoint, info.GetMessage()))
+		}
+	}
+	if len(bad) > 0 {
+		return errors.New(strings.Join(bad, "; "))
+	}
+	return nil
 }
 
 // byProvisioner is the driver serving StorageClass provisioner name, or nil.

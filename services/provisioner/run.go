@@ -7,6 +7,7 @@ import (
 	"os"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"google.golang.org/grpc"
@@ -41,10 +42,6 @@ const (
 	DefaultRecoveryPeriod   = 10 * time.Second
 	DefaultProbePeriod      = 30 * time.Second
 )
-
-// apiGrace is how long the API server may not answer before the replica
-// turns NOT_SERVING.
-const apiGrace = 3 * time.Second
 
 // Options configures a provisioner replica.
 type Options struct {
@@ -220,6 +217,14 @@ func Run(ctx context.Context, o Options) error {
 	provisionerv1.RegisterProvisionerServiceServer(srv.Server, api)
 	factory.Start(ctx.Done())
 	defer factory.Shutdown()
+	var informersSynced atomic.Bool
+	r.Health.AddReadiness("informers", func() error {
+		if informersSynced.Load() {
+			return nil
+		}
+		return errors.New("nodes and CSINodes (and, without a watcher, claims and classes) are not listed yet")
+	})
+	r.Health.AddReadiness("csi-drivers", reg.check)
 	log.Info("provisioner starting", "member", o.MemberID, "listen", r.Addr(), "csi_endpoints", o.CSIEndpoints, "watcher", o.WatcherAddress)
 
 	tasks := []func(context.Context) error{
@@ -228,43 +233,23 @@ func Run(ctx context.Context, o Options) error {
 			return nil
 		},
 		func(ctx context.Context) error {
-			// Serving once the informers' caches are filled and every
-			// driver has been probed; NOT_SERVING while any driver is not
-			// ready, while there is no etcd session, or while the API
-			// server is out of reach. The watcher stream, when used, is
-			// not waited for: until it is current, claims and classes are
-			// read from the API server.
 			for _, ok := range factory.WaitForCacheSync(ctx.Done()) {
 				if !ok {
 					return nil
 				}
 			}
-			select {
-			case <-reg.probed:
-			case <-ctx.Done():
-				return nil
-			}
-			t := time.NewTicker(time.Second)
-			defer t.Stop()
-			serving := false
-			for {
-				ready := co.Ready()
-				for _, d := range reg.all() {
-					ready = ready && d.ready()
-				}
-				api, apiErr := r.API.Healthy(apiGrace)
-				ready = ready && api
-				if ready != serving {
-					serving = ready
-					log.Info("provisioner readiness changed", "serving", ready, "etcd_session", co.Ready(), "api_server", api, "api_error", apiErr)
-				}
-				srv.SetServing(ready, provisionerv1.ProvisionerService_ServiceDesc.ServiceName)
-				select {
-				case <-t.C:
-				case <-ctx.Done():
-					return nil
-				}
-			}
+			informersSynced.Store(true)
+			return nil
+		},
+		func(ctx context.Context) error {
+			// Serving once the informers' caches are filled and every
+			// driver has been probed; NOT_SERVING while any driver is not
+			// ready, while there is no etcd session, or while the API
+			// server is out of reach (the checks of r.Health). The watcher
+			// stream, when used, is not waited for: until it is current,
+			// claims and classes are read from the API server.
+			r.Readiness(ctx, time.Second, provisionerv1.ProvisionerService_ServiceDesc.ServiceName)
+			return nil
 		},
 		func(ctx context.Context) error {
 			select {

@@ -34,10 +34,13 @@ type cluster interface {
 // kubeCluster is cluster over a client-go clientset. claims, when set, is
 // an informer's index of claims by spec.volumeName (guard.ByVolumeName):
 // ClaimsNaming asks it which claims to read, through guard.APIClaims, the
-// one implementation the provisioner shares.
+// one implementation the provisioner shares. synced, when set, says
+// whether the index holds every claim yet; until it does, ClaimsNaming
+// lists the claims from the API server instead.
 type kubeCluster struct {
 	c      kubernetes.Interface
 	claims cache.Indexer
+	synced func() bool
 }
 
 // byVolumeName indexes claims by the volume they ask for.
@@ -71,7 +74,11 @@ func (k kubeCluster) GetClaim(ctx context.Context, namespace, name string) (*cor
 }
 
 func (k kubeCluster) ClaimsNaming(ctx context.Context, volume string) ([]corev1.PersistentVolumeClaim, error) {
-	return guard.APIClaims{Client: k.c, Index: k.claims}.ClaimsNaming(ctx, volume)
+	idx := k.claims
+	if k.synced != nil && !k.synced() {
+		idx = nil // an index still filling would miss claims
+	}
+	return guard.APIClaims{Client: k.c, Index: idx}.ClaimsNaming(ctx, volume)
 }
 
 func (k kubeCluster) ListPods(ctx context.Context, namespace string) ([]corev1.Pod, error) {

@@ -2,17 +2,15 @@ package reclaimer
 
 import (
 	"context"
+	"errors"
 	"fmt"
-	"log/slog"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/tools/cache"
 
-	"github.com/volplane/volplane/pkg/coord"
 	"github.com/volplane/volplane/pkg/grpcutil"
-	"github.com/volplane/volplane/pkg/kube"
 	"github.com/volplane/volplane/pkg/metrics"
 	startup "github.com/volplane/volplane/pkg/replica"
 	provisionerv1 "github.com/volplane/volplane/proto/volplane/provisioner/v1"
@@ -66,11 +64,18 @@ func Run(ctx context.Context, o Options) error {
 	}
 	claimInformers.Start(ctx.Done())
 	defer claimInformers.Shutdown()
-	if !cache.WaitForCacheSync(ctx.Done(), claimInformer.HasSynced) {
-		return ctx.Err()
-	}
-	c := newController(log, o.MemberID, kubeCluster{c: client, claims: claimInformer.GetIndexer()}, co, newDrivers(prov, o.DriversRefreshPeriod, log), prov,
-		recorder, cfg, o.RetryIntervalStart, o.RetryIntervalMax, nil)
+	// Not waited for: until the index holds every claim, the guard lists
+	// the claims from the API server (kubeCluster.ClaimsNaming) and the
+	// replica is not ready; its debug port and health answer meanwhile,
+	// so a replica waiting for the API server is not killed for it.
+	c := newController(log, o.MemberID, kubeCluster{c: client, claims: claimInformer.GetIndexer(), synced: claimInformer.HasSynced}, co,
+		newDrivers(prov, o.DriversRefreshPeriod, log), prov, recorder, cfg, o.RetryIntervalStart, o.RetryIntervalMax, nil)
+	r.Health.AddReadiness("claims-informer", func() error {
+		if claimInformer.HasSynced() {
+			return nil
+		}
+		return errors.New("the claims are not listed yet")
+	})
 
 	reclaimerv1.RegisterReclaimerServiceServer(srv.Server, &server{c: c, tls: o.TLS, peer: func(ctx context.Context, id string) (string, error) {
 		ms, err := co.Members(ctx, Service)
@@ -107,7 +112,9 @@ func Run(ctx context.Context, o Options) error {
 			}
 		},
 		func(ctx context.Context) error {
-			readiness(ctx, srv, co, r.API, log)
+			// Ready while it has an etcd session, the API server answers
+			// and the claims are listed (the checks of r.Health).
+			r.Readiness(ctx, time.Second, reclaimerv1.ReclaimerService_ServiceDesc.ServiceName)
 			return nil
 		},
 		func(ctx context.Context) error {
@@ -121,26 +128,4 @@ func Run(ctx context.Context, o Options) error {
 	err = r.Run(ctx, tasks...)
 	log.Info("reclaimer stopped")
 	return err
-}
-
-// readiness keeps the replica SERVING while it has an etcd session and the
-// API server answers, NOT_SERVING otherwise, until ctx ends.
-func readiness(ctx context.Context, srv *grpcutil.Server, co *coord.Keeper, api *kube.APIProbe, log *slog.Logger) {
-	t := time.NewTicker(time.Second)
-	defer t.Stop()
-	serving := false
-	for {
-		apiOK, apiErr := api.Healthy(3 * time.Second)
-		ready := co.Ready() && apiOK
-		if ready != serving {
-			serving = ready
-			srv.SetServing(ready, reclaimerv1.ReclaimerService_ServiceDesc.ServiceName)
-			log.Info("reclaimer readiness changed", "serving", ready, "etcd_session", co.Ready(), "api_server", apiOK, "api_error", apiErr)
-		}
-		select {
-		case <-t.C:
-		case <-ctx.Done():
-			return
-		}
-	}
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/sync/errgroup"
@@ -19,6 +20,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/volplane/volplane/pkg/grpcutil"
+	"github.com/volplane/volplane/pkg/health"
 	"github.com/volplane/volplane/pkg/kube"
 	"github.com/volplane/volplane/pkg/metrics"
 	watcherv1 "github.com/volplane/volplane/proto/volplane/watcher/v1"
@@ -31,6 +33,10 @@ const Service = "watcher"
 // that resume: at a few hundred changes per second, minutes of history.
 const DefaultHistorySize = 100_000
 
+// DefaultKubeQPS is the watcher's client-side API request limit (a fuse,
+// kube.RateLimits): it only lists (in pages of 500) and watches.
+const DefaultKubeQPS = 100
+
 // Options configures the watcher.
 type Options struct {
 	// Kubeconfig is the kubeconfig path (--kubeconfig); empty means
@@ -38,9 +44,10 @@ type Options struct {
 	Kubeconfig string
 	// RESTConfig, when set, is used instead of Kubeconfig (tests).
 	RESTConfig *rest.Config
-	// KubeQPS limits API requests per second; 0 means no client-side limit.
+	// KubeQPS limits API requests per second on the client side; 0 means
+	// DefaultKubeQPS, negative no limit (kube.RateLimits).
 	KubeQPS float32
-	// KubeBurst is the burst allowed above KubeQPS.
+	// KubeBurst is the burst allowed above KubeQPS; 0 means twice KubeQPS.
 	KubeBurst int
 	// Listen is the gRPC listen address (host:port or unix:///path).
 	Listen string
@@ -59,8 +66,8 @@ type Options struct {
 	// (and how far a slow subscriber may lag before it gets a full list
 	// again); 0 means DefaultHistorySize.
 	HistorySize int
-	// DebugAddress serves /metrics, /healthz and /debug/pprof over HTTP;
-	// empty disables.
+	// DebugAddress serves /metrics, /readyz, /livez (and /healthz, the
+	// same) and /debug/pprof over HTTP; empty disables.
 	DebugAddress string
 	// Logger receives the watcher's logs; default slog.Default().
 	Logger *slog.Logger
@@ -75,8 +82,8 @@ func (o *Options) validate() error {
 	if o.HistorySize < 0 {
 		errs = append(errs, fmt.Errorf("history size must not be negative (0 means %d), got %d (--history-size)", DefaultHistorySize, o.HistorySize))
 	}
-	if o.KubeBurst < 0 {
-		errs = append(errs, fmt.Errorf("kubernetes client burst must not be negative, got %d (--kube-api-burst)", o.KubeBurst))
+	if err := kube.RateLimits(&o.KubeQPS, &o.KubeBurst, DefaultKubeQPS); err != nil {
+		errs = append(errs, err)
 	}
 	if o.ResyncPeriod < 0 {
 		errs = append(errs, fmt.Errorf("resync period must not be negative, got %s (--resync-period)", o.ResyncPeriod))
@@ -183,7 +190,6 @@ func serve(ctx context.Context, o Options, client kubernetes.Interface, lis net.
 	}
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return srv.Serve(gctx, lis, 10*time.Second) })
-	g.Go(func() error { return metrics.Serve(gctx, o.DebugAddress, log) })
 	for _, reg := range informers {
 		g.Go(func() error {
 			reg.inf.RunWithContext(gctx)
@@ -191,14 +197,56 @@ func serve(ctx context.Context, o Options, client kubernetes.Interface, lis net.
 		})
 	}
 	log.Info("watcher starting", "listen", lis.Addr().String(), "history", o.HistorySize)
+	var synced atomic.Bool
+	checks := health.New()
 	g.Go(func() error {
 		if !cache.WaitForCacheSync(gctx.Done(), pvs.HasSynced, pvcs.HasSynced, classes.HasSynced, pods.HasSynced) {
 			return nil
 		}
 		h.markSynced()
+		synced.Store(true)
+		checks.Recheck()
 		pv, pvc, sc, pod := h.counts()
 		log.Info("watcher synced", "persistent_volumes", pv, "persistent_volume_claims", pvc, "storage_classes", sc, "pods_with_claims", pod)
-		ready(gctx, api, srv, log)
+		return nil
+	})
+	// SERVING once the informers have synced and while their view is
+	// current (apiHealth: every informer's watch open, none silent while
+	// the API server does not answer), so that subscribers move to another
+	// watcher (or know that theirs is behind). The stream itself goes on
+	// either way. /readyz on the debug port says the same, check by check.
+	checks.AddReadiness("informers", func() error {
+		if synced.Load() {
+			return nil
+		}
+		return errors.New("volumes, claims, classes and pods are not listed yet")
+	})
+	checks.AddReadiness("api-watches", func() error {
+		if !synced.Load() {
+			return nil // the informers' check says it
+		}
+		if ok, why := api.current(time.Now()); !ok {
+			return fmt.Errorf("the view may be behind: %w", why)
+		}
+		return nil
+	})
+	g.Go(func() error { return metrics.Serve(gctx, o.DebugAddress, log, checks) })
+	g.Go(func() error {
+		logProbe(gctx, api, log)
+		return nil
+	})
+	g.Go(func() error {
+		checks.Loop(gctx, judgeInterval, func(ready, changed bool, results []health.Result) {
+			if !changed {
+				return
+			}
+			srv.SetServing(ready, watcherv1.WatcherService_ServiceDesc.ServiceName)
+			if ready {
+				log.Info("watcher serving: its view of the API server is current")
+			} else {
+				log.Warn("watcher not serving", "why", health.Summary(results))
+			}
+		})
 		return nil
 	})
 	g.Go(func() error {
@@ -210,32 +258,20 @@ func serve(ctx context.Context, o Options, client kubernetes.Interface, lis net.
 	return err
 }
 
-// ready keeps the watcher SERVING while its view is current (apiHealth)
-// and NOT_SERVING otherwise, until ctx ends, so that subscribers move to
-// another watcher (or know that theirs is behind). The streams go on
-// either way. The API server probe is logged when it changes; it decides
-// nothing while the watches are alive.
-func ready(ctx context.Context, api *apiHealth, srv *grpcutil.Server, log *slog.Logger) {
-	serving, probeOK := false, true
+// logProbe logs when the API server's readiness probe starts or stops
+// failing, until ctx ends. It decides nothing while the watches are alive
+// (apiHealth.current): a slow API server is slow, not gone.
+func logProbe(ctx context.Context, api *apiHealth, log *slog.Logger) {
+	probeOK := true
 	t := time.NewTicker(judgeInterval)
 	defer t.Stop()
 	for {
-		ok, why := api.current(time.Now())
-		if ok != serving {
-			serving = ok
-			srv.SetServing(ok, watcherv1.WatcherService_ServiceDesc.ServiceName)
-			if ok {
-				log.Info("watcher serving: its view of the API server is current")
-			} else {
-				log.Warn("watcher not serving: its view of the API server may be behind", "error", why)
-			}
-		}
 		if p, err := api.probe.Healthy(api.limits.probeGrace); p != probeOK {
 			probeOK = p
 			if p {
 				log.Info("the API server answers its readiness probe again")
 			} else {
-				log.Warn("the API server does not answer its readiness probe; readiness follows the watches", "serving", serving, "error", err)
+				log.Warn("the API server does not answer its readiness probe; readiness follows the watches", "error", err)
 			}
 		}
 		select {

@@ -20,7 +20,7 @@ func TestMetricsUseKubernetesNames(t *testing.T) {
 	createPVC(t, n, "claim", "1Gi", "metrics")
 	pvcPhase(t, n, "claim", corev1.ClaimBound)
 
-	srv := httptest.NewServer(metrics.Handler())
+	srv := httptest.NewServer(metrics.Handler(nil))
 	defer srv.Close()
 	eventually(t, 30*time.Second, func() string {
 		resp, err := srv.Client().Get(srv.URL + "/metrics")

@@ -10,6 +10,7 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"encoding/json"
 	"flag"
 	"fmt"
 	"io"
@@ -165,7 +166,8 @@ func run(m *testing.M) int {
 	return c.RunTests(m, "e2e/plugin", cancel, errc, 6)
 }
 
-// waitReady waits until the gateway's /readyz says every backend serves.
+// waitReady waits until the gateway's /readyz says every backend serves
+// (no backend is unavailable).
 func waitReady(ctx context.Context, errc <-chan error) error {
 	deadline := time.Now().Add(2 * time.Minute)
 	last := "no answer"
@@ -181,7 +183,10 @@ func waitReady(ctx context.Context, errc <-chan error) error {
 		if err == nil {
 			b, _ := io.ReadAll(resp.Body)
 			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
+			// The gateway is ready as soon as it can authenticate; its
+			// body says which backends are not serving yet.
+			var body struct{ Unavailable []string }
+			if resp.StatusCode == http.StatusOK && json.Unmarshal(b, &body) == nil && len(body.Unavailable) == 0 {
 				return nil
 			}
 			last = string(b)

@@ -6,12 +6,14 @@ import (
 	"crypto/x509"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
 	"sort"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -22,14 +24,15 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 
+	"github.com/volplane/volplane/internal/certs"
 	"github.com/volplane/volplane/internal/devcsi"
 	"github.com/volplane/volplane/internal/devenv"
 	"github.com/volplane/volplane/internal/e2e"
 	"github.com/volplane/volplane/internal/manifests"
-	"github.com/volplane/volplane/internal/pki"
 )
 
 // renderedNamespace is the namespace deploy/kubernetes puts everything in.
@@ -42,12 +45,16 @@ const renderedNamespace = "volplane-system"
 // kubeconfig that impersonates it, through KUBECONFIG, where the pod would
 // have its in-cluster token). Only what a node provides is translated:
 // the Services' names and container ports become loopback addresses (free
-// ports), the mounted volumes local directories (the certificate Secrets
-// written by a CA of the test, as cert-manager would), and $(VAR) the
+// ports), the mounted volumes local directories (the certificate Secrets'
+// keys, as the kubelet would write them), and $(VAR) the
 // values of the containers' downward-API variables. etcd is one of the
 // test's own, serving with the same CA (the StatefulSet's etcd image is
-// not a volplane binary). Then a bind, a provisioning and a reclaim go
-// through them.
+// not a volplane binary). The certificate Secrets are those the documented
+// step without cert-manager makes (volplane-certs), so every connection
+// proves them. Then a bind, a provisioning and a reclaim go through them;
+// every process answers its manifest's readiness and liveness probes; and
+// when etcd goes away, the replicas that need it are not ready, saying
+// why, and stay live, while the gateway stays ready naming them.
 func TestRenderedContainersRunAsShipped(t *testing.T) {
 	applyRBAC(t)
 	_, objs, err := manifests.Render(filepath.Join("..", "..", "..", "deploy", "overlays", "dev"))
@@ -63,15 +70,20 @@ func TestRenderedContainersRunAsShipped(t *testing.T) {
 	if out, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("build the services: %v\n%s", err, out)
 	}
-	ca, err := pki.NewCA(filepath.Join(root, "ca"), "volplane-as-rendered-ca")
+	// The Secrets as the documented step without cert-manager makes them
+	// (volplane-certs): every process below serves and dials with them.
+	made, err := certs.Make(certs.Options{StateDir: filepath.Join(root, "certs-state")})
 	if err != nil {
 		t.Fatal(err)
 	}
-	etcdCert, err := ca.Issue("volplane-etcd")
-	if err != nil {
-		t.Fatal(err)
+	secrets := map[string]*corev1.Secret{}
+	for _, s := range made {
+		secrets[s.Name] = s
 	}
-	etcd, err := devenv.StartEtcdTLS(filepath.Join(root, "etcd"), &devenv.EtcdTLS{CAFile: ca.CertFile, CertFile: etcdCert.CertFile, KeyFile: etcdCert.KeyFile})
+	etcdDir := filepath.Join(root, "etcd-tls")
+	writeSecret(t, secrets["volplane-etcd-tls"], nil, etcdDir)
+	etcd, err := devenv.StartEtcdTLS(filepath.Join(root, "etcd"), &devenv.EtcdTLS{CAFile: filepath.Join(etcdDir, "ca.crt"),
+		CertFile: filepath.Join(etcdDir, "tls.crt"), KeyFile: filepath.Join(etcdDir, "tls.key")})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -104,6 +116,10 @@ func TestRenderedContainersRunAsShipped(t *testing.T) {
 			}
 		}
 	})
+	// debug is each service pod's debug port (its probes' and
+	// Prometheus'), by workload.
+	debug := map[string]string{}
+	containers := map[string]corev1.Container{}
 	// start runs every container of one pod of a workload.
 	start := func(workload string, pod corev1.PodSpec, podName string) {
 		dir := filepath.Join(root, podName)
@@ -115,11 +131,21 @@ func TestRenderedContainersRunAsShipped(t *testing.T) {
 				t.Fatal(err)
 			}
 			if v.Secret != nil {
-				// A cert-manager Certificate's Secret: ca.crt, tls.crt, tls.key.
-				writeSecret(t, ca, d, workload)
+				s := secrets[v.Secret.SecretName]
+				if s == nil {
+					t.Fatalf("%s mounts Secret %s, which volplane-certs does not make", podName, v.Secret.SecretName)
+				}
+				writeSecret(t, s, v.Secret.Items, d)
 			}
 			volumes[v.Name] = d
 		}
+		podPorts := maps.Clone(ports)
+		addr, err := devenv.FreeAddr()
+		if err != nil {
+			t.Fatal(err)
+		}
+		podPorts["9090"] = strings.TrimPrefix(addr, "127.0.0.1:")
+		debug[workload] = addr
 		kubeconfig := impersonating(t, admin, filepath.Join(dir, "kubeconfig"), "system:serviceaccount:"+renderedNamespace+":"+pod.ServiceAccountName)
 		for _, c := range pod.Containers {
 			env := []string{"KUBECONFIG=" + kubeconfig}
@@ -142,7 +168,10 @@ func TestRenderedContainersRunAsShipped(t *testing.T) {
 			}
 			args := append(append([]string{}, c.Command...), c.Args...)
 			for i, a := range args {
-				args[i] = localize(t, a, vars, c.VolumeMounts, volumes, ports)
+				args[i] = localize(t, a, vars, c.VolumeMounts, volumes, podPorts)
+			}
+			if c.ReadinessProbe != nil {
+				containers[workload] = c
 			}
 			bin := filepath.Join(bin, filepath.Base(args[0]))
 			p, err := devenv.StartProcessEnv(dir, c.Name, bin, env, args[1:]...)
@@ -223,12 +252,8 @@ func TestRenderedContainersRunAsShipped(t *testing.T) {
 	}
 	// The gateway, as its ServiceAccount: TokenReview and
 	// SubjectAccessReview for the caller, then the binder.
-	caPEM, err := os.ReadFile(ca.CertFile)
-	if err != nil {
-		t.Fatal(err)
-	}
 	pool := x509.NewCertPool()
-	pool.AppendCertsFromPEM(caPEM)
+	pool.AppendCertsFromPEM(secrets["volplane-gateway-tls"].Data["ca.crt"])
 	hc := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}}}
 	e2e.Eventually(t, time.Minute, func() string {
 		req, _ := http.NewRequest(http.MethodGet, "https://127.0.0.1:"+ports["8443"]+"/v1/namespaces/"+ns+"/claims/static", nil)
@@ -253,6 +278,70 @@ func TestRenderedContainersRunAsShipped(t *testing.T) {
 		}
 		return ""
 	})
+	// The manifests' probes, on each process: ready and live. The gateway's
+	// /readyz names no backend as unavailable.
+	probe := func(w string, p *corev1.Probe) (int, string) {
+		g := p.HTTPGet
+		url := "http://" + debug[w] + g.Path
+		if g.Scheme == corev1.URISchemeHTTPS {
+			url = "https://127.0.0.1:" + ports[strconv.Itoa(int(g.Port.IntVal))] + g.Path
+			if g.Port.Type == intstr.String {
+				for _, cp := range containers[w].Ports {
+					if cp.Name == g.Port.StrVal {
+						url = "https://127.0.0.1:" + ports[strconv.Itoa(int(cp.ContainerPort))] + g.Path
+					}
+				}
+			}
+		}
+		resp, err := hc.Get(url)
+		if err != nil {
+			return 0, err.Error()
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	for _, w := range []string{"volplane-watcher", "volplane-binder", "volplane-provisioner", "volplane-reclaimer", "volplane-gateway"} {
+		c := containers[w]
+		e2e.Eventually(t, time.Minute, func() string {
+			for _, p := range []*corev1.Probe{c.ReadinessProbe, c.LivenessProbe} {
+				if code, body := probe(w, p); code != http.StatusOK || w == "volplane-gateway" && p == c.ReadinessProbe && !strings.Contains(body, `"unavailable":[]`) {
+					return fmt.Sprintf("%s %s: %d %s", w, p.HTTPGet.Path, code, body)
+				}
+			}
+			return ""
+		})
+	}
+
+	// etcd goes away: the replicas that need it turn not ready, saying
+	// why, and stay live (a liveness probe must not restart a pod that
+	// only waits); the gateway stays ready and names them.
+	etcd.Stop()
+	for _, w := range []string{"volplane-binder", "volplane-provisioner", "volplane-reclaimer"} {
+		c := containers[w]
+		e2e.Eventually(t, time.Minute, func() string {
+			if code, body := probe(w, c.ReadinessProbe); code != http.StatusServiceUnavailable || !strings.Contains(body, "[-]etcd-session failed: not established") {
+				return fmt.Sprintf("%s %s without etcd: %d %s", w, c.ReadinessProbe.HTTPGet.Path, code, body)
+			}
+			return ""
+		})
+	}
+	gw := containers["volplane-gateway"]
+	e2e.Eventually(t, time.Minute, func() string {
+		code, body := probe("volplane-gateway", gw.ReadinessProbe)
+		if code != http.StatusOK || !strings.Contains(body, `"binder":"NOT_SERVING"`) || !strings.Contains(body, `"unavailable":[`) {
+			return fmt.Sprintf("gateway %s without etcd: %d %s", gw.ReadinessProbe.HTTPGet.Path, code, body)
+		}
+		return ""
+	})
+	// Liveness holds for longer than the probes' failure budget.
+	for deadline := time.Now().Add(15 * time.Second); time.Now().Before(deadline); time.Sleep(time.Second) {
+		for _, w := range []string{"volplane-watcher", "volplane-binder", "volplane-provisioner", "volplane-reclaimer", "volplane-gateway"} {
+			if code, body := probe(w, containers[w].LivenessProbe); code != http.StatusOK {
+				t.Fatalf("%s %s without etcd: %d %s: a liveness probe would restart a pod that only waits", w, containers[w].LivenessProbe.HTTPGet.Path, code, body)
+			}
+		}
+	}
 	for _, p := range procs {
 		if s := p.ExitStatus(); s != "" {
 			t.Errorf("%s exited: %s", p.Name, s)
@@ -278,10 +367,7 @@ func localize(t *testing.T, arg string, vars map[string]string, mounts []corev1.
 	})
 	arg = hostPort.ReplaceAllStringFunc(arg, func(m string) string {
 		port := m[strings.LastIndex(m, ":")+1:]
-		if port == "9090" {
-			return "127.0.0.1:0" // each pod's own debug port
-		}
-		return "127.0.0.1:" + ports[port]
+		return "127.0.0.1:" + ports[port] // 9090: each pod's own debug port
 	})
 	// Longest mount path first (one may lie under another); a mount path
 	// counts only as a whole path prefix (/csi in unix:///csi/csi.sock,
@@ -295,20 +381,29 @@ func localize(t *testing.T, arg string, vars map[string]string, mounts []corev1.
 	return arg
 }
 
-// writeSecret writes a certificate Secret's files as cert-manager makes
-// them (deploy/kubernetes/certificates.yaml) for the workload.
-func writeSecret(t *testing.T, ca *pki.CA, dir, workload string) {
+// writeSecret writes a Secret's keys (those of items, when given) into
+// dir, as the kubelet mounts a secret volume.
+func writeSecret(t *testing.T, s *corev1.Secret, items []corev1.KeyToPath, dir string) {
 	t.Helper()
-	f, err := ca.Issue(workload)
-	if err != nil {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
 		t.Fatal(err)
 	}
-	for src, dst := range map[string]string{f.CAFile: "ca.crt", f.CertFile: "tls.crt", f.KeyFile: "tls.key"} {
-		b, err := os.ReadFile(src)
-		if err != nil {
-			t.Fatal(err)
+	files := map[string]string{}
+	for k := range s.Data {
+		files[k] = k
+	}
+	if len(items) > 0 {
+		files = map[string]string{}
+		for _, it := range items {
+			files[it.Key] = it.Path
 		}
-		if err := os.WriteFile(filepath.Join(dir, dst), b, 0o600); err != nil {
+	}
+	for key, path := range files {
+		b, ok := s.Data[key]
+		if !ok {
+			t.Fatalf("Secret %s has no key %s", s.Name, key)
+		}
+		if err := os.WriteFile(filepath.Join(dir, path), b, 0o600); err != nil {
 			t.Fatal(err)
 		}
 	}

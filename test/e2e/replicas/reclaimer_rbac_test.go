@@ -9,8 +9,10 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
 
 	"github.com/volplane/volplane/internal/devenv"
 	"github.com/volplane/volplane/pkg/kube"
@@ -88,8 +90,14 @@ func recycled(t *testing.T, c reclaimerv1.ReclaimerServiceClient, name string) {
 	})
 }
 
+// recyclerNamespace is where deploy/kubernetes runs recycler pods
+// (--recycler-namespace; rbac.yaml gives the reclaimer pod rights there
+// only).
+const recyclerNamespace = "volplane-recycler"
+
 // The reclaimer needs no more than deploy/kubernetes/rbac.yaml grants: as
-// its ServiceAccount it runs (and watches, and deletes) a recycler pod,
+// its ServiceAccount it runs (and watches, and deletes) a recycler pod in
+// the recycler namespace,
 // repeats the pod's Events, reads the claims and pods it checks before a
 // scrub, reads its Node, and updates the volume.
 func TestReclaimerRunsWithTheDeployedRBAC(t *testing.T) {
@@ -98,8 +106,11 @@ func TestReclaimerRunsWithTheDeployedRBAC(t *testing.T) {
 	ctx := context.Background()
 
 	t.Run("recycler pod", func(t *testing.T) {
-		ns := newNamespace(t, "rbac-recyclers")
-		if _, err := client.CoreV1().ServiceAccounts(ns).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "default"}}, metav1.CreateOptions{}); err != nil {
+		// The recycler namespace of the manifests, where a Role gives the
+		// reclaimer its pod rights (its "default" ServiceAccount is
+		// kube-controller-manager's to make; this API server runs none).
+		ns := recyclerNamespace
+		if _, err := client.CoreV1().ServiceAccounts(ns).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "default"}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 			t.Fatal(err)
 		}
 		c := runReclaimer(t, reclaimer.Options{Options: startup.Options{RESTConfig: sa, MemberID: "reclaimer-rbac-pod", Logger: logger("reclaimer-rbac-pod")}, RecyclerNamespace: ns})
@@ -120,6 +131,32 @@ func TestReclaimerRunsWithTheDeployedRBAC(t *testing.T) {
 			t.Fatal(err)
 		}
 		recycled(t, c, v.Name)
+	})
+
+	// Its pod rights stop at the recycler namespace: elsewhere it may list
+	// pods (the guard before a scrub) and nothing more.
+	t.Run("no pod rights elsewhere", func(t *testing.T) {
+		as, err := kubernetes.NewForConfig(sa)
+		if err != nil {
+			t.Fatal(err)
+		}
+		other := newNamespace(t, "rbac-not-recyclers")
+		pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "recycler-for-nothing"},
+			Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "example.com/x:1"}}}}
+		for _, ns := range []string{other, "default", "volplane-system"} {
+			if _, err := as.CoreV1().Pods(ns).Create(ctx, pod, metav1.CreateOptions{}); !apierrors.IsForbidden(err) {
+				t.Errorf("the reclaimer created a pod in %s: %v, want Forbidden", ns, err)
+			}
+			if err := as.CoreV1().Pods(ns).Delete(ctx, "anything", metav1.DeleteOptions{}); !apierrors.IsForbidden(err) {
+				t.Errorf("the reclaimer may delete pods in %s: %v, want Forbidden", ns, err)
+			}
+			if _, err := as.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{}); err != nil {
+				t.Errorf("the reclaimer cannot list the pods of %s (its guard): %v", ns, err)
+			}
+		}
+		if _, err := as.CoreV1().Pods(recyclerNamespace).List(ctx, metav1.ListOptions{}); err != nil {
+			t.Errorf("list pods in %s: %v", recyclerNamespace, err)
+		}
 	})
 
 	t.Run("node-local", func(t *testing.T) {

@@ -26,9 +26,12 @@ func main() {
 	flag.IntVar(&o.ProvisionCalls, "provision-calls", binder.DefaultProvisionCalls, "provisioner calls in flight at most (they run off the workers, so a hanging CSI driver never holds one)")
 	flag.DurationVar(&o.ResyncPeriod, "resync-period", binder.DefaultResyncPeriod, "how often every claim and volume is synced again; 0 disables")
 	flag.DurationVar(&o.OwnershipSettle, "ownership-settle", binder.DefaultOwnershipSettle, "how long the replica waits before acting on a claim or volume it gains (ring change, new etcd session, start), so that the previous owner has stopped")
+	foreign := append([]string{}, binder.DefaultForeignBinderManagers...)
+	cmdutil.ListFlag(&foreign, "foreign-binder-managers", "field managers of other binders (kube-controller-manager's PV binder left on): their binding writes to this replica's claims and volumes are reported as a ForeignBinder Event, volplane_binder_foreign_binds_total and a warning; empty reports none")
 	logging := cmdutil.LogFlags()
 	flag.Parse()
 	o.WatcherAddress = strings.Join(watchers, ",")
+	o.ForeignBinderManagers = append([]string{}, foreign...) // empty, not nil: none
 	os.Exit(cmdutil.Run("binder", logging, func(ctx context.Context, log *slog.Logger) error {
 		o.Logger = log
 		return binder.Run(ctx, o)

@@ -22,7 +22,7 @@ func main() {
 	flag.StringVar(&o.Listen, "listen", "127.0.0.1:7701", "gRPC listen address: host:port (\":7701\" for every interface) or unix:///path")
 	flag.DurationVar(&o.ResyncPeriod, "resync-period", 0, "informer resync period; 0 disables (a resync changes nothing, so it sends no events)")
 	flag.IntVar(&o.HistorySize, "history-size", watcher.DefaultHistorySize, "events kept so that a subscriber whose stream broke, or that reads slowly, can resume without a full list")
-	flag.StringVar(&o.DebugAddress, "debug-address", "", "HTTP address serving /metrics (Prometheus), /healthz and /debug/pprof; empty disables")
+	flag.StringVar(&o.DebugAddress, "debug-address", "", "HTTP address serving /metrics (Prometheus), /readyz (readiness: the gRPC health's verdict, check by check), /livez (liveness; /healthz the same) and /debug/pprof; empty disables")
 	logging := cmdutil.LogFlags()
 	flag.Usage = func() {
 		fmt.Fprint(flag.CommandLine.Output(), `Usage: watcher [flags]
