@@ -70,8 +70,8 @@ type guard struct {
 	anonymous bool
 	authz     *auth.Authorizer
 	// limits holds each user's expensive requests (expensive.go).
-	limits    *limiter
-	log       *slog.Logger
+	limits *limiter
+	log    *slog.Logger
 	// api probes the API server that reviews callers; apiCheck says
 	// whether it has been failing for longer than apiGrace (readiness).
 	api      *kube.APIProbe
