@@ -101,7 +101,11 @@ func (c *controller) readiness(ctx context.Context, srv *grpcutil.Server) error 
 			if ok {
 				c.log.Info("binder ready", "watcher", c.feed.status.Watcher())
 			} else {
-				c.log.Warn("binder not ready: no live watcher stream, no etcd session listing it, or no API server", "stream", c.streamHealthy(), "coordinated", c.coordinated(), "watcher", c.feed.status.Watcher(), "fresh_at", c.feed.status.FreshAt())
+				var etcdErr error
+				if c.etcdHealth != nil {
+					etcdErr = c.etcdHealth()
+				}
+				c.log.Warn("binder not ready: no live watcher stream, no etcd session listing it, an etcd alarm, or no API server", "stream", c.streamHealthy(), "coordinated", c.coordinated(), "etcd", etcdErr, "watcher", c.feed.status.Watcher(), "fresh_at", c.feed.status.FreshAt())
 			}
 		}
 		select {

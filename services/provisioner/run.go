@@ -230,7 +230,8 @@ func Run(ctx context.Context, o Options) error {
 		func(ctx context.Context) error {
 			// Serving once the informers' caches are filled and every
 			// driver has been probed; NOT_SERVING while any driver is not
-			// ready, while there is no etcd session, or while the API
+			// ready, while there is no etcd session or etcd raises an alarm
+			// (NOSPACE: it refuses every write), or while the API
 			// server is out of reach. The watcher stream, when used, is
 			// not waited for: until it is current, claims and classes are
 			// read from the API server.
@@ -248,7 +249,8 @@ func Run(ctx context.Context, o Options) error {
 			defer t.Stop()
 			serving := false
 			for {
-				ready := co.Ready()
+				etcdErr := co.Health() // no session, or an etcd alarm (NOSPACE)
+				ready := etcdErr == nil
 				for _, d := range reg.all() {
 					ready = ready && d.ready()
 				}
@@ -256,7 +258,7 @@ func Run(ctx context.Context, o Options) error {
 				ready = ready && api
 				if ready != serving {
 					serving = ready
-					log.Info("provisioner readiness changed", "serving", ready, "etcd_session", co.Ready(), "api_server", api, "api_error", apiErr)
+					log.Info("provisioner readiness changed", "serving", ready, "etcd_session", co.Ready(), "etcd", etcdErr, "api_server", api, "api_error", apiErr)
 				}
 				srv.SetServing(ready, provisionerv1.ProvisionerService_ServiceDesc.ServiceName)
 				select {

@@ -123,19 +123,21 @@ func Run(ctx context.Context, o Options) error {
 	return err
 }
 
-// readiness keeps the replica SERVING while it has an etcd session and the
-// API server answers, NOT_SERVING otherwise, until ctx ends.
+// readiness keeps the replica SERVING while it has an etcd session, etcd
+// raises no alarm (NOSPACE) and the API server answers, NOT_SERVING
+// otherwise, until ctx ends.
 func readiness(ctx context.Context, srv *grpcutil.Server, co *coord.Keeper, api *kube.APIProbe, log *slog.Logger) {
 	t := time.NewTicker(time.Second)
 	defer t.Stop()
 	serving := false
 	for {
 		apiOK, apiErr := api.Healthy(3 * time.Second)
-		ready := co.Ready() && apiOK
+		etcdErr := co.Health() // no session, or an etcd alarm (NOSPACE)
+		ready := etcdErr == nil && apiOK
 		if ready != serving {
 			serving = ready
 			srv.SetServing(ready, reclaimerv1.ReclaimerService_ServiceDesc.ServiceName)
-			log.Info("reclaimer readiness changed", "serving", ready, "etcd_session", co.Ready(), "api_server", apiOK, "api_error", apiErr)
+			log.Info("reclaimer readiness changed", "serving", ready, "etcd_session", co.Ready(), "etcd", etcdErr, "api_server", apiOK, "api_error", apiErr)
 		}
 		select {
 		case <-t.C:
