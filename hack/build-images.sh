@@ -6,7 +6,9 @@
 #   hack/build-images.sh VERSION KUBE_APISERVER_BINARY KUBE_VERSION
 #
 #   volplane:VERSION                  the services, the gateway, the dev CSI driver
-#   volplane-etcd:ETCD_VERSION        etcd itself, from hack/etcd (go.mod's etcd version)
+#   volplane-etcd:ETCD_VERSION        etcd itself, from hack/etcd (go.mod's etcd version), and
+#                                     volplane-etcd-member and volplane-etcd-backup; also
+#                                     tagged ghcr.io/volplane/etcd:VERSION (deploy/kubernetes)
 #   volplane-kube-apiserver:KUBE_VERSION  the cached kube-apiserver (make kube-apiserver)
 #
 # The contexts are staged under .cache/images; the Dockerfile at the top
@@ -68,7 +70,12 @@ build volplane "volplane:$version"
 
 bin=$(stage etcd)
 (cd "$root/hack/etcd" && GOFLAGS=-mod=mod go build -trimpath -ldflags='-s -w' -o "$bin/etcd" .)
+# deploy/kubernetes runs volplane-etcd-member (etcd embedded, at go.mod's
+# version) and volplane-etcd-backup from the same image.
+(cd "$root" && go build -trimpath -ldflags='-s -w' -o "$bin/" ./cmd/volplane-etcd-member ./cmd/volplane-etcd-backup)
 build etcd "volplane-etcd:$etcd_version"
+docker tag "volplane-etcd:$etcd_version" "ghcr.io/volplane/etcd:$version"
+echo "tagged ghcr.io/volplane/etcd:$version" >&2
 
 bin=$(stage kube-apiserver)
 if ! file_out=$(go version "$apiserver" 2>&1) || ! grep -q 'CGO_ENABLED=0' <(go version -m "$apiserver"); then
