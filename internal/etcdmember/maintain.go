@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 	"time"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
@@ -30,21 +32,26 @@ func (r *runner) maintain(ctx context.Context, e *embed.Etcd, local, cluster *cl
 	defer cancel()
 	self := uint64(e.Server.MemberID())
 	selfURL := r.o.AdvertiseClientURL
-	alarms, err := cluster.AlarmList(ctx)
-	if err != nil {
-		r.every("alarms", time.Minute, func() { r.log.Warn("cannot list etcd's alarms", "error", err) })
-		return
-	}
-	var noSpace []*pb.AlarmMember
-	for _, a := range alarms.Alarms {
-		if a.Alarm == pb.AlarmType_NOSPACE {
-			noSpace = append(noSpace, a)
-		}
-	}
 	st, err := cluster.Status(ctx, selfURL)
 	if err != nil {
 		r.every("status", time.Minute, func() { r.log.Warn("cannot read this member's status", "error", err) })
 		return
+	}
+	// Status lists the cluster's alarms (a local read); the alarms
+	// themselves, whose members a disarm names, are listed only then
+	// (listing is a raft proposal).
+	var noSpace []*pb.AlarmMember
+	if slices.ContainsFunc(st.Errors, func(e string) bool { return strings.Contains(e, "alarm:"+pb.AlarmType_NOSPACE.String()) }) {
+		alarms, err := cluster.AlarmList(ctx)
+		if err != nil {
+			r.every("alarms", time.Minute, func() { r.log.Warn("cannot list etcd's alarms", "error", err) })
+			return
+		}
+		for _, a := range alarms.Alarms {
+			if a.Alarm == pb.AlarmType_NOSPACE {
+				noSpace = append(noSpace, a)
+			}
+		}
 	}
 	if len(noSpace) > 0 {
 		if !r.alarmSeen {
@@ -62,7 +69,7 @@ func (r *runner) maintain(ctx context.Context, e *embed.Etcd, local, cluster *cl
 	}
 	if shouldDefrag(dbStatus{Size: st.DbSize, InUse: st.DbSizeInUse}, len(noSpace) > 0, r.o.DefragMinFreeBytes, r.o.DefragFreeRatio) &&
 		inTurn(time.Now(), r.o.DefragSlot, r.p.index, len(r.p.peers)) {
-		r.defragment(ctx, local, cluster, self, st)
+		r.defragment(ctx, local, cluster, self)
 	}
 	if len(noSpace) > 0 {
 		r.disarm(ctx, cluster, noSpace)
@@ -70,14 +77,20 @@ func (r *runner) maintain(ctx context.Context, e *embed.Etcd, local, cluster *cl
 }
 
 // defragment defragments this member if every other member is a healthy
-// voter, after handing leadership to one of them if this member leads.
-func (r *runner) defragment(ctx context.Context, local, cluster *clientv3.Client, self uint64, st *clientv3.StatusResponse) {
+// voter and none is defragmenting, after handing leadership over if this
+// member leads. It says it is defragmenting on its status endpoint from
+// before the handover to the end, so that no other member begins
+// meanwhile, even past the end of this member's turn.
+func (r *runner) defragment(ctx context.Context, local, cluster *clientv3.Client, self uint64) {
 	ms, err := cluster.MemberList(ctx)
 	if err != nil {
-		r.every("defrag", time.Minute, func() { r.log.Warn("not defragmenting: no member list", "error", err) })
+		r.every("defrag-members", time.Minute, func() { r.log.Warn("not defragmenting: no member list", "error", err) })
 		return
 	}
-	var other uint64
+	// Leadership goes to the member whose turn came last, so that it is
+	// not the next one to defragment.
+	prev := r.p.peers[(r.p.index+len(r.p.peers)-1)%len(r.p.peers)].Name
+	var to uint64
 	for _, m := range ms.Members {
 		if m.ID == self {
 			continue
@@ -90,34 +103,41 @@ func (r *runner) defragment(ctx context.Context, local, cluster *clientv3.Client
 			healthy = err == nil
 		}
 		if !healthy {
-			r.every("defrag", time.Minute, func() {
+			r.every("defrag-health", time.Minute, func() {
 				r.log.Warn("not defragmenting while another member is not a healthy voter", "other", m.Name, "error", err)
 			})
 			return
 		}
-		other = m.ID
-	}
-	if st.Leader == self && other != 0 {
-		if _, err := local.MoveLeader(ctx, other); err != nil {
-			r.log.Warn("not defragmenting: cannot hand leadership over first", "to", fmt.Sprintf("%x", other), "error", err)
-			return
+		if to == 0 || m.Name == prev {
+			to = m.ID
 		}
-	}
-	// Last checks, right before: still this member's turn, and no other
-	// member (whose defragmentation overran its turn) defragmenting.
-	if !inTurn(time.Now(), r.o.DefragSlot, r.p.index, len(r.p.peers)) {
-		return
 	}
 	for n, s := range r.peerStates(ctx) {
 		if s.State != stateStarted || s.Defragmenting {
-			r.every("defrag", time.Minute, func() {
+			r.every("defrag-peers", time.Minute, func() {
 				r.log.Warn("not defragmenting while another member defragments or does not answer", "other", n, "state", s.State, "defragmenting", s.Defragmenting)
 			})
 			return
 		}
 	}
+	// The checks took a while: still the first half of this member's turn?
+	if !inTurn(time.Now(), r.o.DefragSlot, r.p.index, len(r.p.peers)) {
+		return
+	}
 	r.board.setDefragmenting(true)
 	defer r.board.setDefragmenting(false)
+	st, err := cluster.Status(ctx, r.o.AdvertiseClientURL)
+	if err != nil {
+		return
+	}
+	if st.Leader == self && to != 0 {
+		if _, err := local.MoveLeader(ctx, to); err != nil {
+			r.every("defrag-leader", time.Minute, func() {
+				r.log.Warn("not defragmenting: cannot hand leadership over first", "to", fmt.Sprintf("%x", to), "error", err)
+			})
+			return
+		}
+	}
 	began := time.Now()
 	if _, err := cluster.Defragment(ctx, r.o.AdvertiseClientURL); err != nil {
 		r.log.Warn("defragmentation failed", "error", err)

@@ -43,6 +43,8 @@ type alarms struct {
 	mu     sync.Mutex
 	active []error // ErrNoSpaceAlarm, ErrCorruptAlarm, in that order
 	logged time.Time
+	// raised is when a write's error last showed the NOSPACE alarm.
+	raised time.Time
 }
 
 // err is the first active alarm, nil when none is.
@@ -81,6 +83,9 @@ func (a *alarms) raise(k *Keeper, alarm error) {
 	a.mu.Lock()
 	active := append([]error(nil), a.active...)
 	a.mu.Unlock()
+	a.mu.Lock()
+	a.raised = time.Now()
+	a.mu.Unlock()
 	for _, e := range active {
 		if e == alarm {
 			return
@@ -89,6 +94,19 @@ func (a *alarms) raise(k *Keeper, alarm error) {
 	active = append(active, alarm)
 	sort.Slice(active, func(i, j int) bool { return active[i] == ErrNoSpaceAlarm && active[j] != ErrNoSpaceAlarm })
 	a.set(k, active)
+}
+
+// unconfirmed is called when etcd could not be asked for its alarms: an
+// alarm only a write's error showed is dropped once no write has shown it
+// for ttl (a poll would have confirmed it), so that readiness does not
+// stay down on an alarm nobody can see anymore.
+func (a *alarms) unconfirmed(k *Keeper, ttl time.Duration) {
+	a.mu.Lock()
+	stale := len(a.active) > 0 && time.Since(a.raised) > ttl
+	a.mu.Unlock()
+	if stale {
+		a.set(k, nil)
+	}
 }
 
 func sameErrors(a, b []error) bool {
@@ -120,25 +138,28 @@ func (k *Keeper) seen(err error) error {
 }
 
 // watchAlarms asks etcd for its alarms every AlarmPeriod until ctx ends.
-// While etcd does not answer, the last answer stands.
+// While etcd does not answer, an alarm a write showed stands for two
+// periods after the last write that showed it.
 func (k *Keeper) watchAlarms(ctx context.Context, client *clientv3.Client) {
 	t := time.NewTicker(k.o.AlarmPeriod)
 	defer t.Stop()
+	warned := false
 	for {
 		actx, cancel := context.WithTimeout(ctx, k.o.AlarmPeriod+time.Second)
-		resp, err := client.AlarmList(actx)
+		active, err := readAlarms(actx, client)
 		cancel()
-		if err == nil {
-			var active []error
-			for _, typ := range []pb.AlarmType{pb.AlarmType_NOSPACE, pb.AlarmType_CORRUPT} {
-				for _, m := range resp.Alarms {
-					if m.Alarm == typ {
-						active = append(active, map[pb.AlarmType]error{pb.AlarmType_NOSPACE: ErrNoSpaceAlarm, pb.AlarmType_CORRUPT: ErrCorruptAlarm}[typ])
-						break
-					}
-				}
-			}
+		switch {
+		case err == nil:
 			k.alarms.set(k, active)
+		case ctx.Err() != nil:
+			return
+		default:
+			if !warned && errors.Is(err, rpctypes.ErrPermissionDenied) {
+				warned = true
+				k.o.Logger.Warn("cannot read etcd's alarms (etcd's Status needs an admin user): an alarm is seen only in the errors of writes",
+					"service", k.service, "member", k.id, "error", err)
+			}
+			k.alarms.unconfirmed(k, 2*k.o.AlarmPeriod)
 		}
 		select {
 		case <-t.C:
@@ -146,6 +167,32 @@ func (k *Keeper) watchAlarms(ctx context.Context, client *clientv3.Client) {
 			return
 		}
 	}
+}
+
+// readAlarms asks the first member that answers for the cluster's alarms,
+// through Status (a local read; listing alarms would be a raft proposal).
+func readAlarms(ctx context.Context, client *clientv3.Client) ([]error, error) {
+	var err error
+	for _, ep := range client.Endpoints() {
+		var st *clientv3.StatusResponse
+		if st, err = client.Status(ctx, ep); err != nil {
+			continue
+		}
+		var active []error
+		for _, a := range []struct {
+			typ pb.AlarmType
+			err error
+		}{{pb.AlarmType_NOSPACE, ErrNoSpaceAlarm}, {pb.AlarmType_CORRUPT, ErrCorruptAlarm}} {
+			for _, e := range st.Errors {
+				if strings.Contains(e, "alarm:"+a.typ.String()) {
+					active = append(active, a.err)
+					break
+				}
+			}
+		}
+		return active, nil
+	}
+	return nil, err
 }
 
 // Health is nil when this replica can work with etcd: a live session and

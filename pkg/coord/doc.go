@@ -34,8 +34,10 @@
 // are never carried on (writes fenced on the new lease are refused until
 // the lock is acquired again).
 //
-// A Keeper also watches etcd's alarms (AlarmList every AlarmPeriod, and
-// at once when a write fails with "database space exceeded"). Under the
+// A Keeper also watches etcd's alarms (in a member's Status every
+// AlarmPeriod, and at once when a write fails with "database space
+// exceeded"; with etcd authentication, Status needs an admin user, and
+// without it an alarm is known from the writes' errors alone). Under the
 // NOSPACE alarm etcd refuses every write and every new lease: the
 // Keeper's writes then fail with an error wrapping ErrNoSpaceAlarm, the
 // alarm is logged at error level, and Health returns "etcd: NOSPACE
