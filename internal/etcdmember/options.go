@@ -21,7 +21,7 @@ const (
 	DefaultDefragSlot              = time.Minute
 	DefaultDefragMinFreeBytes      = 64 << 20 // 64 MiB
 	DefaultDefragFreeRatio         = 0.5
-	DefaultRecoverQuorumAfter      = 2 * time.Minute
+	DefaultRecoverQuorumAfter      = 30 * time.Second
 	DefaultStatusPort              = 2382
 	DefaultClusterToken            = "volplane-etcd"
 )
