@@ -127,6 +127,9 @@ func TestASnapshotTakenWhileVolplaneWorksRestoresIntoANewCluster(t *testing.T) {
 	if err := n.Put(ctx, "provision", "pv-7", "provisioner-1", []byte("newer")); err != nil {
 		t.Fatal(err)
 	}
+	// A restore Job has a read-only root and the backup volume mounted
+	// read-only: it needs no writable directory.
+	t.Setenv("TMPDIR", filepath.Join(t.TempDir(), "absent"))
 	res, err := etcdbackup.Restore(ctx, etcdbackup.RestoreOptions{Client: etcdbackup.Client{Endpoints: fresh.Endpoints}, Snapshot: path, Logger: quiet()})
 	if err != nil {
 		t.Fatal(err)

@@ -9,7 +9,6 @@ import (
 	"io"
 	"log/slog"
 	"os"
-	"path/filepath"
 	"sort"
 	"strings"
 	"time"
@@ -189,7 +188,9 @@ func readSnapshot(path, prefix string) ([]*mvccpb.KeyValue, map[int64]int64, err
 }
 
 // openSnapshot checks the snapshot's trailing SHA-256 and opens the
-// database before it, read-only, from a private copy.
+// database before it read-only, in place (as etcdutl's snapshot status
+// does: bbolt ignores the trailing bytes), so that a restore needs no
+// writable directory.
 func openSnapshot(path string) (*bolt.DB, func(), error) {
 	f, err := os.Open(path)
 	if err != nil {
@@ -204,39 +205,20 @@ func openSnapshot(path string) (*bolt.DB, func(), error) {
 	if size%512 != sha256.Size {
 		return nil, nil, fmt.Errorf("snapshot %s: %d bytes, not a database followed by its SHA-256 (as etcd's Snapshot API gives it)", path, size)
 	}
-	dir, err := os.MkdirTemp("", "volplane-etcd-restore-")
-	if err != nil {
-		return nil, nil, err
-	}
-	cleanup := func() { os.RemoveAll(dir) }
-	dbPath := filepath.Join(dir, "db")
-	out, err := os.OpenFile(dbPath, os.O_CREATE|os.O_WRONLY|os.O_EXCL, 0o600)
-	if err != nil {
-		cleanup()
-		return nil, nil, err
-	}
 	h := sha256.New()
-	_, err = io.Copy(io.MultiWriter(out, h), io.LimitReader(f, size-sha256.Size))
-	if cerr := out.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
-		cleanup()
-		return nil, nil, fmt.Errorf("copy snapshot %s: %w", path, err)
+	if _, err := io.Copy(h, io.LimitReader(f, size-sha256.Size)); err != nil {
+		return nil, nil, fmt.Errorf("read snapshot %s: %w", path, err)
 	}
 	want := make([]byte, sha256.Size)
 	if _, err := io.ReadFull(f, want); err != nil {
-		cleanup()
-		return nil, nil, err
+		return nil, nil, fmt.Errorf("read snapshot %s: %w", path, err)
 	}
 	if !bytes.Equal(h.Sum(nil), want) {
-		cleanup()
 		return nil, nil, fmt.Errorf("snapshot %s: SHA-256 mismatch: the file is damaged", path)
 	}
-	db, err := bolt.Open(dbPath, 0o400, &bolt.Options{ReadOnly: true, Timeout: 10 * time.Second})
+	db, err := bolt.Open(path, 0o400, &bolt.Options{ReadOnly: true, Timeout: 10 * time.Second})
 	if err != nil {
-		cleanup()
 		return nil, nil, fmt.Errorf("open snapshot %s: %w", path, err)
 	}
-	return db, func() { db.Close(); cleanup() }, nil
+	return db, func() { db.Close() }, nil
 }
