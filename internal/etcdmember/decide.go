@@ -162,16 +162,29 @@ func (s peerState) describe() string {
 	return "(" + string(s) + ")"
 }
 
+// other is another member of a running member's cluster, as
+// recoverQuorum sees it.
+type other struct {
+	// Started: the member has started once (it has client URLs in this
+	// member's view of the membership).
+	Started bool
+	// State is what its status endpoint says now.
+	State peerState
+}
+
 // recoverQuorum reports whether a started member that has seen no leader
 // for lost should start again as a cluster of its own
 // (--force-new-cluster): only after after (>0), and only when every other
-// member says it is empty, so that no data but this member's exists.
-func recoverQuorum(lost, after time.Duration, peers map[string]peerState) bool {
-	if after <= 0 || lost < after || len(peers) == 0 {
+// member of its cluster has started once and says now that it is empty:
+// their data is lost, and no copy but this member's exists. A member that
+// never started (a new cluster still bootstrapping, a member being added)
+// is empty because it has not begun, not because it lost anything.
+func recoverQuorum(lost, after time.Duration, others map[string]other) bool {
+	if after <= 0 || lost < after || len(others) == 0 {
 		return false
 	}
-	for _, s := range peers {
-		if s != stateEmpty {
+	for _, o := range others {
+		if !o.Started || o.State != stateEmpty {
 			return false
 		}
 	}

@@ -148,22 +148,26 @@ func TestDecide(t *testing.T) {
 }
 
 func TestRecoverQuorum(t *testing.T) {
+	lost := func(s peerState) other { return other{Started: true, State: s} }
 	for _, tc := range []struct {
 		name        string
 		lost, after time.Duration
-		peers       map[string]peerState
+		others      map[string]other
 		want        bool
 	}{
-		{"every other member empty for long enough", 3 * time.Minute, 2 * time.Minute, map[string]peerState{"a": stateEmpty, "b": stateEmpty}, true},
-		{"not for long enough", time.Minute, 2 * time.Minute, map[string]peerState{"a": stateEmpty, "b": stateEmpty}, false},
-		{"disabled", time.Hour, 0, map[string]peerState{"a": stateEmpty, "b": stateEmpty}, false},
-		{"one other member unreachable: it may hold data", time.Hour, time.Minute, map[string]peerState{"a": stateEmpty, "b": stateUnknown}, false},
-		{"one other member has data", time.Hour, time.Minute, map[string]peerState{"a": stateEmpty, "b": stateData}, false},
-		{"one other member runs", time.Hour, time.Minute, map[string]peerState{"a": stateEmpty, "b": stateStarted}, false},
-		{"a cluster of one never needs it", time.Hour, time.Minute, map[string]peerState{}, false},
+		{"every other member started once and is empty now, for long enough", 3 * time.Minute, 2 * time.Minute, map[string]other{"a": lost(stateEmpty), "b": lost(stateEmpty)}, true},
+		{"not for long enough", time.Minute, 2 * time.Minute, map[string]other{"a": lost(stateEmpty), "b": lost(stateEmpty)}, false},
+		{"disabled", time.Hour, 0, map[string]other{"a": lost(stateEmpty), "b": lost(stateEmpty)}, false},
+		{"one other member unreachable: it may hold data", time.Hour, time.Minute, map[string]other{"a": lost(stateEmpty), "b": lost(stateUnknown)}, false},
+		{"one other member has data", time.Hour, time.Minute, map[string]other{"a": lost(stateEmpty), "b": lost(stateData)}, false},
+		{"one other member runs", time.Hour, time.Minute, map[string]other{"a": lost(stateEmpty), "b": lost(stateStarted)}, false},
+		{"a new cluster still bootstrapping: the others never started, they are empty because they have not begun", time.Hour, time.Minute,
+			map[string]other{"a": {State: stateEmpty}, "b": {State: stateEmpty}}, false},
+		{"one other member added and not started yet", time.Hour, time.Minute, map[string]other{"a": lost(stateEmpty), "b": {State: stateEmpty}}, false},
+		{"a cluster of one never needs it", time.Hour, time.Minute, map[string]other{}, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			if got := recoverQuorum(tc.lost, tc.after, tc.peers); got != tc.want {
+			if got := recoverQuorum(tc.lost, tc.after, tc.others); got != tc.want {
 				t.Fatalf("recoverQuorum = %v, want %v", got, tc.want)
 			}
 		})

@@ -507,7 +507,7 @@ func (r *runner) watchQuorum(ctx context.Context, e *embed.Etcd) error {
 				since = time.Now()
 			}
 			if lost := time.Since(since); lost >= after {
-				peers := states(r.peerStates(ctx))
+				peers := r.othersOf(ctx, e)
 				if recoverQuorum(lost, after, peers) {
 					r.log.Error("no leader, and every other member's data is gone: starting again as a cluster of this member alone (--force-new-cluster); the others join it",
 						"no_leader_for", lost.Round(time.Second).String(), "peers", peers)
@@ -525,6 +525,30 @@ func (r *runner) watchQuorum(ctx context.Context, e *embed.Etcd) error {
 			return nil
 		}
 	}
+}
+
+// othersOf is every other member of e's cluster, by name, as
+// recoverQuorum sees it.
+func (r *runner) othersOf(ctx context.Context, e *embed.Etcd) map[string]other {
+	statuses := r.peerStates(ctx)
+	out := map[string]other{}
+	self := uint64(e.Server.MemberID())
+	for _, m := range clusterMembers(e) {
+		if m.ID == self {
+			continue
+		}
+		name := m.Name
+		for _, u := range m.PeerURLs {
+			if name == "" {
+				name = r.p.byURL[u]
+			}
+		}
+		if name == "" {
+			name = fmt.Sprintf("member-%x", m.ID)
+		}
+		out[name] = other{Started: m.started(), State: statuses[name].State}
+	}
+	return out
 }
 
 // newClient is an etcd client of endpoints with the member's client TLS.

@@ -327,3 +327,22 @@ func TestAnEmptyMemberWaitsForItsPeers(t *testing.T) {
 	cli := c.client()
 	eventually(t, 2*time.Minute, func() string { return c.healthy(cli, 3) })
 }
+
+// While a new cluster bootstraps, the first member to start has no
+// leader and the others are still empty: they have not begun, they lost
+// nothing, and it must not take that for a lost quorum, however short
+// --recover-quorum-after is.
+func TestABootstrapIsNotMistakenForALostQuorum(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs three etcd members")
+	}
+	c := newTestCluster(t, 3, func(o *Options) { o.RecoverQuorumAfter = 100 * time.Millisecond })
+	for i := range c.names {
+		c.start(i)
+	}
+	cli := c.client()
+	eventually(t, 2*time.Minute, func() string { return c.healthy(cli, 3) })
+	if l := c.log.lines("starting again as a cluster of this member alone"); len(l) != 0 {
+		t.Fatalf("a bootstrap was taken for a lost quorum: %v", l)
+	}
+}
