@@ -24,7 +24,8 @@
 // defragments (one member at a time: inTurn, healthy peers, none
 // defragmenting, leadership handed over) and disarms the NOSPACE alarm,
 // and a member without a leader for RecoverQuorumAfter while every other
-// member is empty starts again as a cluster of one (recoverQuorum). The
+// member, having started once, is empty now starts again as a cluster of
+// one (recoverQuorum). The
 // plaintext metrics URLs serve etcd's /metrics, /livez, /readyz and
 // /health once etcd runs; before, /livez is ok and /readyz says why the
 // member waits.
