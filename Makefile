@@ -30,13 +30,16 @@ KUBE_CONTROLLER_MANAGER := $(VOLPLANE_CACHE)/kube-controller-manager-$(KUBE_VERS
 EXTERNAL_PROVISIONER_VERSION := v6.3.0
 CSI_PROVISIONER         := $(VOLPLANE_CACHE)/csi-provisioner-$(EXTERNAL_PROVISIONER_VERSION)
 # What ships: the services, the gateway, the dev CSI driver and the kubectl
-# plugin (make verify-deps keeps etcd's server out of them).
+# plugin (make verify-deps keeps etcd's server out of them). The etcd
+# image's volplane-etcd-member and volplane-etcd-backup embed etcd's
+# server by design and are not listed.
 PRODUCT_BINARIES = ./services/watcher/cmd/watcher ./services/binder/cmd/binder ./services/provisioner/cmd/provisioner \
 	./services/reclaimer/cmd/reclaimer ./gateway/cmd/gateway ./cmd/volplane-csi ./cmd/kubectl-volplane ./cmd/volplane-certs
 export VOLPLANE_KUBE_APISERVER := $(KUBE_APISERVER)
 export VOLPLANE_CSI_SANITY := $(BIN)/csi-sanity
 
-BINARIES := watcher binder provisioner reclaimer gateway volplane-csi volplane-dev volplane-bench volplane-etcd volplane-chaos kubectl-volplane volplane-conformance volplane-certs
+BINARIES := watcher binder provisioner reclaimer gateway volplane-csi volplane-dev volplane-bench volplane-etcd volplane-chaos kubectl-volplane volplane-conformance volplane-certs \
+	volplane-etcd-member volplane-etcd-backup
 # Benchmark size: `make bench N=10000`.
 N ?= 1000
 # kube-controller-manager's client QPS in `make bench-kcm` (its default is 20).
@@ -84,7 +87,8 @@ build: ## Build every binary into ./bin (kubectl-volplane too: put ./bin on the 
 	$(GO) build -o $(BIN)/ ./services/watcher/cmd/watcher ./services/binder/cmd/binder \
 		./services/provisioner/cmd/provisioner ./services/reclaimer/cmd/reclaimer \
 		./gateway/cmd/gateway ./cmd/volplane-csi ./cmd/volplane-dev ./cmd/volplane-bench \
-		./cmd/volplane-etcd ./cmd/volplane-chaos ./cmd/kubectl-volplane ./cmd/volplane-conformance ./cmd/volplane-certs
+		./cmd/volplane-etcd ./cmd/volplane-chaos ./cmd/kubectl-volplane ./cmd/volplane-conformance ./cmd/volplane-certs \
+		./cmd/volplane-etcd-member ./cmd/volplane-etcd-backup
 
 .PHONY: kube kube-apiserver
 kube: ## Build the pinned Kubernetes commands (kube-apiserver, -controller-manager, -scheduler, -proxy, kubelet, kubectl) once into the cache, in one go build (~30 min).

@@ -126,8 +126,8 @@ func checkWorkload(t *testing.T, bin, version, name string, replicas *int32, pod
 		t.Errorf("%s: no replicas", name)
 	case name == "volplane-provisioner" && *replicas != provisioners:
 		t.Errorf("%s: replicas %d, want %d", name, *replicas, provisioners)
-	case name == "volplane-etcd" && *replicas != 1:
-		t.Errorf("%s: replicas %d, want 1 (one member; see volplane.yaml)", name, *replicas)
+	case name == "volplane-etcd" && *replicas != 3:
+		t.Errorf("%s: replicas %d, want 3 (a quorum that survives one member; docs/etcd.md)", name, *replicas)
 	case component && name != "volplane-provisioner" && *replicas < 2:
 		t.Errorf("%s: replicas %d, want at least 2", name, *replicas)
 	}

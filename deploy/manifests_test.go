@@ -60,6 +60,9 @@ var binaries = map[string]string{
 	"/usr/local/bin/reclaimer":    "./services/reclaimer/cmd/reclaimer",
 	"/usr/local/bin/gateway":      "./gateway/cmd/gateway",
 	"/usr/local/bin/volplane-csi": "./cmd/volplane-csi",
+	// The etcd image's (ghcr.io/volplane/etcd).
+	"/usr/local/bin/volplane-etcd-member": "./cmd/volplane-etcd-member",
+	"/usr/local/bin/volplane-etcd-backup": "./cmd/volplane-etcd-backup",
 }
 
 var built struct {
@@ -107,7 +110,7 @@ func acceptsFlags(t *testing.T, bin, where string, command []string) {
 	t.Helper()
 	pkg, ok := binaries[command[0]]
 	if !ok {
-		return // not a volplane binary (etcd)
+		return // not a volplane binary
 	}
 	args := append(append([]string{}, command[1:]...), "--help")
 	cmd := exec.Command(filepath.Join(bin, filepath.Base(pkg)), args...)

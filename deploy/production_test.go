@@ -25,7 +25,7 @@ import (
 )
 
 // kustomizations are the base and the overlays a platform team applies.
-var kustomizations = []string{"kubernetes", "overlays/dev", "overlays/csi-driver"}
+var kustomizations = []string{"kubernetes", "overlays/dev", "overlays/csi-driver", "overlays/cluster-dev"}
 
 // rendered is one kustomization's objects, decoded, by kind.
 type rendered struct {
@@ -39,6 +39,20 @@ type rendered struct {
 	roleBindings  []*rbacv1.RoleBinding
 	flowSchemas   []*flowcontrolv1.FlowSchema
 	priorityLevel map[string]*flowcontrolv1.PriorityLevelConfiguration
+}
+
+// mainContainer is the container of w that runs its component (named as
+// the component: "provisioner" in volplane-provisioner), else the first:
+// an overlay may add or reorder containers (a CSI driver's next to the
+// provisioner).
+func mainContainer(w workload) corev1.Container {
+	cs := w.template.Spec.Containers
+	for _, c := range cs {
+		if "volplane-"+c.Name == w.name {
+			return c
+		}
+	}
+	return cs[0]
 }
 
 // workload is a Deployment or StatefulSet: its pods' names and template.
@@ -131,7 +145,7 @@ func TestProbesMeanSomething(t *testing.T) {
 			r := decodeAll(t, dir)
 			for _, name := range components {
 				w := r.workload(t, name)
-				c := w.template.Spec.Containers[0]
+				c := mainContainer(w)
 				where := name + " container " + c.Name
 				listen := map[int32]bool{}
 				for _, f := range []string{"debug-address", "listen"} {
@@ -191,8 +205,8 @@ func TestImagesFullyQualified(t *testing.T) {
 					if strings.Contains(c.Image, "volplane/volplane") && c.Image != "ghcr.io/volplane/volplane:"+version {
 						t.Errorf("%s/%s: image %q, want ghcr.io/volplane/volplane:%s", w.name, c.Name, c.Image, version)
 					}
-					if w.name == "volplane-etcd" && !strings.HasPrefix(c.Image, "ghcr.io/volplane/etcd:v") {
-						t.Errorf("%s/%s: image %q, want ghcr.io/volplane/etcd:<etcd version>", w.name, c.Name, c.Image)
+					if w.name == "volplane-etcd" && c.Image != "ghcr.io/volplane/etcd:"+version {
+						t.Errorf("%s/%s: image %q, want ghcr.io/volplane/etcd:%s (volplane's etcd entrypoint)", w.name, c.Name, c.Image, version)
 					}
 				}
 			}
@@ -413,7 +427,7 @@ func TestReclaimerPodRightsConfined(t *testing.T) {
 		t.Run(dir, func(t *testing.T) {
 			r := decodeAll(t, dir)
 			w := r.workload(t, "volplane-reclaimer")
-			ns, ok := flagValue(w.template.Spec.Containers[0], "recycler-namespace")
+			ns, ok := flagValue(mainContainer(w), "recycler-namespace")
 			if !ok || ns == "default" || ns == "volplane-system" {
 				t.Fatalf("the reclaimer's --recycler-namespace is %q: want a namespace of its own", ns)
 			}
@@ -642,7 +656,7 @@ func TestMetricsReachableFromMonitoring(t *testing.T) {
 						fromMonitoring := policyAllows(t, r.policies, w.namespace, w.template, monitoring, p.ContainerPort)
 						fromOther := policyAllows(t, r.policies, w.namespace, w.template, other, p.ContainerPort)
 						switch {
-						case p.Name == "debug":
+						case p.Name == "debug" || w.name == "volplane-etcd" && p.Name == "metrics":
 							if !fromMonitoring {
 								t.Errorf("%s: Prometheus in monitoring cannot scrape it", where)
 							}
@@ -675,7 +689,7 @@ func TestClientRateLimitsSet(t *testing.T) {
 		t.Run(dir, func(t *testing.T) {
 			r := decodeAll(t, dir)
 			for _, name := range []string{"volplane-watcher", "volplane-binder", "volplane-provisioner", "volplane-reclaimer"} {
-				c := r.workload(t, name).template.Spec.Containers[0]
+				c := mainContainer(r.workload(t, name))
 				qps, ok1 := flagValue(c, "kube-api-qps")
 				burst, ok2 := flagValue(c, "kube-api-burst")
 				q, _ := strconv.ParseFloat(qps, 64)

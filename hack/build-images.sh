@@ -7,8 +7,9 @@
 #
 #   volplane:VERSION                  the services, the gateway, the dev CSI driver
 #                                     (also ghcr.io/volplane/volplane:VERSION, the manifests' name)
-#   volplane-etcd:ETCD_VERSION        etcd itself, from hack/etcd (go.mod's etcd version)
-#                                     (also ghcr.io/volplane/etcd:ETCD_VERSION)
+#   volplane-etcd:ETCD_VERSION        etcd itself, from hack/etcd (go.mod's etcd version), and
+#                                     volplane-etcd-member and volplane-etcd-backup
+#                                     (also ghcr.io/volplane/etcd:ETCD_VERSION, deploy/kubernetes')
 #   volplane-kube-apiserver:KUBE_VERSION  the cached kube-apiserver (make kube-apiserver)
 #
 # The contexts are staged under .cache/images; the Dockerfile at the top
@@ -72,6 +73,9 @@ build volplane "volplane:$version" "ghcr.io/volplane/volplane:$version"
 
 bin=$(stage etcd)
 (cd "$root/hack/etcd" && GOFLAGS=-mod=mod go build -trimpath -ldflags='-s -w' -o "$bin/etcd" .)
+# deploy/kubernetes runs volplane-etcd-member (etcd embedded, at go.mod's
+# version) and volplane-etcd-backup from the same image.
+(cd "$root" && go build -trimpath -ldflags='-s -w' -o "$bin/" ./cmd/volplane-etcd-member ./cmd/volplane-etcd-backup)
 build etcd "volplane-etcd:$etcd_version" "ghcr.io/volplane/etcd:$etcd_version"
 
 bin=$(stage kube-apiserver)

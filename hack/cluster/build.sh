@@ -64,6 +64,7 @@ build_images() {
 	(cd "$root" && go build -trimpath -ldflags='-s -w' -o "$bin/" \
 		./services/watcher/cmd/watcher ./services/binder/cmd/binder ./services/provisioner/cmd/provisioner \
 		./services/reclaimer/cmd/reclaimer ./gateway/cmd/gateway ./cmd/volplane-csi \
+		./cmd/volplane-etcd-member ./cmd/volplane-etcd-backup \
 		./hack/pause ./test/cluster/workload ./hack/ociimage)
 	local oci=$bin/ociimage
 	# Each image is a list of -add DEST=SRC and -dir PATH:UID:GID:MODE: add a
@@ -80,7 +81,11 @@ build_images() {
 		-dir /var/lib/volplane/etcd:65532:65532:0755 \
 		-dir /var/lib/volplane/csi:65532:65532:0755 \
 		-dir /var/lib/volplane/csi-socket:65532:65532:0755
+	# volplane's etcd (deploy/kubernetes: docs/etcd.md): its entrypoint
+	# volplane-etcd-member embeds etcd; etcd itself for docker-compose.
 	"$oci" -name "$etcd_image" -o "$images_dir/etcd.tar" \
+		-add "/usr/local/bin/volplane-etcd-member=$bin/volplane-etcd-member" \
+		-add "/usr/local/bin/volplane-etcd-backup=$bin/volplane-etcd-backup" \
 		-add "/usr/local/bin/etcd=$etcd_bin" \
 		-dir /var/lib/etcd:65532:65532:0700
 	"$oci" -name "$coredns_image" -o "$images_dir/coredns.tar" \

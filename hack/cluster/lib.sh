@@ -25,7 +25,7 @@ images_dir=$cache/cluster-images
 image_registry=ghcr.io/volplane
 pause_image=$image_registry/pause:$VERSION
 volplane_image=$image_registry/volplane:$VERSION
-etcd_image=$image_registry/etcd:$ETCD_VERSION
+etcd_image=$image_registry/etcd:$VERSION
 coredns_image=$image_registry/coredns:$COREDNS_VERSION
 workload_image=$image_registry/workload:$VERSION
 

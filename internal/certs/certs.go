@@ -37,13 +37,18 @@ type Component struct {
 	// Peers is the headless Service under which its pods have names of
 	// their own (a StatefulSet's serviceName), "" when they have none.
 	Peers string
+	// Members, when above 0, names each pod under Peers explicitly
+	// (<Service>-0 ... <Service>-<Members-1>): etcd checks a peer's address
+	// by resolving the names of its certificate, which a wildcard cannot
+	// give it (docs/etcd.md).
+	Members int
 }
 
 // Components are the certificates the manifests (deploy/kubernetes)
 // mount, with the Secret names, common names and DNS names that
 // cert-manager's certificates.yaml gives them.
 var Components = []Component{
-	{Name: "etcd", Secret: "volplane-etcd-tls", Service: "volplane-etcd", Peers: "volplane-etcd"},
+	{Name: "etcd", Secret: "volplane-etcd-tls", Service: "volplane-etcd", Peers: "volplane-etcd", Members: 3},
 	{Name: "watcher", Secret: "volplane-watcher-tls", Service: "volplane-watcher", Peers: "volplane-watcher-peers"},
 	{Name: "binder", Secret: "volplane-binder-tls", Service: "volplane-binder", Peers: "volplane-binder-peers"},
 	{Name: "provisioner", Secret: "volplane-provisioner-tls", Service: "volplane-provisioner"},
@@ -140,7 +145,7 @@ func (o *Options) defaults() error {
 // Service's names (name, name.namespace, name.namespace.svc and
 // name.namespace.svc.<domain>), the headless Service Peers' (which
 // resolves to every pod) and its pods' under it (each of those forms,
-// under a wildcard), localhost, 127.0.0.1 and ::1 (a probe or a
+// under a wildcard, and by name for Members), localhost, 127.0.0.1 and ::1 (a probe or a
 // tool in the pod), and, for the gateway, GatewayHosts.
 func (o Options) Hosts(c Component) []string {
 	if o.Namespace == "" {
@@ -159,6 +164,11 @@ func (o Options) Hosts(c Component) []string {
 	if c.Peers != "" {
 		for _, n := range names(c.Peers) {
 			hosts = append(hosts, "*."+n)
+		}
+		for i := range c.Members {
+			for _, n := range names(c.Peers) {
+				hosts = append(hosts, fmt.Sprintf("%s-%d.%s", c.Service, i, n))
+			}
 		}
 	}
 	hosts = append(hosts, "localhost", "127.0.0.1", "::1")

@@ -31,13 +31,28 @@ type EtcdTLS struct {
 	CertFile, KeyFile string
 }
 
+// EtcdOptions are the settings of an embedded etcd beyond its directory.
+type EtcdOptions struct {
+	// TLS, when set, serves clients over mutual TLS.
+	TLS *EtcdTLS
+	// QuotaBackendBytes is etcd's --quota-backend-bytes (0: etcd's
+	// default, 2 GiB): a test sets it tiny to trip the NOSPACE alarm.
+	QuotaBackendBytes int64
+}
+
 // StartEtcd starts an embedded etcd with its data in dir, on free loopback
 // ports, without TLS, and waits until it is ready.
-func StartEtcd(dir string) (*Etcd, error) { return StartEtcdTLS(dir, nil) }
+func StartEtcd(dir string) (*Etcd, error) { return StartEtcdWith(dir, EtcdOptions{}) }
 
 // StartEtcdTLS is StartEtcd serving clients over mutual TLS when tls is
 // not nil.
 func StartEtcdTLS(dir string, tls *EtcdTLS) (*Etcd, error) {
+	return StartEtcdWith(dir, EtcdOptions{TLS: tls})
+}
+
+// StartEtcdWith is StartEtcd with o's settings.
+func StartEtcdWith(dir string, o EtcdOptions) (*Etcd, error) {
+	tls := o.TLS
 	clientURL, err := freeURL()
 	if err != nil {
 		return nil, err
@@ -63,6 +78,7 @@ func StartEtcdTLS(dir string, tls *EtcdTLS) (*Etcd, error) {
 	// A development and test server: losing the last writes on a machine
 	// crash is acceptable, fsync latency is not.
 	cfg.UnsafeNoFsync = true
+	cfg.QuotaBackendBytes = o.QuotaBackendBytes
 	if tls != nil {
 		cfg.ClientTLSInfo = transport.TLSInfo{CertFile: tls.CertFile, KeyFile: tls.KeyFile, TrustedCAFile: tls.CAFile, ClientCertAuth: true}
 	}

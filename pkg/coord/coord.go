@@ -46,7 +46,13 @@ type Options struct {
 	// Security is the client's TLS and etcd authentication; the zero value
 	// is plaintext without authentication.
 	Security Security
+	// AlarmPeriod is how often a Keeper asks etcd for its alarms
+	// (NOSPACE, CORRUPT); default DefaultAlarmPeriod.
+	AlarmPeriod time.Duration
 }
+
+// DefaultAlarmPeriod is how often a Keeper asks etcd for its alarms.
+const DefaultAlarmPeriod = 5 * time.Second
 
 // Security is how the etcd client checks etcd and proves itself: TLS
 // (etcd's CA, and a client certificate for an etcd run with

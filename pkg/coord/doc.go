@@ -33,4 +33,16 @@
 // there is none they fail with ErrSessionLost, and locks of a lost session
 // are never carried on (writes fenced on the new lease are refused until
 // the lock is acquired again).
+//
+// A Keeper also watches etcd's alarms (in a member's Status every
+// AlarmPeriod, and at once when a write fails with "database space
+// exceeded"; with etcd authentication, Status needs an admin user, and
+// without it an alarm is known from the writes' errors alone). Under the
+// NOSPACE alarm etcd refuses every write and every new lease: the
+// Keeper's writes then fail with an error wrapping ErrNoSpaceAlarm, the
+// alarm is logged at error level, and Health returns "etcd: NOSPACE
+// alarm", which the services' readiness reports (they turn NOT_SERVING).
+// The session is kept (Ready stays true), so nothing it holds is lost;
+// once etcd is compacted, defragmented and disarmed (volplane-etcd-member
+// does it, docs/etcd.md), Health is nil again.
 package coord

@@ -36,6 +36,7 @@ type Keeper struct {
 	cur     atomic.Pointer[Coordinator]
 	mu      sync.Mutex
 	changed chan struct{}
+	alarms  alarms
 }
 
 // NewKeeper checks o and returns a Keeper for member id of service,
@@ -52,6 +53,9 @@ func NewKeeper(o Options, service, id, addr string) (*Keeper, error) {
 	}
 	if o.Logger == nil {
 		o.Logger = slog.Default()
+	}
+	if o.AlarmPeriod <= 0 {
+		o.AlarmPeriod = DefaultAlarmPeriod
 	}
 	return &Keeper{o: o, service: service, id: id, addr: addr, changed: make(chan struct{})}, nil
 }
@@ -73,6 +77,16 @@ func (k *Keeper) Run(ctx context.Context) error {
 		client = c
 	}
 	defer client.Close()
+	alarmsDone := make(chan struct{})
+	actx, stopAlarms := context.WithCancel(ctx)
+	go func() {
+		defer close(alarmsDone)
+		k.watchAlarms(actx, client)
+	}()
+	defer func() {
+		stopAlarms()
+		<-alarmsDone
+	}()
 	k.base.Store(&Coordinator{client: client, prefix: strings.TrimSuffix(k.o.Prefix, "/"), log: k.o.Logger})
 	retry.reset()
 	for {
@@ -114,7 +128,7 @@ func (k *Keeper) open(ctx context.Context, client *clientv3.Client) (*Coordinato
 	defer cancel()
 	lease, err := client.Grant(gctx, ttl)
 	if err != nil {
-		return nil, fmt.Errorf("grant a lease: %w", err)
+		return nil, k.seen(fmt.Errorf("grant a lease: %w", err))
 	}
 	session, err := concurrency.NewSession(client, concurrency.WithLease(lease.ID), concurrency.WithTTL(int(ttl)), concurrency.WithContext(context.WithoutCancel(ctx)))
 	if err != nil {
@@ -123,7 +137,7 @@ func (k *Keeper) open(ctx context.Context, client *clientv3.Client) (*Coordinato
 	co := &Coordinator{client: client, session: session, prefix: strings.TrimSuffix(k.o.Prefix, "/"), log: k.o.Logger}
 	if err := co.Register(gctx, k.service, k.id, k.addr); err != nil {
 		k.revoke(co)
-		return nil, err
+		return nil, k.seen(err)
 	}
 	return co, nil
 }
@@ -157,7 +171,9 @@ func (k *Keeper) Current() *Coordinator {
 	}
 }
 
-// Ready reports whether a session is live.
+// Ready reports whether a session is live. It stays true under an etcd
+// alarm (the session and what it holds are intact); Health says whether
+// the replica can work.
 func (k *Keeper) Ready() bool { return k.Current() != nil }
 
 // Changed is closed at the next change of session (opened or lost).
@@ -187,7 +203,7 @@ func (k *Keeper) Reserve(ctx context.Context, resource, holder string) error {
 	if err != nil {
 		return err
 	}
-	return co.Reserve(ctx, resource, holder)
+	return k.seen(co.Reserve(ctx, resource, holder))
 }
 
 // ReserveAll is Coordinator.ReserveAll on the current session.
@@ -196,7 +212,8 @@ func (k *Keeper) ReserveAll(ctx context.Context, rs []Reservation) ([]error, err
 	if err != nil {
 		return nil, err
 	}
-	return co.ReserveAll(ctx, rs)
+	errs, err := co.ReserveAll(ctx, rs)
+	return errs, k.seen(err)
 }
 
 // Release is Coordinator.Release.
@@ -205,7 +222,7 @@ func (k *Keeper) Release(ctx context.Context, resource, holder string) error {
 	if err != nil {
 		return err
 	}
-	return co.Release(ctx, resource, holder)
+	return k.seen(co.Release(ctx, resource, holder))
 }
 
 // ReleaseAll is Coordinator.ReleaseAll.
@@ -214,7 +231,7 @@ func (k *Keeper) ReleaseAll(ctx context.Context, rs []Reservation) error {
 	if err != nil {
 		return err
 	}
-	return co.ReleaseAll(ctx, rs)
+	return k.seen(co.ReleaseAll(ctx, rs))
 }
 
 // Acquire is Coordinator.Acquire on the current session.
@@ -223,7 +240,7 @@ func (k *Keeper) Acquire(ctx context.Context, kind, name, holder string) error {
 	if err != nil {
 		return err
 	}
-	return co.Acquire(ctx, kind, name, holder)
+	return k.seen(co.Acquire(ctx, kind, name, holder))
 }
 
 // AcquireGet is Coordinator.AcquireGet on the current session.
@@ -232,7 +249,8 @@ func (k *Keeper) AcquireGet(ctx context.Context, kind, name, holder string) (Rec
 	if err != nil {
 		return Record{}, false, err
 	}
-	return co.AcquireGet(ctx, kind, name, holder)
+	r, ok, err := co.AcquireGet(ctx, kind, name, holder)
+	return r, ok, k.seen(err)
 }
 
 // Unlock is Coordinator.Unlock.
@@ -241,7 +259,7 @@ func (k *Keeper) Unlock(ctx context.Context, kind, name, holder string) error {
 	if err != nil {
 		return err
 	}
-	return co.Unlock(ctx, kind, name, holder)
+	return k.seen(co.Unlock(ctx, kind, name, holder))
 }
 
 // Put is Coordinator.Put, fenced on the current session's lease.
@@ -250,7 +268,7 @@ func (k *Keeper) Put(ctx context.Context, kind, name, holder string, value []byt
 	if err != nil {
 		return err
 	}
-	return co.Put(ctx, kind, name, holder, value)
+	return k.seen(co.Put(ctx, kind, name, holder, value))
 }
 
 // Finish is Coordinator.Finish, fenced on the current session's lease.
@@ -259,7 +277,7 @@ func (k *Keeper) Finish(ctx context.Context, kind, name, holder string) error {
 	if err != nil {
 		return err
 	}
-	return co.Finish(ctx, kind, name, holder)
+	return k.seen(co.Finish(ctx, kind, name, holder))
 }
 
 // Get is Coordinator.Get.

@@ -128,12 +128,13 @@ func Start(ctx context.Context, c Config) (*Replica, error) {
 }
 
 // etcdSession is the readiness check "etcd-session": without a live
-// session the replica owns nothing and its fenced writes fail.
+// session the replica owns nothing and its fenced writes fail; under an
+// etcd alarm (NOSPACE) every write fails too (coord.Keeper.Health).
 func (r *Replica) etcdSession() error {
-	if r.Coord.Ready() {
-		return nil
+	if !r.Coord.Ready() {
+		return fmt.Errorf("not established (etcd at %s)", strings.Join(r.cfg.Etcd.Endpoints, ","))
 	}
-	return fmt.Errorf("not established (etcd at %s)", strings.Join(r.cfg.Etcd.Endpoints, ","))
+	return r.Coord.Health()
 }
 
 // Readiness runs the replica's readiness loop (Health.Loop) every

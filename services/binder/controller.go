@@ -67,8 +67,13 @@ type controller struct {
 	// Every step with side effects asks it right before it is taken.
 	owns func(key string) bool
 	// canAct reports whether the replica can act at all: a live etcd
-	// session lists it and the API server answers; nil means yes.
+	// session lists it, etcd raises no alarm and the API server answers;
+	// nil means yes.
 	canAct func() bool
+	// etcdHealth says why etcd keeps the replica from acting ("etcd:
+	// NOSPACE alarm", "etcd: no session"), for the readiness log; nil
+	// (unit tests) says nothing.
+	etcdHealth func() error
 
 	store       *store
 	pods        *podIndex // pods that use claims (pods.go)

@@ -178,8 +178,10 @@ func Run(ctx context.Context, o Options) error {
 	c.owns = own.owns
 	c.canAct = func() bool {
 		ok, _ := r.API.Healthy(3 * time.Second)
-		return ok && own.ready()
+		// An etcd alarm (NOSPACE) refuses every reservation: not ready.
+		return ok && own.ready() && r.Coord.Health() == nil
 	}
+	c.etcdHealth = r.Coord.Health
 
 	// Ready (gRPC health and /readyz) while the cache is current and the
 	// replica can act: canAct, check by check.

@@ -1,0 +1,398 @@
+package deploy
+
+import (
+	"fmt"
+	"net/url"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	appsv1 "k8s.io/api/apps/v1"
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"sigs.k8s.io/yaml"
+
+	"github.com/volplane/volplane/internal/manifests"
+)
+
+// renderedObjects is a kustomization's objects by kind and name.
+type renderedObjects map[string]*unstructured.Unstructured
+
+func renderObjects(t *testing.T, dir string) renderedObjects {
+	t.Helper()
+	_, objs, err := manifests.Render(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := renderedObjects{}
+	for _, o := range objs {
+		out[o.GetKind()+"/"+o.GetName()] = o
+	}
+	// cert-manager's certificates are applied on their own (they are not
+	// in the kustomization, which must apply without cert-manager).
+	raw, err := os.ReadFile("kubernetes/certificates.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, doc := range strings.Split(string(raw), "\n---\n") {
+		u := &unstructured.Unstructured{}
+		if err := yaml.Unmarshal([]byte(doc), &u.Object); err != nil {
+			t.Fatalf("certificates.yaml: %v", err)
+		}
+		if u.Object == nil || u.GetKind() != "Certificate" {
+			continue
+		}
+		if _, ok := out[u.GetKind()+"/"+u.GetName()]; !ok {
+			out[u.GetKind()+"/"+u.GetName()] = u
+		}
+	}
+	return out
+}
+
+func (r renderedObjects) decode(key string, obj any) error {
+	u, ok := r[key]
+	if !ok {
+		return fmt.Errorf("no %s", key)
+	}
+	if err := runtime.DefaultUnstructuredConverter.FromUnstructuredWithValidation(u.Object, obj, true); err != nil {
+		return fmt.Errorf("%s: %w", key, err)
+	}
+	return nil
+}
+
+func (r renderedObjects) into(t *testing.T, key string, obj any) {
+	t.Helper()
+	if err := r.decode(key, obj); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// flags are a command line's --name=value arguments.
+func flags(command []string) map[string]string {
+	out := map[string]string{}
+	for _, a := range command[1:] {
+		k, v, _ := strings.Cut(strings.TrimPrefix(a, "--"), "=")
+		out[k] = v
+	}
+	return out
+}
+
+// etcd runs as DESIGN's deployment invariant 7 wants: it needs no claim
+// (so no binder) to start or to replace a member, three members on
+// emptyDir with the entrypoint that replaces a lost one, compaction and
+// an explicit quota, probes on a plaintext port, a budget that keeps its
+// quorum through a drain, and certificates that name every member.
+func TestEtcdNeedsNoVolplaneBoundClaim(t *testing.T) {
+	version := makefileVersion(t)
+	for _, dir := range []string{"kubernetes", "overlays/dev", "overlays/csi-driver", "overlays/cluster-dev"} {
+		t.Run(dir, func(t *testing.T) {
+			objs := renderObjects(t, dir)
+			var sts appsv1.StatefulSet
+			objs.into(t, "StatefulSet/volplane-etcd", &sts)
+			for _, p := range etcdProblems(objs, &sts, version) {
+				t.Error(p)
+			}
+		})
+	}
+}
+
+// The check catches each way back to an etcd that needs volplane, or that
+// loses its quorum, its probes or its compaction.
+func TestEtcdCheckCatches(t *testing.T) {
+	version := makefileVersion(t)
+	for _, tc := range []struct {
+		name   string
+		mutate func(objs renderedObjects, sts *appsv1.StatefulSet)
+		want   string
+	}{
+		{"a volumeClaimTemplate", func(_ renderedObjects, s *appsv1.StatefulSet) {
+			s.Spec.VolumeClaimTemplates = []corev1.PersistentVolumeClaim{{}}
+		}, "volumeClaimTemplates"},
+		{"a claim as the data volume", func(_ renderedObjects, s *appsv1.StatefulSet) {
+			s.Spec.Template.Spec.Volumes[0].VolumeSource = corev1.VolumeSource{PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: "x"}}
+		}, "is a claim"},
+		{"a hostPath", func(_ renderedObjects, s *appsv1.StatefulSet) {
+			s.Spec.Template.Spec.Volumes[0].VolumeSource = corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: "/var/lib/etcd"}}
+		}, "hostPath"},
+		{"one member", func(_ renderedObjects, s *appsv1.StatefulSet) { one := int32(1); s.Spec.Replicas = &one }, "want 3, Parallel"},
+		{"ordered start", func(_ renderedObjects, s *appsv1.StatefulSet) {
+			s.Spec.PodManagementPolicy = appsv1.OrderedReadyPodManagement
+		}, "Parallel"},
+		{"plain etcd", func(_ renderedObjects, s *appsv1.StatefulSet) {
+			s.Spec.Template.Spec.Containers[0].Command[0] = "/usr/local/bin/etcd"
+		}, "not the entrypoint"},
+		{"no compaction", func(_ renderedObjects, s *appsv1.StatefulSet) {
+			c := &s.Spec.Template.Spec.Containers[0]
+			c.Command = slices.DeleteFunc(c.Command, func(a string) bool { return strings.HasPrefix(a, "--auto-compaction-retention") })
+		}, "auto-compaction-retention"},
+		{"no readiness probe", func(_ renderedObjects, s *appsv1.StatefulSet) {
+			s.Spec.Template.Spec.Containers[0].ReadinessProbe = nil
+		}, "/readyz"},
+		{"a budget below the quorum", func(objs renderedObjects, _ *appsv1.StatefulSet) {
+			_ = unstructured.SetNestedField(objs["PodDisruptionBudget/volplane-etcd"].Object, int64(1), "spec", "minAvailable")
+		}, "minAvailable"},
+		{"a certificate without the members' names", func(objs renderedObjects, _ *appsv1.StatefulSet) {
+			_ = unstructured.SetNestedStringSlice(objs["Certificate/volplane-etcd"].Object, []string{"volplane-etcd"}, "spec", "dnsNames")
+		}, "does not name member"},
+		{"members cut off from each other", func(objs renderedObjects, _ *appsv1.StatefulSet) {
+			unstructured.RemoveNestedField(objs["NetworkPolicy/volplane-etcd"].Object, "spec", "ingress")
+		}, "reach each other"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			objs := renderObjects(t, "kubernetes")
+			var sts appsv1.StatefulSet
+			objs.into(t, "StatefulSet/volplane-etcd", &sts)
+			if p := etcdProblems(objs, &sts, version); len(p) != 0 {
+				t.Fatalf("the shipped manifests have problems: %v", p)
+			}
+			tc.mutate(objs, &sts)
+			p := etcdProblems(objs, &sts, version)
+			if !slices.ContainsFunc(p, func(s string) bool { return strings.Contains(s, tc.want) }) {
+				t.Fatalf("problems %v, want one about %q", p, tc.want)
+			}
+		})
+	}
+}
+
+// etcdProblems lists how sts (and the objects around it) miss what
+// TestEtcdNeedsNoVolplaneBoundClaim wants.
+func etcdProblems(objs renderedObjects, sts *appsv1.StatefulSet, version string) []string {
+	var problems []string
+	errorf := func(format string, a ...any) { problems = append(problems, fmt.Sprintf(format, a...)) }
+	ns := sts.Namespace
+	if n := len(sts.Spec.VolumeClaimTemplates); n != 0 {
+		errorf("etcd has %d volumeClaimTemplates: its claims would wait for volplane's binder, which waits for etcd", n)
+	}
+	pod := sts.Spec.Template.Spec
+	for _, v := range pod.Volumes {
+		switch {
+		case v.PersistentVolumeClaim != nil || v.Ephemeral != nil:
+			errorf("etcd volume %s is a claim: its binding would need volplane", v.Name)
+		case v.HostPath != nil:
+			errorf("etcd volume %s is a hostPath, which the restricted Pod Security profile forbids (docs/etcd.md)", v.Name)
+		}
+	}
+	if sts.Spec.Replicas == nil || *sts.Spec.Replicas != 3 || sts.Spec.PodManagementPolicy != appsv1.ParallelPodManagement {
+		errorf("etcd: replicas %v, podManagementPolicy %q: want 3, Parallel (members bootstrap together)", sts.Spec.Replicas, sts.Spec.PodManagementPolicy)
+	}
+	spread := false
+	if a := pod.Affinity; a != nil && a.PodAntiAffinity != nil {
+		for _, p := range a.PodAntiAffinity.PreferredDuringSchedulingIgnoredDuringExecution {
+			spread = spread || p.PodAffinityTerm.TopologyKey == corev1.LabelHostname
+		}
+	}
+	if !spread {
+		errorf("etcd: no preferred anti-affinity by node")
+	}
+	if len(pod.Containers) != 1 {
+		return append(problems, fmt.Sprintf("etcd: %d containers, want 1", len(pod.Containers)))
+	}
+	c := pod.Containers[0]
+	if want := "ghcr.io/volplane/etcd:" + version; c.Image != want {
+		errorf("etcd image %q, want %s", c.Image, want)
+	}
+	if len(c.Command) == 0 || c.Command[0] != "/usr/local/bin/volplane-etcd-member" {
+		return append(problems, fmt.Sprintf("etcd runs %v, not the entrypoint that replaces a lost member", c.Command))
+	}
+	f := flags(c.Command)
+	for k, want := range map[string]string{"auto-compaction-mode": "periodic", "data-dir": "/var/lib/etcd/data"} {
+		if f[k] != want {
+			errorf("etcd --%s=%q, want %q", k, f[k], want)
+		}
+	}
+	for _, k := range []string{"auto-compaction-retention", "quota-backend-bytes"} {
+		if f[k] == "" || f[k] == "0" {
+			errorf("etcd --%s not set explicitly", k)
+		}
+	}
+	// The data directory is on an emptyDir.
+	dataOnEmptyDir := false
+	for _, m := range c.VolumeMounts {
+		for _, v := range pod.Volumes {
+			if v.Name == m.Name && v.EmptyDir != nil && strings.HasPrefix(f["data-dir"], m.MountPath+"/") {
+				dataOnEmptyDir = v.EmptyDir.SizeLimit != nil
+			}
+		}
+	}
+	if !dataOnEmptyDir {
+		errorf("etcd --data-dir is not on an emptyDir with a size limit")
+	}
+	// Every member by its pod's DNS name, in the order the StatefulSet
+	// names its pods.
+	var hosts []string
+	members := strings.Split(f["initial-cluster"], ",")
+	if len(members) != 3 {
+		errorf("--initial-cluster lists %d members, want 3: %s", len(members), f["initial-cluster"])
+	}
+	for i, m := range members {
+		name, peer, _ := strings.Cut(m, "=")
+		u, err := url.Parse(peer)
+		pod := fmt.Sprintf("%s-%d", sts.Name, i)
+		if want := fmt.Sprintf("%s.%s.%s.svc", pod, sts.Spec.ServiceName, ns); err != nil || name != pod || u.Scheme != "https" || u.Hostname() != want {
+			errorf("--initial-cluster member %q, want %s=https://%s:port", m, pod, want)
+		}
+		hosts = append(hosts, u.Hostname())
+	}
+	if want := "https://$(POD_NAME)." + sts.Spec.ServiceName + "." + ns + ".svc:2379"; f["advertise-client-urls"] != want {
+		errorf("--advertise-client-urls %q, want %s", f["advertise-client-urls"], want)
+	}
+	// Probes on the plaintext metrics port.
+	m, err := url.Parse(f["listen-metrics-urls"])
+	if err != nil || m.Scheme != "http" {
+		return append(problems, fmt.Sprintf("--listen-metrics-urls %q: want a plaintext http:// URL", f["listen-metrics-urls"]))
+	}
+	for what, p := range map[string]*corev1.Probe{"/readyz": c.ReadinessProbe, "/livez": c.LivenessProbe} {
+		if p == nil || p.HTTPGet == nil || p.HTTPGet.Path != what || p.HTTPGet.Port.String() != m.Port() || p.HTTPGet.Scheme == corev1.URISchemeHTTPS {
+			errorf("etcd probe %s: %+v, want an http GET on port %s", what, p, m.Port())
+		}
+	}
+	// The headless Service gives the names before the pods are Ready.
+	var svc corev1.Service
+	if err := objs.decode("Service/"+sts.Spec.ServiceName, &svc); err != nil {
+		errorf("%v", err)
+	}
+	if svc.Spec.ClusterIP != corev1.ClusterIPNone || !svc.Spec.PublishNotReadyAddresses || svc.Spec.Selector["app"] != sts.Spec.Template.Labels["app"] {
+		errorf("Service %s: clusterIP %q, publishNotReadyAddresses %v: want headless, publishing members not Ready yet", svc.Name, svc.Spec.ClusterIP, svc.Spec.PublishNotReadyAddresses)
+	}
+	// A drain keeps the quorum.
+	var pdb policyv1.PodDisruptionBudget
+	if err := objs.decode("PodDisruptionBudget/volplane-etcd", &pdb); err != nil {
+		errorf("%v", err)
+	}
+	if pdb.Spec.MinAvailable == nil || pdb.Spec.MinAvailable.IntValue() != 2 {
+		errorf("etcd's PodDisruptionBudget: minAvailable %v, want 2 (the quorum of 3)", pdb.Spec.MinAvailable)
+	}
+	// The certificate names every member (etcd resolves a peer's names to
+	// check its address).
+	cert := objs["Certificate/volplane-etcd"]
+	if cert == nil {
+		return append(problems, "no Certificate volplane-etcd")
+	}
+	names, _, _ := unstructured.NestedStringSlice(cert.Object, "spec", "dnsNames")
+	usages, _, _ := unstructured.NestedStringSlice(cert.Object, "spec", "usages")
+	for _, h := range hosts {
+		if !slices.Contains(names, h) {
+			errorf("Certificate volplane-etcd does not name member %s: %v", h, names)
+		}
+	}
+	if !slices.Contains(usages, "server auth") || !slices.Contains(usages, "client auth") {
+		errorf("Certificate volplane-etcd usages %v: want server and client auth (members are each other's clients)", usages)
+	}
+	// Members reach each other; Prometheus and the kubelet reach metrics.
+	var np networkingv1.NetworkPolicy
+	if err := objs.decode("NetworkPolicy/volplane-etcd", &np); err != nil {
+		errorf("%v", err)
+	}
+	ports := map[string]bool{}
+	open := map[string]bool{}
+	for _, rule := range np.Spec.Ingress {
+		for _, p := range rule.Ports {
+			if len(rule.From) == 0 {
+				open[p.Port.String()] = true
+			}
+			for _, from := range rule.From {
+				if from.PodSelector != nil && from.PodSelector.MatchLabels["app"] == "volplane-etcd" {
+					ports[p.Port.String()] = true
+				}
+				if from.NamespaceSelector != nil && from.NamespaceSelector.MatchLabels["kubernetes.io/metadata.name"] == "monitoring" {
+					open[p.Port.String()] = true
+				}
+			}
+		}
+	}
+	if !ports["2380"] || !ports[f["status-port"]] || !ports["2379"] {
+		errorf("etcd's NetworkPolicy lets the members reach each other on %v, want the client, peer and status ports", ports)
+	}
+	if !open[m.Port()] {
+		errorf("etcd's NetworkPolicy closes the metrics port %s to Prometheus (namespace monitoring)", m.Port())
+	}
+	return problems
+}
+
+// The backup component renders into an overlay: a CronJob whose command
+// line volplane-etcd-backup accepts, reaching every member, restricted,
+// with no hostPath, and let in by etcd's NetworkPolicy.
+func TestEtcdBackupComponent(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds every binary")
+	}
+	bin := build(t)
+	version := makefileVersion(t)
+	base, err := filepath.Abs("kubernetes")
+	if err != nil {
+		t.Fatal(err)
+	}
+	overlay := t.TempDir()
+	rel, err := filepath.Rel(overlay, base) // kustomize takes no absolute path
+	if err != nil {
+		t.Fatal(err)
+	}
+	k := fmt.Sprintf("apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources: [%s]\ncomponents: [%s]\n", rel, filepath.Join(rel, "etcd-backup"))
+	if err := os.WriteFile(filepath.Join(overlay, "kustomization.yaml"), []byte(k), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	objs := renderObjects(t, overlay)
+	var sts appsv1.StatefulSet
+	objs.into(t, "StatefulSet/volplane-etcd", &sts)
+	var cj batchv1.CronJob
+	objs.into(t, "CronJob/volplane-etcd-backup", &cj)
+	if cj.Spec.ConcurrencyPolicy != batchv1.ForbidConcurrent {
+		t.Errorf("the backup CronJob's concurrencyPolicy %q, want Forbid", cj.Spec.ConcurrencyPolicy)
+	}
+	tmpl := cj.Spec.JobTemplate.Spec.Template
+	ps := tmpl.Spec.SecurityContext
+	if ps == nil || ps.RunAsNonRoot == nil || !*ps.RunAsNonRoot || ps.SeccompProfile == nil || ps.SeccompProfile.Type != corev1.SeccompProfileTypeRuntimeDefault {
+		t.Errorf("the backup pod is not restricted (runAsNonRoot, seccomp RuntimeDefault): %+v", ps)
+	}
+	for _, c := range tmpl.Spec.Containers {
+		sc := c.SecurityContext
+		if sc == nil || sc.AllowPrivilegeEscalation == nil || *sc.AllowPrivilegeEscalation || sc.ReadOnlyRootFilesystem == nil || !*sc.ReadOnlyRootFilesystem ||
+			sc.Capabilities == nil || len(sc.Capabilities.Drop) != 1 || sc.Capabilities.Drop[0] != "ALL" {
+			t.Errorf("backup container %s: securityContext %+v", c.Name, sc)
+		}
+		if c.ImagePullPolicy != corev1.PullIfNotPresent || c.Resources.Limits.Memory().IsZero() || c.Resources.Requests.Cpu().IsZero() {
+			t.Errorf("backup container %s: pull policy %q, resources %+v", c.Name, c.ImagePullPolicy, c.Resources)
+		}
+		acceptsFlags(t, bin, "backup container "+c.Name, c.Command)
+	}
+	for _, v := range tmpl.Spec.Volumes {
+		if v.HostPath != nil {
+			t.Errorf("backup volume %s is a hostPath", v.Name)
+		}
+	}
+	c := tmpl.Spec.Containers[0]
+	if c.Image != "ghcr.io/volplane/etcd:"+version {
+		t.Errorf("backup image %s", c.Image)
+	}
+	f := flags(c.Command)
+	var want []string
+	for i := 0; i < int(*sts.Spec.Replicas); i++ {
+		want = append(want, fmt.Sprintf("https://%s-%d.%s.%s.svc:2379", sts.Name, i, sts.Spec.ServiceName, sts.Namespace))
+	}
+	if got := strings.Split(f["etcd-endpoints"], ","); !slices.Equal(got, want) {
+		t.Errorf("backup --etcd-endpoints %v, want every member %v", got, want)
+	}
+	if f["dir"] == "" || f["keep"] == "" {
+		t.Errorf("backup --dir %q --keep %q", f["dir"], f["keep"])
+	}
+	var np networkingv1.NetworkPolicy
+	objs.into(t, "NetworkPolicy/volplane-etcd", &np)
+	admitted := false
+	for _, rule := range np.Spec.Ingress {
+		for _, from := range rule.From {
+			admitted = admitted || (from.PodSelector != nil && from.PodSelector.MatchLabels["app"] == tmpl.Labels["app"])
+		}
+	}
+	if !admitted {
+		t.Errorf("etcd's NetworkPolicy does not let the backup job (app=%s) in", tmpl.Labels["app"])
+	}
+	if objs["PersistentVolumeClaim/volplane-etcd-backup"] == nil || objs["Certificate/volplane-etcd-backup"] == nil {
+		t.Error("the component has no backup claim or no client certificate")
+	}
+}
