@@ -20,6 +20,7 @@ import (
 	"github.com/volplane/volplane/internal/devcsi"
 	"github.com/volplane/volplane/internal/devenv"
 	"github.com/volplane/volplane/internal/pki"
+	"github.com/volplane/volplane/pkg/callers"
 	"github.com/volplane/volplane/pkg/coord"
 	"github.com/volplane/volplane/pkg/grpcutil"
 	"github.com/volplane/volplane/pkg/kube"
@@ -53,8 +54,9 @@ type ClusterOptions struct {
 }
 
 // Client is the name of the chaos run's own client certificate, with
-// which it calls the services.
-const Client = "volplane-chaos"
+// which it calls the services (health, and the binders' caches for the
+// checks): the test harness's identity (pkg/callers).
+const Client = callers.Conformance
 
 // NodeName is the node the reclaimers scrub Recycle volumes on.
 const NodeName = "chaos-node"
