@@ -67,6 +67,10 @@ func TestRenderedContainersRunAsShipped(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	users, err := pki.NewCA(filepath.Join(root, "users-ca"), "volplane-as-rendered-users-ca")
+	if err != nil {
+		t.Fatal(err)
+	}
 	etcdCert, err := ca.Issue("volplane-etcd")
 	if err != nil {
 		t.Fatal(err)
@@ -114,7 +118,12 @@ func TestRenderedContainersRunAsShipped(t *testing.T) {
 			if err := os.MkdirAll(d, 0o700); err != nil {
 				t.Fatal(err)
 			}
-			if v.Secret != nil {
+			switch {
+			case v.Secret != nil && v.Secret.SecretName == "volplane-gateway-client-ca":
+				// The CA of the users' client certificates: not the
+				// services' (the gateway refuses that).
+				copyFile(t, users.CertFile, filepath.Join(d, "ca.crt"))
+			case v.Secret != nil:
 				// A cert-manager Certificate's Secret: ca.crt, tls.crt, tls.key.
 				writeSecret(t, ca, d, workload)
 			}
@@ -304,13 +313,18 @@ func writeSecret(t *testing.T, ca *pki.CA, dir, workload string) {
 		t.Fatal(err)
 	}
 	for src, dst := range map[string]string{f.CAFile: "ca.crt", f.CertFile: "tls.crt", f.KeyFile: "tls.key"} {
-		b, err := os.ReadFile(src)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(filepath.Join(dir, dst), b, 0o600); err != nil {
-			t.Fatal(err)
-		}
+		copyFile(t, src, filepath.Join(dir, dst))
+	}
+}
+
+func copyFile(t *testing.T, src, dst string) {
+	t.Helper()
+	b, err := os.ReadFile(src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(dst, b, 0o600); err != nil {
+		t.Fatal(err)
 	}
 }
 
