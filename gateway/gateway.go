@@ -5,13 +5,16 @@ package gateway
 
 import (
 	"context"
+	"crypto/x509"
 	_ "embed"
 	"encoding/json"
+	"encoding/pem"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -66,10 +69,69 @@ func (o *Options) validate() error {
 	if err := o.HTTP.defaults(); err != nil {
 		errs = append(errs, err)
 	}
+	if err := separateCAs(o.Auth.ClientCAFile, o.TLS.CAFile); err != nil {
+		errs = append(errs, err)
+	}
 	if o.Logger == nil {
 		o.Logger = slog.Default()
 	}
 	return errors.Join(errs...)
+}
+
+// validateRun is validate for Run, which serves HTTP itself: client
+// certificates come only over its HTTPS.
+func (o *Options) validateRun() error {
+	err := o.validate()
+	if o.Auth.ClientCAFile != "" && o.HTTP.TLSCertFile == "" {
+		err = errors.Join(err, errors.New("--client-ca-file needs --tls-serving-cert-file and --tls-serving-key-file: client certificates come only over HTTPS, and the gateway serves plain HTTP without them"))
+	}
+	return err
+}
+
+// separateCAs refuses a users' CA (--client-ca-file) that holds a
+// certificate of the services' CA (--tls-ca-file): every certificate the
+// services' CA signs is a volplane service's credential, and would be a
+// user at the gateway too (and a user's certificate one of a service).
+// Files that do not read are reported where they are loaded.
+func separateCAs(clientCAFile, servicesCAFile string) error {
+	if clientCAFile == "" || servicesCAFile == "" {
+		return nil
+	}
+	users, err1 := readCerts(clientCAFile)
+	services, err2 := readCerts(servicesCAFile)
+	if err1 != nil || err2 != nil {
+		return nil
+	}
+	for _, u := range users {
+		for _, s := range services {
+			if u.Equal(s) {
+				return fmt.Errorf("--client-ca-file %s holds the services' CA of --tls-ca-file (%s): a certificate of that CA would be both a volplane service's credential and a user; sign users' client certificates with a separate CA", clientCAFile, u.Subject)
+			}
+		}
+	}
+	return nil
+}
+
+func readCerts(path string) ([]*x509.Certificate, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	var out []*x509.Certificate
+	for {
+		var blk *pem.Block
+		if blk, b = pem.Decode(b); blk == nil {
+			return out, nil
+		}
+		if blk.Type != "CERTIFICATE" {
+			continue
+		}
+		c, err := x509.ParseCertificate(blk.Bytes)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, c)
+	}
 }
 
 type backend struct {
@@ -266,7 +328,7 @@ func (s *statusRecorder) Flush() {
 
 // Run serves the gateway until ctx ends, then shuts down gracefully.
 func Run(ctx context.Context, o Options) error {
-	if err := o.validate(); err != nil {
+	if err := o.validateRun(); err != nil {
 		return fmt.Errorf("gateway options: %w", err)
 	}
 	h, closeAll, err := NewHandler(ctx, o)

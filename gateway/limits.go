@@ -71,26 +71,38 @@ func (o *HTTPOptions) shapeLimits() shape.Limits {
 		MaxStringBytes: o.MaxRequestStringBytes, MaxKeyBytes: o.MaxRequestKeyBytes}
 }
 
+// defaults fills in the zero values and reports, all at once, the values
+// that cannot work (each naming its flag).
 func (o *HTTPOptions) defaults() error {
+	var errs []error
 	if (o.TLSCertFile == "") != (o.TLSKeyFile == "") {
-		return errors.New("--tls-serving-cert-file and --tls-serving-key-file go together")
+		errs = append(errs, errors.New("--tls-serving-cert-file and --tls-serving-key-file go together"))
 	}
-	set := func(d *time.Duration, def time.Duration) {
-		if *d <= 0 {
+	set := func(d *time.Duration, def time.Duration, flag string) {
+		switch {
+		case *d < 0:
+			errs = append(errs, fmt.Errorf("%s must not be negative (0 means %s), got %s", flag, def, *d))
+		case *d == 0:
 			*d = def
 		}
 	}
-	set(&o.ReadHeaderTimeout, DefaultReadHeaderTimeout)
-	set(&o.ReadTimeout, DefaultReadTimeout)
-	set(&o.WriteTimeout, DefaultWriteTimeout)
-	set(&o.IdleTimeout, DefaultIdleTimeout)
-	if o.MaxRequestBytes <= 0 {
+	set(&o.ReadHeaderTimeout, DefaultReadHeaderTimeout, "--read-header-timeout")
+	set(&o.ReadTimeout, DefaultReadTimeout, "--read-timeout")
+	set(&o.WriteTimeout, DefaultWriteTimeout, "--write-timeout")
+	set(&o.IdleTimeout, DefaultIdleTimeout, "--idle-timeout")
+	switch {
+	case o.MaxRequestBytes < 0:
+		errs = append(errs, fmt.Errorf("--max-request-bytes must not be negative (0 means %d), got %d", DefaultMaxRequestBytes, o.MaxRequestBytes))
+	case o.MaxRequestBytes == 0:
 		o.MaxRequestBytes = DefaultMaxRequestBytes
 	}
-	if o.MaxHeaderBytes <= 0 {
+	switch {
+	case o.MaxHeaderBytes < 0:
+		errs = append(errs, fmt.Errorf("--max-header-bytes must not be negative (0 means %d), got %d", DefaultMaxHeaderBytes, o.MaxHeaderBytes))
+	case o.MaxHeaderBytes == 0:
 		o.MaxHeaderBytes = DefaultMaxHeaderBytes
 	}
-	return nil
+	return errors.Join(errs...)
 }
 
 // server returns the HTTP server for h with the options' limits.

@@ -41,7 +41,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	fs.SetOutput(stderr)
 	fs.StringVar(&cfg.Address, "address", "", "gRPC address of the implementation under test (host:port or unix:///path)")
 	fs.StringVar(&cfg.TLS.CAFile, "tls-ca-file", "", "CA (PEM) that signs the implementation's certificate")
-	fs.StringVar(&cfg.TLS.CertFile, "tls-cert-file", "", "client certificate (PEM) the implementation accepts, as every volplane service requires one")
+	fs.StringVar(&cfg.TLS.CertFile, "tls-cert-file", "", "client certificate (PEM) the implementation accepts, as every volplane service requires one; volplane's services allow every RPC to the Common Name volplane-conformance only")
 	fs.StringVar(&cfg.TLS.KeyFile, "tls-key-file", "", "private key (PEM) of --tls-cert-file")
 	fs.BoolVar(&cfg.TLS.InsecurePlaintext, "insecure-plaintext", false, "dial without TLS (an implementation serving plaintext)")
 	fs.StringVar(&kubeconfig, "kubeconfig", os.Getenv("KUBECONFIG"), "kubeconfig of the cluster the implementation serves; the checks that need Kubernetes objects create and delete their own namespaces and objects; without it they are skipped")

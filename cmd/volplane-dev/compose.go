@@ -6,7 +6,9 @@ import (
 	"crypto/x509"
 	"encoding/hex"
 	"encoding/pem"
+	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 
@@ -20,13 +22,22 @@ import (
 // files written for docker-compose.yaml must be readable by it.
 const composeUID = 65532
 
+// composeAdmin is the user of the client certificate written for the
+// gateway (users/volplane-admin.crt).
+const composeAdmin = "volplane-admin"
+
 // writeComposeFiles writes what docker-compose.yaml mounts at
 // /etc/volplane/compose:
 //
 //   - ca.crt and a certificate per container, named after it (its compose
 //     host name): etcd, kube-apiserver (also valid for the in-cluster names
-//     kubernetes.default.svc and 10.96.0.1), each service (the watcher's
-//     also for its second replica, watcher-2);
+//     kubernetes.default.svc and 10.96.0.1), each service with its
+//     identity (volplane-<service>, pkg/callers) as its Common Name (the
+//     watcher's also for its second replica, watcher-2);
+//   - users/ca.crt, the users' CA, apart from the services' (the gateway's
+//     --client-ca-file), and users/volplane-admin.crt and .key, a client
+//     certificate of the admin user (group system:masters) for the
+//     gateway;
 //   - sa.key and sa.pub, kube-apiserver's service-account signing keys;
 //   - tokens.csv, kube-apiserver's --token-auth-file, with one admin user
 //     (group system:masters), and token, that user's bearer token: the
@@ -35,31 +46,40 @@ const composeUID = 65532
 //   - kubeconfig, for the containers: https://kube-apiserver:6443 with the
 //     token.
 //
-// The CA's key is removed once the certificates are issued. Files are
+// The CAs' keys are removed once the certificates are issued. Files are
 // private (0600); as root, they are given to the images' user.
 func writeComposeFiles(dir string) error {
 	ca, err := pki.NewCA(dir, "volplane-compose-ca")
 	if err != nil {
 		return err
 	}
-	certs := map[string][]string{
+	for n, hosts := range map[string][]string{
 		"etcd":           nil,
 		"kube-apiserver": {"kubernetes", "kubernetes.default", "kubernetes.default.svc", "10.96.0.1"},
-		"watcher":        {"watcher-2"},
-	}
-	for _, n := range pki.Services {
-		if _, ok := certs[n]; !ok {
-			certs[n] = nil
-		}
-	}
-	for n, hosts := range certs {
+	} {
 		if _, err := ca.Issue(n, hosts...); err != nil {
 			return err
 		}
 	}
-	// Every container mounts the directory: the CA's key, needed only to
-	// issue, does not stay in it.
-	if err := os.Remove(filepath.Join(dir, "ca.key")); err != nil {
+	for _, n := range pki.Services {
+		var hosts []string
+		if n == "watcher" {
+			hosts = []string{"watcher-2"}
+		}
+		if _, err := ca.IssueService(n, hosts...); err != nil {
+			return err
+		}
+	}
+	users, err := pki.NewCA(filepath.Join(dir, "users"), "volplane-compose-users-ca")
+	if err != nil {
+		return err
+	}
+	if _, err := users.IssueUser(composeAdmin, "system:masters"); err != nil {
+		return err
+	}
+	// Every container mounts the directory: the CAs' keys, needed only to
+	// issue, do not stay in it.
+	if err := errors.Join(os.Remove(filepath.Join(dir, "ca.key")), os.Remove(filepath.Join(users.Dir, "ca.key"))); err != nil {
 		return err
 	}
 	saKey, err := rsa.GenerateKey(rand.Reader, 2048)
@@ -104,18 +124,10 @@ func writeComposeFiles(dir string) error {
 		fmt.Fprintf(os.Stderr, "volplane-dev: the images run as uid %d: make %s readable by it (as root, volplane-dev does that itself)\n", composeUID, dir)
 		return nil
 	}
-	entries, err := os.ReadDir(dir)
-	if err != nil {
-		return err
-	}
-	paths := []string{dir}
-	for _, e := range entries {
-		paths = append(paths, filepath.Join(dir, e.Name()))
-	}
-	for _, p := range paths {
-		if err := os.Chown(p, composeUID, composeUID); err != nil {
+	return filepath.WalkDir(dir, func(p string, _ fs.DirEntry, err error) error {
+		if err != nil {
 			return err
 		}
-	}
-	return nil
+		return os.Chown(p, composeUID, composeUID)
+	})
 }

@@ -80,8 +80,9 @@ func main() {
 	}
 }
 
-// devUser names volplane-dev's own client certificate: its health checks
-// of the services, and the REST user of the certificate curl line.
+// devUser names the user of the client certificate volplane-dev prints
+// for the gateway (a volplane-viewer), signed by the users' CA: not a
+// certificate of the services' CA, which would be a service credential.
 const devUser = "volplane-dev"
 
 type service struct {
@@ -122,12 +123,21 @@ func run(ctx context.Context, binDir, apiserver, dir, gatewayListen string, work
 	}
 	defer env.Stop()
 
-	// Mutual TLS between the services: a CA and a certificate per service
-	// (and one for volplane-dev's own health checks).
+	// Mutual TLS between the services: a CA and a certificate per
+	// service. Users' client certificates for the gateway come from a CA
+	// of their own (<dir>/tls/users), as in deploy/.
 	tlsDir := filepath.Join(dir, "tls")
-	certs, err := pki.Generate(tlsDir, append(pki.Services, devUser)...)
+	certs, err := pki.Generate(tlsDir, pki.Services...)
 	if err != nil {
 		return fmt.Errorf("generate certificates: %w", err)
+	}
+	users, err := pki.NewCA(filepath.Join(tlsDir, "users"), "volplane-dev-users-ca")
+	if err != nil {
+		return fmt.Errorf("generate the users' CA: %w", err)
+	}
+	viewerCert, err := users.IssueUser(devUser)
+	if err != nil {
+		return fmt.Errorf("generate the viewer's certificate: %w", err)
 	}
 	tokenPath := filepath.Join(dir, "gateway-token")
 	if err := gatewayCredential(ctx, env, roles, tokenPath, devUser); err != nil {
@@ -176,7 +186,7 @@ func run(ctx context.Context, binDir, apiserver, dir, gatewayListen string, work
 		{name: "watcher-2", bin: "watcher", addr: watcher2, args: []string{"--kubeconfig", kc, "--listen", watcher2}},
 		// The gateway serves HTTPS with its service certificate, checks
 		// bearer tokens and SubjectAccessReviews with the apiserver, and
-		// accepts client certificates of the same CA.
+		// accepts client certificates of the users' CA.
 		// Capacity tracking publishes CSIStorageCapacity objects (also for
 		// Immediate classes, so the demo's class "fast" has one).
 		{name: "provisioner", addr: provisioner, args: []string{"--kubeconfig", kc, "--etcd-endpoints", etcd, "--listen", provisioner,
@@ -193,7 +203,7 @@ func run(ctx context.Context, binDir, apiserver, dir, gatewayListen string, work
 			"--workers", strconv.Itoa(workers)}},
 		{name: "gateway", args: []string{"--listen", gatewayListen, "--watcher-address", watcher, "--binder-address", binder,
 			"--provisioner-address", provisioner, "--reclaimer-address", reclaimer, "--kubeconfig", kc,
-			"--client-ca-file", certs["gateway"].CAFile,
+			"--client-ca-file", users.CertFile,
 			"--tls-serving-cert-file", certs["gateway"].CertFile, "--tls-serving-key-file", certs["gateway"].KeyFile}},
 	}
 	for _, s := range services {
@@ -221,7 +231,9 @@ func run(ctx context.Context, binDir, apiserver, dir, gatewayListen string, work
 		if err != nil {
 			return err
 		}
-		wait := func() error { return devenv.WaitServing(ctx, s.addr, "", certs[devUser], 2*time.Minute) }
+		// The health service is open to every certificate of the
+		// services' CA: the gateway's will do.
+		wait := func() error { return devenv.WaitServing(ctx, s.addr, "", certs["gateway"], 2*time.Minute) }
 		if s.name == "volplane-csi" {
 			wait = func() error { return devenv.WaitCSIServing(ctx, s.addr, 2*time.Minute) }
 		}
@@ -248,6 +260,7 @@ volplane is up.
   kubeconfig:  %[1]s
   gateway:     https://%[2]s   (OpenAPI: https://%[2]s/openapi.json)
   CA:          %[4]s   (signs the gateway's and the services' certificates)
+  users' CA:   %[10]s   (signs users' client certificates for the gateway)
   token:       %[5]s   (ServiceAccount default/volplane-admin, ClusterRole volplane-operator, valid 24h)
   logs:        %[3]s/*.log
   hostPath:    %[3]s/hostpath   (the only place Recycle scrubs hostPath volumes)
@@ -265,11 +278,12 @@ The kubectl plugin finds the gateway by the Service volplane-system/volplane-gat
   kubectl volplane claims -A
   kubectl volplane drivers
 
-A client certificate of the same CA authenticates too (its CN is the user, here %[8]s, a volplane-viewer):
+A client certificate of the users' CA authenticates too (its CN is the user, here %[8]s, a volplane-viewer;
+the services accept only their own certificates, each for the calls its service makes):
   curl -s --cacert %[4]s --cert %[6]s --key %[7]s https://%[2]s/v1/drivers
 
 Ctrl-C stops everything.
-`, kc, gatewayListen, dir, certs["gateway"].CAFile, tokenPath, certs[devUser].CertFile, certs[devUser].KeyFile, devUser, absBin)
+`, kc, gatewayListen, dir, certs["gateway"].CAFile, tokenPath, viewerCert.CertFile, viewerCert.KeyFile, devUser, absBin, users.CertFile)
 
 	exited := make(chan *service, len(services))
 	for _, s := range services {

@@ -20,6 +20,7 @@ import (
 	"github.com/volplane/volplane/internal/devcsi"
 	"github.com/volplane/volplane/internal/devenv"
 	"github.com/volplane/volplane/internal/pki"
+	"github.com/volplane/volplane/pkg/callers"
 	"github.com/volplane/volplane/pkg/coord"
 	"github.com/volplane/volplane/pkg/grpcutil"
 	"github.com/volplane/volplane/pkg/kube"
@@ -53,8 +54,9 @@ type ClusterOptions struct {
 }
 
 // Client is the name of the chaos run's own client certificate, with
-// which it calls the services.
-const Client = "volplane-chaos"
+// which it calls the services (health, and the binders' caches for the
+// checks): the test harness's identity (pkg/callers).
+const Client = callers.Conformance
 
 // NodeName is the node the reclaimers scrub Recycle volumes on.
 const NodeName = "chaos-node"
@@ -266,10 +268,16 @@ func StartCluster(ctx context.Context, o ClusterOptions) (_ *Cluster, err error)
 			return nil, err
 		}
 		g := c.TLS["gateway"]
+		// Users' client certificates come from a CA of their own, as in
+		// deploy/: a certificate of the services' CA is no user.
+		users, err := pki.NewCA(filepath.Join(o.Dir, "tls", "users"), "volplane-chaos-users-ca")
+		if err != nil {
+			return nil, err
+		}
 		c.service("gateway", 0, "", func(int) []string {
 			args := append(common("gateway"), "--listen", a, "--binder-address", pick("binder", 0), "--watcher-address", pick("watcher", 0),
 				"--provisioner-address", pick("provisioner", 0), "--reclaimer-address", pick("reclaimer", 0),
-				"--client-ca-file", g.CAFile, "--tls-serving-cert-file", g.CertFile, "--tls-serving-key-file", g.KeyFile)
+				"--client-ca-file", users.CertFile, "--tls-serving-cert-file", g.CertFile, "--tls-serving-key-file", g.KeyFile)
 			return args
 		})
 	}

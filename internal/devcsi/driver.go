@@ -163,7 +163,12 @@ type Driver struct {
 // driver keeps its volumes, snapshots and publications) and finds out how
 // it will publish volumes.
 func New(o Options) (*Driver, error) {
-	var errs []error
+	return newDriver(o, nil)
+}
+
+// newDriver is New, reporting errs (the caller's own checks) with the
+// options' errors, all at once.
+func newDriver(o Options, errs []error) (*Driver, error) {
 	if o.RootDir == "" {
 		errs = append(errs, errors.New("a root directory is required (--root-dir)"))
 	}
@@ -198,8 +203,16 @@ func New(o Options) (*Driver, error) {
 	if len(o.NodeID) > 256 {
 		errs = append(errs, fmt.Errorf("node ID %q is longer than 256 bytes (--node-id)", o.NodeID))
 	}
-	if o.MaxVolumesPerNode < 0 || o.Capacity < 0 || o.NodeCapacity < 0 || o.MaxVolumeSize < 0 || o.DefaultVolumeSize < 0 {
-		errs = append(errs, errors.New("sizes and limits must not be negative"))
+	for _, v := range []struct {
+		n    int64
+		flag string
+	}{
+		{o.MaxVolumesPerNode, "--max-volumes-per-node"}, {o.Capacity, "--capacity"}, {o.NodeCapacity, "--node-capacity"},
+		{o.MaxVolumeSize, "max volume size"}, {o.DefaultVolumeSize, "default volume size"},
+	} {
+		if v.n < 0 {
+			errs = append(errs, fmt.Errorf("%s must not be negative (0 means no limit), got %d", v.flag, v.n))
+		}
 	}
 	if o.DefaultVolumeSize == 0 {
 		o.DefaultVolumeSize = DefaultVolumeSize
@@ -210,7 +223,7 @@ func New(o Options) (*Driver, error) {
 	switch o.PublishMode {
 	case PublishAuto, PublishBind, PublishSymlink:
 	default:
-		errs = append(errs, fmt.Errorf("publish mode %q: want bind, symlink or empty for automatic", o.PublishMode))
+		errs = append(errs, fmt.Errorf("publish mode %q: want bind, symlink or empty for automatic (--publish-mode)", o.PublishMode))
 	}
 	faults := &Faults{}
 	for _, spec := range o.Faults {
@@ -375,10 +388,11 @@ func (d *Driver) Run(ctx context.Context, lis net.Listener) error {
 // of them fails (the kubelet refused the registration, say), so that the
 // process exits and its pod restarts.
 func Run(ctx context.Context, o Options) error {
+	var errs []error
 	if o.Endpoint == "" {
-		return errors.New("an endpoint is required (--endpoint unix:///path/csi.sock or host:port)")
+		errs = append(errs, errors.New("an endpoint is required (--endpoint unix:///path/csi.sock or host:port)"))
 	}
-	d, err := New(o)
+	d, err := newDriver(o, errs)
 	if err != nil {
 		return err
 	}

@@ -15,6 +15,7 @@ import (
 
 	"github.com/volplane/volplane/internal/devenv"
 	"github.com/volplane/volplane/internal/pki"
+	"github.com/volplane/volplane/pkg/callers"
 	"github.com/volplane/volplane/pkg/grpcutil"
 	"github.com/volplane/volplane/pkg/kube"
 )
@@ -29,8 +30,13 @@ type Cluster struct {
 	Client kubernetes.Interface
 	// LogPath is the services' log file.
 	LogPath string
-	// CA issues more certificates (a test's own client, a rotation).
+	// CA is the services' CA: it issues more certificates of services or
+	// of the test harness (a rotation, a test's own server).
 	CA *pki.CA
+	// UserCA signs users' client certificates for the gateway
+	// (--client-ca-file), apart from the services' CA as in deploy/:
+	// IssueUser.
+	UserCA *pki.CA
 
 	dir   string
 	logs  *os.File
@@ -47,12 +53,14 @@ type Options struct {
 }
 
 // Client is the name of the certificate the tests themselves use to call
-// the services (TLS(Client)).
-const Client = "e2e-client"
+// the services (TLS(Client)): the test harness's identity, which may call
+// every RPC (pkg/callers).
+const Client = callers.Conformance
 
 // StartCluster starts kube-apiserver and etcd for package name, generates
 // a CA and a certificate per service (pki.Services) and for the tests
-// (Client), and says how long it took. Stop undoes it.
+// (Client), and a CA for users (UserCA), and says how long it took. Stop
+// undoes it.
 func StartCluster(ctx context.Context, name string, o Options) (*Cluster, error) {
 	dir, err := os.MkdirTemp("", "volplane-"+strings.ReplaceAll(name, "/", "-")+"-")
 	if err != nil {
@@ -71,9 +79,17 @@ func StartCluster(ctx context.Context, name string, o Options) (*Cluster, error)
 		c.Stop()
 		return nil, err
 	}
+	if c.UserCA, err = pki.NewCA(filepath.Join(dir, "users"), "volplane-e2e-users-ca"); err != nil {
+		c.Stop()
+		return nil, err
+	}
 	c.certs = map[string]grpcutil.TLSFiles{}
-	for _, s := range append([]string{Client}, pki.Services...) {
-		if c.certs[s], err = c.CA.Issue(s); err != nil {
+	if c.certs[Client], err = c.CA.Issue(Client); err != nil {
+		c.Stop()
+		return nil, err
+	}
+	for _, s := range pki.Services {
+		if c.certs[s], err = c.CA.IssueService(s); err != nil {
 			c.Stop()
 			return nil, err
 		}

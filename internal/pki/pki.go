@@ -1,8 +1,13 @@
 // Package pki generates the certificates of volplane's development
 // environment and tests: a CA and, per service, a certificate and key
 // signed by it, written as PEM files that the services' --tls-* flags
-// name. It is not meant for production, where a cluster's own PKI
-// (cert-manager, a service mesh's CA) issues the certificates.
+// name. A service's certificate carries its identity (pkg/callers) as its
+// Common Name, volplane-<service>, as deploy/kubernetes/certificates.yaml
+// names them. Users' client certificates, for the gateway, come from a CA
+// of their own (IssueUser), never from the services' CA, whose every
+// certificate the services trust. It is not meant for production, where a
+// cluster's own PKI (cert-manager, a service mesh's CA) issues the
+// certificates.
 package pki
 
 import (
@@ -19,12 +24,16 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"time"
 
+	"github.com/volplane/volplane/pkg/callers"
 	"github.com/volplane/volplane/pkg/grpcutil"
 )
 
-// Services are the volplane components that talk mutual TLS.
+// Services are the volplane components that talk mutual TLS, by their
+// certificates' file names; their identities are
+// callers.ServiceIdentity(name).
 var Services = []string{"watcher", "binder", "provisioner", "reclaimer", "gateway"}
 
 // Validity is how long generated certificates are valid.
@@ -85,6 +94,27 @@ func NewCA(dir, name string) (*CA, error) {
 // localhost, 127.0.0.1, ::1, name and the extra hosts (DNS names or IP
 // addresses). It returns the files as a service's TLS flags name them.
 func (ca *CA) Issue(name string, hosts ...string) (grpcutil.TLSFiles, error) {
+	return ca.issue(name, pkix.Name{CommonName: name, Organization: []string{"volplane"}}, true, append([]string{name}, hosts...))
+}
+
+// IssueService writes <service>.crt and <service>.key, as Issue, for the
+// volplane service named service ("binder"): its Common Name is the
+// service's identity, callers.ServiceIdentity(service) ("volplane-binder"),
+// and it is valid for the host names service and volplane-<service> too.
+func (ca *CA) IssueService(service string, hosts ...string) (grpcutil.TLSFiles, error) {
+	id := callers.ServiceIdentity(service)
+	return ca.issue(service, pkix.Name{CommonName: id, Organization: []string{"volplane"}}, true, append([]string{service, id}, hosts...))
+}
+
+// IssueUser writes <user>.crt and <user>.key: a user's client certificate,
+// for the gateway's --client-ca-file, as the API server reads one (CN the
+// user, O the groups); client authentication only. Issue users'
+// certificates from a CA of their own, never the services'.
+func (ca *CA) IssueUser(user string, groups ...string) (grpcutil.TLSFiles, error) {
+	return ca.issue(user, pkix.Name{CommonName: user, Organization: groups}, false, nil)
+}
+
+func (ca *CA) issue(name string, subject pkix.Name, server bool, hosts []string) (grpcutil.TLSFiles, error) {
 	if name == "" || filepath.Base(name) != name {
 		return grpcutil.TLSFiles{}, fmt.Errorf("pki: invalid certificate name %q", name)
 	}
@@ -95,15 +125,18 @@ func (ca *CA) Issue(name string, hosts ...string) (grpcutil.TLSFiles, error) {
 	now := time.Now()
 	tmpl := &x509.Certificate{
 		SerialNumber: serial(),
-		Subject:      pkix.Name{CommonName: name, Organization: []string{"volplane"}},
+		Subject:      subject,
 		NotBefore:    now.Add(-time.Hour),
 		NotAfter:     now.Add(Validity),
 		KeyUsage:     x509.KeyUsageDigitalSignature,
-		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
-		DNSNames:     []string{"localhost"},
-		IPAddresses:  []net.IP{net.IPv4(127, 0, 0, 1), net.IPv6loopback},
+		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
 	}
-	for _, h := range append([]string{name}, hosts...) {
+	if server {
+		tmpl.ExtKeyUsage = append(tmpl.ExtKeyUsage, x509.ExtKeyUsageServerAuth)
+		tmpl.DNSNames = []string{"localhost"}
+		tmpl.IPAddresses = []net.IP{net.IPv4(127, 0, 0, 1), net.IPv6loopback}
+	}
+	for _, h := range hosts {
 		if ip := net.ParseIP(h); ip != nil {
 			tmpl.IPAddresses = append(tmpl.IPAddresses, ip)
 		} else {
@@ -122,7 +155,8 @@ func (ca *CA) Issue(name string, hosts ...string) (grpcutil.TLSFiles, error) {
 }
 
 // Generate creates a CA in dir and a certificate for each of names
-// (default Services), and returns each one's files by name.
+// (default Services), and returns each one's files by name: a service's
+// (one of Services) by IssueService, any other name's by Issue.
 func Generate(dir string, names ...string) (map[string]grpcutil.TLSFiles, error) {
 	if len(names) == 0 {
 		names = Services
@@ -133,7 +167,11 @@ func Generate(dir string, names ...string) (map[string]grpcutil.TLSFiles, error)
 	}
 	out := make(map[string]grpcutil.TLSFiles, len(names))
 	for _, n := range names {
-		if out[n], err = ca.Issue(n); err != nil {
+		issue := ca.Issue
+		if slices.Contains(Services, n) {
+			issue = ca.IssueService
+		}
+		if out[n], err = issue(n); err != nil {
 			return nil, err
 		}
 	}

@@ -63,7 +63,7 @@ func EtcdSecurityFlags(s *coord.Security) {
 // --tls-cert-file, --tls-key-file, and --insecure-plaintext to turn TLS off.
 func TLSFlags(f *grpcutil.TLSFiles) {
 	flag.StringVar(&f.CAFile, "tls-ca-file", "", "CA certificates (PEM) that sign every volplane service's certificate: clients must present one, servers must have one (required, unless --insecure-plaintext)")
-	flag.StringVar(&f.CertFile, "tls-cert-file", "", "this service's certificate (PEM), for serving and as a client of other volplane services; reloaded when it changes")
+	flag.StringVar(&f.CertFile, "tls-cert-file", "", "this service's certificate (PEM), for serving and as a client of other volplane services; reloaded when it changes. Its Common Name is the identity the other services authorize, per RPC: volplane-watcher, volplane-binder, volplane-provisioner, volplane-reclaimer or volplane-gateway")
 	flag.StringVar(&f.KeyFile, "tls-key-file", "", "private key (PEM) of --tls-cert-file; reloaded when it changes")
 	flag.BoolVar(&f.InsecurePlaintext, "insecure-plaintext", false, "serve and dial without TLS, letting anyone who reaches the port call every API: for local experiments only")
 }

@@ -16,6 +16,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/volplane/volplane/internal/pki"
+	"github.com/volplane/volplane/pkg/callers"
 	"github.com/volplane/volplane/pkg/grpcutil"
 	binderv1 "github.com/volplane/volplane/proto/volplane/binder/v1"
 	provisionerv1 "github.com/volplane/volplane/proto/volplane/provisioner/v1"
@@ -195,7 +196,7 @@ func (badWatcher) Watch(req *watcherv1.WatchRequest, st watcherv1.WatcherService
 // servers do serve health and require certificates), the checks that need
 // Kubernetes are skipped, and so are the provisioner's optional RPCs.
 func TestBrokenImplementationsFail(t *testing.T) {
-	certs, err := pki.Generate(t.TempDir(), "server", "client")
+	certs, err := pki.Generate(t.TempDir(), "server", callers.Conformance)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -224,7 +225,7 @@ func TestBrokenImplementationsFail(t *testing.T) {
 			go func() { done <- srv.Serve(ctx, lis, time.Second) }()
 			defer func() { cancel(); <-done }()
 
-			results, err := Run(t.Context(), tc.service, Config{Address: lis.Addr().String(), TLS: certs["client"], Timeout: 5 * time.Second}, nil)
+			results, err := Run(t.Context(), tc.service, Config{Address: lis.Addr().String(), TLS: certs[callers.Conformance], Timeout: 5 * time.Second}, nil)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -79,17 +79,38 @@ type Security struct {
 // TLS reports whether s turns TLS on.
 func (s Security) TLS() bool { return s.CAFile != "" || s.CertFile != "" || s.KeyFile != "" }
 
-// apply sets the TLS and authentication of cfg from s.
-func (s Security) apply(cfg *clientv3.Config) error {
+// Validate reports, all at once, what in s cannot work with endpoints
+// (--etcd-endpoints), each error naming the flags to fix: a client
+// certificate without its key or the reverse, TLS with endpoints that are
+// not https://, a user without a password file or the reverse. The files
+// themselves are read when the client is made.
+func (s Security) Validate(endpoints []string) error {
+	var errs []error
+	if (s.CertFile == "") != (s.KeyFile == "") {
+		errs = append(errs, errors.New("an etcd client certificate needs both --etcd-cert and --etcd-key"))
+	}
 	if s.TLS() {
-		if (s.CertFile == "") != (s.KeyFile == "") {
-			return errors.New("coord: an etcd client certificate needs both --etcd-cert and --etcd-key")
-		}
-		for _, ep := range cfg.Endpoints {
+		for _, ep := range endpoints {
 			if !strings.HasPrefix(ep, "https://") {
-				return fmt.Errorf("coord: etcd TLS (--etcd-cacert, --etcd-cert) needs https:// endpoints, got %q (--etcd-endpoints)", ep)
+				errs = append(errs, fmt.Errorf("etcd TLS (--etcd-cacert, --etcd-cert) needs https:// endpoints, got %q (--etcd-endpoints)", ep))
 			}
 		}
+	}
+	switch {
+	case s.Username == "" && s.PasswordFile != "":
+		errs = append(errs, errors.New("--etcd-password-file needs --etcd-username"))
+	case s.Username != "" && s.PasswordFile == "":
+		errs = append(errs, errors.New("--etcd-username needs --etcd-password-file"))
+	}
+	return errors.Join(errs...)
+}
+
+// apply sets the TLS and authentication of cfg from s.
+func (s Security) apply(cfg *clientv3.Config) error {
+	if err := s.Validate(cfg.Endpoints); err != nil {
+		return fmt.Errorf("coord: %w", err)
+	}
+	if s.TLS() {
 		tc, err := transport.TLSInfo{TrustedCAFile: s.CAFile, CertFile: s.CertFile, KeyFile: s.KeyFile}.ClientConfig()
 		if err != nil {
 			return fmt.Errorf("coord: etcd TLS (--etcd-cacert, --etcd-cert, --etcd-key): %w", err)
@@ -97,12 +118,7 @@ func (s Security) apply(cfg *clientv3.Config) error {
 		tc.MinVersion = tls.VersionTLS12
 		cfg.TLS = tc
 	}
-	switch {
-	case s.Username == "" && s.PasswordFile != "":
-		return errors.New("coord: --etcd-password-file needs --etcd-username")
-	case s.Username != "" && s.PasswordFile == "":
-		return errors.New("coord: --etcd-username needs --etcd-password-file")
-	case s.Username != "":
+	if s.Username != "" {
 		b, err := os.ReadFile(s.PasswordFile)
 		if err != nil {
 			return fmt.Errorf("coord: etcd password (--etcd-password-file): %w", err)

@@ -5,7 +5,10 @@
 // Services talk mutual TLS (TLSFiles): every server requires a client
 // certificate signed by the services' CA, every client verifies the
 // server's, and the files are reloaded when they change, so certificates
-// rotate without a restart. Plaintext exists only as an explicit choice
+// rotate without a restart. A certificate of the CA is not enough: every
+// server authorizes each call by the caller's identity, its
+// certificate's Common Name, against the table of pkg/callers
+// (ServerOptions.Callers), and refuses the others with PermissionDenied. Plaintext exists only as an explicit choice
 // (TLSFiles.InsecurePlaintext, for local experiments and tests) and for
 // CSI drivers, whose unix sockets are plaintext by convention (NewCSIServer,
 // DialCSI).

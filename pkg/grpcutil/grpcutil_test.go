@@ -24,6 +24,7 @@ import (
 	"google.golang.org/protobuf/types/known/emptypb"
 
 	"github.com/volplane/volplane/internal/pki"
+	"github.com/volplane/volplane/pkg/callers"
 	"github.com/volplane/volplane/pkg/grpcutil"
 	"github.com/volplane/volplane/pkg/metrics"
 )
@@ -149,9 +150,15 @@ func (b *syncBuffer) Reset() {
 
 // startServer runs a NewServer on loopback serving a test service whose
 // unary method Delete and stream method WatchThings run the given
-// functions; it returns its address and its log.
+// functions, open to every certificate of the CA unless o.Callers says
+// otherwise; it returns its address and its log.
 func startServer(t *testing.T, o grpcutil.ServerOptions, unary func(ctx context.Context) error, stream func(ctx context.Context) error) (string, *syncBuffer) {
 	t.Helper()
+	if o.Callers == nil {
+		o.Callers = callers.Default()
+		o.Callers["/test.Things/Delete"] = []string{callers.Any}
+		o.Callers["/test.Things/WatchThings"] = []string{callers.Any}
+	}
 	logs := &syncBuffer{}
 	srv, err := grpcutil.NewServer(slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelInfo})), o)
 	if err != nil {
@@ -247,15 +254,15 @@ func TestMutualTLS(t *testing.T) {
 		if err := callDelete(ctx, cc, grpc.Peer(&p)); err != nil {
 			t.Fatal(err)
 		}
-		if caller.Service != "gateway" || caller.User != "alice" || strings.Join(caller.Groups, ",") != "ops,dev" {
+		if caller.Service != callers.Gateway || caller.User != "alice" || strings.Join(caller.Groups, ",") != "ops,dev" {
 			t.Fatalf("caller %+v, want the gateway acting for alice in ops and dev", caller)
 		}
 		st := p.AuthInfo.(credentials.TLSInfo).State
-		if cn := st.PeerCertificates[0].Subject.CommonName; cn != "reclaimer" {
+		if cn := st.PeerCertificates[0].Subject.CommonName; cn != callers.Reclaimer {
 			t.Fatalf("server presented %q", cn)
 		}
 		// Writes are logged at info with who asked.
-		if l := logs.String(); !strings.Contains(l, `msg="grpc write" method=/test.Things/Delete code=OK`) || !strings.Contains(l, "caller=gateway user=alice") {
+		if l := logs.String(); !strings.Contains(l, `msg="grpc write" method=/test.Things/Delete code=OK`) || !strings.Contains(l, "caller="+callers.Gateway+" user=alice") {
 			t.Fatalf("write not logged with the caller:\n%s", l)
 		}
 	})

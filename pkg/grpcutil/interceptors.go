@@ -12,10 +12,10 @@ import (
 	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/recovery"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/metadata"
-	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
+
+	"github.com/volplane/volplane/pkg/callers"
 )
 
 // The metadata keys with which the gateway passes on the end user it
@@ -30,8 +30,9 @@ const (
 // certificate the TLS handshake verified, and the end user that service
 // (the gateway) says it acts for.
 type Caller struct {
-	// Service is the common name of the peer's verified certificate
-	// ("gateway", "binder", ...); empty over plaintext.
+	// Service is the common name of the peer's verified certificate, the
+	// caller's identity ("volplane-gateway", "volplane-binder", ...: see
+	// pkg/callers); empty over plaintext.
 	Service string
 	// User, UID and Groups are the end user's, from the call's metadata;
 	// empty when the caller passed none (a service acting on its own).
@@ -41,12 +42,7 @@ type Caller struct {
 
 // CallerFrom returns the caller of the call whose server context ctx is.
 func CallerFrom(ctx context.Context) Caller {
-	var c Caller
-	if p, ok := peer.FromContext(ctx); ok {
-		if ti, ok := p.AuthInfo.(credentials.TLSInfo); ok && len(ti.State.VerifiedChains) > 0 && len(ti.State.VerifiedChains[0]) > 0 {
-			c.Service = ti.State.VerifiedChains[0][0].Subject.CommonName
-		}
-	}
+	c := Caller{Service: callers.Identity(ctx)}
 	if md, ok := metadata.FromIncomingContext(ctx); ok {
 		if v := md.Get(userKey); len(v) > 0 {
 			c.User = v[0]

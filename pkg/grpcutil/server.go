@@ -17,6 +17,8 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/reflection"
+
+	"github.com/volplane/volplane/pkg/callers"
 )
 
 // Message size limits of NewServer and Dial. A request is small (names and
@@ -54,10 +56,16 @@ type ServerOptions struct {
 	// MaxSendMsgSize is the largest response or stream message sent;
 	// default DefaultMaxSendMsgSize.
 	MaxSendMsgSize int
+	// Callers says which caller identities may call each method (see
+	// pkg/callers); nil means callers.Default(), the table of volplane's
+	// services.
+	Callers callers.Table
 }
 
 // NewServer returns a volplane service's gRPC server: mutual TLS as
-// o.TLS says, panics in handlers turned into Internal errors, every call
+// o.TLS says, each caller authorized by its identity (the Common Name of
+// its certificate) against o.Callers (pkg/callers; none over plaintext),
+// panics in handlers turned into Internal errors, every call
 // logged through log (writes at info level with the caller's identity,
 // other successful calls at debug, failures at warn), explicit message
 // size limits, a handshake timeout and keepalive enforcement, and the
@@ -68,11 +76,16 @@ func NewServer(log *slog.Logger, o ServerOptions, opts ...grpc.ServerOption) (*S
 		return nil, err
 	}
 	var creds credentials.TransportCredentials = insecure.NewCredentials()
+	var authz *callers.Table // none over plaintext: no identity to check
 	if !o.TLS.InsecurePlaintext {
 		var err error
 		if creds, err = o.TLS.ServerCredentials(); err != nil {
 			return nil, err
 		}
+		if o.Callers == nil {
+			o.Callers = callers.Default()
+		}
+		authz = &o.Callers
 	}
 	if o.MaxRecvMsgSize == 0 {
 		o.MaxRecvMsgSize = DefaultMaxRecvMsgSize
@@ -80,7 +93,7 @@ func NewServer(log *slog.Logger, o ServerOptions, opts ...grpc.ServerOption) (*S
 	if o.MaxSendMsgSize == 0 {
 		o.MaxSendMsgSize = DefaultMaxSendMsgSize
 	}
-	return newServer(log, o.Reflection, true, append([]grpc.ServerOption{
+	return newServer(log, o.Reflection, true, authz, append([]grpc.ServerOption{
 		grpc.Creds(creds),
 		grpc.MaxRecvMsgSize(o.MaxRecvMsgSize),
 		grpc.MaxSendMsgSize(o.MaxSendMsgSize),
@@ -93,23 +106,30 @@ func NewServer(log *slog.Logger, o ServerOptions, opts ...grpc.ServerOption) (*S
 // NewServer's interceptors (successful calls logged at debug level), limits
 // and health service. Never use it for a volplane service.
 func NewCSIServer(log *slog.Logger, opts ...grpc.ServerOption) *Server {
-	return newServer(log, false, false, append([]grpc.ServerOption{
+	return newServer(log, false, false, nil, append([]grpc.ServerOption{
 		grpc.MaxRecvMsgSize(DefaultMaxRecvMsgSize),
 		grpc.MaxSendMsgSize(DefaultMaxSendMsgSize),
 	}, opts...)...)
 }
 
-func newServer(log *slog.Logger, reflect, logWrites bool, opts ...grpc.ServerOption) *Server {
+// newServer builds a server; authz, when set, is the table its callers
+// are checked against.
+func newServer(log *slog.Logger, reflect, logWrites bool, authz *callers.Table, opts ...grpc.ServerOption) *Server {
 	logUnary, logStream := serverLogging(log, logWrites)
 	recoverUnary, recoverStream := serverRecovery(log)
+	// The logger sees what the caller gets: a refusal, the recovery, and a
+	// request that did not decode (codec.go) are all inside it.
 	decodedUnary, decodedStream := checkDecoded()
+	unary := []grpc.UnaryServerInterceptor{serverMetrics.UnaryServerInterceptor(), logUnary}
+	stream := []grpc.StreamServerInterceptor{serverMetrics.StreamServerInterceptor(), logStream}
+	if authz != nil {
+		unary = append(unary, authz.UnaryServerInterceptor())
+		stream = append(stream, authz.StreamServerInterceptor())
+	}
 	opts = append([]grpc.ServerOption{
-		// The logger sees what the caller gets: the recovery runs inside
-		// it, and a request that did not decode is refused inside both
-		// (codec.go).
 		grpc.ForceServerCodecV2(newServerCodec()),
-		grpc.ChainUnaryInterceptor(serverMetrics.UnaryServerInterceptor(), logUnary, recoverUnary, decodedUnary),
-		grpc.ChainStreamInterceptor(serverMetrics.StreamServerInterceptor(), logStream, recoverStream, decodedStream),
+		grpc.ChainUnaryInterceptor(append(unary, recoverUnary, decodedUnary)...),
+		grpc.ChainStreamInterceptor(append(stream, recoverStream, decodedStream)...),
 		grpc.ConnectionTimeout(ConnectionTimeout),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}),
 	}, opts...)

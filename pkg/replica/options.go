@@ -4,6 +4,8 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
+	"net"
+	"strings"
 
 	"k8s.io/client-go/rest"
 
@@ -89,6 +91,12 @@ func (o *Options) Validate(etcdUse string) []error {
 	if len(o.EtcdEndpoints) == 0 {
 		errs = append(errs, fmt.Errorf("etcd endpoints are required for membership and %s (--etcd-endpoints)", etcdUse))
 	}
+	if err := o.Etcd.Validate(o.EtcdEndpoints); err != nil {
+		errs = append(errs, err)
+	}
+	if o.KubeBurst < 0 {
+		errs = append(errs, fmt.Errorf("kubernetes client burst must not be negative, got %d (--kube-api-burst)", o.KubeBurst))
+	}
 	if o.Logger == nil {
 		o.Logger = slog.Default()
 	}
@@ -108,4 +116,34 @@ func (o *Options) Config(service string) Config {
 		Etcd: coord.Options{Endpoints: o.EtcdEndpoints, Security: o.Etcd}, MemberID: o.MemberID, AdvertiseAddress: o.AdvertiseAddress,
 		Listen: o.Listen, DebugAddress: o.DebugAddress, TLS: o.TLS, Reflection: o.GRPCReflection, Log: o.Logger,
 	}
+}
+
+// ValidatePeerAddress checks, for a service whose replicas call each other
+// (the binder and the reclaimer forward calls to the replica that owns the
+// object), that the address this replica registers is one its peers can
+// dial: host:port with a host and a port, not an unspecified address
+// (":7702", "0.0.0.0:7702", which --advertise-address defaults to when
+// --listen is one) nor port 0. A unix:// address serves replicas on the
+// same machine only, and is taken as meant. Call it after Validate, which
+// fills in the default.
+func (o *Options) ValidatePeerAddress() error {
+	addr := o.AdvertiseAddress
+	if addr == "" || strings.HasPrefix(addr, "unix://") {
+		return nil
+	}
+	from := "--advertise-address"
+	if addr == o.Listen {
+		from = "--advertise-address, which defaults to --listen,"
+	}
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return fmt.Errorf("%s %q is not host:port: set --advertise-address to where the other replicas reach this one", from, addr)
+	}
+	if ip := net.ParseIP(host); host == "" || (ip != nil && ip.IsUnspecified()) {
+		return fmt.Errorf("%s %q names no host the other replicas can dial: set --advertise-address to this replica's name or address (one its certificate carries), e.g. $(POD_NAME).<service>-peers.<namespace>.svc:%s", from, addr, port)
+	}
+	if port == "0" {
+		return fmt.Errorf("%s %q has port 0, which the other replicas cannot dial: listen on a fixed port (--listen) or set --advertise-address", from, addr)
+	}
+	return nil
 }

@@ -100,6 +100,13 @@ const (
 	DefaultProbeInterval = time.Second
 )
 
+// MinStaleAfter is the least age at which a consumer may call its view
+// stale (Status.Stale) with the default probe interval: FreshAt moves at
+// most once per probe, so a view that is perfectly current is up to one
+// interval old before the next probe, and a bound below two intervals
+// would call it stale between probes.
+const MinStaleAfter = 2 * DefaultProbeInterval
+
 // Options configures Run and RunFailover.
 type Options struct {
 	// Kinds to subscribe to; empty means the three storage kinds

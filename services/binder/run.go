@@ -34,7 +34,8 @@ type Options struct {
 	WatcherAddress string
 	// StaleAfter is how long the binder may go without a live, caught-up
 	// watcher stream before readiness goes NOT_SERVING and no reclaim or
-	// provisioning is handed off; 0 means DefaultStaleAfter.
+	// provisioning is handed off; 0 means DefaultStaleAfter, and anything
+	// below watchclient.MinStaleAfter is refused.
 	StaleAfter time.Duration
 	// ReclaimerAddress is the reclaimer service's gRPC address; empty means
 	// Released volumes are left to another reclaimer.
@@ -88,16 +89,23 @@ func (o *Options) validate() error {
 	if len(watchclient.Addresses(o.WatcherAddress)) == 0 {
 		errs = append(errs, errors.New("the watcher address is required (--watcher-address)"))
 	}
-	if o.StaleAfter < 0 {
+	switch {
+	case o.StaleAfter < 0:
 		errs = append(errs, fmt.Errorf("stale-after must not be negative, got %s (--watcher-stale-after)", o.StaleAfter))
-	}
-	if o.StaleAfter == 0 {
+	case o.StaleAfter == 0:
 		o.StaleAfter = DefaultStaleAfter
+	case o.StaleAfter < watchclient.MinStaleAfter:
+		errs = append(errs, fmt.Errorf("--watcher-stale-after must be at least %s (twice the watcher probe interval: a current stream is that old between probes), got %s", watchclient.MinStaleAfter, o.StaleAfter))
 	}
 	if o.KubeQPS == 0 {
 		o.KubeQPS = DefaultKubeQPS
 	}
 	errs = append(errs, o.Options.Validate(etcdUse)...)
+	// SyncClaim, SyncVolume and ExplainClaim are forwarded to the replica
+	// that owns the object, at the address this one registers.
+	if err := o.ValidatePeerAddress(); err != nil {
+		errs = append(errs, err)
+	}
 	if o.Workers < 0 {
 		errs = append(errs, fmt.Errorf("workers must be at least 1, got %d (--workers)", o.Workers))
 	}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -206,8 +207,14 @@ func (r *registry) byDriver(name string) *driver {
 
 // probeAll probes every driver once and logs readiness changes.
 func (r *registry) probeAll(ctx context.Context) {
-	for _, d := range r.all() {
-		st := d.probe(ctx)
+	drivers := r.all()
+	states := make([]*driverState, len(drivers))
+	for i, d := range drivers {
+		states[i] = d.probe(ctx)
+	}
+	markConflicts(drivers, states)
+	for i, d := range drivers {
+		st := states[i]
 		if old := d.current().info; old.GetReady() != st.info.GetReady() || old.GetMessage() != st.info.GetMessage() {
 			r.log.Info("CSI driver", "endpoint", d.endpoint, "driver", st.info.DriverName, "provisioner", st.info.ProvisionerName,
 				"ready", st.info.Ready, "message", st.info.Message, "capabilities", st.info.Capabilities)
@@ -215,6 +222,44 @@ func (r *registry) probeAll(ctx context.Context) {
 		d.state.Store(st)
 	}
 	r.once.Do(func() { close(r.probed) })
+}
+
+// markConflicts makes not ready, saying why, the drivers of endpoints that
+// share a name with another endpoint's: a CSI driver name (which endpoint
+// would delete a volume of that driver?) or a StorageClass provisioner
+// name (which one would provision for the class?). The same endpoint under
+// two provisioner names is one driver, and fine. Names change only at run
+// time (a driver reports its own), so this is a readiness matter: the
+// provisioner is NOT_SERVING until the configuration is fixed.
+func markConflicts(drivers []*driver, states []*driverState) {
+	for _, key := range []struct {
+		name func(*driverState) string
+		what string
+	}{
+		{func(st *driverState) string { return st.info.GetDriverName() }, "the CSI driver name %s is reported by %d endpoints (%s): its volumes' deletions could go to either"},
+		{func(st *driverState) string { return st.info.GetProvisionerName() }, "the provisioner name %s is served by %d endpoints (%s): its classes' claims could go to either"},
+	} {
+		endpoints := map[string][]string{}
+		for i, st := range states {
+			if n := key.name(st); n != "" && !slices.Contains(endpoints[n], drivers[i].endpoint) {
+				endpoints[n] = append(endpoints[n], drivers[i].endpoint)
+			}
+		}
+		for _, st := range states {
+			eps := endpoints[key.name(st)]
+			if len(eps) < 2 {
+				continue
+			}
+			why := fmt.Sprintf(key.what, key.name(st), len(eps), strings.Join(eps, ", ")) +
+				"; remove one, or map them to different provisioner names (--csi-endpoint name=endpoint)"
+			if st.info.Ready || st.info.Message == "" {
+				st.info.Message = why
+			} else if !strings.Contains(st.info.Message, why) {
+				st.info.Message += "; " + why
+			}
+			st.info.Ready = false
+		}
+	}
 }
 
 // probeLoop probes every driver now and then every period; a driver that is

@@ -32,7 +32,14 @@ var discard = slog.New(slog.NewTextHandler(io.Discard, nil))
 // startDriver runs the dev CSI driver on a unix socket for one test.
 func startDriver(t *testing.T) (*devcsi.Driver, string) {
 	t.Helper()
-	d, err := devcsi.New(devcsi.Options{RootDir: t.TempDir(), NodeID: "node-a", Logger: discard})
+	return startDriverNamed(t, "")
+}
+
+// startDriverNamed starts a dev CSI driver named name (default
+// devcsi.DefaultName).
+func startDriverNamed(t *testing.T, name string) (*devcsi.Driver, string) {
+	t.Helper()
+	d, err := devcsi.New(devcsi.Options{Name: name, RootDir: t.TempDir(), NodeID: "node-a", Logger: discard})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"strings"
 	"sync"
@@ -52,8 +53,9 @@ type Options struct {
 	// CSIEndpoints are the CSI drivers' gRPC addresses (unix:///path or
 	// host:port), each optionally as provisioner-name=endpoint to serve
 	// StorageClasses of that provisioner name; by default a driver serves
-	// the name it reports in GetPluginInfo. CSI is plaintext, as between
-	// every CSI driver and its sidecars: use unix sockets.
+	// the name it reports in GetPluginInfo. At least one is required. CSI
+	// is plaintext, as between every CSI driver and its sidecars: use unix
+	// sockets.
 	CSIEndpoints []string
 	// VolumeNamePrefix names provisioned PVs <prefix>-<claim UID>.
 	VolumeNamePrefix string
@@ -93,7 +95,8 @@ type Options struct {
 	// StaleAfter is how long the stream-fed cache may go without a live,
 	// caught-up watcher stream before it is not trusted: no hint is taken
 	// from it and DeleteVolume's guard lists claims from the API server;
-	// 0 means DefaultStaleAfter.
+	// 0 means DefaultStaleAfter, and with WatcherAddress anything below
+	// watchclient.MinStaleAfter is refused.
 	StaleAfter time.Duration
 }
 
@@ -103,16 +106,27 @@ const etcdUse = "the operation journal"
 func (o *Options) validate() error {
 	var errs []error
 	errs = append(errs, o.Options.Validate(etcdUse)...)
-	seen := map[string]bool{}
+	if len(o.CSIEndpoints) == 0 {
+		errs = append(errs, errors.New("no CSI driver to provision with: name each driver's controller socket (--csi-endpoint [provisioner-name=]unix:///path/csi.sock or host:port)"))
+	}
+	seen, listed := map[string]bool{}, map[string]bool{}
 	for _, e := range o.CSIEndpoints {
-		name, ep := parseEndpoint(strings.TrimSpace(e))
+		e = strings.TrimSpace(e)
+		name, ep := parseEndpoint(e)
 		switch {
 		case ep == "":
 			errs = append(errs, fmt.Errorf("CSI endpoint %q has no address (--csi-endpoint [provisioner-name=]unix:///path or host:port)", e))
+		case listed[e]:
+			errs = append(errs, fmt.Errorf("CSI endpoint %q is listed twice (--csi-endpoint): one driver served twice under one name", e))
 		case name != "" && seen[name]:
 			errs = append(errs, fmt.Errorf("provisioner name %q is mapped to two CSI endpoints (--csi-endpoint)", name))
+		default:
+			if err := checkCSIAddress(ep); err != nil {
+				errs = append(errs, err)
+			}
 		}
 		seen[name] = name != ""
+		listed[e] = true
 	}
 	if o.VolumeNamePrefix == "" {
 		o.VolumeNamePrefix = DefaultVolumeNamePrefix
@@ -142,8 +156,30 @@ func (o *Options) validate() error {
 		errs = append(errs, fmt.Errorf("stale-after must not be negative, got %s (--watcher-stale-after)", o.StaleAfter))
 	case o.StaleAfter == 0:
 		o.StaleAfter = DefaultStaleAfter
+	case o.WatcherAddress != "" && o.StaleAfter < watchclient.MinStaleAfter:
+		errs = append(errs, fmt.Errorf("--watcher-stale-after must be at least %s (twice the watcher probe interval: a current stream is that old between probes), got %s", watchclient.MinStaleAfter, o.StaleAfter))
 	}
 	return errors.Join(errs...)
+}
+
+// checkCSIAddress refuses a CSI endpoint that names neither a unix socket
+// (unix:///path, or unix:path) nor host:port: gRPC would take it for
+// something else and never connect.
+func checkCSIAddress(ep string) error {
+	if path, ok := strings.CutPrefix(ep, "unix:"); ok {
+		if strings.TrimPrefix(path, "//") == "" {
+			return fmt.Errorf("CSI endpoint %q names no socket (--csi-endpoint unix:///path/csi.sock)", ep)
+		}
+		return nil
+	}
+	if _, port, err := net.SplitHostPort(ep); err != nil || port == "" {
+		hint := ""
+		if strings.HasPrefix(ep, "/") {
+			hint = fmt.Sprintf(": a socket is unix://%s", ep)
+		}
+		return fmt.Errorf("CSI endpoint %q is neither unix:///path nor host:port (--csi-endpoint)%s", ep, hint)
+	}
+	return nil
 }
 
 // Run runs a provisioner replica until ctx ends.

@@ -4,9 +4,11 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/apimachinery/pkg/util/yaml"
 
 	startup "github.com/volplane/volplane/pkg/replica"
@@ -66,17 +68,19 @@ type Options struct {
 	// RecyclePathPrefixes are the directories under which RecycleNodeLocal
 	// may scrub a volume (--recycle-path-prefixes, comma-separated): its
 	// path, cleaned and with symbolic links resolved, must lie strictly
-	// below one of them. Empty: node-local recycling refuses every volume
-	// (VolumeFailedRecycle).
+	// below one of them. Required in RecycleNodeLocal mode (without any it
+	// would refuse every volume), refused in RecyclePod mode (unused).
 	RecyclePathPrefixes []string
 	// RecyclerPodTemplate is a file holding a Pod (YAML or JSON) to use as
 	// the recycler pod; it must have a volume named "vol", whose source is
 	// replaced by the volume's. Empty: a pod running RecyclerImage.
 	RecyclerPodTemplate string
 	// RecyclerImage is the image of the default recycler pod; default
-	// DefaultRecyclerImage. Exclusive with RecyclerPodTemplate.
+	// DefaultRecyclerImage. Exclusive with RecyclerPodTemplate; like it,
+	// refused in RecycleNodeLocal mode (unused).
 	RecyclerImage string
-	// RecyclerNamespace is where recycler pods run; default "default".
+	// RecyclerNamespace is where recycler pods run (a namespace name);
+	// default "default".
 	RecyclerNamespace string
 	// RecyclerMinimumTimeout is the least activeDeadlineSeconds of a
 	// recycler pod; default 60s (kube-controller-manager's
@@ -109,6 +113,11 @@ const etcdUse = "the reclaim journal"
 func (o *Options) validate() error {
 	var errs []error
 	errs = append(errs, o.Options.Validate(etcdUse)...)
+	// RetryReclaim is forwarded to the replica holding the reclaim, at the
+	// address that one registers.
+	if err := o.ValidatePeerAddress(); err != nil {
+		errs = append(errs, err)
+	}
 	switch o.RecycleMode {
 	case "":
 		o.RecycleMode = RecyclePod
@@ -119,8 +128,27 @@ func (o *Options) validate() error {
 	if o.RecycleMode == RecycleNodeLocal && o.NodeName == "" {
 		errs = append(errs, errors.New("node-local recycling needs the name of this node (--node-name)"))
 	}
+	switch {
+	case o.RecycleMode == RecycleNodeLocal && len(o.RecyclePathPrefixes) == 0:
+		// Every Recycle would fail (errNoRecyclePrefixes), retried forever.
+		errs = append(errs, errors.New("--recycle-mode=node-local needs the directories under which it may scrub volumes (--recycle-path-prefixes): without any it refuses every volume"))
+	case o.RecycleMode != RecycleNodeLocal && len(o.RecyclePathPrefixes) > 0:
+		errs = append(errs, fmt.Errorf("--recycle-path-prefixes applies to --recycle-mode=node-local only; this reclaimer recycles with --recycle-mode=%s: drop the prefixes or change the mode", o.RecycleMode))
+	}
 	if err := checkPrefixes(o.RecyclePathPrefixes); err != nil {
 		errs = append(errs, err)
+	}
+	if o.RecycleMode == RecycleNodeLocal {
+		for _, f := range []struct{ flag, v string }{{"--recycler-image", o.RecyclerImage}, {"--recycler-pod-template", o.RecyclerPodTemplate}} {
+			if f.v != "" {
+				errs = append(errs, fmt.Errorf("%s applies to --recycle-mode=pod only; this reclaimer scrubs volumes itself (--recycle-mode=node-local): drop it or change the mode", f.flag))
+			}
+		}
+	}
+	if o.RecyclerNamespace != "" {
+		if msgs := validation.IsDNS1123Label(o.RecyclerNamespace); len(msgs) > 0 {
+			errs = append(errs, fmt.Errorf("recycler namespace %q is not a namespace name: %s (--recycler-namespace)", o.RecyclerNamespace, strings.Join(msgs, "; ")))
+		}
 	}
 	if o.RecyclerPodTemplate != "" && o.RecyclerImage != "" {
 		errs = append(errs, errors.New("a recycler pod template and a recycler image are exclusive: set the image in the template (--recycler-pod-template, --recycler-image)"))

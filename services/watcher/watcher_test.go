@@ -381,6 +381,8 @@ func TestRunRejectsBadOptions(t *testing.T) {
 		{"negative burst", Options{Listen: "127.0.0.1:0", KubeBurst: -1}, "--kube-api-burst"},
 		{"no TLS", Options{Listen: "127.0.0.1:0", Kubeconfig: missing}, "--tls-ca-file"},
 		{"half the TLS files", Options{Listen: "127.0.0.1:0", Kubeconfig: missing, TLS: grpcutil.TLSFiles{CAFile: "ca.crt"}}, "--tls-cert-file"},
+		{"certificate without key", Options{Listen: "127.0.0.1:0", Kubeconfig: missing, TLS: grpcutil.TLSFiles{CAFile: "ca.crt", CertFile: "tls.crt"}}, "--tls-key-file"},
+		{"plaintext and TLS files", Options{Listen: "127.0.0.1:0", Kubeconfig: missing, TLS: grpcutil.TLSFiles{CAFile: "ca.crt", CertFile: "tls.crt", KeyFile: "tls.key", InsecurePlaintext: true}}, "--insecure-plaintext"},
 		{"no kubeconfig", Options{Listen: "127.0.0.1:0", Kubeconfig: missing, TLS: grpcutil.TLSFiles{InsecurePlaintext: true}}, "--kubeconfig"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -146,6 +146,23 @@ func TestComposeStack(t *testing.T) {
 		return ""
 	})
 
+	// A client certificate of the users' CA is a user (the admin); a
+	// service's certificate is not.
+	for _, tc := range []struct {
+		cert string
+		code int
+	}{{"users/volplane-admin", http.StatusOK}, {"binder", http.StatusUnauthorized}} {
+		pair, err := tls.LoadX509KeyPair(filepath.Join(dir, tc.cert+".crt"), filepath.Join(dir, tc.cert+".key"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		withCert := &gateway{t: t, url: gw.url, client: tlsClient(t, ca)}
+		withCert.client.Transport.(*http.Transport).TLSClientConfig.Certificates = []tls.Certificate{pair}
+		if code, body := withCert.get("/v1/drivers", false); code != tc.code {
+			t.Errorf("GET /v1/drivers with the certificate %s: %d %s, want %d", tc.cert, code, body, tc.code)
+		}
+	}
+
 	ctx := context.Background()
 	immediate := storagev1.VolumeBindingImmediate
 	deletePolicy := corev1.PersistentVolumeReclaimDelete

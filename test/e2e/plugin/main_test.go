@@ -140,16 +140,16 @@ func run(m *testing.M) int {
 	}()
 	// The gateway as deployed: HTTPS with its service certificate,
 	// TokenReview and SubjectAccessReview against the API server, client
-	// certificates of the tests' CA.
+	// certificates of the users' CA (not the services').
 	gw := c.TLS("gateway")
 	go func() {
 		errc <- gateway.Run(ctx, gateway.Options{Listen: gatewayAddr, WatcherAddress: watcherAddr, BinderAddress: binderAddr,
 			ProvisionerAddress: provisionerAddr, ReclaimerAddress: reclaimerAddr, TLS: gw,
-			Auth:   gateway.AuthOptions{RESTConfig: env.RESTConfig, ClientCAFile: gw.CAFile},
+			Auth:   gateway.AuthOptions{RESTConfig: env.RESTConfig, ClientCAFile: c.UserCA.CertFile},
 			HTTP:   gateway.HTTPOptions{TLSCertFile: gw.CertFile, TLSKeyFile: gw.KeyFile},
 			Logger: logger("gateway")})
 	}()
-	cluster.gatewayURL, cluster.gatewayCA, cluster.clientCA = "https://"+gatewayAddr, gw.CAFile, gw.CAFile
+	cluster.gatewayURL, cluster.gatewayCA, cluster.clientCA = "https://"+gatewayAddr, gw.CAFile, c.UserCA.CertFile
 	pem, err := os.ReadFile(gw.CAFile)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)

@@ -131,7 +131,7 @@ func users(t *testing.T, namespace string) string {
 	viewer := serviceAccountToken(t, namespace, "plugin-viewer")
 	nobody := serviceAccountToken(t, namespace, "plugin-nobody")
 	bindViewer(t, "plugin-viewer-"+namespace, rbacv1.Subject{Kind: rbacv1.ServiceAccountKind, Namespace: namespace, Name: "plugin-viewer"})
-	cert, err := cluster.e2e.CA.Issue("plugin-cert-user")
+	cert, err := cluster.e2e.UserCA.IssueUser("plugin-cert-user")
 	if err != nil {
 		t.Fatal(err)
 	}

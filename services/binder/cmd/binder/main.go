@@ -19,7 +19,7 @@ func main() {
 	o.AddFlags("127.0.0.1:7702", "reservations")
 	watchers := []string{"127.0.0.1:7701"}
 	cmdutil.ListFlag(&watchers, "watcher-address", "gRPC address of the watcher service; repeat the flag or separate addresses with commas for several watcher replicas (the binder streams from one and fails over to another)")
-	flag.DurationVar(&o.StaleAfter, "watcher-stale-after", binder.DefaultStaleAfter, "how long without a live, caught-up watcher stream before the binder turns NOT_SERVING and hands off no reclaim or provisioning")
+	flag.DurationVar(&o.StaleAfter, "watcher-stale-after", binder.DefaultStaleAfter, "how long without a live, caught-up watcher stream before the binder turns NOT_SERVING and hands off no reclaim or provisioning; at least 2s")
 	flag.StringVar(&o.ReclaimerAddress, "reclaimer-address", "", "gRPC address of the reclaimer service; empty leaves Released volumes alone")
 	flag.StringVar(&o.ProvisionerAddress, "provisioner-address", "", "gRPC address of the provisioner service")
 	flag.IntVar(&o.Workers, "workers", binder.DefaultWorkers, "number of claim workers and of volume workers")

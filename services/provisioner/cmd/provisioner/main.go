@@ -17,7 +17,7 @@ import (
 func main() {
 	var o provisioner.Options
 	o.AddFlags("127.0.0.1:7703", "the operation journal")
-	cmdutil.ListFlag(&o.CSIEndpoints, "csi-endpoint", "a CSI driver's gRPC address, [provisioner-name=]unix:///path/csi.sock or host:port; repeat or comma-separate for several drivers (the name defaults to the driver's own)")
+	cmdutil.ListFlag(&o.CSIEndpoints, "csi-endpoint", "a CSI driver's gRPC address, [provisioner-name=]unix:///path/csi.sock or host:port; repeat or comma-separate for several drivers (the name defaults to the driver's own); at least one is required")
 	flag.StringVar(&o.VolumeNamePrefix, "volume-name-prefix", provisioner.DefaultVolumeNamePrefix, "provisioned PVs are named <prefix>-<claim UID>")
 	flag.BoolVar(&o.StrictTopology, "strict-topology", false, "a claim with a selected node asks only for that node's topology segment (as external-provisioner's flag)")
 	flag.StringVar(&o.DefaultFSType, "default-fstype", provisioner.DefaultFSType, "filesystem of volumes whose StorageClass sets no csi.storage.k8s.io/fstype; empty leaves it to the driver")
@@ -33,7 +33,7 @@ func main() {
 	flag.BoolVar(&o.Capacity.ForImmediateBinding, "capacity-for-immediate-binding", false, "also publish for StorageClasses with Immediate binding")
 	var watchers []string
 	cmdutil.ListFlag(&watchers, "watcher-address", "gRPC address of the watcher service; repeat the flag or separate addresses with commas for several watcher replicas. When set, claims and StorageClasses come from the watcher's stream instead of the provisioner's own watches on the API server; empty: its own watches")
-	flag.DurationVar(&o.StaleAfter, "watcher-stale-after", provisioner.DefaultStaleAfter, "how long without a live, caught-up watcher stream before the provisioner stops trusting its stream-fed cache and reads claims and classes from the API server")
+	flag.DurationVar(&o.StaleAfter, "watcher-stale-after", provisioner.DefaultStaleAfter, "how long without a live, caught-up watcher stream before the provisioner stops trusting its stream-fed cache and reads claims and classes from the API server; at least 2s")
 	flag.DurationVar(&o.OrphanScanPeriod, "orphan-scan-period", provisioner.DefaultOrphanScanPeriod, "how often the orphan report refreshes volplane_provisioner_orphans; negative: only when asked (GET /v1/orphans)")
 	logging := cmdutil.LogFlags()
 	flag.Parse()

@@ -21,12 +21,12 @@ func main() {
 	flag.DurationVar(&o.DriversRefreshPeriod, "drivers-refresh-period", reclaimer.DefaultDriversRefreshPeriod, "how often the provisioner's served drivers are read again")
 	flag.StringVar((*string)(&o.RecycleMode), "recycle-mode", string(reclaimer.RecyclePod), "how Recycle scrubs a volume: pod (a recycler pod, as Kubernetes does; hostPath and NFS) or node-local (this process scrubs hostPath volumes and the local volumes of --node-name)")
 	flag.StringVar(&o.NodeName, "node-name", os.Getenv("NODE_NAME"), "the node this replica runs on (required with --recycle-mode=node-local); defaults to $NODE_NAME")
-	flag.Func("recycle-path-prefixes", "comma-separated directories under which --recycle-mode=node-local may scrub a volume (its path, symbolic links resolved, must lie strictly below one); empty refuses every volume", func(v string) error {
+	flag.Func("recycle-path-prefixes", "comma-separated directories under which --recycle-mode=node-local may scrub a volume (its path, symbolic links resolved, must lie strictly below one); required with node-local, refused with pod", func(v string) error {
 		o.RecyclePathPrefixes = append(o.RecyclePathPrefixes, strings.FieldsFunc(v, func(r rune) bool { return r == ',' })...)
 		return nil
 	})
 	flag.StringVar(&o.RecyclerPodTemplate, "recycler-pod-template", "", "file with a Pod (YAML or JSON) used as the recycler pod; its volume \"vol\" gets the recycled volume's source")
-	flag.StringVar(&o.RecyclerImage, "recycler-image", "", "image of the default recycler pod (default "+reclaimer.DefaultRecyclerImage+"); exclusive with --recycler-pod-template")
+	flag.StringVar(&o.RecyclerImage, "recycler-image", "", "image of the default recycler pod (default "+reclaimer.DefaultRecyclerImage+"); exclusive with --recycler-pod-template; --recycle-mode=pod only")
 	flag.StringVar(&o.RecyclerNamespace, "recycler-namespace", reclaimer.DefaultRecyclerNamespace, "namespace of the recycler pods")
 	flag.DurationVar(&o.RecyclerMinimumTimeout, "recycler-minimum-timeout", reclaimer.DefaultRecyclerMinimumTimeout, "least activeDeadlineSeconds of a recycler pod")
 	flag.DurationVar(&o.RecyclerTimeoutIncrement, "recycler-timeout-increment", reclaimer.DefaultRecyclerTimeoutIncrement, "recycler pod deadline per GiB of the volume, when above the minimum")

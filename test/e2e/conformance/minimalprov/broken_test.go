@@ -20,6 +20,7 @@ import (
 
 	"github.com/volplane/volplane/internal/devcsi"
 	"github.com/volplane/volplane/internal/pki"
+	"github.com/volplane/volplane/pkg/callers"
 	"github.com/volplane/volplane/pkg/conformance"
 	"github.com/volplane/volplane/pkg/grpcutil"
 	provisionerv1 "github.com/volplane/volplane/proto/volplane/provisioner/v1"
@@ -86,7 +87,7 @@ func (w internalForBadInput) DeleteVolume(ctx context.Context, req *provisionerv
 // against broken variants of it: each fails exactly the checks of the
 // rule it breaks, and passes the others.
 func TestSuiteCatchesBrokenProvisioner(t *testing.T) {
-	certs, err := pki.Generate(t.TempDir(), "provisioner", "client")
+	certs, err := pki.Generate(t.TempDir(), "provisioner", callers.Conformance)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -119,7 +120,7 @@ func TestSuiteCatchesBrokenProvisioner(t *testing.T) {
 			}
 			addr := serveProvisioner(t, tc.broken(s), certs["provisioner"])
 			results, err := conformance.Run(ctx, conformance.Provisioner, conformance.Config{
-				Address: addr, TLS: certs["client"], Kube: kube, CSIEndpoint: sock, Timeout: 20 * time.Second, Logf: t.Logf,
+				Address: addr, TLS: certs[callers.Conformance], Kube: kube, CSIEndpoint: sock, Timeout: 20 * time.Second, Logf: t.Logf,
 			}, nil)
 			if err != nil {
 				t.Fatal(err)
