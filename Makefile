@@ -82,6 +82,8 @@ build: ## Build every binary into ./bin (kubectl-volplane too: put ./bin on the 
 		./services/provisioner/cmd/provisioner ./services/reclaimer/cmd/reclaimer \
 		./gateway/cmd/gateway ./cmd/volplane-csi ./cmd/volplane-dev ./cmd/volplane-bench \
 		./cmd/volplane-etcd ./cmd/volplane-chaos ./cmd/kubectl-volplane ./cmd/volplane-conformance
+	@# kubectl completes `kubectl volplane ...` by running kubectl_complete-volplane from the PATH.
+	ln -sf kubectl-volplane $(BIN)/kubectl_complete-volplane
 
 .PHONY: kube-apiserver
 kube-apiserver: $(KUBE_APISERVER) ## Build the pinned kube-apiserver once into the cache (~15 min).
