@@ -317,6 +317,7 @@ func TestImpersonationRefused(t *testing.T) {
 		"--as":                {[]string{"claims", "--as", "alice"}, "--as alice: the volplane gateway does not support impersonation"},
 		"--as-group":          {[]string{"drivers", "--as-group", "admins"}, "--as groups admins: the volplane gateway does not support impersonation"},
 		"--as-uid":            {[]string{"sync", "pvc", "data", "--as-uid", "1"}, "does not support impersonation"},
+		"--as-user-extra":     {[]string{"volumes", "--as-user-extra", "scopes=admin"}, "--as user extras scopes=admin: the volplane gateway does not support impersonation"},
 		"the kubeconfig's as": {[]string{"claims", "--user", "impersonating"}, `the kubeconfig's user "impersonating" impersonates alice (its as: fields): the volplane gateway does not support impersonation`},
 	} {
 		t.Run(name, func(t *testing.T) {
