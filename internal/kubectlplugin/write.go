@@ -17,8 +17,15 @@ import (
 // first (y/N on a terminal) unless --yes; without a terminal it needs
 // --yes. There is no route to cancel a reclaim, so there is no command.
 
-// ErrNotConfirmed is returned when a deletion was not confirmed.
+// ErrNotConfirmed is what a deletion that was not confirmed returns
+// (errors.Is).
 var ErrNotConfirmed = errors.New("not confirmed")
+
+// notConfirmed is a deletion not confirmed, said in full.
+type notConfirmed struct{ msg string }
+
+func (e notConfirmed) Error() string        { return e.msg }
+func (e notConfirmed) Is(target error) bool { return target == ErrNotConfirmed }
 
 // confirm asks "question [y/N]: " on the terminal, and refuses without
 // one. yes (--yes) answers for the user.
@@ -27,7 +34,7 @@ func (r *runner) confirm(yes bool, what, question string) error {
 		return nil
 	}
 	if !r.s.Terminal {
-		return usagef("refusing to delete %s without confirmation: standard input is not a terminal to ask at; pass --yes to delete: %w", what, ErrNotConfirmed)
+		return usageError{notConfirmed{fmt.Sprintf("refusing to delete %s without confirmation: standard input is not a terminal to ask at; pass --yes to delete", what)}}
 	}
 	fmt.Fprintf(r.s.ErrOut, "%s [y/N]: ", question)
 	answer, err := bufio.NewReader(r.s.In).ReadString('\n')
@@ -38,7 +45,7 @@ func (r *runner) confirm(yes bool, what, question string) error {
 	case "y", "yes":
 		return nil
 	}
-	return fmt.Errorf("nothing deleted: %s was not confirmed: %w", what, ErrNotConfirmed)
+	return notConfirmed{fmt.Sprintf("nothing deleted: %s was not confirmed", what)}
 }
 
 // addYes adds --yes (-y) to a command that deletes.
