@@ -18,6 +18,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/cli-runtime/pkg/printers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
@@ -241,8 +242,11 @@ type Error struct {
 	Hint string
 }
 
+// Error is the refusal as kubectl prints the API server's; the message
+// (which may quote a driver) cannot move the terminal's cursor or color
+// it.
 func (e *Error) Error() string {
-	s := fmt.Sprintf("Error from gateway (%d %s): %s", e.Status, http.StatusText(e.Status), e.Message)
+	s := fmt.Sprintf("Error from gateway (%d %s): %s", e.Status, http.StatusText(e.Status), printers.EscapeTerminal(e.Message))
 	if e.Hint != "" {
 		s += "\n" + e.Hint
 	}

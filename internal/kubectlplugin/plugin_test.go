@@ -100,6 +100,9 @@ func (f *fakeGateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			`],"nextPageToken":""}`, created, created)
 	case r.URL.Path == "/v1/volumes/pv-a" && r.Method == http.MethodGet:
 		io.WriteString(w, `{"volume":{"name":"pv-a","phase":"Failed","claimRef":{"namespace":"team","name":"gone","uid":"u1"},"capacityBytes":"1073741824","reclaimPolicy":"Delete","provisionedBy":"fast.csi"}}`)
+	case r.URL.Path == "/v1/volumes/evil:sync":
+		w.WriteHeader(http.StatusConflict)
+		io.WriteString(w, `{"code":9,"message":"driver says \u001b[2J\u001b[31mall fine\r","details":[]}`)
 	case r.URL.Path == "/v1/drivers":
 		w.WriteHeader(http.StatusForbidden)
 		io.WriteString(w, `{"code":7,"message":"drivers.volplane.io is forbidden: User \"x\" cannot list resource \"drivers\"","details":[]}`)
@@ -268,6 +271,26 @@ func TestErrors(t *testing.T) {
 				t.Fatalf("error %T: a gateway refusal must be an *Error, a usage error not", err)
 			}
 		})
+	}
+}
+
+// What the gateway says (a driver's message, a name) cannot drive the
+// terminal: escape sequences and carriage returns are shown, not obeyed,
+// in refusals, tables and descriptions.
+func TestTerminalEscapes(t *testing.T) {
+	srv := httptest.NewServer(&fakeGateway{})
+	defer srv.Close()
+	_, _, err := run(t, srv.URL, "sync", "pv", "evil")
+	if err == nil || strings.ContainsAny(err.Error(), "\x1b\r") || !strings.Contains(err.Error(), "driver says ^[[2J^[[31mall fine\\r") {
+		t.Errorf("refusal %q", err)
+	}
+	o, _ := decodeObject([]byte(`{"decision":"DECISION_NO_MATCH","message":"bad \u001b[31mred","claim":{"name":"x\u001b[1m"},"candidates":[{"rank":1,"name":"pv\u001b[2J","message":"m\r"}]}`))
+	var b bytes.Buffer
+	if err := describeVerdict(&b, o, false, false); err != nil {
+		t.Fatal(err)
+	}
+	if strings.ContainsAny(b.String(), "\x1b\r") || !strings.Contains(b.String(), "bad ^[[31mred") || !strings.Contains(b.String(), "pv^[[2J") {
+		t.Errorf("description %q", b.String())
 	}
 }
 
