@@ -89,6 +89,8 @@ build: ## Build every binary into ./bin (kubectl-volplane too: put ./bin on the 
 		./gateway/cmd/gateway ./cmd/volplane-csi ./cmd/volplane-dev ./cmd/volplane-bench \
 		./cmd/volplane-etcd ./cmd/volplane-chaos ./cmd/kubectl-volplane ./cmd/volplane-conformance ./cmd/volplane-certs \
 		./cmd/volplane-etcd-member ./cmd/volplane-etcd-backup
+	@# kubectl completes `kubectl volplane ...` by running kubectl_complete-volplane from the PATH.
+	ln -sf kubectl-volplane $(BIN)/kubectl_complete-volplane
 
 .PHONY: kube kube-apiserver
 kube: ## Build the pinned Kubernetes commands (kube-apiserver, -controller-manager, -scheduler, -proxy, kubelet, kubectl) once into the cache, in one go build (~30 min).

@@ -18,6 +18,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/cli-runtime/pkg/printers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
@@ -33,27 +34,77 @@ const (
 	AnnotationGatewayCA   = "volplane.io/gateway-ca"
 )
 
-// kubeconfig loads the client configuration as kubectl does: --kubeconfig,
-// else the KUBECONFIG list, else ~/.kube/config; --context, --cluster and
-// --user override the current context's; the namespace is -n, else the
-// context's, else "default".
+// kubeconfig loads the client configuration as kubectl does (cli-runtime's
+// ConfigFlags): --kubeconfig, else the KUBECONFIG list, else
+// ~/.kube/config; --context, --cluster, --user, --token,
+// --client-certificate ... override the current context's; the namespace
+// is -n, else the context's, else "default". Impersonation is refused:
+// see impersonation.
 func (o *options) kubeconfig() (*rest.Config, string, error) {
-	rules := clientcmd.NewDefaultClientConfigLoadingRules()
-	rules.ExplicitPath = o.kubeconfigPath
-	overrides := &clientcmd.ConfigOverrides{CurrentContext: o.context}
-	overrides.Context.Cluster = o.cluster
-	overrides.Context.AuthInfo = o.user
-	overrides.Context.Namespace = o.namespace
-	cc := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, overrides)
+	f := o.config
+	if *f.Impersonate != "" || *f.ImpersonateUID != "" || len(*f.ImpersonateGroup) > 0 || len(*f.ImpersonateUserExtra) > 0 {
+		who := *f.Impersonate
+		switch {
+		case who != "":
+		case len(*f.ImpersonateGroup) > 0:
+			who = "groups " + strings.Join(*f.ImpersonateGroup, ",")
+		case *f.ImpersonateUID != "":
+			who = "uid " + *f.ImpersonateUID
+		default:
+			who = "user extras " + strings.Join(*f.ImpersonateUserExtra, ",")
+		}
+		return nil, "", usagef("--as %s: %w: %s", who, ErrImpersonation, impersonationHow)
+	}
+	cc := f.ToRawKubeConfigLoader()
 	cfg, err := cc.ClientConfig()
 	if err != nil {
 		return nil, "", fmt.Errorf("kubeconfig: %w", err)
+	}
+	if err := o.impersonation(cc, cfg); err != nil {
+		return nil, "", err
 	}
 	ns, _, err := cc.Namespace()
 	if err != nil {
 		return nil, "", fmt.Errorf("kubeconfig: %w", err)
 	}
+	cfg.Timeout = o.timeout
 	return cfg, ns, nil
+}
+
+// ErrImpersonation is wrapped by the refusal of --as and its kin.
+var ErrImpersonation = errors.New("the volplane gateway does not support impersonation")
+
+// impersonationHow says why impersonation is refused and what to do.
+const impersonationHow = "it authenticates the credential it receives and would act as that user. " +
+	"Use a context whose user is the identity you want (e.g. a token from `kubectl create token`)"
+
+// impersonation refuses a kubeconfig user that impersonates (its as:
+// fields), as kubeconfig refuses --as, --as-group, --as-uid and
+// --as-user-extra. The API server's impersonation is not the gateway's:
+// the gateway authenticates the credential it receives and would act as
+// that user, not as the one named, so a request "as" someone is refused
+// rather than sent as someone else.
+func (o *options) impersonation(cc clientcmd.ClientConfig, cfg *rest.Config) error {
+	imp := cfg.Impersonate
+	if imp.UserName == "" && imp.UID == "" && len(imp.Groups) == 0 && len(imp.Extra) == 0 {
+		return nil
+	}
+	who := imp.UserName
+	if who == "" {
+		who = "groups " + strings.Join(imp.Groups, ",")
+	}
+	f := o.config
+	user := *f.AuthInfoName
+	if raw, err := cc.RawConfig(); err == nil && user == "" {
+		ctx := raw.CurrentContext
+		if *f.Context != "" {
+			ctx = *f.Context
+		}
+		if c := raw.Contexts[ctx]; c != nil {
+			user = c.AuthInfo
+		}
+	}
+	return usagef("the kubeconfig's user %q impersonates %s (its as: fields): %w: %s", user, who, ErrImpersonation, impersonationHow)
 }
 
 // gateway is the REST gateway, called with the kubeconfig user's
@@ -64,7 +115,6 @@ type gateway struct {
 	// noCredential: the kubeconfig user has neither a token nor a client
 	// certificate nor a credential plugin (a 401 then says so).
 	noCredential bool
-	user         string
 }
 
 // connect finds the gateway and builds a client that sends it what the
@@ -83,8 +133,9 @@ func (o *options) connect(ctx context.Context, cfg *rest.Config) (*gateway, erro
 	}
 	gw := rest.AnonymousClientConfig(cfg) // the cluster's settings without credentials
 	gw.Host, gw.APIPath = u.Scheme+"://"+u.Host, ""
-	// Credentials as the kubeconfig has them; impersonation and basic
-	// authentication are the API server's alone and are not sent.
+	// Credentials as the kubeconfig (and --token, --client-certificate)
+	// has them. Impersonation was refused (see impersonation); basic
+	// authentication is the API server's alone and is not sent.
 	gw.BearerToken, gw.BearerTokenFile = cfg.BearerToken, cfg.BearerTokenFile
 	gw.ExecProvider, gw.AuthProvider, gw.AuthConfigPersister = cfg.ExecProvider, cfg.AuthProvider, cfg.AuthConfigPersister
 	gw.TLSClientConfig = rest.TLSClientConfig{
@@ -98,7 +149,7 @@ func (o *options) connect(ctx context.Context, cfg *rest.Config) (*gateway, erro
 	if err != nil {
 		return nil, fmt.Errorf("gateway client: %w", err)
 	}
-	g := &gateway{base: u, hc: hc, user: o.user}
+	g := &gateway{base: u, hc: hc}
 	g.noCredential = cfg.BearerToken == "" && cfg.BearerTokenFile == "" && cfg.ExecProvider == nil && cfg.AuthProvider == nil &&
 		cfg.CertFile == "" && len(cfg.CertData) == 0
 	return g, nil
@@ -191,8 +242,11 @@ type Error struct {
 	Hint string
 }
 
+// Error is the refusal as kubectl prints the API server's; the message
+// (which may quote a driver) cannot move the terminal's cursor or color
+// it.
 func (e *Error) Error() string {
-	s := fmt.Sprintf("Error from gateway (%d %s): %s", e.Status, http.StatusText(e.Status), e.Message)
+	s := fmt.Sprintf("Error from gateway (%d %s): %s", e.Status, http.StatusText(e.Status), printers.EscapeTerminal(e.Message))
 	if e.Hint != "" {
 		s += "\n" + e.Hint
 	}
@@ -230,7 +284,9 @@ func (g *gateway) do(ctx context.Context, method, path string, query url.Values,
 		return nil, fmt.Errorf("read the gateway's answer: %w", err)
 	}
 	if resp.StatusCode/100 != 2 {
-		return nil, g.refusal(resp.StatusCode, data)
+		// A match is a POST that writes nothing (a viewer's right).
+		write := method != http.MethodGet && !strings.HasSuffix(path, ":match")
+		return nil, g.refusal(resp.StatusCode, data, write)
 	}
 	o, err := decodeObject(data)
 	if err != nil {
@@ -240,8 +296,9 @@ func (g *gateway) do(ctx context.Context, method, path string, query url.Values,
 }
 
 // refusal turns an error answer ({"code","message","details"}) into an
-// *Error, with a hint for the refusals a user can fix.
-func (g *gateway) refusal(code int, data []byte) error {
+// *Error, with a hint for the refusals a user can fix; write: the request
+// was one of the operator's.
+func (g *gateway) refusal(code int, data []byte, write bool) error {
 	e := &Error{Status: code}
 	var body struct {
 		Message string `json:"message"`
@@ -260,6 +317,9 @@ func (g *gateway) refusal(code int, data []byte) error {
 		}
 	case http.StatusForbidden:
 		e.Hint = "Ask for a binding to the volplane-viewer (read) or volplane-operator ClusterRole of deploy/kubernetes/roles.yaml."
+		if write {
+			e.Hint = "This command needs the volplane-operator ClusterRole of deploy/kubernetes/roles.yaml (volplane-viewer only reads): ask for a binding to it."
+		}
 	}
 	return e
 }

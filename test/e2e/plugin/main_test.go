@@ -128,6 +128,10 @@ func run(m *testing.M) int {
 		errc <- reclaimer.Run(ctx, reclaimer.Options{
 			Options:            replica.Options{Kubeconfig: env.Kubeconfig, EtcdEndpoints: env.EtcdEndpoints, Listen: reclaimerAddr, TLS: c.TLS("reclaimer"), Logger: logger("reclaimer")},
 			ProvisionerAddress: provisionerAddr,
+			// A failed reclaim waits for `reclaim retry` (write_test.go):
+			// nothing retries it meanwhile.
+			RetryIntervalStart: 10 * time.Minute,
+			RetryIntervalMax:   20 * time.Minute,
 		})
 	}()
 	go func() {

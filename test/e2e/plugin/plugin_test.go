@@ -107,8 +107,14 @@ func serviceAccountToken(t *testing.T, namespace, name string) string {
 
 func bindViewer(t *testing.T, name string, subject rbacv1.Subject) {
 	t.Helper()
+	bindRole(t, "volplane-viewer", name, subject)
+}
+
+// bindRole binds one of roles.yaml's ClusterRoles until the test ends.
+func bindRole(t *testing.T, role, name string, subject rbacv1.Subject) {
+	t.Helper()
 	crb := &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: name},
-		RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "volplane-viewer"},
+		RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: role},
 		Subjects: []rbacv1.Subject{subject}}
 	if _, err := cluster.client.RbacV1().ClusterRoleBindings().Create(t.Context(), crb, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
@@ -124,13 +130,17 @@ func bindViewer(t *testing.T, name string, subject rbacv1.Subject) {
 //   - cert: a client certificate (CN plugin-cert-user) of the gateway's
 //     client CA, bound to volplane-viewer;
 //   - nobody: a ServiceAccount token bound to nothing;
-//   - none: no credential at all.
+//   - none: no credential at all;
+//   - operator: a ServiceAccount token, bound to volplane-operator (and
+//     its context "operator", in namespace).
 func users(t *testing.T, namespace string) string {
 	t.Helper()
 	applyRoles(t)
 	viewer := serviceAccountToken(t, namespace, "plugin-viewer")
 	nobody := serviceAccountToken(t, namespace, "plugin-nobody")
+	operator := serviceAccountToken(t, namespace, "plugin-operator")
 	bindViewer(t, "plugin-viewer-"+namespace, rbacv1.Subject{Kind: rbacv1.ServiceAccountKind, Namespace: namespace, Name: "plugin-viewer"})
+	bindRole(t, "volplane-operator", "plugin-operator-"+namespace, rbacv1.Subject{Kind: rbacv1.ServiceAccountKind, Namespace: namespace, Name: "plugin-operator"})
 	cert, err := cluster.e2e.UserCA.IssueUser("plugin-cert-user")
 	if err != nil {
 		t.Fatal(err)
@@ -144,6 +154,8 @@ func users(t *testing.T, namespace string) string {
 	cfg.AuthInfos["cert"] = &clientcmdapi.AuthInfo{ClientCertificate: cert.CertFile, ClientKey: cert.KeyFile}
 	cfg.AuthInfos["none"] = &clientcmdapi.AuthInfo{}
 	cfg.AuthInfos["admin"] = &clientcmdapi.AuthInfo{Token: cluster.env.RESTConfig.BearerToken}
+	cfg.AuthInfos["operator"] = &clientcmdapi.AuthInfo{Token: operator}
+	cfg.Contexts["operator"] = &clientcmdapi.Context{Cluster: "test", AuthInfo: "operator", Namespace: namespace}
 	cfg.Contexts["viewer"] = &clientcmdapi.Context{Cluster: "test", AuthInfo: "viewer", Namespace: namespace}
 	cfg.Contexts["admin"] = &clientcmdapi.Context{Cluster: "test", AuthInfo: "admin"}
 	cfg.CurrentContext = "viewer"
@@ -158,9 +170,16 @@ func users(t *testing.T, namespace string) string {
 // returns what it wrote.
 func plugin(t *testing.T, kubeconfig string, args ...string) (stdout, stderr string, err error) {
 	t.Helper()
+	return pluginAt(t, kubeconfig, false, "", args...)
+}
+
+// pluginAt runs kubectl-volplane with in as its standard input, a
+// terminal a person answers at or not.
+func pluginAt(t *testing.T, kubeconfig string, terminal bool, in string, args ...string) (stdout, stderr string, err error) {
+	t.Helper()
 	var out, errOut bytes.Buffer
 	err = kubectlplugin.Run(t.Context(), append([]string{"--kubeconfig", kubeconfig}, args...),
-		kubectlplugin.Streams{In: strings.NewReader(""), Out: &out, ErrOut: &errOut})
+		kubectlplugin.Streams{In: strings.NewReader(in), Out: &out, ErrOut: &errOut, Terminal: terminal})
 	return out.String(), errOut.String(), err
 }
 
@@ -367,6 +386,87 @@ func TestPluginCommands(t *testing.T) {
 			t.Errorf("operations -o json: %v", m)
 		}
 	})
+	t.Run("explain a provisioning that fails", func(t *testing.T) {
+		var out string
+		e2e.Eventually(t, time.Minute, func() string {
+			var err error
+			out, _, err = plugin(t, kc, append(gatewayFlags(), "explain", "pvc", "stuck-claim")...)
+			if err != nil {
+				return err.Error()
+			}
+			if !strings.Contains(out, "Last Error:") {
+				return "no last error yet:\n" + out
+			}
+			return ""
+		})
+		lines := strings.Split(out, "\n")
+		if lines[0] != "Decision:  Provision" || !strings.HasPrefix(lines[1], `Reason:    no volume fits: a volume is to be provisioned with StorageClass "plugin-fast"`) || lines[2] != "" {
+			t.Errorf("explain does not open with the decision and its reason:\n%s", out)
+		}
+		for key, want := range map[string]string{
+			"Claim": ns + "/stuck-claim", "Status": "Pending", "Request": "1Gi", "StorageClass": "plugin-fast",
+			"  StorageClass": "plugin-fast (provisioner " + devcsi.DefaultName + ", Immediate)",
+			"  Driver":       devcsi.DefaultName + " (ready)",
+		} {
+			if got := field(out, key); got != want {
+				t.Errorf("%s: %q, want %q:\n%s", key, got, want, out)
+			}
+		}
+		if op := field(out, "  Operation"); !strings.HasPrefix(op, "pvc-"+string(stuck.UID)+" (") || !strings.Contains(op, " attempt") {
+			t.Errorf("Operation: %q:\n%s", op, out)
+		}
+		if e := field(out, "  Last Error"); !strings.Contains(e, "backend busy") {
+			t.Errorf("Last Error: %q:\n%s", e, out)
+		}
+		if !strings.Contains(out, "\n\nProvisioning:\n") {
+			t.Errorf("no Provisioning section:\n%s", out)
+		}
+		noUnsetFields(t, out)
+	})
+	t.Run("explain a bound claim", func(t *testing.T) {
+		out, _, err := plugin(t, kc, append(gatewayFlags(), "explain", "pvc/fast-claim")...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !strings.HasPrefix(out, "Decision:  Bound\nReason:    by the controller: "+devcsi.DefaultName+" provisioned volume "+fast.Spec.VolumeName) {
+			t.Errorf("explain does not open with the decision and its reason:\n%s", out)
+		}
+		for key, want := range map[string]string{"Volume": fast.Spec.VolumeName + " (Bound)", "Provisioned By": devcsi.DefaultName, "Capacity": "1Gi", "Status": "Bound"} {
+			if got := field(out, key); got != want {
+				t.Errorf("%s: %q, want %q:\n%s", key, got, want, out)
+			}
+		}
+		if strings.Contains(out, "Candidates") || strings.Contains(out, "Provisioning:") {
+			t.Errorf("a bound claim has neither candidates nor provisioning:\n%s", out)
+		}
+		noUnsetFields(t, out)
+	})
+	t.Run("match a claim that would be provisioned", func(t *testing.T) {
+		file := filepath.Join(t.TempDir(), "claim.yaml")
+		if err := os.WriteFile(file, []byte("metadata: {name: would-be}\nspec:\n  storageClassName: plugin-fast\n  accessModes: [ReadWriteOnce]\n  resources: {requests: {storage: 2Gi}}\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		out, _, err := plugin(t, kc, append(gatewayFlags(), "match", "-f", file)...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !strings.HasPrefix(out, "Decision:  Provision\nReason:    ") || !strings.Contains(out, "\n\nWould Create Volume:\n") {
+			t.Errorf("match layout:\n%s", out)
+		}
+		if got := field(out, "Claim"); got != ns+"/would-be" {
+			t.Errorf("Claim: %q:\n%s", got, out)
+		}
+		_, create, _ := strings.Cut(out, "\nWould Create Volume:\n")
+		for key, want := range map[string]string{"  Driver": devcsi.DefaultName, "  Capacity": "2Gi"} {
+			if got := field(create, key); got != want {
+				t.Errorf("%s: %q, want %q:\n%s", key, got, want, out)
+			}
+		}
+		if c := field(create, "  Capabilities"); !strings.HasPrefix(c, "SINGLE_NODE_") || !strings.Contains(c, ", filesystem") {
+			t.Errorf("Capabilities: %q:\n%s", c, out)
+		}
+		noUnsetFields(t, out)
+	})
 	t.Run("reclaims", func(t *testing.T) {
 		var rows [][]string
 		e2e.Eventually(t, 30*time.Second, func() string {
@@ -562,4 +662,34 @@ func TestPluginFindsTheGatewayByItsService(t *testing.T) {
 			}
 		})
 	}
+}
+
+// noUnsetFields fails when a description shows a field the answer left
+// unset (protojson sends every field: "0", false, "", null, enums'
+// UNSPECIFIED), outside the candidates table whose <none> cells are
+// kubectl's.
+func noUnsetFields(t *testing.T, out string) {
+	t.Helper()
+	head, _, _ := strings.Cut(out, "Candidates (")
+	for _, bad := range []string{"<none>", "Bytes", "UNSPECIFIED", "false", ":  0\n", ": 0\n", "null"} {
+		if strings.Contains(head, bad) {
+			t.Errorf("the description shows %q, an unset field:\n%s", bad, out)
+		}
+	}
+	for _, l := range strings.Split(strings.TrimRight(head, "\n"), "\n") {
+		if k, v, ok := strings.Cut(l, ":"); ok && strings.TrimSpace(v) == "" && !strings.HasPrefix(l, " ") && k != "Provisioning" && k != "Would Create Volume" {
+			t.Errorf("an empty line %q:\n%s", l, out)
+		}
+	}
+}
+
+// field is the value of the first "key:  value" line of a description
+// (key with its indent: "  Driver" is the Driver of a section).
+func field(out, key string) string {
+	for _, l := range strings.Split(out, "\n") {
+		if strings.HasPrefix(l, key+":") {
+			return strings.TrimSpace(strings.TrimPrefix(l, key+":"))
+		}
+	}
+	return ""
 }
