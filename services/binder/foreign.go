@@ -121,7 +121,7 @@ func owners(mf []metav1.ManagedFieldsEntry, f field) []string {
 			continue
 		}
 		var fields map[string]any
-		if err := json.Unmarshal(e.FieldsV1.Raw, &fields); err != nil {
+		if err := json.Unmarshal(e.FieldsV1.GetRawBytes(), &fields); err != nil {
 			continue
 		}
 		node, ok := any(fields), true

@@ -72,7 +72,7 @@ func TestBindingChanges(t *testing.T) {
 // managed is a managedFields entry of manager owning fieldsJSON.
 func managed(manager, subresource, fieldsJSON string) metav1.ManagedFieldsEntry {
 	return metav1.ManagedFieldsEntry{Manager: manager, Operation: metav1.ManagedFieldsOperationUpdate, Subresource: subresource,
-		FieldsType: "FieldsV1", FieldsV1: &metav1.FieldsV1{Raw: []byte(fieldsJSON)}}
+		FieldsType: "FieldsV1", FieldsV1: metav1.NewFieldsV1(fieldsJSON)}
 }
 
 func TestOwners(t *testing.T) {
