@@ -10,7 +10,7 @@ import (
 )
 
 // Every flag a service binary accepts is named in the README a newcomer
-// reads for it: its service's README, or the top README for the gateway
+// reads for it: its service's README, or docs/configuration.md for the gateway
 // and the dev CSI driver.
 func TestEveryFlagIsDocumented(t *testing.T) {
 	if testing.Short() {
@@ -22,8 +22,8 @@ func TestEveryFlagIsDocumented(t *testing.T) {
 		"binder":       {"../services/binder/README.md"},
 		"provisioner":  {"../services/provisioner/README.md"},
 		"reclaimer":    {"../services/reclaimer/README.md"},
-		"gateway":      {"../gateway/README.md", "../README.md"},
-		"volplane-csi": {"../README.md", "../internal/devcsi/README.md"},
+		"gateway":      {"../gateway/README.md", "../docs/configuration.md"},
+		"volplane-csi": {"../docs/configuration.md", "../internal/devcsi/README.md"},
 	}
 	flagLine := regexp.MustCompile(`(?m)^\s+-([a-z0-9][a-z0-9-]*)`)
 	for name, files := range readmes {
