@@ -132,20 +132,28 @@ func (c *Cache) Get(ctx context.Context, names ...string) Set {
 	c.mu.Unlock()
 	switch {
 	case background:
-		go c.refresh(context.WithoutCancel(ctx))
+		go c.refresh(context.WithoutCancel(ctx), time.Time{})
 	case !cur.Known || (missing && c.o.WaitForMissing && !throttled):
-		return c.refresh(ctx)
+		return c.refresh(ctx, now)
 	}
 	return cur
 }
 
 // Refresh asks the provisioner now and returns the new set (the cached one
 // when the call fails). Concurrent calls share one ListDrivers.
-func (c *Cache) Refresh(ctx context.Context) Set { return c.refresh(ctx) }
+func (c *Cache) Refresh(ctx context.Context) Set { return c.refresh(ctx, time.Time{}) }
 
-func (c *Cache) refresh(ctx context.Context) Set {
+// refresh shares one ListDrivers among concurrent callers. An answer
+// fetched at or after since is good enough: a caller that read the cache
+// just before the call in flight ended takes that answer instead of
+// starting another call (a zero since always calls).
+func (c *Cache) refresh(ctx context.Context, since time.Time) Set {
 	ch := c.group.DoChan("", func() (any, error) {
 		c.mu.Lock()
+		if !since.IsZero() && c.cur.Known && c.cur.Err == nil && !c.fetched.Before(since) {
+			defer c.mu.Unlock()
+			return c.cur, nil
+		}
 		c.tried = c.now()
 		c.mu.Unlock()
 		// The call is shared: it must not end with the first caller's

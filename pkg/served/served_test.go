@@ -102,6 +102,29 @@ func TestConcurrentFirstCallsShareOneRPC(t *testing.T) {
 	}
 }
 
+// A caller that found the cache empty just before the call in flight
+// answered takes that answer: it does not start a second ListDrivers.
+func TestLateFirstCallerTakesTheAnswerInFlight(t *testing.T) {
+	l := newLister()
+	c, clk := newCache(l, Options{Period: time.Minute})
+	read := clk.now() // the late caller reads the empty cache here
+	l.answers <- []string{"a"}
+	if s := c.Get(t.Context(), "a"); !s.Has("a") {
+		t.Fatalf("first answer not used: %+v", s)
+	}
+	if s := c.refresh(t.Context(), read); !s.Has("a") {
+		t.Fatalf("late caller got %+v", s)
+	}
+	if n := l.calls.Load(); n != 1 {
+		t.Fatalf("%d ListDrivers calls, want 1", n)
+	}
+	// An explicit Refresh still asks.
+	l.answers <- []string{"a", "b"}
+	if s := c.Refresh(t.Context()); !s.Has("b") {
+		t.Fatalf("Refresh got %+v", s)
+	}
+}
+
 func TestStaleAnswersAtOnceAndRefreshesBehind(t *testing.T) {
 	l := newLister()
 	c, clk := newCache(l, Options{Period: 10 * time.Second})
