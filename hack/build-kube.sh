@@ -74,7 +74,7 @@ start=$SECONDS
 (
 	cd "$mod"
 	export CGO_ENABLED=0 GOFLAGS=-mod=mod
-	with_progress "kube build" "$tmp/build.log" \
+	with_progress "building Kubernetes $version" "$tmp/build.log" \
 		go build -v -trimpath -ldflags="$ldflags" -o "$tmp/" "${pkgs[@]}"
 )
 for c in "${commands[@]}"; do

@@ -35,7 +35,7 @@ build_containerd() {
 	local pkgs=()
 	for b in "${bins[@]}"; do pkgs+=("github.com/containerd/containerd/v2/cmd/$b@$CONTAINERD_VERSION"); done
 	# The tags leave out the snapshotters that need cgo or host tools.
-	GOBIN=$tmp with_progress "containerd build" "$tmp/build.log" \
+	GOBIN=$tmp with_progress "building containerd $CONTAINERD_VERSION" "$tmp/build.log" \
 		go install -v -trimpath -ldflags="-s -w -X github.com/containerd/containerd/v2/version.Version=$CONTAINERD_VERSION" \
 		-tags "no_btrfs no_devmapper no_zfs" "${pkgs[@]}"
 	mkdir -p "$containerd_dir"
@@ -46,7 +46,7 @@ build_containerd() {
 build_module() {
 	local dir=$1 out=$2
 	[[ -x "$out" ]] && return 0
-	(cd "$dir" && GOFLAGS=-mod=mod with_progress "$(basename "$out") build" "$out.build.log" \
+	(cd "$dir" && GOFLAGS=-mod=mod with_progress "building $(basename "$out")" "$out.build.log" \
 		go build -v -trimpath -ldflags='-s -w' -o "$out.tmp" .)
 	mv -f "$out.tmp" "$out"
 	rm -f "$out.build.log"

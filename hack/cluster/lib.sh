@@ -99,31 +99,39 @@ child_cpu() {
 }
 
 # with_progress LABEL LOGFILE COMMAND...: runs COMMAND with its output in
-# LOGFILE and, every 30 seconds, logs the time spent and, for `go build -v`
-# or `go install -v`, how many packages were compiled so far and the last;
-# at the end, the wall and CPU time it took.
+# LOGFILE and, every VOLPLANE_PROGRESS_EVERY seconds (30), logs LABEL and
+# the time spent, with, for `go build -v` or `go install -v`, how many
+# packages were compiled so far and the last (or, before the first, how
+# many modules were downloaded); at the end, the wall and CPU time it took.
+# On failure it prints the last 40 lines of LOGFILE and returns COMMAND's
+# exit status.
 with_progress() {
-	local label=$1 out=$2 start=$SECONDS cpu pid rc=0 n last
+	local label=$1 out=$2 start=$SECONDS every=${VOLPLANE_PROGRESS_EVERY:-30} cpu pid rc=0 i n last dl
 	child_cpu
 	cpu=$child_cpu_ticks
 	shift 2
 	"$@" >"$out" 2>&1 &
 	pid=$!
 	while kill -0 "$pid" 2>/dev/null; do
-		for _ in $(seq 30); do
+		for ((i = 0; i < every; i++)); do
 			kill -0 "$pid" 2>/dev/null || break
 			sleep 1
 		done
 		if kill -0 "$pid" 2>/dev/null; then
 			n=$(grep -cv '^go: ' "$out" || true)
-			last=$(grep -v '^go: ' "$out" | tail -n 1 || true)
-			log "    $label: $(elapsed $((SECONDS - start))), $n packages compiled${last:+, last $last}"
+			if ((n == 0)); then
+				dl=$(grep -c '^go: downloading ' "$out" || true)
+				log "    $label: $(elapsed $((SECONDS - start))) elapsed, $dl modules downloaded, no package compiled yet"
+			else
+				last=$(grep -v '^go: ' "$out" | tail -n 1 || true)
+				log "    $label: $(elapsed $((SECONDS - start))) elapsed, $n packages compiled, last $last"
+			fi
 		fi
 	done
 	wait "$pid" || rc=$?
 	if ((rc != 0)); then
 		tail -n 40 "$out" >&2
-		log "$label failed (exit $rc); full output in $out"
+		log "$label failed (exit $rc) after $(elapsed $((SECONDS - start))); full output in $out"
 		return "$rc"
 	fi
 	child_cpu

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -71,12 +72,16 @@ func (t *trial) measure(ctx context.Context, l load) (*Result, error) {
 		err  error
 	}
 	done := make(chan created, 1)
+	var made atomic.Int64
 	go func() {
 		late, err := l.create(ctx, func(i int) error {
 			tr.sending(i)
 			c, err := t.client.CoreV1().PersistentVolumeClaims(benchNamespace).Create(ctx, claim(i), metav1.CreateOptions{})
-			if err == nil && t.ceiling != nil {
-				t.ceiling.add(c)
+			if err == nil {
+				made.Add(1)
+				if t.ceiling != nil {
+					t.ceiling.add(c)
+				}
 			}
 			return err
 		})
@@ -86,9 +91,14 @@ func (t *trial) measure(ctx context.Context, l load) (*Result, error) {
 	var window time.Duration
 	var timeout <-chan time.Time
 	all := tr.all
+	tick := time.NewTicker(progressEvery)
+	defer tick.Stop()
+	prog := newProgress(n, start)
 wait:
 	for done != nil || all != nil {
 		select {
+		case now := <-tick.C:
+			fmt.Fprintln(t.o.Log, prog.line(tr.boundCount(), int(made.Load()), now))
 		case c := <-done:
 			if c.err != nil {
 				return nil, fmt.Errorf("create claims: %w", c.err)
