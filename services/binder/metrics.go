@@ -9,6 +9,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 
 	"github.com/volplane/volplane/pkg/coord"
@@ -48,8 +49,15 @@ var (
 	bindsDesc = prometheus.NewDesc("volplane_binder_binds_total",
 		"Claims this binder replica bound to a volume.", nil, nil)
 	pendingAgeDesc = prometheus.NewDesc("volplane_binder_oldest_pending_claim_seconds",
-		"Age of the oldest claim this replica owns that is not Bound (Pending or Lost), by storage class; absent when there is none.", []string{"storage_class"}, nil)
+		"Age of the oldest claim this replica owns that is not Bound (Pending or Lost), by storage class; claims of a WaitForFirstConsumer class that no pod has been scheduled with yet are left out (Pending by design). Absent when there is none.", []string{"storage_class"}, nil)
 )
+
+// waitsForConsumer: a claim of a WaitForFirstConsumer class without a
+// selected node, which stays Pending until the scheduler picks a node.
+func waitsForConsumer(class *storagev1.StorageClass, claim *corev1.PersistentVolumeClaim) bool {
+	return class != nil && class.VolumeBindingMode != nil && *class.VolumeBindingMode == storagev1.VolumeBindingWaitForFirstConsumer &&
+		claim.Annotations[kube.AnnSelectedNode] == "" && claim.Spec.VolumeName == ""
+}
 
 // bindSeconds is create-to-Bound: from a claim's creationTimestamp to the
 // bind that made it Bound, observed by the replica that wrote it.
@@ -148,6 +156,9 @@ func (collector) Collect(ch chan<- prometheus.Metric) {
 		}
 		unboundPVC[k]++
 		class := match.ClaimClass(cl)
+		if waitsForConsumer(s.classes[class], cl) {
+			continue // Pending by design until a pod using it is scheduled
+		}
 		if t, ok := oldest[class]; !ok || cl.CreationTimestamp.Time.Before(t) {
 			oldest[class] = cl.CreationTimestamp.Time
 		}

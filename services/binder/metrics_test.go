@@ -10,6 +10,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 	corev1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/client-go/tools/record"
@@ -114,5 +115,47 @@ func TestObserveBound(t *testing.T) {
 	}
 	if h := m.GetHistogram(); h.GetSampleCount() != 1 || h.GetSampleSum() < 3 || h.GetSampleSum() > 60 {
 		t.Errorf("create-to-Bound of a claim created 3s ago: %d samples, sum %v", h.GetSampleCount(), h.GetSampleSum())
+	}
+}
+
+// The oldest Pending claim leaves out a WaitForFirstConsumer claim that no
+// pod was scheduled with (Pending by design: an alert on it would fire
+// forever), and counts it once a node is selected.
+func TestOldestPendingLeavesOutWaitingForConsumer(t *testing.T) {
+	wffc, immediate := storagev1.VolumeBindingWaitForFirstConsumer, storagev1.VolumeBindingImmediate
+	c := newController(slog.New(slog.NewTextHandler(io.Discard, nil)), fake.NewClientset(), record.NewFakeRecorder(10))
+	c.store.putClass(&storagev1.StorageClass{ObjectMeta: metav1.ObjectMeta{Name: "late"}, VolumeBindingMode: &wffc})
+	c.store.putClass(&storagev1.StorageClass{ObjectMeta: metav1.ObjectMeta{Name: "now"}, VolumeBindingMode: &immediate})
+	claim := func(name, class string, ann map[string]string) *corev1.PersistentVolumeClaim {
+		return &corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: name, UID: "u", Annotations: ann,
+			CreationTimestamp: metav1.NewTime(time.Now().Add(-time.Hour))}, Spec: corev1.PersistentVolumeClaimSpec{StorageClassName: &class}}
+	}
+	c.store.putClaim(claim("waits", "late", nil))
+	c.store.putClaim(claim("stuck", "now", nil))
+	ages := func() map[string]bool {
+		reporting.Store(c)
+		defer reporting.Store(nil)
+		reg := prometheus.NewPedanticRegistry()
+		reg.MustRegister(collector{})
+		mfs, err := reg.Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		out := map[string]bool{}
+		for _, mf := range mfs {
+			if mf.GetName() == "volplane_binder_oldest_pending_claim_seconds" {
+				for _, m := range mf.GetMetric() {
+					out[m.GetLabel()[0].GetValue()] = m.GetGauge().GetValue() > 3000
+				}
+			}
+		}
+		return out
+	}
+	if got := ages(); !got["now"] || len(got) != 1 {
+		t.Errorf("oldest pending by class %v, want only class now, an hour old", got)
+	}
+	c.store.putClaim(claim("waits", "late", map[string]string{kube.AnnSelectedNode: "node-1"}))
+	if got := ages(); !got["now"] || !got["late"] {
+		t.Errorf("oldest pending by class %v, want now and late (a node is selected: it should bind)", got)
 	}
 }
