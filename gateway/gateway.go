@@ -26,6 +26,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/volplane/volplane/pkg/grpcutil"
+	"github.com/volplane/volplane/pkg/metrics"
 	binderv1 "github.com/volplane/volplane/proto/volplane/binder/v1"
 	provisionerv1 "github.com/volplane/volplane/proto/volplane/provisioner/v1"
 	reclaimerv1 "github.com/volplane/volplane/proto/volplane/reclaimer/v1"
@@ -57,6 +58,11 @@ type Options struct {
 	// Expensive limits each user's requests to the expensive routes
 	// (expensive.go); zero values mean the defaults.
 	Expensive ExpensiveOptions
+	// DebugAddress serves /metrics and /livez (and /healthz, the same)
+	// over plain HTTP, and /debug/pprof with EnablePprof
+	// (--debug-address, --enable-pprof); empty disables.
+	DebugAddress string
+	EnablePprof  bool
 	// Logger; default slog.Default().
 	Logger *slog.Logger
 }
@@ -351,8 +357,15 @@ func Run(ctx context.Context, o Options) error {
 		srv.TLSConfig = sc.tlsConfig(o.Auth.ClientCAFile != "")
 		serve = func() error { return srv.ServeTLS(lis, "", "") }
 	}
-	errc := make(chan error, 1)
+	errc := make(chan error, 2)
 	go func() { errc <- serve() }()
+	dctx, stopDebug := context.WithCancel(ctx)
+	defer stopDebug()
+	go func() {
+		if err := metrics.Serve(dctx, o.DebugAddress, o.Logger, metrics.Handler(nil, metrics.Debug{Pprof: o.EnablePprof})); err != nil {
+			errc <- err
+		}
+	}()
 	o.Logger.Info("gateway serving", "listen", lis.Addr().String(), "https", o.HTTP.TLSCertFile != "",
 		"client_certificates", o.Auth.ClientCAFile != "", "anonymous", o.Auth.AllowAnonymous)
 	select {

@@ -328,7 +328,11 @@ func front(g *guard, o *HTTPOptions, open http.Handler, api http.Handler, log *s
 		st := &reqState{}
 		r = r.WithContext(context.WithValue(r.Context(), stateKey{}, st))
 		rec := &statusRecorder{ResponseWriter: w, code: http.StatusOK}
-		defer func() { logRequest(log, r, st, rec.code, time.Since(start)) }()
+		defer func() {
+			d := time.Since(start)
+			observe(r, st, rec.code, d)
+			logRequest(log, r, st, rec.code, d)
+		}()
 		w = rec
 
 		if public[r.URL.Path] {

@@ -324,7 +324,7 @@ func (t *trial) startVolplane(ctx context.Context) error {
 		if t.debug["watcher"], err = devenv.FreeAddr(); err != nil {
 			return err
 		}
-		watcherArgs = append(watcherArgs, "--debug-address", t.debug["watcher"])
+		watcherArgs = append(watcherArgs, "--debug-address", t.debug["watcher"], "--enable-pprof")
 	}
 	w, err := t.startProcess("watcher", filepath.Join(t.o.BinDir, "watcher"), watcherArgs...)
 	if err != nil {
@@ -342,7 +342,7 @@ func (t *trial) startVolplane(ctx context.Context) error {
 			if t.debug["provisioner"], err = devenv.FreeAddr(); err != nil {
 				return err
 			}
-			args = append(args, "--debug-address", t.debug["provisioner"])
+			args = append(args, "--debug-address", t.debug["provisioner"], "--enable-pprof")
 		}
 		p, err := t.startProcess("provisioner", filepath.Join(t.o.BinDir, "provisioner"), args...)
 		if err != nil {
@@ -376,7 +376,7 @@ func (t *trial) startVolplane(ctx context.Context) error {
 			if t.debug["binder"], err = devenv.FreeAddr(); err != nil {
 				return err
 			}
-			binderArgs = append(binderArgs, "--debug-address", t.debug["binder"])
+			binderArgs = append(binderArgs, "--debug-address", t.debug["binder"], "--enable-pprof")
 		}
 		b, err := t.startProcess(name, filepath.Join(t.o.BinDir, "binder"), binderArgs...)
 		if err != nil {

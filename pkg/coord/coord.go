@@ -18,6 +18,7 @@ import (
 	"go.etcd.io/etcd/client/pkg/v3/transport"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/client/v3/concurrency"
+	"google.golang.org/grpc"
 )
 
 // DefaultTTL is the session lease TTL: how long a crashed replica's
@@ -188,6 +189,7 @@ func newClient(ctx context.Context, o *Options) (*clientv3.Client, error) {
 		DialTimeout: o.DialTimeout,
 		Context:     context.WithoutCancel(ctx),
 		Logger:      nil,
+		DialOptions: []grpc.DialOption{grpc.WithChainUnaryInterceptor(timeRequests)},
 	}
 	if err := o.Security.apply(&cfg); err != nil {
 		return nil, err

@@ -45,4 +45,10 @@
 // The session is kept (Ready stays true), so nothing it holds is lost;
 // once etcd is compacted, defragmented and disarmed (volplane-etcd-member
 // does it, docs/etcd.md), Health is nil again.
+//
+// Metrics (the process's pkg/metrics registry): every etcd request's
+// latency by method and code (volplane_etcd_request_duration_seconds), a
+// Keeper's session state and losses (volplane_etcd_session,
+// volplane_etcd_sessions_lost_total), and the journal's oldest record as
+// the services that read it report it (ReportJournalAge).
 package coord

@@ -63,6 +63,7 @@ func NewKeeper(o Options, service, id, addr string) (*Keeper, error) {
 // Run keeps the session until ctx ends, then revokes it (so the member and
 // its locks go at once), closes the client and returns nil.
 func (k *Keeper) Run(ctx context.Context) error {
+	sessionGauge.WithLabelValues(k.service).Set(0) // until the first session
 	var client *clientv3.Client
 	retry := backoff{min: 200 * time.Millisecond, max: 5 * time.Second}
 	for client == nil {
@@ -114,6 +115,7 @@ func (k *Keeper) Run(ctx context.Context) error {
 			return nil
 		case <-co.Done():
 			k.set(nil)
+			sessionsLost.WithLabelValues(k.service).Inc()
 			co.session.Orphan()
 			k.o.Logger.Warn("etcd session lost: no fenced step until a new one is open", "service", k.service, "member", k.id, "lease", fmt.Sprintf("%x", co.Lease()))
 		}
@@ -151,6 +153,11 @@ func (k *Keeper) revoke(co *Coordinator) {
 
 func (k *Keeper) set(co *Coordinator) {
 	k.cur.Store(co)
+	up := 0.0
+	if co != nil {
+		up = 1
+	}
+	sessionGauge.WithLabelValues(k.service).Set(up)
 	k.mu.Lock()
 	close(k.changed)
 	k.changed = make(chan struct{})

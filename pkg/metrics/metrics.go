@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/pprof"
+	"strings"
 	"sync"
 	"time"
 
@@ -15,16 +16,87 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	dto "github.com/prometheus/client_model/go"
-	"k8s.io/client-go/util/workqueue"
 
 	"github.com/volplane/volplane/pkg/health"
+	"github.com/volplane/volplane/pkg/version"
 )
 
 // Registry holds every volplane metric of this process. Services register
 // their own collectors on it.
-var Registry = prometheus.NewRegistry()
+var Registry = &registry{Registry: prometheus.NewRegistry(), collectors: map[prometheus.Collector]bool{}}
 
-var registerOnce sync.Once
+// registry is a prometheus.Registry that remembers its collectors, so that
+// Descs can list every metric registered, samples or not (docs/metrics.md
+// is checked against it).
+type registry struct {
+	*prometheus.Registry
+	mu         sync.Mutex
+	collectors map[prometheus.Collector]bool
+}
+
+func (r *registry) Register(c prometheus.Collector) error {
+	if err := r.Registry.Register(c); err != nil {
+		return err
+	}
+	r.mu.Lock()
+	r.collectors[c] = true
+	r.mu.Unlock()
+	return nil
+}
+
+func (r *registry) MustRegister(cs ...prometheus.Collector) {
+	for _, c := range cs {
+		if err := r.Register(c); err != nil {
+			panic(err)
+		}
+	}
+}
+
+func (r *registry) Unregister(c prometheus.Collector) bool {
+	r.mu.Lock()
+	delete(r.collectors, c)
+	r.mu.Unlock()
+	return r.Registry.Unregister(c)
+}
+
+// Descs describes every metric registered on Registry, whether it has
+// samples yet or not.
+func Descs() []*prometheus.Desc {
+	Registry.mu.Lock()
+	cs := make([]prometheus.Collector, 0, len(Registry.collectors))
+	for c := range Registry.collectors {
+		cs = append(cs, c)
+	}
+	Registry.mu.Unlock()
+	ch := make(chan *prometheus.Desc)
+	go func() {
+		for _, c := range cs {
+			c.Describe(ch)
+		}
+		close(ch)
+	}()
+	var out []*prometheus.Desc
+	for d := range ch {
+		out = append(out, d)
+	}
+	return out
+}
+
+// DescName is the metric name a Desc describes (client_golang keeps it
+// unexported: "Desc{fqName: \"name\", ...}").
+func DescName(d *prometheus.Desc) string {
+	s := d.String()
+	const key = `fqName: "`
+	i := strings.Index(s, key)
+	if i < 0 {
+		return ""
+	}
+	s = s[i+len(key):]
+	if j := strings.IndexByte(s, '"'); j >= 0 {
+		return s[:j]
+	}
+	return ""
+}
 
 // extra are the registries of libraries that keep their own (csi-lib-utils'
 // CSIMetricsManager): /metrics serves them with Registry.
@@ -52,21 +124,52 @@ func Gatherer() prometheus.Gatherer {
 }
 
 func init() {
-	Registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	Registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), buildInfo())
+	registerRESTClientMetrics()
+	RegisterWorkqueueMetrics()
+	Registry.MustRegister(volumeOperationSeconds, volumeOperationErrors)
 }
 
-// Handler serves /metrics, /debug/pprof/, and the service's health h:
-// /readyz (readiness, the same verdict as its gRPC health) and /livez
-// (liveness; /healthz is the same). A nil h serves a /livez and /healthz
-// that only say the process answers, and no /readyz.
-func Handler(h *health.Checks) http.Handler {
+// buildInfo is volplane_build_info: 1, labelled with the build's version,
+// commit and Go version (pkg/version), as Kubernetes components'
+// kubernetes_build_info.
+func buildInfo() prometheus.Collector {
+	v := version.Get()
+	g := prometheus.NewGauge(prometheus.GaugeOpts{
+		Name:        "volplane_build_info",
+		Help:        "1, labelled with the version, commit and Go version of the running binary.",
+		ConstLabels: prometheus.Labels{"version": v.Version, "commit": v.Commit, "go_version": v.GoVersion},
+	})
+	g.Set(1)
+	return g
+}
+
+// Debug is what the debug port serves besides /metrics and health.
+type Debug struct {
+	// Pprof serves /debug/pprof/ (--enable-pprof): CPU and heap profiles,
+	// goroutine dumps and the command line, to whoever reaches the port.
+	// Off by default, as in external-provisioner.
+	Pprof bool
+}
+
+// PprofFlagUsage is the help of --enable-pprof, the same for every
+// service.
+const PprofFlagUsage = "serve /debug/pprof/ (profiles, goroutine dumps, the command line) on --debug-address; off by default, as anyone who reaches the port could read them"
+
+// Handler serves /metrics, the service's health h, and with d.Pprof
+// /debug/pprof/: /readyz (readiness, the same verdict as its gRPC health)
+// and /livez (liveness; /healthz is the same). A nil h serves a /livez and
+// /healthz that only say the process answers, and no /readyz.
+func Handler(h *health.Checks, d Debug) http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", promhttp.HandlerFor(Gatherer(), promhttp.HandlerOpts{}))
-	mux.HandleFunc("/debug/pprof/", pprof.Index)
-	mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
-	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
-	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
-	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	if d.Pprof {
+		mux.HandleFunc("/debug/pprof/", pprof.Index)
+		mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+		mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	}
 	if h == nil {
 		h = health.New()
 	} else {
@@ -77,9 +180,9 @@ func Handler(h *health.Checks) http.Handler {
 	return mux
 }
 
-// Serve serves Handler(h) on addr until ctx ends; an empty addr serves
-// nothing and returns when ctx ends.
-func Serve(ctx context.Context, addr string, log *slog.Logger, h *health.Checks) error {
+// Serve serves handler (Handler's, or one built on it) on addr until ctx
+// ends; an empty addr serves nothing and returns when ctx ends.
+func Serve(ctx context.Context, addr string, log *slog.Logger, handler http.Handler) error {
 	if addr == "" {
 		<-ctx.Done()
 		return nil
@@ -88,10 +191,10 @@ func Serve(ctx context.Context, addr string, log *slog.Logger, h *health.Checks)
 	if err != nil {
 		return fmt.Errorf("listen on %s (--debug-address): %w", addr, err)
 	}
-	srv := &http.Server{Handler: Handler(h), ReadHeaderTimeout: 10 * time.Second}
+	srv := &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second}
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(lis) }()
-	log.Info("serving metrics, health and pprof", "address", lis.Addr().String())
+	log.Info("serving metrics and health", "address", lis.Addr().String())
 	select {
 	case err := <-errc:
 		if errors.Is(err, http.ErrServerClosed) {
@@ -105,55 +208,9 @@ func Serve(ctx context.Context, addr string, log *slog.Logger, h *health.Checks)
 	return srv.Shutdown(sctx)
 }
 
-// RegisterWorkqueueMetrics makes every client-go work queue created
-// afterwards report under the Kubernetes names. Safe to call repeatedly.
-func RegisterWorkqueueMetrics() {
-	registerOnce.Do(func() {
-		p := &workqueueProvider{
-			depth: prometheus.NewGaugeVec(prometheus.GaugeOpts{Subsystem: "workqueue", Name: "depth",
-				Help: "Current depth of the work queue."}, []string{"name"}),
-			adds: prometheus.NewCounterVec(prometheus.CounterOpts{Subsystem: "workqueue", Name: "adds_total",
-				Help: "Total number of adds handled by the work queue."}, []string{"name"}),
-			latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{Subsystem: "workqueue", Name: "queue_duration_seconds",
-				Help: "How long an item stays in the work queue before being requested.", Buckets: prometheus.ExponentialBuckets(1e-6, 10, 10)}, []string{"name"}),
-			work: prometheus.NewHistogramVec(prometheus.HistogramOpts{Subsystem: "workqueue", Name: "work_duration_seconds",
-				Help: "How long processing an item from the work queue takes.", Buckets: prometheus.ExponentialBuckets(1e-6, 10, 10)}, []string{"name"}),
-			unfinished: prometheus.NewGaugeVec(prometheus.GaugeOpts{Subsystem: "workqueue", Name: "unfinished_work_seconds",
-				Help: "Seconds of work in progress not yet observed by work_duration."}, []string{"name"}),
-			longest: prometheus.NewGaugeVec(prometheus.GaugeOpts{Subsystem: "workqueue", Name: "longest_running_processor_seconds",
-				Help: "Seconds the longest running processor of the work queue has been running."}, []string{"name"}),
-			retries: prometheus.NewCounterVec(prometheus.CounterOpts{Subsystem: "workqueue", Name: "retries_total",
-				Help: "Total number of retries handled by the work queue."}, []string{"name"}),
-		}
-		Registry.MustRegister(p.depth, p.adds, p.latency, p.work, p.unfinished, p.longest, p.retries)
-		workqueue.SetProvider(p)
-	})
-}
-
-type workqueueProvider struct {
-	depth, unfinished, longest *prometheus.GaugeVec
-	adds, retries              *prometheus.CounterVec
-	latency, work              *prometheus.HistogramVec
-}
-
-func (p *workqueueProvider) NewDepthMetric(name string) workqueue.GaugeMetric {
-	return p.depth.WithLabelValues(name)
-}
-func (p *workqueueProvider) NewAddsMetric(name string) workqueue.CounterMetric {
-	return p.adds.WithLabelValues(name)
-}
-func (p *workqueueProvider) NewLatencyMetric(name string) workqueue.HistogramMetric {
-	return p.latency.WithLabelValues(name)
-}
-func (p *workqueueProvider) NewWorkDurationMetric(name string) workqueue.HistogramMetric {
-	return p.work.WithLabelValues(name)
-}
-func (p *workqueueProvider) NewUnfinishedWorkSecondsMetric(name string) workqueue.SettableGaugeMetric {
-	return p.unfinished.WithLabelValues(name)
-}
-func (p *workqueueProvider) NewLongestRunningProcessorSecondsMetric(name string) workqueue.SettableGaugeMetric {
-	return p.longest.WithLabelValues(name)
-}
-func (p *workqueueProvider) NewRetriesMetric(name string) workqueue.CounterMetric {
-	return p.retries.WithLabelValues(name)
-}
+// OperationBuckets are the buckets of volplane's end-to-end latencies
+// (create to Bound, create to provisioned, a reclaim): those of
+// kube-controller-manager's volume_operation_total_seconds, and 30 minutes
+// and an hour above, so that a claim stuck for long still lands in a
+// bucket of its own.
+var OperationBuckets = []float64{0.1, 0.25, 0.5, 1, 2.5, 5, 10, 15, 25, 50, 120, 300, 600, 1800, 3600}

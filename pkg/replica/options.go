@@ -13,6 +13,7 @@ import (
 	"github.com/volplane/volplane/pkg/coord"
 	"github.com/volplane/volplane/pkg/grpcutil"
 	"github.com/volplane/volplane/pkg/kube"
+	"github.com/volplane/volplane/pkg/metrics"
 )
 
 // Options are the settings every replica shares; each service's Options
@@ -55,6 +56,9 @@ type Options struct {
 	// DebugAddress serves /metrics, /readyz, /livez (and /healthz, the
 	// same) and /debug/pprof over HTTP; empty disables.
 	DebugAddress string
+	// EnablePprof serves /debug/pprof/ on DebugAddress (--enable-pprof);
+	// off by default.
+	EnablePprof bool
 	// Logger receives the replica's logs; default slog.Default().
 	Logger *slog.Logger
 }
@@ -75,7 +79,8 @@ func (o *Options) AddFlags(listen, etcdUse string) {
 	flag.StringVar(&o.Listen, "listen", listen, "gRPC listen address (host:port or unix:///path)")
 	flag.StringVar(&o.AdvertiseAddress, "advertise-address", "", "address peers reach this replica at; defaults to --listen")
 	flag.StringVar(&o.MemberID, "member-id", "", "this replica's member id in etcd; defaults to hostname plus a random suffix")
-	flag.StringVar(&o.DebugAddress, "debug-address", "", "HTTP address serving /metrics (Prometheus), /readyz (readiness: the gRPC health's verdict, check by check), /livez (liveness; /healthz the same) and /debug/pprof; empty disables")
+	flag.StringVar(&o.DebugAddress, "debug-address", "", "HTTP address serving /metrics (Prometheus), /readyz (readiness: the gRPC health's verdict, check by check), /livez (liveness; /healthz the same), and /debug/pprof with --enable-pprof; empty disables")
+	flag.BoolVar(&o.EnablePprof, "enable-pprof", false, metrics.PprofFlagUsage)
 }
 
 // Validate checks the shared options, each error naming its flag, and
@@ -114,7 +119,7 @@ func (o *Options) Config(service string) Config {
 	return Config{
 		Service: service, RESTConfig: o.RESTConfig, Kube: kube.ClientOptions{Kubeconfig: o.Kubeconfig, QPS: o.KubeQPS, Burst: o.KubeBurst},
 		Etcd: coord.Options{Endpoints: o.EtcdEndpoints, Security: o.Etcd}, MemberID: o.MemberID, AdvertiseAddress: o.AdvertiseAddress,
-		Listen: o.Listen, DebugAddress: o.DebugAddress, TLS: o.TLS, Reflection: o.GRPCReflection, Log: o.Logger,
+		Listen: o.Listen, DebugAddress: o.DebugAddress, Debug: metrics.Debug{Pprof: o.EnablePprof}, TLS: o.TLS, Reflection: o.GRPCReflection, Log: o.Logger,
 	}
 }
 

@@ -48,9 +48,10 @@ type Config struct {
 	Etcd coord.Options
 	// MemberID, AdvertiseAddress: this replica in etcd (see Defaults).
 	MemberID, AdvertiseAddress string
-	// Listen is the gRPC address; DebugAddress serves /metrics and pprof
-	// ("" serves nothing).
+	// Listen is the gRPC address; DebugAddress serves /metrics and health
+	// ("" serves nothing), and what Debug asks for.
 	Listen, DebugAddress string
+	Debug                metrics.Debug
 	// TLS is the mutual TLS of the gRPC server; Reflection serves gRPC
 	// reflection.
 	TLS        grpcutil.TLSFiles
@@ -170,7 +171,9 @@ func (r *Replica) Close() {
 func (r *Replica) Run(ctx context.Context, tasks ...func(context.Context) error) error {
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return r.Server.Serve(gctx, r.lis, 10*time.Second) })
-	g.Go(func() error { return metrics.Serve(gctx, r.cfg.DebugAddress, r.Log, r.Health) })
+	g.Go(func() error {
+		return metrics.Serve(gctx, r.cfg.DebugAddress, r.Log, metrics.Handler(r.Health, r.cfg.Debug))
+	})
 	g.Go(func() error { return r.Coord.Run(gctx) })
 	g.Go(func() error {
 		r.API.Run(gctx, time.Second)

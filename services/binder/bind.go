@@ -51,6 +51,7 @@ func (c *controller) bind(ctx context.Context, volume *corev1.PersistentVolume, 
 	}
 	if !wasBound {
 		c.bindsTotal.Add(1)
+		observeBound(claim, time.Now())
 	}
 	return nil
 }

@@ -20,7 +20,6 @@ import (
 	"k8s.io/client-go/tools/record"
 
 	"github.com/volplane/volplane/pkg/kube"
-	"github.com/volplane/volplane/pkg/metrics"
 )
 
 // DefaultForeignBinderManagers are the field managers of other binders:
@@ -53,8 +52,6 @@ var foreignBindsTotal = prometheus.NewCounterVec(prometheus.CounterOpts{
 	Name: "volplane_binder_foreign_binds_total",
 	Help: "Binding writes another binder made to claims and volumes this replica owns (a claim's volumeName, bind annotations or phase; a volume's claimRef, annotation or phase), by that binder's field manager and the object's kind. Anything but 0: turn the other binder off.",
 }, []string{"manager", "kind"})
-
-var registerForeign = sync.OnceFunc(func() { metrics.Registry.MustRegister(foreignBindsTotal) })
 
 // field is a binding field, as its path in managedFields (FieldsV1).
 type field struct {
@@ -178,7 +175,6 @@ type foreignBinders struct {
 }
 
 func newForeignBinders(managers []string, client kubernetes.Interface, recorder record.EventRecorder, log *slog.Logger) *foreignBinders {
-	registerForeign()
 	return &foreignBinders{
 		managers: managers, client: client, recorder: recorder, log: log,
 		changes: make(chan foreignChange, foreignBacklog), every: foreignReadEvery, now: time.Now,

@@ -5,6 +5,8 @@ import (
 	"time"
 
 	"k8s.io/client-go/util/workqueue"
+
+	"github.com/volplane/volplane/pkg/metrics"
 )
 
 // queue is a work queue of keys whose per-key backoff holds: a key whose
@@ -17,6 +19,8 @@ import (
 type queue struct {
 	workqueue.TypedDelayingInterface[string]
 	limiter workqueue.TypedRateLimiter[string]
+	// name is the queue's name in the workqueue_* metrics.
+	name string
 
 	mu sync.Mutex
 	// until: keys in backoff, not synced before this time.
@@ -33,6 +37,7 @@ func newQueue(name string, limiter workqueue.TypedRateLimiter[string]) *queue {
 	return &queue{
 		TypedDelayingInterface: workqueue.NewTypedDelayingQueueWithConfig(workqueue.TypedDelayingQueueConfig[string]{Name: name}),
 		limiter:                limiter,
+		name:                   name,
 		until:                  map[string]time.Time{},
 		last:                   map[string]time.Duration{},
 		held:                   map[string]bool{},
@@ -98,6 +103,7 @@ func (q *queue) forget(key string) {
 // retry puts key in backoff after a failed sync and queues it for when
 // the backoff ends, which it returns.
 func (q *queue) retry(key string) time.Duration {
+	metrics.WorkqueueRetry(q.name) // AddRateLimited would count it; AddAfter does not
 	d := q.limiter.When(key)
 	q.mu.Lock()
 	q.until[key] = time.Now().Add(d)

@@ -148,7 +148,6 @@ func Run(ctx context.Context, o Options) error {
 	log, client, co, recorder := r.Log, r.Client, r.Coord, r.Recorder
 
 	metrics.RegisterWorkqueueMetrics()
-	registerRetries()
 	c := newController(log, client, recorder)
 	if len(o.ForeignBinderManagers) > 0 {
 		c.foreign = newForeignBinders(o.ForeignBinderManagers, client, recorder, log)
@@ -157,9 +156,8 @@ func Run(ctx context.Context, o Options) error {
 	c.feed = &feed{staleAfter: o.StaleAfter}
 	// One binder per process in production; tests running several share
 	// the registry, and the first one reports.
-	col := collector{c}
-	if err := metrics.Registry.Register(col); err == nil {
-		defer metrics.Registry.Unregister(col)
+	if reporting.CompareAndSwap(nil, c) {
+		defer reporting.CompareAndSwap(c, nil)
 	}
 	c.reservations = co
 	if o.ReclaimerAddress != "" {

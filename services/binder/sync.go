@@ -15,6 +15,7 @@ import (
 
 	"github.com/volplane/volplane/pkg/kube"
 	"github.com/volplane/volplane/pkg/match"
+	"github.com/volplane/volplane/pkg/metrics"
 	provisionerv1 "github.com/volplane/volplane/proto/volplane/provisioner/v1"
 )
 
@@ -377,6 +378,7 @@ func (c *controller) provisioned(ctx context.Context, claim *corev1.PersistentVo
 	}
 	delay := c.provisions.retry(key)
 	retriesTotal.WithLabelValues(reasonProvision).Inc()
+	metrics.WorkqueueRetry(c.claimQueue.name)
 	if out.err != nil {
 		c.log.Warn("provisioning call failed, retrying", "claim", key, "error", out.err, "after", delay)
 	} else {

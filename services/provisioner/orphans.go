@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"sort"
 	"strings"
-	"sync"
 	"time"
 	"unicode"
 	"unicode/utf8"
@@ -21,7 +20,6 @@ import (
 
 	"github.com/volplane/volplane/pkg/auth"
 	"github.com/volplane/volplane/pkg/guard"
-	"github.com/volplane/volplane/pkg/metrics"
 	"github.com/volplane/volplane/pkg/paging"
 	provisionerv1 "github.com/volplane/volplane/proto/volplane/provisioner/v1"
 )
@@ -46,12 +44,7 @@ var (
 		Name: "volplane_provisioner_orphans",
 		Help: "Orphans found by the last scan, by driver and kind: volume (a backing volume with neither a PersistentVolume nor a journal record) or persistent_volume (a PersistentVolume whose backing volume the driver does not list). Volumes that may belong to a provisioning in flight are not counted.",
 	}, []string{"driver", "kind"})
-	orphanMetricsOnce sync.Once
 )
-
-func registerOrphanMetrics() {
-	orphanMetricsOnce.Do(func() { metrics.Registry.MustRegister(orphanGauge) })
-}
 
 // driverScan is what one scan learnt about one driver.
 type driverScan struct {

@@ -195,6 +195,7 @@ func (p *provisioner) provision(ctx context.Context, claim *corev1.PersistentVol
 	switch out := classify(err, claim.Annotations[kube.AnnSelectedNode] != ""); out {
 	case provisionerv1.Outcome_OUTCOME_FINISHED:
 	case provisionerv1.Outcome_OUTCOME_IN_BACKGROUND:
+		failed(class.Provisioner, stageCreateVolume, err)
 		op.failed(err, p.now())
 		if perr := p.put(ctx, kindProvision, name, op); perr != nil {
 			p.log.Warn("journal provisioning attempt", "volume", name, "error", perr)
@@ -204,6 +205,7 @@ func (p *provisioner) provision(ctx context.Context, claim *corev1.PersistentVol
 		return result{outcome: out, message: msg}, nil
 	default:
 		// The driver made nothing: the operation is over.
+		failed(class.Provisioner, stageCreateVolume, err)
 		if ferr := p.journal.Finish(ctx, kindProvision, name, p.member); ferr != nil {
 			return result{}, ferr
 		}
@@ -225,6 +227,7 @@ func (p *provisioner) provision(ctx context.Context, claim *corev1.PersistentVol
 		pv, err = p.saveVolume(ctx, buildVolume(spec, resp.GetVolume()), claim)
 	}
 	if err != nil {
+		failed(class.Provisioner, stageSaveVolume, err)
 		op.failed(fmt.Errorf("the volume was created but its PersistentVolume could not be saved: %w", err), p.now())
 		if perr := p.put(ctx, kindProvision, name, op); perr != nil {
 			p.log.Warn("journal provisioning attempt", "volume", name, "error", perr)
@@ -257,6 +260,7 @@ func failedMessage(err error) string {
 // making the volume); with no earlier attempt there is nothing to keep.
 func (p *provisioner) failBeforeCall(ctx context.Context, claim *corev1.PersistentVolumeClaim, class *storagev1.StorageClass, name string, journaled bool, op provisionOp, cause error) result {
 	msg := cause.Error()
+	failed(class.Provisioner, stageBeforeCall, cause)
 	if journaled {
 		op.failed(cause, p.now())
 		if err := p.put(ctx, kindProvision, name, op); err != nil {
@@ -306,6 +310,9 @@ func (p *provisioner) createRequest(ctx context.Context, d *driver, claim *corev
 func (p *provisioner) saveVolume(ctx context.Context, pv *corev1.PersistentVolume, claim *corev1.PersistentVolumeClaim) (*corev1.PersistentVolume, error) {
 	created, err := p.client.CoreV1().PersistentVolumes().Create(ctx, pv, metav1.CreateOptions{})
 	if err == nil {
+		if !claim.CreationTimestamp.IsZero() {
+			provisionSeconds.WithLabelValues(pv.Annotations[kube.AnnDynamicallyProvisioned]).Observe(p.now().Sub(claim.CreationTimestamp.Time).Seconds())
+		}
 		return created, nil
 	}
 	if !apierrors.IsAlreadyExists(err) {

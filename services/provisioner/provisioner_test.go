@@ -500,7 +500,6 @@ func TestOptionErrorsNameTheFlag(t *testing.T) {
 }
 
 func TestCSICallsAreTimedWithExternalProvisionersMetric(t *testing.T) {
-	registerMetrics()
 	_, ep := startDriver(t)
 	_, addr := parseEndpoint(ep)
 	// Two drivers' managers, each with its own registry, served together.

@@ -21,6 +21,8 @@ func (p *provisioner) recoverAll(ctx context.Context) {
 	recs, err := p.journal.List(ctx, kindProvision)
 	if err != nil {
 		p.log.Warn("list provisioning journal", "error", err)
+	} else {
+		observeJournal(recs, p.now())
 	}
 	for _, r := range recs {
 		if ctx.Err() != nil {

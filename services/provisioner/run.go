@@ -202,7 +202,6 @@ func Run(ctx context.Context, o Options) error {
 		return fmt.Errorf("kubernetes dynamic client: %w", err)
 	}
 
-	registerMetrics()
 	factory := informers.NewSharedInformerFactory(client, 0)
 	nodeLister := factory.Core().V1().Nodes().Lister()
 	csiNodeLister := factory.Storage().V1().CSINodes().Lister()
@@ -249,7 +248,6 @@ func Run(ctx context.Context, o Options) error {
 	if err := objs.notify(clones.claimChanged, capc.enqueueAll, capc != nil); err != nil {
 		return err
 	}
-	registerOrphanMetrics()
 	provisionerv1.RegisterProvisionerServiceServer(srv.Server, api)
 	factory.Start(ctx.Done())
 	defer factory.Shutdown()

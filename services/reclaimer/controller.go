@@ -356,6 +356,7 @@ func (c *controller) finish(ctx context.Context, r *reclaimerv1.Reclaim, state r
 	r.RecyclerPod, r.RecyclerPodUid, r.DeletingVolume = "", "", nil
 	r.Owner, r.UpdateTime = c.member, timestamppb.New(c.now())
 	*e = entry{rec: clone(r), expires: c.now().Add(c.cfg.ttl)}
+	ended(r, state, c.now())
 	c.log.Info("reclaim finished", "volume", r.VolumeName, "policy", r.Policy, "state", state, "message", msg, "attempts", r.Attempts)
 	return nil
 }

@@ -117,17 +117,17 @@ func (c *controller) askDelete(ctx context.Context, r *reclaimerv1.Reclaim, b []
 		// volume or the provisioner changes.
 		return status.Convert(err).Message(), nil
 	case err != nil:
-		return "", fmt.Errorf("provisioner DeleteVolume: %w", err)
+		return "", provisionerError{fmt.Errorf("provisioner DeleteVolume: %w", err)}
 	}
 	switch resp.GetOutcome() {
 	case provisionerv1.Outcome_OUTCOME_FINISHED:
 		return "", nil
 	case provisionerv1.Outcome_OUTCOME_IN_BACKGROUND:
-		return "", fmt.Errorf("the driver may still be deleting the volume: %s", resp.GetMessage())
+		return "", provisionerError{fmt.Errorf("the driver may still be deleting the volume: %s", resp.GetMessage())}
 	case provisionerv1.Outcome_OUTCOME_NO_CHANGE:
 		return resp.GetMessage(), nil
 	}
-	return "", fmt.Errorf("provisioner DeleteVolume answered %s: %s", resp.GetOutcome(), resp.GetMessage())
+	return "", provisionerError{fmt.Errorf("provisioner DeleteVolume answered %s: %s", resp.GetOutcome(), resp.GetMessage())}
 }
 
 // dropFinalizer removes the external-provisioner finalizer from the

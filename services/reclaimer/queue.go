@@ -8,6 +8,8 @@ import (
 
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/volplane/volplane/pkg/metrics"
+
 	reclaimerv1 "github.com/volplane/volplane/proto/volplane/reclaimer/v1"
 )
 
@@ -85,6 +87,8 @@ func (c *controller) handle(ctx context.Context, key string) {
 		c.queue.Forget(key)
 		c.log.Info("reclaim step dropped", "volume", key, "why", err)
 	default:
+		reclaimRetries.WithLabelValues(retryReason(err)).Inc()
+		metrics.WorkqueueRetry("reclaims") // AddAfter, which the queue does not count
 		d := c.limiter.When(key)
 		c.noteRetry(ctx, key, d, err)
 		c.queue.AddAfter(key, d)

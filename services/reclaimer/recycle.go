@@ -152,6 +152,7 @@ func (c *controller) recycleWithPod(ctx context.Context, r *reclaimerv1.Reclaim,
 	// before the pod is deleted.
 	switch pod.Status.Phase {
 	case corev1.PodSucceeded:
+		recyclerPods.WithLabelValues("succeeded").Inc()
 		r.DataRemoved = true
 		r.Message = fmt.Sprintf("recycler pod %s/%s succeeded; making the volume Available", ns, name)
 		if err := c.save(ctx, r); err != nil {
@@ -175,6 +176,7 @@ func (c *controller) recycleWithPod(ctx context.Context, r *reclaimerv1.Reclaim,
 // podFailed fails the reclaim of a recycler pod that failed, then deletes
 // the pod; the next attempt starts a new one.
 func (c *controller) podFailed(ctx context.Context, r *reclaimerv1.Reclaim, v *corev1.PersistentVolume, pod *corev1.Pod, msg string) error {
+	recyclerPods.WithLabelValues("failed").Inc()
 	r.RecyclerPod, r.RecyclerPodUid = "", ""
 	err := c.fail(ctx, r, v, kube.EventVolumeFailedRecycle, msg)
 	if errors.Is(err, errSuperseded) {
@@ -228,6 +230,7 @@ func (c *controller) startPod(ctx context.Context, r *reclaimerv1.Reclaim) error
 	if err := c.save(ctx, r); err != nil {
 		return err
 	}
+	recyclerPods.WithLabelValues("started").Inc()
 	c.log.Info("recycler pod started", "volume", r.VolumeName, "pod", r.RecyclerPod, "deadline", activeDeadline(created))
 	return nil
 }

@@ -11,7 +11,6 @@ import (
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/volplane/volplane/pkg/grpcutil"
-	"github.com/volplane/volplane/pkg/metrics"
 	startup "github.com/volplane/volplane/pkg/replica"
 	provisionerv1 "github.com/volplane/volplane/proto/volplane/provisioner/v1"
 	reclaimerv1 "github.com/volplane/volplane/proto/volplane/reclaimer/v1"
@@ -44,7 +43,6 @@ func Run(ctx context.Context, o Options) error {
 		prov = provisionerv1.NewProvisionerServiceClient(cc)
 	}
 
-	metrics.RegisterWorkqueueMetrics()
 	cfg := config{
 		mode: o.RecycleMode, nodeName: o.NodeName, prefixes: o.RecyclePathPrefixes, template: o.template, image: o.RecyclerImage, namespace: o.RecyclerNamespace,
 		minTimeout: o.RecyclerMinimumTimeout, increment: o.RecyclerTimeoutIncrement, ttl: o.RecordTTL,
@@ -70,6 +68,9 @@ func Run(ctx context.Context, o Options) error {
 	// so a replica waiting for the API server is not killed for it.
 	c := newController(log, o.MemberID, kubeCluster{c: client, claims: claimInformer.GetIndexer(), synced: claimInformer.HasSynced}, co,
 		newDrivers(prov, o.DriversRefreshPeriod, log), prov, recorder, cfg, o.RetryIntervalStart, o.RetryIntervalMax, nil)
+	if reporting.CompareAndSwap(nil, c) {
+		defer reporting.CompareAndSwap(c, nil)
+	}
 	r.Health.AddReadiness("claims-informer", func() error {
 		if claimInformer.HasSynced() {
 			return nil

@@ -12,6 +12,7 @@ import (
 
 	"github.com/volplane/volplane/pkg/guard"
 	"github.com/volplane/volplane/pkg/kube"
+	"github.com/volplane/volplane/pkg/metrics"
 	reclaimerv1 "github.com/volplane/volplane/proto/volplane/reclaimer/v1"
 )
 
@@ -141,7 +142,11 @@ func (c *controller) fail(ctx context.Context, r *reclaimerv1.Reclaim, v *corev1
 	if err := c.markFailed(ctx, v, reason, msg); err != nil {
 		return fmt.Errorf("%s; and marking the volume Failed: %w", msg, err)
 	}
-	return recorded{errors.New(msg)}
+	reclaimFailures.WithLabelValues(r.Policy, reason).Inc()
+	if r.Policy == string(corev1.PersistentVolumeReclaimDelete) {
+		metrics.VolumeOperationFailed(r.Driver, metrics.OperationDelete)
+	}
+	return recorded{failedStep{msg}}
 }
 
 // markFailed sets the volume's phase Failed with the message and emits the

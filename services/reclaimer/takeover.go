@@ -23,6 +23,7 @@ func (c *controller) takeOver(ctx context.Context) {
 		}
 		return
 	}
+	reportJournal(recs, c.now())
 	for _, rec := range recs {
 		if rec.Holder != "" && rec.Holder != c.member || c.heldRecord(rec.Name) != nil || c.stopping(ctx) {
 			continue

@@ -2,8 +2,11 @@ package watcher
 
 import (
 	"strings"
+	"sync/atomic"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/volplane/volplane/pkg/metrics"
 
 	watcherv1 "github.com/volplane/volplane/proto/volplane/watcher/v1"
 )
@@ -29,6 +32,24 @@ var (
 type collector struct {
 	h   *hub
 	api *apiHealth // nil: not reported
+}
+
+// reporting is the watcher whose state /metrics reports: one per process
+// in production; tests that run several in one process see the first.
+// Registered once, so that the metrics are described before a watcher
+// runs (docs/metrics.md is checked against them).
+var reporting atomic.Pointer[collector]
+
+type reportingCollector struct{}
+
+func init() { metrics.Registry.MustRegister(reportingCollector{}) }
+
+func (reportingCollector) Describe(ch chan<- *prometheus.Desc) { collector{}.Describe(ch) }
+
+func (reportingCollector) Collect(ch chan<- prometheus.Metric) {
+	if c := reporting.Load(); c != nil {
+		c.Collect(ch)
+	}
 }
 
 func (collector) Describe(ch chan<- *prometheus.Desc) {

@@ -67,8 +67,11 @@ type Options struct {
 	// again); 0 means DefaultHistorySize.
 	HistorySize int
 	// DebugAddress serves /metrics, /readyz, /livez (and /healthz, the
-	// same) and /debug/pprof over HTTP; empty disables.
+	// same) over HTTP, and /debug/pprof with EnablePprof; empty disables.
 	DebugAddress string
+	// EnablePprof serves /debug/pprof/ on DebugAddress (--enable-pprof);
+	// off by default.
+	EnablePprof bool
 	// Logger receives the watcher's logs; default slog.Default().
 	Logger *slog.Logger
 
@@ -184,9 +187,9 @@ func serve(ctx context.Context, o Options, client kubernetes.Interface, lis net.
 	srv.SetServing(false, watcherv1.WatcherService_ServiceDesc.ServiceName)
 	watcherv1.RegisterWatcherServiceServer(srv.Server, &server{hub: h, log: log, stopping: ctx.Done(), marks: o.marks})
 
-	col := collector{h: h, api: api}
-	if err := metrics.Registry.Register(col); err == nil {
-		defer metrics.Registry.Unregister(col)
+	col := &collector{h: h, api: api}
+	if reporting.CompareAndSwap(nil, col) {
+		defer reporting.CompareAndSwap(col, nil)
 	}
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return srv.Serve(gctx, lis, 10*time.Second) })
@@ -230,7 +233,9 @@ func serve(ctx context.Context, o Options, client kubernetes.Interface, lis net.
 		}
 		return nil
 	})
-	g.Go(func() error { return metrics.Serve(gctx, o.DebugAddress, log, checks) })
+	g.Go(func() error {
+		return metrics.Serve(gctx, o.DebugAddress, log, metrics.Handler(checks, metrics.Debug{Pprof: o.EnablePprof}))
+	})
 	g.Go(func() error {
 		logProbe(gctx, api, log)
 		return nil

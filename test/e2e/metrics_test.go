@@ -20,7 +20,7 @@ func TestMetricsUseKubernetesNames(t *testing.T) {
 	createPVC(t, n, "claim", "1Gi", "metrics")
 	pvcPhase(t, n, "claim", corev1.ClaimBound)
 
-	srv := httptest.NewServer(metrics.Handler(nil))
+	srv := httptest.NewServer(metrics.Handler(nil, metrics.Debug{}))
 	defer srv.Close()
 	eventually(t, 30*time.Second, func() string {
 		resp, err := srv.Client().Get(srv.URL + "/metrics")
@@ -32,7 +32,7 @@ func TestMetricsUseKubernetesNames(t *testing.T) {
 		body := string(b)
 		for _, want := range []string{
 			`pv_collector_bound_pv_count{storage_class="metrics"} 1`,
-			`pv_collector_bound_pvc_count{namespace="` + n + `",storage_class="metrics"} 1`,
+			`pv_collector_bound_pvc_count{namespace="` + n + `",storage_class="metrics",volume_attributes_class=""} 1`,
 			`workqueue_adds_total{name="claims"}`,
 			`workqueue_depth{name="volumes"}`,
 			`volplane_binder_binds_total`,

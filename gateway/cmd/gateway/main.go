@@ -12,6 +12,7 @@ import (
 
 	"github.com/volplane/volplane/gateway"
 	"github.com/volplane/volplane/pkg/cmdutil"
+	"github.com/volplane/volplane/pkg/metrics"
 )
 
 func main() {
@@ -21,6 +22,8 @@ func main() {
 	flag.StringVar(&o.BinderAddress, "binder-address", "127.0.0.1:7702", "gRPC address of the binder (required)")
 	flag.StringVar(&o.ProvisionerAddress, "provisioner-address", "127.0.0.1:7703", "gRPC address of the provisioner; empty leaves its routes out")
 	flag.StringVar(&o.ReclaimerAddress, "reclaimer-address", "127.0.0.1:7704", "gRPC address of the reclaimer; empty leaves its routes out")
+	flag.StringVar(&o.DebugAddress, "debug-address", "", "HTTP address serving /metrics (Prometheus) and /livez (/healthz the same), and /debug/pprof with --enable-pprof; empty disables")
+	flag.BoolVar(&o.EnablePprof, "enable-pprof", false, metrics.PprofFlagUsage)
 	cmdutil.TLSFlags(&o.TLS)
 	gateway.AuthFlags(flag.CommandLine, &o.Auth)
 	gateway.HTTPFlags(flag.CommandLine, &o.HTTP)

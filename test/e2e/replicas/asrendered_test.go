@@ -278,6 +278,9 @@ func TestRenderedContainersRunAsShipped(t *testing.T) {
 		}
 		return ""
 	})
+	// Each process's /metrics, as Prometheus scrapes it: the metrics of
+	// the bind, the provisioning and the reclaim are there.
+	scrapeEach(t, debug)
 	// The manifests' probes, on each process: ready and live. The gateway's
 	// /readyz names no backend as unavailable.
 	probe := func(w string, p *corev1.Probe) (int, string) {
