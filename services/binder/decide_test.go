@@ -1,6 +1,7 @@
 package binder
 
 import (
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -237,3 +238,93 @@ func className(c *storagev1.StorageClass) string {
 	}
 	return c.Name
 }
+
+// Explain and the sync agree on every claim row of the transitions table:
+// what ExplainClaim says before the sync is what the sync then does, as
+// its requests, Events and objects show (didDecide).
+func TestExplainAgreesWithSync(t *testing.T) {
+	rows := 0
+	for _, tc := range transitions() {
+		kind, key, _ := strings.Cut(tc.sync, "/")
+		if kind != "pvc" {
+			continue
+		}
+		rows++
+		t.Run(tc.name, func(t *testing.T) {
+			ctx := t.Context()
+			c, client, recorder := setUpTransition(t, tc)
+			ns, n, _ := strings.Cut(key, "/")
+			a := &api{c: c, memberID: "m"}
+			ex, err := a.ExplainClaim(ctx, &binderv1.ExplainClaimRequest{Namespace: ns, Name: n})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := reasons(recorder); len(got) > 0 {
+				t.Fatalf("explain recorded %q", got)
+			}
+			before := c.store.claim(key)
+			client.ClearActions() // explain may read the selected Node
+			_ = syncTransition(ctx, t, c, tc)
+			after, err := client.CoreV1().PersistentVolumeClaims(ns).Get(ctx, n, metav1.GetOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			did := didDecide(before, after, requests(client), reasons(recorder))
+			if ex.Decision != did {
+				t.Fatalf("explain says %v (%s), the sync did %v", ex.Decision, ex.Message, did)
+			}
+			switch ex.Decision {
+			case binderv1.Decision_DECISION_BIND:
+				if after.Spec.VolumeName != ex.WouldBind {
+					t.Errorf("explain would bind %s, the sync bound %q", ex.WouldBind, after.Spec.VolumeName)
+				}
+			case binderv1.Decision_DECISION_BOUND:
+				if after.Spec.VolumeName != ex.Binding.GetVolumeName() {
+					t.Errorf("explain says bound to %s, the claim is bound to %q", ex.Binding.GetVolumeName(), after.Spec.VolumeName)
+				}
+			}
+		})
+	}
+	if rows < 20 {
+		t.Fatalf("only %d claim rows in the transitions table", rows)
+	}
+}
+
+// didDecide is the decision a claim's sync carried out, read from its
+// effects alone: the first Event it recorded, else what it wrote.
+func didDecide(before, after *corev1.PersistentVolumeClaim, writes, events []string) binderv1.Decision {
+	if len(events) > 0 {
+		switch events[0] {
+		case kube.EventWaitForFirstConsumer, kube.EventWaitForPodScheduled:
+			return binderv1.Decision_DECISION_WAIT_FOR_FIRST_CONSUMER
+		case kube.EventExternalProvisioning, kube.EventProvisioningFailed:
+			return binderv1.Decision_DECISION_PROVISION
+		case kube.EventVolumeMismatch:
+			return binderv1.Decision_DECISION_VOLUME_MISMATCH
+		case kube.EventClaimLost:
+			return binderv1.Decision_DECISION_LOST
+		case kube.EventClaimMisbound:
+			return binderv1.Decision_DECISION_MISBOUND
+		case kube.EventFailedBinding:
+			if before.Spec.VolumeName != "" {
+				return binderv1.Decision_DECISION_VOLUME_TAKEN
+			}
+			return binderv1.Decision_DECISION_NO_MATCH
+		}
+		return binderv1.Decision_DECISION_UNSPECIFIED
+	}
+	wrote := func(w string) bool { return slices.Contains(writes, w) }
+	switch {
+	case wrote("update persistentvolumes") || wrote("update persistentvolumes/status"):
+		return binderv1.Decision_DECISION_BIND
+	case !equalClass(before.Spec.StorageClassName, after.Spec.StorageClassName):
+		return binderv1.Decision_DECISION_ASSIGN_DEFAULT_CLASS
+	case after.Status.Phase == corev1.ClaimBound && after.Spec.VolumeName == before.Spec.VolumeName && !wrote("update persistentvolumeclaims"):
+		return binderv1.Decision_DECISION_BOUND // nothing to write, or a rebind refused
+	case after.Status.Phase == corev1.ClaimPending && after.Spec.VolumeName != "":
+		return binderv1.Decision_DECISION_VOLUME_MISSING
+	}
+	return binderv1.Decision_DECISION_UNSPECIFIED
+}
+
+func equalClass(a, b *string) bool { return (a == nil) == (b == nil) && (a == nil || *a == *b) }
