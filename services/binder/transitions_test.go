@@ -29,9 +29,11 @@ import (
 // PVs, claims and classes, runs one sync (of a claim, "pvc/ns/name", or
 // of a volume, "pv/name") against client-go's fake clientset, and checks
 // the API requests it made, the Events it recorded and the objects after.
-// The rows follow the branches of DESIGN's binding table and of the
-// upstream PV controller's binder_test.go; the end-to-end tests run the
-// same branches against a real kube-apiserver.
+// The rows follow the branches of decide (decide.go) and syncVolume, which
+// are those of kube-controller-manager's PV controller (syncClaim and
+// syncVolume in pkg/controller/volume/persistentvolume) and of its
+// binder_test.go; the end-to-end tests run the same branches against a
+// real kube-apiserver.
 
 // state is an object's phase and what it is bound to after the sync
 // ("" for nothing); gone means deleted.
@@ -387,7 +389,8 @@ func transitions() []transition {
 			sync:    "pv/v", reclaim: &recordingReclaimer{err: status.Error(codes.Unavailable, "connection refused")},
 			wantErr: "connection refused",
 			after:   map[string]state{"pv/v": {phase: "Released", to: "ns/gone"}}, handedOff: []string{"v"}},
-		// volplane's guard (DESIGN: no resurrection): a Released volume is
+		// volplane's guard (refuseRebind; docs/chaos.md counts such flips
+		// as a violation): a Released volume is
 		// never bound again to the claim it was released from, even when a
 		// claim of that UID shows up bound to it (a stale cache); the API
 		// is asked, and an administrator decides.
