@@ -1,11 +1,15 @@
 package binder
 
 import (
+	"io"
+	"log/slog"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -328,3 +332,34 @@ func didDecide(before, after *corev1.PersistentVolumeClaim, writes, events []str
 }
 
 func equalClass(a, b *string) bool { return (a == nil) == (b == nil) && (a == nil || *a == *b) }
+
+// decide's errors reach explain's callers with their codes: a class
+// without a volumeBindingMode is FailedPrecondition, a selector that does
+// not parse InvalidArgument.
+func TestExplainDecideErrors(t *testing.T) {
+	noMode := class("c", "p", storagev1.VolumeBindingImmediate, false)
+	noMode.VolumeBindingMode = nil
+	for _, tc := range []struct {
+		name  string
+		class *storagev1.StorageClass
+		claim *corev1.PersistentVolumeClaim
+		code  codes.Code
+	}{
+		{"no volumeBindingMode", noMode, claimWith("1Gi"), codes.FailedPrecondition},
+		{"bad selector", class("c", "p", storagev1.VolumeBindingImmediate, false), claimWith("1Gi", func(c *corev1.PersistentVolumeClaim) {
+			c.Spec.Selector = &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{{Key: "tier", Operator: "Near"}}}
+		}), codes.InvalidArgument},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := newController(slog.New(slog.NewTextHandler(io.Discard, nil)), nil, nil)
+			c.store.putClass(tc.class)
+			c.store.putClaim(tc.claim)
+			c.Synced()
+			a := &api{c: c, memberID: "m"}
+			_, err := a.ExplainClaim(t.Context(), &binderv1.ExplainClaimRequest{Namespace: "ns", Name: "data"})
+			if status.Code(err) != tc.code {
+				t.Fatalf("%v, want %v", err, tc.code)
+			}
+		})
+	}
+}
