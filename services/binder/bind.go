@@ -93,16 +93,12 @@ func (c *controller) reserve(ctx context.Context, volume *corev1.PersistentVolum
 // up does not keep the volume from the others.
 const foreignReservationTTL = 2 * time.Second
 
-// unreserve drops the in-memory reservation findAndReserve took.
+// unreserve drops the in-memory reservation findAndReserve took (the
+// sync's choice, syncView.choose); bind adds the etcd reservation. A volume
+// another replica holds in etcd makes bind fail, and the claim is synced
+// again with backoff.
 func (c *controller) unreserve(volume *corev1.PersistentVolume, claim *corev1.PersistentVolumeClaim) {
 	c.store.unreserve(volume.Name, claim.UID)
-}
-
-// findAndReserve picks the best volume for the claim and reserves it in
-// memory; bind adds the etcd reservation. A volume another replica holds in
-// etcd makes bind fail, and the claim is synced again with backoff.
-func (c *controller) findAndReserve(claim *corev1.PersistentVolumeClaim, delay bool) (*corev1.PersistentVolume, error) {
-	return c.store.findAndReserve(claim, delay)
 }
 
 func (c *controller) bindVolumeToClaim(ctx context.Context, volume *corev1.PersistentVolume, claim *corev1.PersistentVolumeClaim) (*corev1.PersistentVolume, error) {

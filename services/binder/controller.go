@@ -77,6 +77,7 @@ type controller struct {
 
 	store       *store
 	pods        *podIndex // pods that use claims (pods.go)
+	view        claimView // store and pods as a claim's sync reads them (decide.go)
 	claimQueue  *queue
 	volumeQueue *queue
 
@@ -127,6 +128,7 @@ func newController(log *slog.Logger, client kubernetes.Interface, recorder recor
 		unreleased:  map[string]string{},
 		linger:      releaseLinger,
 	}
+	c.view = syncView{c.store, c.pods}
 	c.reserves = &reserveBatcher{
 		reserveAll: func(ctx context.Context, rs []coord.Reservation) ([]error, error) {
 			return c.reservations.ReserveAll(ctx, rs)

@@ -7,9 +7,10 @@
 // class and claims waiting for a volume; every change queues the object's
 // key (and the keys it affects) on a rate-limited work queue. Workers pull
 // keys; client-go's queue never hands one key to two workers at once. A sync
-// re-reads the cache, decides as Kubernetes decides and writes to the API
-// with the cached resourceVersion; a conflict requeues the key with per-item
-// backoff. Before a worker takes a free volume it reserves it, in memory for
+// re-reads the cache, decides as Kubernetes decides (for a claim, decide: a
+// decision from the claim and the cache alone, which explain reports too)
+// and writes to the API with the cached resourceVersion; a conflict
+// requeues the key with per-item backoff. Before a worker takes a free volume it reserves it, in memory for
 // the workers of this replica and in etcd for the other replicas, so no two
 // claims race for one volume. Claims and volumes are sharded over the live
 // binder replicas (members registered in etcd) by rendezvous hashing.

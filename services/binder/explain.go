@@ -140,104 +140,59 @@ type verdict struct {
 	provisioning bool // the provisioning side matters
 }
 
-// judge decides what the binder's sync does with claim, by the same
-// branches and the same calls (syncClaim): bestLocked for the volume it
-// binds, match.Satisfies and match.BoundToClaim for a claim that names its
-// volume, delayBinding, the default class. It reads only the cache, and
-// the claim's selected Node when binding is delayed.
-func (c *controller) judge(ctx context.Context, claim *corev1.PersistentVolumeClaim, from *pageToken, size int) (*verdict, error) {
-	if _, done := claim.Annotations[kube.AnnBindCompleted]; done {
-		return c.judgeBound(claim), nil
-	}
-	if name := claim.Spec.VolumeName; name != "" {
-		return c.judgePrebound(claim), nil
-	}
-	delay, err := c.delayBinding(claim)
-	if err != nil {
-		return nil, status.Error(codes.FailedPrecondition, err.Error())
-	}
+// explainView is the cache as explain and match read it: choose reserves
+// nothing, and keeps the page of candidates the binder's walk visits, each
+// with the first rule it breaks (explainIndex).
+type explainView struct {
+	syncView
+	// nodeLabels reads the selected node's labels (controller.nodeLabels).
+	nodeLabels func(node string) map[string]string
+	from       *pageToken
+	size       int
+	index      *view // choose's page; nil when decide did not choose
+}
+
+func (v *explainView) choose(claim *corev1.PersistentVolumeClaim, delay bool) (*corev1.PersistentVolume, error) {
 	node, labels := "", map[string]string(nil)
 	if n := claim.Annotations[kube.AnnSelectedNode]; delay && n != "" {
-		node, labels = n, c.nodeLabels(ctx, n)
+		node, labels = n, v.nodeLabels(n)
 	}
-	ix, err := c.store.explainIndex(claim, delay, node, labels, from, size, time.Now())
+	ix, err := v.explainIndex(claim, delay, node, labels, v.from, v.size, time.Now())
 	if err != nil {
 		return nil, status.Errorf(codes.InvalidArgument, "the claim's selector: %v", err)
 	}
-	v := &verdict{index: ix}
-	class := match.ClaimClass(claim)
-	switch {
-	case ix.best != nil:
-		v.decision, v.wouldBind = binderv1.Decision_DECISION_BIND, ix.best.Name
-		v.message = fmt.Sprintf("binds volume %s now: the first candidate in the binder's order that breaks no rule", ix.best.Name)
-		if match.BoundToClaim(ix.best, claim) {
-			v.message = fmt.Sprintf("binds volume %s now: its claimRef names the claim (pre-bound)", ix.best.Name)
+	v.index = ix
+	return ix.best, nil
+}
+
+// judge is the sync's decision for claim (decide), as explain and match
+// report it, with a page of the candidates of an unbound claim. It reads
+// only the cache, and the claim's selected Node when binding is delayed.
+func (c *controller) judge(ctx context.Context, claim *corev1.PersistentVolumeClaim, from *pageToken, size int) (*verdict, error) {
+	ev := &explainView{syncView: syncView{c.store, c.pods}, from: from, size: size,
+		nodeLabels: func(node string) map[string]string { return c.nodeLabels(ctx, node) }}
+	d, err := decide(claim, ev)
+	if err != nil {
+		if _, ok := status.FromError(err); !ok {
+			err = status.Error(codes.FailedPrecondition, err.Error()) // the class's volumeBindingMode
 		}
-	case !match.ClaimHasClass(claim) && c.store.defaultClass() != nil:
-		v.decision = binderv1.Decision_DECISION_ASSIGN_DEFAULT_CLASS
-		v.message = fmt.Sprintf("no volume fits and the claim names no class: the binder gives it the default StorageClass %q, then decides again", c.store.defaultClass().Name)
-	case delay && claim.Annotations[kube.AnnSelectedNode] == "":
-		v.decision, v.provisioning = binderv1.Decision_DECISION_WAIT_FOR_FIRST_CONSUMER, true
-		v.message = fmt.Sprintf("StorageClass %q binds WaitForFirstConsumer: waiting for a pod using the claim to be scheduled (no volume is pre-bound to it)", class)
-	case class != "":
-		v.decision, v.provisioning = binderv1.Decision_DECISION_PROVISION, true
-		v.message = fmt.Sprintf("no volume fits: a volume is to be provisioned with StorageClass %q", class)
-		if c.store.class(class) == nil {
-			v.message = fmt.Sprintf("no volume fits, and StorageClass %q does not exist, so nothing provisions one (event ProvisioningFailed): the claim binds when a fitting volume appears", class)
-		}
-	default:
-		v.decision = binderv1.Decision_DECISION_NO_MATCH
-		v.message = "no persistent volumes available for this claim and no storage class is set"
+		return nil, err
 	}
-	if ix.total == 0 && ix.best == nil {
-		v.message += fmt.Sprintf(" (no volume of StorageClass %q is free, and none names the claim)", class)
+	v := &verdict{decision: d.what, message: d.why, index: ev.index,
+		provisioning: d.what == binderv1.Decision_DECISION_WAIT_FOR_FIRST_CONSUMER || d.what == binderv1.Decision_DECISION_PROVISION}
+	if d.what == binderv1.Decision_DECISION_BIND {
+		v.wouldBind = d.volume.Name
+	}
+	if _, done := claim.Annotations[kube.AnnBindCompleted]; done && d.volume != nil {
+		v.binding = bindingOf(claim, d.volume)
+		if d.what == binderv1.Decision_DECISION_BOUND {
+			v.message = v.binding.GetMessage()
+		}
+	}
+	if ix := ev.index; ix != nil && ix.total == 0 && ix.best == nil {
+		v.message += fmt.Sprintf(" (no volume of StorageClass %q is free, and none names the claim)", match.ClaimClass(claim))
 	}
 	return v, nil
-}
-
-// judgeBound is syncBoundClaim's decision.
-func (c *controller) judgeBound(claim *corev1.PersistentVolumeClaim) *verdict {
-	name := claim.Spec.VolumeName
-	if name == "" {
-		return &verdict{decision: binderv1.Decision_DECISION_LOST, message: "Bound claim has lost reference to PersistentVolume. Data on the volume is lost!"}
-	}
-	volume := c.store.volume(name)
-	switch {
-	case volume == nil:
-		return &verdict{decision: binderv1.Decision_DECISION_LOST, message: fmt.Sprintf("Bound claim has lost its PersistentVolume %s. Data on the volume is lost!", name)}
-	case volume.Spec.ClaimRef == nil:
-		return &verdict{decision: binderv1.Decision_DECISION_BIND, wouldBind: name, binding: bindingOf(claim, volume),
-			message: fmt.Sprintf("the claim was bound to %s, whose claimRef is gone: the binder binds them again", name)}
-	case volume.Spec.ClaimRef.UID == claim.UID:
-		return &verdict{decision: binderv1.Decision_DECISION_BOUND, binding: bindingOf(claim, volume), message: bindingOf(claim, volume).GetMessage()}
-	default:
-		return &verdict{decision: binderv1.Decision_DECISION_MISBOUND, binding: bindingOf(claim, volume),
-			message: fmt.Sprintf("volume %s is bound to another claim (%s, UID %s): two claims are bound to the same volume, this one incorrectly", name, refKey(volume.Spec.ClaimRef), volume.Spec.ClaimRef.UID)}
-	}
-}
-
-// judgePrebound is syncPreboundClaim's decision.
-func (c *controller) judgePrebound(claim *corev1.PersistentVolumeClaim) *verdict {
-	name := claim.Spec.VolumeName
-	volume := c.store.volume(name)
-	switch {
-	case volume == nil:
-		return &verdict{decision: binderv1.Decision_DECISION_VOLUME_MISSING,
-			message: fmt.Sprintf("the claim asks for volume %s (spec.volumeName), which does not exist: it binds when the volume appears", name)}
-	case volume.Spec.ClaimRef == nil:
-		if err := match.Satisfies(volume, claim); err != nil {
-			return &verdict{decision: binderv1.Decision_DECISION_VOLUME_MISMATCH,
-				message: fmt.Sprintf("Cannot bind to requested volume %q: %s", name, err)}
-		}
-		return &verdict{decision: binderv1.Decision_DECISION_BIND, wouldBind: name,
-			message: fmt.Sprintf("binds volume %s now: the claim names it (spec.volumeName) and it is free and satisfies the claim", name)}
-	case match.BoundToClaim(volume, claim):
-		return &verdict{decision: binderv1.Decision_DECISION_BIND, wouldBind: name,
-			message: fmt.Sprintf("binds volume %s now: the claim names it and its claimRef names the claim (the bind finishes)", name)}
-	default:
-		return &verdict{decision: binderv1.Decision_DECISION_VOLUME_TAKEN,
-			message: fmt.Sprintf("volume %q already bound to a different claim (%s).", name, refKey(volume.Spec.ClaimRef))}
-	}
 }
 
 // bindingOf says how claim and volume were bound, from their

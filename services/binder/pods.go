@@ -7,25 +7,18 @@ import (
 	"sync"
 
 	"google.golang.org/protobuf/proto"
-	corev1 "k8s.io/api/core/v1"
 
 	"github.com/volplane/volplane/pkg/kube"
 	watcherv1 "github.com/volplane/volplane/proto/volplane/watcher/v1"
 )
 
-// waitForConsumerEvent is the event for an unbound WaitForFirstConsumer
-// claim that no node was selected for, as kube-controller-manager's PV
-// controller gives it (emitEventForUnboundDelayBindingClaim):
-// WaitForPodScheduled while pods that use the claim are neither scheduled
-// nor terminated (findNonScheduledPodsByPVC), naming them; otherwise
-// WaitForFirstConsumer.
-func (c *controller) waitForConsumerEvent(claim *corev1.PersistentVolumeClaim) (reason, message string) {
-	return waitEvent(c.pods.unscheduled(claimKey(claim)))
-}
-
-// waitEvent words the event for the unscheduled pods (names) of a claim.
-// kube-controller-manager lists several pods in its pod index's order,
-// which is random; they are sorted here.
+// waitEvent is the event for an unbound WaitForFirstConsumer claim that
+// no node was selected for, as kube-controller-manager's PV controller
+// gives it (emitEventForUnboundDelayBindingClaim): WaitForPodScheduled
+// while pods (names) that use the claim are neither scheduled nor
+// terminated (findNonScheduledPodsByPVC), naming them; otherwise
+// WaitForFirstConsumer. kube-controller-manager lists several pods in its
+// pod index's order, which is random; they are sorted here.
 func waitEvent(pods []string) (reason, message string) {
 	switch len(pods) {
 	case 0:

@@ -16,119 +16,53 @@ import (
 	"github.com/volplane/volplane/pkg/kube"
 	"github.com/volplane/volplane/pkg/match"
 	"github.com/volplane/volplane/pkg/metrics"
+	binderv1 "github.com/volplane/volplane/proto/volplane/binder/v1"
 	provisionerv1 "github.com/volplane/volplane/proto/volplane/provisioner/v1"
 )
 
-// syncClaim brings one claim closer to Bound. It is idempotent and reads
-// only the cache, except where noted.
+// syncClaim brings one claim closer to Bound: decide, then act. It is
+// idempotent and reads only the cache, except where noted.
 func (c *controller) syncClaim(ctx context.Context, claim *corev1.PersistentVolumeClaim) error {
 	ctx = forObject(ctx, "pvc/"+claimKey(claim))
 	claim, err := c.annealClaim(ctx, claim)
 	if err != nil {
 		return err
 	}
-	if _, done := claim.Annotations[kube.AnnBindCompleted]; done {
-		return c.syncBoundClaim(ctx, claim)
-	}
-	return c.syncUnboundClaim(ctx, claim)
-}
-
-func (c *controller) syncUnboundClaim(ctx context.Context, claim *corev1.PersistentVolumeClaim) error {
-	if claim.Spec.VolumeName != "" {
-		return c.syncPreboundClaim(ctx, claim)
-	}
-	delay, err := c.delayBinding(claim)
+	d, err := decide(claim, c.view)
 	if err != nil {
 		return err
 	}
-	volume, err := c.findAndReserve(claim, delay)
-	if err != nil {
-		return fmt.Errorf("error finding PV for claim %q: %w", claimKey(claim), err)
-	}
-	if volume != nil {
-		defer c.unreserve(volume, claim)
-		return c.bind(ctx, volume, claim)
-	}
-
-	// No volume fits. A claim without any class gets the default class
-	// (retroactive default StorageClass assignment) and is synced again.
-	if assigned, err := c.assignDefaultClass(ctx, claim); err != nil || assigned {
-		return err
-	}
-	switch {
-	case delay && !metav1.HasAnnotation(claim.ObjectMeta, kube.AnnSelectedNode):
-		// As upstream (IsDelayBindingProvisioning): the annotation's
-		// presence, whatever its value, means the scheduler chose.
-		reason, message := c.waitForConsumerEvent(claim)
-		c.recorder.Event(claim, corev1.EventTypeNormal, reason, message)
-	case match.ClaimClass(claim) != "":
-		// Provisioning updates the claim; the next sync finishes the bind.
-		return c.provisionClaim(ctx, claim)
-	default:
-		c.recorder.Event(claim, corev1.EventTypeNormal, kube.EventFailedBinding, "no persistent volumes available for this claim and no storage class is set")
-	}
-	_, err = c.updateClaimStatus(ctx, claim, corev1.ClaimPending, nil)
-	return err
+	return c.act(ctx, claim, d)
 }
 
-// syncPreboundClaim handles a claim whose user asked for a volume by name.
-func (c *controller) syncPreboundClaim(ctx context.Context, claim *corev1.PersistentVolumeClaim) error {
-	volume := c.store.volume(claim.Spec.VolumeName)
-	switch {
-	case volume == nil:
-		// The volume does not exist (yet): stay Pending; its arrival
-		// queues this claim again.
-		_, err := c.updateClaimStatus(ctx, claim, corev1.ClaimPending, nil)
-		return err
-	case volume.Spec.ClaimRef == nil:
-		if err := match.Satisfies(volume, claim); err != nil {
-			c.recorder.Event(claim, corev1.EventTypeWarning, kube.EventVolumeMismatch,
-				fmt.Sprintf("Cannot bind to requested volume %q: %s", volume.Name, err))
-			_, err := c.updateClaimStatus(ctx, claim, corev1.ClaimPending, nil)
-			return err
+// act carries out decide's decision for claim.
+func (c *controller) act(ctx context.Context, claim *corev1.PersistentVolumeClaim, d decision) error {
+	switch d.what {
+	case binderv1.Decision_DECISION_BIND, binderv1.Decision_DECISION_BOUND:
+		if d.chosen {
+			defer c.unreserve(d.volume, claim)
 		}
-		return c.bind(ctx, volume, claim)
-	case match.BoundToClaim(volume, claim):
-		// The volume points here already: finish the bind.
-		return c.bind(ctx, volume, claim)
-	case !metav1.HasAnnotation(claim.ObjectMeta, kube.AnnBoundByController):
-		c.recorder.Event(claim, corev1.EventTypeWarning, kube.EventFailedBinding,
-			fmt.Sprintf("volume %q already bound to a different claim.", volume.Name))
+		return c.bind(ctx, d.volume, claim)
+	case binderv1.Decision_DECISION_ASSIGN_DEFAULT_CLASS:
+		// The claim's next sync decides again, with the class.
+		return c.assignDefaultClass(ctx, claim, d.class)
+	case binderv1.Decision_DECISION_LOST, binderv1.Decision_DECISION_MISBOUND:
+		_, err := c.updateClaimStatusWithEvent(ctx, claim, corev1.ClaimLost, nil, d.event.reason, d.event.message)
+		return err
+	}
+	if d.event.reason != "" {
+		c.recorder.Event(claim, d.event.kind, d.event.reason, d.event.message)
+	}
+	switch {
+	case d.err != nil:
+		return d.err
+	case d.what != binderv1.Decision_DECISION_PROVISION:
 		_, err := c.updateClaimStatus(ctx, claim, corev1.ClaimPending, nil)
 		return err
-	default:
-		// Only possible when someone removed bind-completed from a claim
-		// the controller had bound.
-		c.recorder.Event(claim, corev1.EventTypeWarning, kube.EventFailedBinding,
-			fmt.Sprintf("volume %q already bound to a different claim.", volume.Name))
-		return fmt.Errorf("invalid binding of claim %q to volume %q: volume already claimed by %q",
-			claimKey(claim), claim.Spec.VolumeName, refKey(volume.Spec.ClaimRef))
+	case d.class == nil:
+		return nil // no class, nothing provisions: the resync decides again
 	}
-}
-
-func (c *controller) syncBoundClaim(ctx context.Context, claim *corev1.PersistentVolumeClaim) error {
-	if claim.Spec.VolumeName == "" {
-		_, err := c.updateClaimStatusWithEvent(ctx, claim, corev1.ClaimLost, nil, kube.EventClaimLost,
-			"Bound claim has lost reference to PersistentVolume. Data on the volume is lost!")
-		return err
-	}
-	volume := c.store.volume(claim.Spec.VolumeName)
-	switch {
-	case volume == nil:
-		_, err := c.updateClaimStatusWithEvent(ctx, claim, corev1.ClaimLost, nil, kube.EventClaimLost,
-			"Bound claim has lost its PersistentVolume. Data on the volume is lost!")
-		return err
-	case volume.Spec.ClaimRef == nil:
-		// Half-done bind, or the volume came unbound: bind again.
-		return c.bind(ctx, volume, claim)
-	case volume.Spec.ClaimRef.UID == claim.UID:
-		// All is well; bind only writes what is missing.
-		return c.bind(ctx, volume, claim)
-	default:
-		_, err := c.updateClaimStatusWithEvent(ctx, claim, corev1.ClaimLost, nil, kube.EventClaimMisbound,
-			"Two claims are bound to the same volume, this one is bound incorrectly")
-		return err
-	}
+	return c.provisionClaim(ctx, claim, d.class, d.through)
 }
 
 // syncVolume brings one volume's phase in line with its claim.
@@ -226,63 +160,29 @@ func (c *controller) claimOfVolume(ctx context.Context, volume *corev1.Persisten
 	return c.store.refreshClaim(live), nil
 }
 
-// delayBinding reports whether the claim's class binds only once a pod is
-// scheduled (WaitForFirstConsumer).
-func (c *controller) delayBinding(claim *corev1.PersistentVolumeClaim) (bool, error) {
-	name := match.ClaimClass(claim)
-	if name == "" {
-		return false, nil
-	}
-	class := c.store.class(name)
-	if class == nil {
-		return false, nil
-	}
-	if class.VolumeBindingMode == nil {
-		return false, fmt.Errorf("VolumeBindingMode not set for StorageClass %q", name)
-	}
-	return *class.VolumeBindingMode == storagev1.VolumeBindingWaitForFirstConsumer, nil
-}
-
 // assignDefaultClass gives a claim that names no class at all the default
 // class, as Kubernetes does for claims created before a default existed.
-func (c *controller) assignDefaultClass(ctx context.Context, claim *corev1.PersistentVolumeClaim) (bool, error) {
-	if match.ClaimHasClass(claim) {
-		return false, nil
-	}
-	class := c.store.defaultClass()
-	if class == nil {
-		return false, nil
-	}
+func (c *controller) assignDefaultClass(ctx context.Context, claim *corev1.PersistentVolumeClaim, class *storagev1.StorageClass) error {
 	clone := claim.DeepCopy()
 	clone.Spec.StorageClassName = &class.Name
 	if err := c.fence(ctx); err != nil {
-		return false, err
+		return err
 	}
 	updated, err := c.client.CoreV1().PersistentVolumeClaims(claim.Namespace).Update(ctx, clone, metav1.UpdateOptions{})
 	if err != nil {
-		return false, c.claimWriteFailed(claim, err, "can't update PersistentVolumeClaim[%q]", claimKey(claim))
+		return c.claimWriteFailed(claim, err, "can't update PersistentVolumeClaim[%q]", claimKey(claim))
 	}
 	c.store.refreshClaim(updated)
-	return true, nil
+	return nil
 }
 
 // provisionClaim asks for a new volume: the class's provisioner is written
 // to the claim's storage-provisioner annotations, which external
 // provisioners watch for. When volplane serves that provisioner, the
 // provisioner service is asked for the volume now, and a volume it made is
-// bound at once.
-func (c *controller) provisionClaim(ctx context.Context, claim *corev1.PersistentVolumeClaim) error {
-	name := match.ClaimClass(claim)
-	class := c.store.class(name)
-	if class == nil {
-		c.recorder.Event(claim, corev1.EventTypeWarning, kube.EventProvisioningFailed,
-			fmt.Sprintf("storageclass.storage.k8s.io %q not found", name))
-		return nil
-	}
-	// In-tree names as kube-controller-manager treats them: a migrated one
-	// under its CSI driver's name, one no plugin provisions fails here.
-	decision := kube.DecideProvisioning(class, claim)
-	provisioner := decision.Provisioner
+// bound at once. through is decide's kube.DecideProvisioning.
+func (c *controller) provisionClaim(ctx context.Context, claim *corev1.PersistentVolumeClaim, class *storagev1.StorageClass, through kube.ProvisionDecision) error {
+	provisioner := through.Provisioner
 	if provisioner != "" && (claim.Annotations[kube.AnnStorageProvisioner] != provisioner || claim.Annotations[kube.AnnBetaStorageProvisioner] != provisioner) {
 		clone := claim.DeepCopy()
 		metav1.SetMetaDataAnnotation(&clone.ObjectMeta, kube.AnnBetaStorageProvisioner, provisioner)
@@ -299,10 +199,10 @@ func (c *controller) provisionClaim(ctx context.Context, claim *corev1.Persisten
 		}
 		claim = c.store.refreshClaim(updated)
 	}
-	if decision.Failure != "" {
+	if through.Failure != "" {
 		// As upstream: the claim stays as it is; the next resync tries
 		// again (a new class may be created meanwhile).
-		c.recorder.Event(claim, corev1.EventTypeWarning, kube.EventProvisioningFailed, decision.Failure)
+		c.recorder.Event(claim, corev1.EventTypeWarning, kube.EventProvisioningFailed, through.Failure)
 		return nil
 	}
 	served := c.provisioner != nil && c.provisioner.Serves(ctx, provisioner)

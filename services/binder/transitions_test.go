@@ -29,9 +29,11 @@ import (
 // PVs, claims and classes, runs one sync (of a claim, "pvc/ns/name", or
 // of a volume, "pv/name") against client-go's fake clientset, and checks
 // the API requests it made, the Events it recorded and the objects after.
-// The rows follow the branches of DESIGN's binding table and of the
-// upstream PV controller's binder_test.go; the end-to-end tests run the
-// same branches against a real kube-apiserver.
+// The rows follow the branches of decide (decide.go) and syncVolume, which
+// are those of kube-controller-manager's PV controller (syncClaim and
+// syncVolume in pkg/controller/volume/persistentvolume) and of its
+// binder_test.go; the end-to-end tests run the same branches against a
+// real kube-apiserver.
 
 // state is an object's phase and what it is bound to after the sync
 // ("" for nothing); gone means deleted.
@@ -172,6 +174,13 @@ func labelSelector(c *corev1.PersistentVolumeClaim) {
 var bindWrites = []string{"update persistentvolumes", "update persistentvolumes/status", "update persistentvolumeclaims", "update persistentvolumeclaims/status"}
 
 func TestTransitions(t *testing.T) {
+	for _, tc := range transitions() {
+		t.Run(tc.name, func(t *testing.T) { runTransition(t, tc) })
+	}
+}
+
+// transitions are the table's rows, made anew for each caller.
+func transitions() []transition {
 	imm, wffc := storagev1.VolumeBindingImmediate, storagev1.VolumeBindingWaitForFirstConsumer
 	// A claim the controller bound: its status shows the volume's modes
 	// and capacity (1Gi RWO, as every volume of the table).
@@ -183,7 +192,7 @@ func TestTransitions(t *testing.T) {
 				c.Status.Capacity = corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")}
 			})
 	}
-	for _, tc := range []transition{
+	return []transition{
 		// Claims without a volume.
 		{name: "unbound claim binds the smallest fitting volume",
 			volumes: []*corev1.PersistentVolume{pvT("big", "10Gi"), pvT("fit", "2Gi"), pvT("small", "1Gi")},
@@ -380,7 +389,8 @@ func TestTransitions(t *testing.T) {
 			sync:    "pv/v", reclaim: &recordingReclaimer{err: status.Error(codes.Unavailable, "connection refused")},
 			wantErr: "connection refused",
 			after:   map[string]state{"pv/v": {phase: "Released", to: "ns/gone"}}, handedOff: []string{"v"}},
-		// volplane's guard (DESIGN: no resurrection): a Released volume is
+		// volplane's guard (refuseRebind; docs/chaos.md counts such flips
+		// as a violation): a Released volume is
 		// never bound again to the claim it was released from, even when a
 		// claim of that UID shows up bound to it (a stale cache); the API
 		// is asked, and an administrator decides.
@@ -399,12 +409,54 @@ func TestTransitions(t *testing.T) {
 			claims:  []*corev1.PersistentVolumeClaim{pvcT("data", "1Gi")}, sync: "pv/v",
 			events: []string{kube.EventVolumeMismatch, kube.EventVolumeMismatch},
 			after:  map[string]state{"pv/v": {phase: "Available", to: "ns/data"}, "pvc/ns/data": {phase: "Pending"}}},
-	} {
-		t.Run(tc.name, func(t *testing.T) { runTransition(t, tc) })
 	}
 }
 
 func runTransition(t *testing.T, tc transition) {
+	ctx := context.Background()
+	c, client, recorder := setUpTransition(t, tc)
+	err := syncTransition(ctx, t, c, tc)
+	if tc.wantErr == "" && err != nil {
+		t.Fatalf("sync: %v", err)
+	}
+	if tc.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tc.wantErr)) {
+		t.Fatalf("sync: %v, want an error with %q", err, tc.wantErr)
+	}
+
+	// The transitions copy before they change an object: the parts the
+	// cached objects share are as they were interned.
+	if err := c.store.shared.check(); err != nil {
+		t.Error(err)
+	}
+
+	if writes := requests(client); !slices.Equal(writes, tc.writes) {
+		t.Errorf("requests %q, want %q", writes, tc.writes)
+	}
+	if reasons := reasons(recorder); !slices.Equal(reasons, tc.events) {
+		t.Errorf("events %q, want %q", reasons, tc.events)
+	}
+	for key, want := range tc.after {
+		if got := stateOf(ctx, t, client, key); got != want {
+			t.Errorf("%s after the sync: %+v, want %+v", key, got, want)
+		}
+	}
+	var handed []string
+	if tc.reclaim != nil {
+		handed = append(handed, tc.reclaim.got...)
+	}
+	if tc.prov != nil {
+		tc.prov.mu.Lock()
+		handed = append(handed, tc.prov.got...)
+		tc.prov.mu.Unlock()
+	}
+	if !slices.Equal(handed, tc.handedOff) {
+		t.Errorf("handed off %q, want %q", handed, tc.handedOff)
+	}
+}
+
+// setUpTransition makes a controller whose cache and fake API server hold
+// the row's objects.
+func setUpTransition(t *testing.T, tc transition) (*controller, *fake.Clientset, *record.FakeRecorder) {
 	ctx := context.Background()
 	client := fake.NewClientset()
 	recorder := record.NewFakeRecorder(100)
@@ -438,7 +490,12 @@ func runTransition(t *testing.T, tc transition) {
 	}
 	c.Synced()
 	client.ClearActions()
+	return c, client, recorder
+}
 
+// syncTransition runs the row's sync, and waits for the provisioning
+// attempt it started off the workers.
+func syncTransition(ctx context.Context, t *testing.T, c *controller, tc transition) error {
 	var err error
 	switch kind, key, _ := strings.Cut(tc.sync, "/"); kind {
 	case "pvc":
@@ -448,13 +505,6 @@ func runTransition(t *testing.T, tc transition) {
 	default:
 		t.Fatalf("bad sync %q", tc.sync)
 	}
-	if tc.wantErr == "" && err != nil {
-		t.Fatalf("sync: %v", err)
-	}
-	if tc.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tc.wantErr)) {
-		t.Fatalf("sync: %v, want an error with %q", err, tc.wantErr)
-	}
-	// A provisioning attempt runs off the workers: wait for it.
 	if kind, key, _ := strings.Cut(tc.sync, "/"); kind == "pvc" && tc.prov != nil {
 		for deadline := time.Now().Add(10 * time.Second); c.provisions.busy(key); time.Sleep(time.Millisecond) {
 			if time.Now().After(deadline) {
@@ -462,13 +512,12 @@ func runTransition(t *testing.T, tc transition) {
 			}
 		}
 	}
+	return err
+}
 
-	// The transitions copy before they change an object: the parts the
-	// cached objects share are as they were interned.
-	if err := c.store.shared.check(); err != nil {
-		t.Error(err)
-	}
-
+// requests are the API requests the client saw, "verb resource[/sub]",
+// lists and watches left out.
+func requests(client *fake.Clientset) []string {
 	var writes []string
 	for _, a := range client.Actions() {
 		r := a.GetResource().Resource
@@ -480,9 +529,11 @@ func runTransition(t *testing.T, tc transition) {
 		}
 		writes = append(writes, a.GetVerb()+" "+r)
 	}
-	if !slices.Equal(writes, tc.writes) {
-		t.Errorf("requests %q, want %q", writes, tc.writes)
-	}
+	return writes
+}
+
+// reasons are the reasons of the Events recorded since the last call.
+func reasons(recorder *record.FakeRecorder) []string {
 	var reasons []string
 	for len(recorder.Events) > 0 {
 		f := strings.Fields(<-recorder.Events)
@@ -490,52 +541,38 @@ func runTransition(t *testing.T, tc transition) {
 			reasons = append(reasons, f[1])
 		}
 	}
-	if !slices.Equal(reasons, tc.events) {
-		t.Errorf("events %q, want %q", reasons, tc.events)
-	}
-	for key, want := range tc.after {
-		kind, name, _ := strings.Cut(key, "/")
-		var got state
-		switch kind {
-		case "pvc":
-			ns, n, _ := strings.Cut(name, "/")
-			cl, err := client.CoreV1().PersistentVolumeClaims(ns).Get(ctx, n, metav1.GetOptions{})
-			switch {
-			case apierrors.IsNotFound(err):
-				got.gone = true
-			case err != nil:
-				t.Fatal(err)
-			default:
-				got = state{phase: string(cl.Status.Phase), to: cl.Spec.VolumeName}
-			}
-		case "pv":
-			v, err := client.CoreV1().PersistentVolumes().Get(ctx, name, metav1.GetOptions{})
-			switch {
-			case apierrors.IsNotFound(err):
-				got.gone = true
-			case err != nil:
-				t.Fatal(err)
-			default:
-				got.phase = string(v.Status.Phase)
-				if v.Spec.ClaimRef != nil {
-					got.to = v.Spec.ClaimRef.Namespace + "/" + v.Spec.ClaimRef.Name
-				}
+	return reasons
+}
+
+// stateOf is the state of "pvc/ns/name" or "pv/name" in the API server.
+func stateOf(ctx context.Context, t *testing.T, client *fake.Clientset, key string) state {
+	kind, name, _ := strings.Cut(key, "/")
+	var got state
+	switch kind {
+	case "pvc":
+		ns, n, _ := strings.Cut(name, "/")
+		cl, err := client.CoreV1().PersistentVolumeClaims(ns).Get(ctx, n, metav1.GetOptions{})
+		switch {
+		case apierrors.IsNotFound(err):
+			got.gone = true
+		case err != nil:
+			t.Fatal(err)
+		default:
+			got = state{phase: string(cl.Status.Phase), to: cl.Spec.VolumeName}
+		}
+	case "pv":
+		v, err := client.CoreV1().PersistentVolumes().Get(ctx, name, metav1.GetOptions{})
+		switch {
+		case apierrors.IsNotFound(err):
+			got.gone = true
+		case err != nil:
+			t.Fatal(err)
+		default:
+			got.phase = string(v.Status.Phase)
+			if v.Spec.ClaimRef != nil {
+				got.to = v.Spec.ClaimRef.Namespace + "/" + v.Spec.ClaimRef.Name
 			}
 		}
-		if got != want {
-			t.Errorf("%s after the sync: %+v, want %+v", key, got, want)
-		}
 	}
-	var handed []string
-	if tc.reclaim != nil {
-		handed = append(handed, tc.reclaim.got...)
-	}
-	if tc.prov != nil {
-		tc.prov.mu.Lock()
-		handed = append(handed, tc.prov.got...)
-		tc.prov.mu.Unlock()
-	}
-	if !slices.Equal(handed, tc.handedOff) {
-		t.Errorf("handed off %q, want %q", handed, tc.handedOff)
-	}
+	return got
 }
