@@ -41,3 +41,23 @@ cd "$cwd"
 env -i "${environ[@]}" setsid "${argv[@]}" >>"$logs/$name.log" 2>&1 </dev/null &
 echo "$! $bin" >"$f"
 log "$name started again: pid $!"
+
+# Wait until it serves again.
+ready() {
+	case $name in
+	kubelet) curl -sf http://127.0.0.1:10248/healthz ;;
+	containerd) "$ctr" --address "$containerd_sock" version ;;
+	kube-proxy) curl -sf http://127.0.0.1:10256/healthz ;;
+	kube-scheduler) curl -skf https://127.0.0.1:10259/healthz ;;
+	kube-apiserver) kctl get --raw /readyz ;;
+	*) true ;;
+	esac
+}
+for _ in $(seq 120); do
+	if ready >/dev/null 2>&1; then
+		log "$name serves again after $(elapsed $((SECONDS - start)))"
+		exit 0
+	fi
+	sleep 1
+done
+die "$name does not serve 120s after its restart (log: $logs/$name.log)"

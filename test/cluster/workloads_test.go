@@ -1,6 +1,7 @@
 package cluster
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -154,7 +155,7 @@ spec:
       volumeMounts: [{name: data, mountPath: /data}]
   volumes: [{name: data, persistentVolumeClaim: {claimName: static}}]
 `, pv, ns, dir, c.WorkloadImage, nonce))
-		t.Cleanup(func() { c.Run(t.Context(), "", "delete", "pv", pv, "--wait=false") })
+		t.Cleanup(func() { c.Run(context.Background(), "", "delete", "pv", pv, "--wait=false") })
 		c.WaitPodReady(t, ns, "static", 3*time.Minute)
 		if got := c.Kubectl(t, "get", "pvc", "-n", ns, "static", "-o", "jsonpath={.status.phase} {.spec.volumeName}"); got != "Bound "+pv {
 			t.Errorf("pre-bound claim: %q, want Bound to %s", got, pv)
