@@ -100,16 +100,17 @@ func testCutover(t *testing.T, in *Install) {
 		logs    []string
 		rounds  int
 		created int
+		last    time.Time
 	)
 	waitFor(t, 4*time.Minute, func() string {
 		// Both binders race for each new pair; kube-controller-manager
-		// wins some, and volplane's binder reports those.
-		if events == "" || metric == 0 || len(logs) == 0 {
-			if rounds < 6 && created == rounds*5 {
-				staticPairs(t, ns, fmt.Sprintf("r%d", rounds), 5)
-				created += 5
-				rounds++
-			}
+		// wins some, and volplane's binder reports those: a round of
+		// pairs every 15s until it has.
+		if (events == "" || metric == 0 || len(logs) == 0) && rounds < 8 && time.Since(last) > 15*time.Second {
+			staticPairs(t, ns, fmt.Sprintf("r%d", rounds), 5)
+			created += 5
+			rounds++
+			last = time.Now()
 		}
 		events, metric, logs = foreignNotices(t)
 		switch {
