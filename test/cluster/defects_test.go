@@ -3,6 +3,7 @@ package cluster
 import (
 	"crypto/tls"
 	"crypto/x509"
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"os"
@@ -58,6 +59,10 @@ func testDefects(t *testing.T) {
 				restarts[p.Name] = p.Restarts
 			}
 		}
+		// Scaled to 0, etcd loses its members' data (emptyDir): the
+		// journal too. So first let every operation in flight end (the
+		// previous tests' volumes being deleted), as an operator would.
+		quiesce(t)
 		c.Kubectl(t, "scale", "statefulset", "-n", volplaneNS, "volplane-etcd", "--replicas=0")
 		scaledBack := false
 		defer func() {
@@ -234,5 +239,38 @@ func testDefects(t *testing.T) {
 		if out == "" {
 			t.Error("volplane-gateway-client-ca has no ca.crt")
 		}
+	})
+}
+
+// quiesce waits until volplane has nothing in flight: no volume of the
+// dev driver waiting for its reclaim, no journaled operation.
+func quiesce(t *testing.T) {
+	t.Helper()
+	g := gateway(t)
+	waitFor(t, 5*time.Minute, func() string {
+		pvs, err := c.Client.CoreV1().PersistentVolumes().List(t.Context(), metav1.ListOptions{})
+		if err != nil {
+			return err.Error()
+		}
+		n := 0
+		for _, pv := range pvs.Items {
+			if pv.Spec.CSI != nil && pv.Status.Phase != "Bound" && pv.Status.Phase != "Available" {
+				n++
+			}
+		}
+		if n > 0 {
+			return fmt.Sprintf("%d volumes of CSI drivers are being reclaimed", n)
+		}
+		out, err := g.Plugin(t.Context(), "operations", "-o", "json")
+		var ops struct {
+			Operations []json.RawMessage `json:"operations"`
+		}
+		if err == nil {
+			err = json.Unmarshal([]byte(out), &ops)
+		}
+		if err != nil || len(ops.Operations) > 0 {
+			return fmt.Sprintf("operations in flight: %s %v", out, err)
+		}
+		return ""
 	})
 }
