@@ -10,9 +10,12 @@ package main
 import (
 	"context"
 	"flag"
+	"fmt"
+	"io/fs"
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strconv"
 
 	"github.com/volplane/volplane/internal/devcsi"
 	"github.com/volplane/volplane/pkg/cmdutil"
@@ -23,6 +26,14 @@ func main() {
 	var o devcsi.Options
 	dir := filepath.Join(os.TempDir(), "volplane-csi")
 	flag.StringVar(&o.Endpoint, "endpoint", "unix://"+filepath.Join(dir, "csi.sock"), "CSI gRPC listen address (unix:///path/csi.sock or host:port)")
+	flag.Func("socket-mode", "permission bits of the unix --endpoint's socket, in octal, e.g. 0660 so that a client of the socket directory's group may connect (default: as the umask makes it)", func(s string) error {
+		m, err := strconv.ParseUint(s, 8, 32)
+		if err != nil {
+			return fmt.Errorf("want octal permission bits, e.g. 0660: %w", err)
+		}
+		o.SocketMode = fs.FileMode(m)
+		return nil
+	})
 	flag.StringVar(&o.RootDir, "root-dir", filepath.Join(dir, "root"), "directory holding the volumes, the snapshots and their state (kept across restarts)")
 	flag.StringVar(&o.NodeID, "node-id", "", "this node's ID, also its topology value; defaults to the hostname")
 	flag.StringVar(&o.Name, "driver-name", devcsi.DefaultName, "the CSI driver name")

@@ -89,7 +89,7 @@ processes() {
 	for pid in $(shims); do kill -KILL "$pid" 2>/dev/null || true; done
 	stop kube-proxy
 	stop kube-scheduler
-	stop kube-controller-manager
+	stop kube-controller-manager # a host process before it became a static pod
 	stop kube-apiserver
 	stop etcd
 }
@@ -186,7 +186,7 @@ step "sysctls" sysctls
 
 files() {
 	local p
-	for p in /run/containerd /var/lib/cni /var/log/containers /var/log/pods; do
+	for p in $host_paths; do
 		[[ -e $p ]] || continue
 		if [[ -r $state/host/existed ]] && ! grep -qxF "$p" "$state/host/existed"; then
 			rm -rf "$p"

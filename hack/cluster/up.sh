@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # Starts the local single-node cluster (make cluster): etcd, kube-apiserver,
-# kube-controller-manager (every default controller but the PV binder),
 # kube-scheduler, containerd with runc and the CNI bridge, the kubelet,
-# kube-proxy (nftables mode) as host processes under $state, then CoreDNS as
-# a Deployment; and prints how to reach it. hack/cluster/down.sh (make
+# kube-proxy (nftables mode) as host processes under $state;
+# kube-controller-manager as a static pod of the kubelet, as kubeadm runs
+# it (--controllers=$KCM_CONTROLLERS, by default every default controller
+# but the PV binder); then CoreDNS as a Deployment; and prints how to
+# reach it. hack/cluster/down.sh (make
 # cluster-down) stops it and undoes what it changed on the host.
 #
 # Every part is pinned and built by hack/cluster/build.sh; the Debian
@@ -58,7 +60,7 @@ record_host() {
 		if [[ -e /proc/sys/${k//.//} ]]; then echo "$k=$(sysctl -n "$k")"; fi
 	done >"$state/host/sysctl"
 	local p
-	for p in /run/containerd /var/lib/cni /var/log/containers /var/log/pods; do
+	for p in $host_paths; do
 		if [[ -e $p ]]; then echo "$p"; fi
 	done >"$state/host/existed"
 	nft list tables >"$state/host/nft-tables"
@@ -177,23 +179,11 @@ control_plane() {
 		--v=1
 	wait_for "kube-apiserver /readyz" 180 "$logs/kube-apiserver.log" api_ok /readyz
 
-	start kube-controller-manager "$kube_dir/kube-controller-manager" \
-		--kubeconfig="$state/kube-controller-manager.kubeconfig" \
-		--authentication-kubeconfig="$state/kube-controller-manager.kubeconfig" \
-		--authorization-kubeconfig="$state/kube-controller-manager.kubeconfig" \
-		--bind-address=127.0.0.1 \
-		--controllers='*,-persistentvolume-binder-controller' \
-		--service-account-private-key-file="$pki/sa.key" --root-ca-file="$pki/ca.crt" \
-		--cluster-signing-cert-file="$pki/ca.crt" --cluster-signing-key-file="$pki/ca.key" \
-		--use-service-account-credentials=true \
-		--service-cluster-ip-range="$service_cidr" \
-		--v=1
 	start kube-scheduler "$kube_dir/kube-scheduler" \
 		--kubeconfig="$state/kube-scheduler.kubeconfig" \
 		--authentication-kubeconfig="$state/kube-scheduler.kubeconfig" \
 		--authorization-kubeconfig="$state/kube-scheduler.kubeconfig" \
 		--bind-address=127.0.0.1 --v=1
-	wait_for "kube-controller-manager /healthz" 120 "$logs/kube-controller-manager.log" curl -skf https://127.0.0.1:10257/healthz
 	wait_for "kube-scheduler /healthz" 120 "$logs/kube-scheduler.log" curl -skf https://127.0.0.1:10259/healthz
 }
 step "control plane" control_plane
@@ -279,6 +269,8 @@ clusterDNS: [$dns_ip]
 clusterDomain: $cluster_domain
 resolvConf: /etc/resolv.conf
 podLogsDir: "$state/pod-logs"
+# kube-controller-manager's static pod, as kubeadm's /etc/kubernetes/manifests.
+staticPodPath: "$kcm_manifest_dir"
 # No CAP_SYS_RESOURCE: the kubelet may not lower its own oom_score_adj.
 oomScoreAdj: 0
 # A shared development machine: evict only when really short.
@@ -288,6 +280,7 @@ evictionHard:
   nodefs.inodesFree: 5%
   imagefs.available: 5%
 EOF
+	kcm_manifest
 	start kubelet "$kube_dir/kubelet" --config="$state/kubelet/config.yaml" \
 		--kubeconfig="$state/kubelet.kubeconfig" --root-dir="$kubelet_dir" --v=1
 	wait_for "the kubelet's node registration" 120 "$logs/kubelet.log" kctl get node "$node_name"
@@ -316,9 +309,70 @@ EOF
 	wait_for "node $node_name Ready" 180 "$logs/kubelet.log" \
 		kctl wait --for=condition=Ready "node/$node_name" --timeout=5s
 }
+# kcm_manifest: kube-controller-manager's static pod manifest, laid out as
+# kubeadm's (/etc/kubernetes/manifests/kube-controller-manager.yaml: one
+# flag a line, `- --controllers=...` among them), so that docs/install.md's
+# cutover edits it with the same command as on a kubeadm node and the
+# kubelet restarts it. The container runs the cached binary, mounted from
+# the host, in the pause image (nothing else of an image is needed: the
+# binary is static); host network, the PKI and kubeconfig from the host.
+kcm_manifest() {
+	mkdir -p "$kcm_manifest_dir"
+	cat >"$kcm_manifest_dir/kube-controller-manager.yaml" <<EOF
+apiVersion: v1
+kind: Pod
+metadata:
+  name: kube-controller-manager
+  namespace: kube-system
+  labels: {component: kube-controller-manager, tier: control-plane}
+spec:
+  hostNetwork: true
+  priorityClassName: system-node-critical
+  # root, as kubeadm's (the pause image's user is not): it reads the
+  # cluster's PKI and kubeconfig, which only root may.
+  securityContext: {runAsUser: 0, runAsGroup: 0, seccompProfile: {type: RuntimeDefault}}
+  containers:
+  - name: kube-controller-manager
+    image: $pause_image
+    imagePullPolicy: Never
+    command:
+    - /usr/local/bin/kube-controller-manager
+    - --kubeconfig=$state/kube-controller-manager.kubeconfig
+    - --authentication-kubeconfig=$state/kube-controller-manager.kubeconfig
+    - --authorization-kubeconfig=$state/kube-controller-manager.kubeconfig
+    - --bind-address=127.0.0.1
+    - --controllers=$kcm_controllers
+    - --service-account-private-key-file=$pki/sa.key
+    - --root-ca-file=$pki/ca.crt
+    - --cluster-signing-cert-file=$pki/ca.crt
+    - --cluster-signing-key-file=$pki/ca.key
+    - --use-service-account-credentials=true
+    - --service-cluster-ip-range=$service_cidr
+    - --v=1
+    livenessProbe:
+      httpGet: {host: 127.0.0.1, path: /healthz, port: 10257, scheme: HTTPS}
+      initialDelaySeconds: 10
+      periodSeconds: 10
+      timeoutSeconds: 15
+      failureThreshold: 8
+    resources: {requests: {cpu: 100m}}
+    volumeMounts:
+    - {name: binary, mountPath: /usr/local/bin/kube-controller-manager, readOnly: true}
+    - {name: pki, mountPath: $pki, readOnly: true}
+    - {name: kubeconfig, mountPath: $state/kube-controller-manager.kubeconfig, readOnly: true}
+  volumes:
+  - {name: binary, hostPath: {path: $kube_dir/kube-controller-manager, type: File}}
+  - {name: pki, hostPath: {path: $pki, type: Directory}}
+  - {name: kubeconfig, hostPath: {path: $state/kube-controller-manager.kubeconfig, type: File}}
+EOF
+}
 ready_start=$SECONDS
 step "kubelet and kube-proxy" node
 ready_time=$((SECONDS - ready_start))
+kcm() {
+	wait_for "kube-controller-manager /healthz (its static pod)" 180 "$logs/kubelet.log" curl -skf https://127.0.0.1:10257/healthz
+}
+step "kube-controller-manager" kcm
 
 dns() {
 	sed -e "s|@DNS_IP@|$dns_ip|g" -e "s|@COREDNS_IMAGE@|$coredns_image|g" -e "s|@CLUSTER_DOMAIN@|$cluster_domain|g" \
@@ -336,5 +390,6 @@ The cluster is up in $(elapsed $((SECONDS - total_start))) (the node was Ready $
   kubectl (the cluster's version): $kubectl
   images: $pause_image (sandbox), $volplane_image, $etcd_image, $coredns_image, $workload_image
   logs: $logs
+  kube-controller-manager: static pod kube-system/kube-controller-manager-$node_name, manifest $kcm_manifest_dir/kube-controller-manager.yaml (--controllers=$kcm_controllers)
 make cluster-down stops it and removes its state.
 EOF

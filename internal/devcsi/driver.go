@@ -89,6 +89,14 @@ type Options struct {
 	// Endpoint is where Run listens: unix:///path/csi.sock or host:port.
 	// Only Run uses it; Driver.Run takes a listener.
 	Endpoint string
+	// SocketMode, when not 0, is the permission bits Run gives a unix
+	// Endpoint's socket once it listens (connecting needs write
+	// permission). A driver running as root next to a client of another
+	// user, in a socket directory whose group is the client's (an emptyDir
+	// with the pod's fsGroup is set-group-ID), needs 0660; 0 leaves the
+	// socket as the umask made it (0755 under the usual 022: root alone
+	// may connect). At most 0777; only for unix endpoints.
+	SocketMode fs.FileMode
 	// MaxVolumesPerNode is reported by NodeGetInfo; 0 means no limit.
 	MaxVolumesPerNode int64
 	// Capacity is the total bytes the driver hands out: CreateVolume and
@@ -181,6 +189,12 @@ func newDriver(o Options, errs []error) (*Driver, error) {
 	case ModeAll, ModeController, ModeNode:
 	default:
 		errs = append(errs, fmt.Errorf("mode %q: want all, controller or node (--mode)", o.Mode))
+	}
+	switch {
+	case o.SocketMode&^fs.ModePerm != 0:
+		errs = append(errs, fmt.Errorf("socket mode %#o: only permission bits (at most 0777) (--socket-mode)", uint32(o.SocketMode)))
+	case o.SocketMode != 0 && !strings.HasPrefix(o.Endpoint, "unix://"):
+		errs = append(errs, fmt.Errorf("socket mode %#o is for a unix:// endpoint, not %q (--socket-mode)", uint32(o.SocketMode), o.Endpoint))
 	}
 	switch {
 	case (o.PluginRegistrationDir == "") != (o.KubeletRegistrationPath == ""):
@@ -407,6 +421,12 @@ func Run(ctx context.Context, o Options) error {
 	lis, err := grpcutil.Listen(o.Endpoint)
 	if err != nil {
 		return err
+	}
+	if path, ok := strings.CutPrefix(o.Endpoint, "unix://"); ok && o.SocketMode != 0 {
+		if err := os.Chmod(path, o.SocketMode); err != nil {
+			lis.Close()
+			return fmt.Errorf("socket mode (--socket-mode): %w", err)
+		}
 	}
 	var health net.Listener
 	if o.HealthAddress != "" {

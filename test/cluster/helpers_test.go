@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 )
@@ -137,7 +139,7 @@ func (c *Cluster) Namespace(t testing.TB) string {
 	name := base + "-" + randomSuffix()
 	c.Kubectl(t, "create", "namespace", name)
 	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 		defer cancel()
 		if t.Failed() {
 			for _, args := range [][]string{
@@ -148,8 +150,24 @@ func (c *Cluster) Namespace(t testing.TB) string {
 				t.Logf("kubectl %s:\n%s%v", strings.Join(args, " "), out, errOrEmpty(err))
 			}
 		}
-		if _, err := c.Run(ctx, "", "delete", "namespace", name, "--wait=true", "--timeout=2m"); err != nil {
+		// A namespace of many pods and claims (the fault test's: each
+		// claim's volume deleted by the reclaimer) takes minutes to go:
+		// longer than one kubectl command may last.
+		if _, err := c.Run(ctx, "", "delete", "namespace", name, "--wait=false"); err != nil {
 			t.Errorf("deleting the test's namespace: %v", err)
+			return
+		}
+		for {
+			_, err := c.Client.CoreV1().Namespaces().Get(ctx, name, metav1.GetOptions{})
+			if apierrors.IsNotFound(err) {
+				return
+			}
+			select {
+			case <-ctx.Done():
+				t.Errorf("the test's namespace %s is not gone after 10m: %v", name, err)
+				return
+			case <-time.After(time.Second):
+			}
 		}
 	})
 	return name

@@ -1,6 +1,7 @@
 package cluster
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -67,7 +68,7 @@ spec:
   storageClassName: smoke-%[1]s
   resources: {requests: {storage: 1Mi}}
 `, ns))
-		t.Cleanup(func() { c.Run(t.Context(), "", "delete", "pv", "smoke-"+ns, "--wait=false") })
+		t.Cleanup(func() { c.Run(context.Background(), "", "delete", "pv", "smoke-"+ns, "--wait=false") })
 		waitFor(t, time.Minute, func() string {
 			pvc, err := c.Run(t.Context(), "", "get", "pvc", "-n", ns, "smoke", "-o", "jsonpath={.metadata.finalizers}")
 			if err != nil {
