@@ -140,8 +140,10 @@ test-cluster: ## make cluster, volplane installed by docs/install.md, workloads,
 ##@ Test
 
 .PHONY: test
-test: verify kube-apiserver $(BIN)/csi-sanity ## Run every check and test (the CI command).
+test: verify kube-apiserver $(BIN)/csi-sanity ## Run every check and test (the CI command): the Go tests, then make test-cluster (as root).
 	$(GO) test -count=1 -timeout 25m ./...
+	@if [ "$$(id -u)" = 0 ]; then $(MAKE) --no-print-directory test-cluster; \
+	else echo "test-cluster: SKIPPED, it runs a kubelet and needs root"; fi
 	@if docker info >/dev/null 2>&1; then $(MAKE) --no-print-directory test-compose; \
 	else echo "test-compose: SKIPPED, no Docker daemon answers (make docker-daemon installs and starts one)"; fi
 
