@@ -150,10 +150,16 @@ func (k *Keeper) watchAlarms(ctx context.Context, client *clientv3.Client) {
 		cancel()
 		switch {
 		case err == nil:
+			k.outage.Recovered()
 			k.alarms.set(k, active)
 		case ctx.Err() != nil:
 			return
 		default:
+			if errors.Is(err, rpctypes.ErrPermissionDenied) {
+				k.outage.Recovered() // it answered
+			} else {
+				k.outage.Failed(fmt.Errorf("ask etcd for its status: %w", err))
+			}
 			if !warned && errors.Is(err, rpctypes.ErrPermissionDenied) {
 				warned = true
 				k.o.Logger.Warn("cannot read etcd's alarms (etcd's Status needs an admin user): an alarm is seen only in the errors of writes",
