@@ -150,13 +150,13 @@ func (k *Keeper) watchAlarms(ctx context.Context, client *clientv3.Client) {
 		cancel()
 		switch {
 		case err == nil:
-			k.outage.Recovered()
+			k.recovered()
 			k.alarms.set(k, active)
 		case ctx.Err() != nil:
 			return
 		default:
 			if errors.Is(err, rpctypes.ErrPermissionDenied) {
-				k.outage.Recovered() // it answered
+				k.recovered() // it answered
 			} else {
 				k.outage.Failed(fmt.Errorf("ask etcd for its status: %w", err))
 			}
@@ -172,6 +172,16 @@ func (k *Keeper) watchAlarms(ctx context.Context, client *clientv3.Client) {
 		case <-ctx.Done():
 			return
 		}
+	}
+}
+
+// recovered ends an etcd outage when etcd answered the alarm poll and a
+// session is live (an outage shorter than the lease TTL); without one, it
+// ends when a session opens again (Run), so that an etcd that answers
+// Status but cannot grant a lease yet does not end it twice.
+func (k *Keeper) recovered() {
+	if k.Ready() {
+		k.outage.Recovered()
 	}
 }
 
