@@ -9,6 +9,9 @@ BIN          := $(CURDIR)/bin
 GO           ?= go
 # The images' tag (make images); deploy/kubernetes/kustomization.yaml pins the same.
 VERSION      ?= 0.1.0
+# What --version prints and the startup log line says (pkg/version).
+COMMIT       ?= $(shell git rev-parse --short=12 HEAD 2>/dev/null || echo unknown)$(shell git diff --quiet HEAD 2>/dev/null || echo -dirty)
+VERSION_LDFLAGS := -X github.com/volplane/volplane/pkg/version.Version=v$(VERSION) -X github.com/volplane/volplane/pkg/version.Commit=$(COMMIT)
 # Pinned tool versions, installed into ./bin with `go install`.
 BUF_VERSION             := v1.75.0
 STATICCHECK_VERSION     := v0.8.2
@@ -84,7 +87,7 @@ docker-daemon: ## Install Debian's docker.io and docker-compose when missing and
 .PHONY: build
 build: ## Build every binary into ./bin (kubectl-volplane too: put ./bin on the PATH for `kubectl volplane`).
 	@mkdir -p $(BIN)
-	$(GO) build -o $(BIN)/ ./services/watcher/cmd/watcher ./services/binder/cmd/binder \
+	$(GO) build -ldflags '$(VERSION_LDFLAGS)' -o $(BIN)/ ./services/watcher/cmd/watcher ./services/binder/cmd/binder \
 		./services/provisioner/cmd/provisioner ./services/reclaimer/cmd/reclaimer \
 		./gateway/cmd/gateway ./cmd/volplane-csi ./cmd/volplane-dev ./cmd/volplane-bench \
 		./cmd/volplane-etcd ./cmd/volplane-chaos ./cmd/kubectl-volplane ./cmd/volplane-conformance ./cmd/volplane-certs \

@@ -136,7 +136,7 @@ func (g *guard) authenticate(ctx context.Context, r *http.Request) (auth.User, i
 		case errors.Is(err, auth.ErrInvalid):
 			reasons = append(reasons, err.Error())
 		default:
-			g.log.Warn("token review failed", "err", err)
+			g.log.Warn("token review failed", "error", err)
 			return auth.User{}, http.StatusServiceUnavailable, "the gateway could not check the bearer token with the Kubernetes API server; try again"
 		}
 	}
@@ -177,7 +177,7 @@ func (g *guard) authorize(ctx context.Context, u auth.User, rt *route, params ma
 	a := rt.attributes(params)
 	d, err := g.authz.Authorize(ctx, u, a)
 	if err != nil {
-		g.log.Warn("subject access review failed", "err", err)
+		g.log.Warn("subject access review failed", "error", err)
 		return http.StatusServiceUnavailable, "the gateway could not check the caller's rights with the Kubernetes API server; try again"
 	}
 	if !d.Allowed {

@@ -1,18 +1,20 @@
 package gateway
 
 import (
-	"flag"
 	"strings"
 
+	"github.com/spf13/pflag"
+
 	"github.com/volplane/volplane/pkg/auth"
+	"github.com/volplane/volplane/pkg/cmdutil"
 )
 
 // AuthFlags registers the flags of AuthOptions on fs.
-func AuthFlags(fs *flag.FlagSet, o *AuthOptions) {
+func AuthFlags(fs *pflag.FlagSet, o *AuthOptions) {
 	fs.StringVar(&o.Kubeconfig, "kubeconfig", "", "kubeconfig of the client that checks callers with TokenReviews and SubjectAccessReviews; empty: the files $KUBECONFIG lists, else ~/.kube/config, else the in-cluster configuration")
 	fs.StringVar(&o.ClientCAFile, "client-ca-file", "", "PEM CA certificates that sign client certificates (user = CN, groups = O); empty accepts none. Needs --tls-serving-cert-file")
 	fs.BoolVar(&o.AllowAnonymous, "allow-anonymous", false, "serve requests without credentials as system:anonymous (group system:unauthenticated), still authorized by RBAC")
-	fs.Func("authentication-token-audiences", "comma-separated audiences a bearer token must be meant for; empty accepts tokens for the API server", func(s string) error {
+	cmdutil.Func(fs, "authentication-token-audiences", "strings", "comma-separated audiences a bearer token must be meant for; empty accepts tokens for the API server", func(s string) error {
 		o.TokenAudiences = nil
 		for _, a := range strings.Split(s, ",") {
 			if a = strings.TrimSpace(a); a != "" {
@@ -28,7 +30,7 @@ func AuthFlags(fs *flag.FlagSet, o *AuthOptions) {
 }
 
 // HTTPFlags registers the flags of HTTPOptions on fs.
-func HTTPFlags(fs *flag.FlagSet, o *HTTPOptions) {
+func HTTPFlags(fs *pflag.FlagSet, o *HTTPOptions) {
 	fs.StringVar(&o.TLSCertFile, "tls-serving-cert-file", "", "PEM certificate the gateway serves HTTPS with, reloaded when it changes; empty serves plain HTTP (bearer tokens only)")
 	fs.StringVar(&o.TLSKeyFile, "tls-serving-key-file", "", "PEM key of --tls-serving-cert-file")
 	fs.Int64Var(&o.MaxRequestBytes, "max-request-bytes", DefaultMaxRequestBytes, "largest request body accepted; larger gets 413")
@@ -44,7 +46,7 @@ func HTTPFlags(fs *flag.FlagSet, o *HTTPOptions) {
 }
 
 // ExpensiveFlags registers the flags of ExpensiveOptions on fs.
-func ExpensiveFlags(fs *flag.FlagSet, o *ExpensiveOptions) {
+func ExpensiveFlags(fs *pflag.FlagSet, o *ExpensiveOptions) {
 	fs.Float64Var(&o.RequestsPerSecond, "expensive-requests-per-second", DefaultExpensiveRequestsPerSecond, "each user's sustained rate of expensive requests (match, explain, sync, provision, reclaim, orphans, capacity); more gets 429 with Retry-After")
 	fs.IntVar(&o.Burst, "expensive-requests-burst", DefaultExpensiveRequestsBurst, "how many expensive requests a user may make at once before --expensive-requests-per-second applies")
 	fs.IntVar(&o.MaxInFlightPerUser, "max-in-flight-expensive-per-user", DefaultMaxInFlightExpensivePerUser, "expensive requests one user may have in flight at once; more gets 429")

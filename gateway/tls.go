@@ -62,7 +62,7 @@ func (s *servingCert) get(*tls.ClientHelloInfo) (*tls.Certificate, error) {
 	c, k, cert, err := s.load()
 	switch {
 	case err != nil:
-		s.log.Warn("serving certificate did not reload; keeping the one loaded before", "err", err)
+		s.log.Warn("serving certificate did not reload; keeping the one loaded before", "error", err)
 	case !bytes.Equal(c, s.certPEM) || !bytes.Equal(k, s.keyPEM):
 		s.certPEM, s.keyPEM, s.cert = c, k, cert
 		s.log.Info("serving certificate reloaded", "file", s.certFile)

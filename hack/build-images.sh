@@ -65,8 +65,10 @@ build() { # NAME TAG...
 }
 
 export CGO_ENABLED=0
+# --version and the startup log line say which build runs (pkg/version).
+ldflags="-s -w -X github.com/volplane/volplane/pkg/version.Version=v$version -X github.com/volplane/volplane/pkg/version.Commit=$(git -C "$root" rev-parse --short=12 HEAD 2>/dev/null || echo unknown)"
 bin=$(stage volplane)
-(cd "$root" && go build -trimpath -ldflags='-s -w' -o "$bin/" \
+(cd "$root" && go build -trimpath -ldflags="$ldflags" -o "$bin/" \
 	./services/watcher/cmd/watcher ./services/binder/cmd/binder ./services/provisioner/cmd/provisioner \
 	./services/reclaimer/cmd/reclaimer ./gateway/cmd/gateway ./cmd/volplane-csi)
 build volplane "volplane:$version" "ghcr.io/volplane/volplane:$version"
@@ -75,7 +77,7 @@ bin=$(stage etcd)
 (cd "$root/hack/etcd" && GOFLAGS=-mod=mod go build -trimpath -ldflags='-s -w' -o "$bin/etcd" .)
 # deploy/kubernetes runs volplane-etcd-member (etcd embedded, at go.mod's
 # version) and volplane-etcd-backup from the same image.
-(cd "$root" && go build -trimpath -ldflags='-s -w' -o "$bin/" ./cmd/volplane-etcd-member ./cmd/volplane-etcd-backup)
+(cd "$root" && go build -trimpath -ldflags="$ldflags" -o "$bin/" ./cmd/volplane-etcd-member ./cmd/volplane-etcd-backup)
 build etcd "volplane-etcd:$etcd_version" "ghcr.io/volplane/etcd:$etcd_version"
 
 bin=$(stage kube-apiserver)

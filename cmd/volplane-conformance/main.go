@@ -13,8 +13,6 @@ package main
 
 import (
 	"context"
-	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -22,23 +20,42 @@ import (
 	"regexp"
 	"syscall"
 
+	"github.com/volplane/volplane/pkg/cmdutil"
 	"github.com/volplane/volplane/pkg/conformance"
 	"github.com/volplane/volplane/pkg/kube"
 )
 
 func main() { os.Exit(run(os.Args[1:], os.Stdout, os.Stderr)) }
 
+const description = `volplane-conformance checks that an implementation of one of volplane's
+service APIs (provisioner, reclaimer, watcher or binder) keeps its contract, as csi-sanity does
+for CSI drivers. It prints one line per check (PASS, FAIL with why, SKIP with why) and exits 1
+when a check failed, 2 on bad usage. docs/conformance.md says what each check asserts.`
+
+const usage = "volplane-conformance provisioner|reclaimer|watcher|binder --address HOST:PORT [flags]"
+
 func run(args []string, stdout, stderr io.Writer) int {
-	if len(args) == 0 || conformance.Checks(conformance.Service(args[0])) == nil {
-		fmt.Fprintln(stderr, "usage: volplane-conformance provisioner|reclaimer|watcher|binder --address HOST:PORT [flags]; --help lists the flags")
+	var service conformance.Service
+	if len(args) > 0 {
+		service = conformance.Service(args[0])
+	}
+	cmd := cmdutil.NewCommand("volplane-conformance "+string(service), description)
+	cmd.Usage, cmd.Stdout, cmd.Stderr = usage, stdout, stderr
+	if service == "" || conformance.Checks(service) == nil {
+		// volplane-conformance --help, --version
+		cmd.Name = "volplane-conformance"
+		if len(args) > 0 && len(args[0]) > 1 && args[0][0] == '-' {
+			if code, done := cmd.Parse(args); done {
+				return code
+			}
+		}
+		fmt.Fprintln(stderr, "usage: "+usage+"; --help lists the flags")
 		return 2
 	}
-	service := conformance.Service(args[0])
 	var cfg conformance.Config
 	var kubeconfig, only string
 	var list, verbose bool
-	fs := flag.NewFlagSet("volplane-conformance "+args[0], flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := cmd.Flags("Conformance")
 	fs.StringVar(&cfg.Address, "address", "", "gRPC address of the implementation under test (host:port or unix:///path)")
 	fs.StringVar(&cfg.TLS.CAFile, "tls-ca-file", "", "CA (PEM) that signs the implementation's certificate")
 	fs.StringVar(&cfg.TLS.CertFile, "tls-cert-file", "", "client certificate (PEM) the implementation accepts, as every volplane service requires one; volplane's services allow every RPC to the Common Name volplane-conformance only")
@@ -52,15 +69,12 @@ func run(args []string, stdout, stderr io.Writer) int {
 	fs.IntVar(&cfg.HistoryWrites, "watcher-history-writes", conformance.DefaultHistoryWrites, "watcher: at most this many writes to push a cursor out of the watcher's history")
 	fs.StringVar(&only, "run", "", "run only the checks whose name matches this regular expression")
 	fs.BoolVar(&list, "list", false, "list the checks and what each asserts, and exit")
-	fs.BoolVar(&verbose, "v", false, "log each check's progress")
-	if err := fs.Parse(args[1:]); errors.Is(err, flag.ErrHelp) {
-		return 0
-	} else if err != nil {
-		return 2
+	fs.BoolVarP(&verbose, "v", "v", false, "log each check's progress")
+	if code, done := cmd.Parse(args[1:]); done {
+		return code
 	}
-	if fs.NArg() > 0 {
-		fmt.Fprintf(stderr, "unexpected arguments %q\n", fs.Args())
-		return 2
+	if err := cmd.NoArgs(); err != nil {
+		return cmd.UsageError(err)
 	}
 	if list {
 		for _, c := range conformance.Checks(service) {

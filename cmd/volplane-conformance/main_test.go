@@ -15,12 +15,14 @@ func TestRun(t *testing.T) {
 	}{
 		{"no service", nil, 2, "usage: volplane-conformance provisioner|reclaimer|watcher|binder"},
 		{"unknown service", []string{"gateway"}, 2, "usage:"},
-		{"unknown flag", []string{"watcher", "--bogus"}, 2, "flag provided but not defined"},
+		{"unknown flag", []string{"watcher", "--bogus"}, 2, "volplane-conformance watcher: unknown flag: --bogus; see volplane-conformance watcher --help"},
 		{"arguments", []string{"watcher", "extra"}, 2, "unexpected arguments"},
 		{"no address", []string{"binder", "--insecure-plaintext"}, 2, "--address"},
 		{"bad regexp", []string{"binder", "--run", "("}, 2, "--run"},
 		{"list", []string{"reclaimer", "--list"}, 0, "reclaimer/reclaim-retain\n    Reclaim of a Released volume with policy Retain"},
-		{"help", []string{"watcher", "--help"}, 0, "-watcher-history-writes"},
+		{"help", []string{"watcher", "--help"}, 0, "--watcher-history-writes int"},
+		{"help without a service", []string{"--help"}, 0, "volplane-conformance checks that an implementation"},
+		{"version", []string{"--version"}, 0, "volplane-conformance v"},
 		// Nothing listens: the health check fails within its timeout.
 		{"unreachable", []string{"watcher", "--address", "127.0.0.1:1", "--insecure-plaintext", "--run", "/health$", "--timeout", "300ms"}, 1,
 			"--- FAIL: watcher/health"},

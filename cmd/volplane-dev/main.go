@@ -17,7 +17,6 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
-	"flag"
 	"fmt"
 	"net/http"
 	"os"
@@ -34,27 +33,32 @@ import (
 	"github.com/volplane/volplane/internal/devcsi"
 	"github.com/volplane/volplane/internal/devenv"
 	"github.com/volplane/volplane/internal/pki"
+	"github.com/volplane/volplane/pkg/cmdutil"
 )
 
+const description = `volplane-dev runs etcd, kube-apiserver and every volplane service (watcher,
+binder, provisioner, reclaimer, gateway and the dev CSI driver) as processes on loopback, with
+their certificates and a kubeconfig in --dir, until Ctrl-C: what make up runs. With
+--write-compose it only writes what docker-compose.yaml mounts.`
+
 func main() {
+	cmd := cmdutil.NewCommand("volplane-dev", description)
+	fs := cmd.Flags("Development environment")
 	var (
-		binDir       = flag.String("bin-dir", "", "directory holding the service binaries (make build); default: this binary's directory")
-		apiserver    = flag.String("kube-apiserver", "", "kube-apiserver binary; default: the cached build (make kube-apiserver)")
-		dir          = flag.String("dir", filepath.Join(".cache", "dev"), "state directory (etcd data, certificates, kubeconfig, logs); wiped at start")
-		gatewayURL   = flag.String("gateway-listen", "127.0.0.1:8080", "the REST gateway's listen address")
-		workers      = flag.Int("workers", 0, "binder --workers; 0 keeps the binder's default")
-		logLevel     = flag.String("log-level", "info", "services' log level: debug, info, warn or error")
-		roles        = flag.String("roles", filepath.Join("deploy", "kubernetes", "roles.yaml"), "ClusterRoles to apply (volplane-viewer, volplane-operator); when the file is missing, the same two roles are made in code")
-		writeCompose = flag.String("write-compose", "", "only write what docker-compose.yaml mounts into this directory (a CA, a certificate for etcd, kube-apiserver and each service, the service-account keys, an admin token and the services' kubeconfig), then exit")
+		binDir       = fs.String("bin-dir", "", "directory holding the service binaries (make build); default: this binary's directory")
+		apiserver    = fs.String("kube-apiserver", "", "kube-apiserver binary; default: the cached build (make kube-apiserver)")
+		dir          = fs.String("dir", filepath.Join(".cache", "dev"), "state directory (etcd data, certificates, kubeconfig, logs); wiped at start")
+		gatewayURL   = fs.String("gateway-listen", "127.0.0.1:8080", "the REST gateway's listen address")
+		workers      = fs.Int("workers", 0, "binder --workers; 0 keeps the binder's default")
+		logLevel     = fs.String("log-level", "info", "services' log level: debug, info, warn or error")
+		roles        = fs.String("roles", filepath.Join("deploy", "kubernetes", "roles.yaml"), "ClusterRoles to apply (volplane-viewer, volplane-operator); when the file is missing, the same two roles are made in code")
+		writeCompose = fs.String("write-compose", "", "only write what docker-compose.yaml mounts into this directory (a CA, a certificate for etcd, kube-apiserver and each service, the service-account keys, an admin token and the services' kubeconfig), then exit")
 	)
-	flag.Usage = func() {
-		fmt.Fprintf(flag.CommandLine.Output(), "Usage: %s [flags]\n\nRuns etcd, kube-apiserver and every volplane service on loopback until Ctrl-C.\n\nFlags:\n", os.Args[0])
-		flag.PrintDefaults()
+	if code, done := cmd.Parse(os.Args[1:]); done {
+		os.Exit(code)
 	}
-	flag.Parse()
-	if flag.NArg() > 0 {
-		fmt.Fprintf(os.Stderr, "volplane-dev: unexpected arguments %q\n", flag.Args())
-		os.Exit(2)
+	if err := cmd.NoArgs(); err != nil {
+		os.Exit(cmd.UsageError(err))
 	}
 	if *writeCompose != "" {
 		if err := writeComposeFiles(*writeCompose); err != nil {

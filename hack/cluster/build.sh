@@ -61,7 +61,10 @@ build_images() {
 	[[ -x $etcd_bin ]] || build_etcd
 	[[ -x $coredns_bin ]] || build_coredns
 	mkdir -p "$bin"
-	(cd "$root" && go build -trimpath -ldflags='-s -w' -o "$bin/" \
+	local commit
+	commit=$(git -C "$root" rev-parse --short=12 HEAD 2>/dev/null || echo unknown)
+	(cd "$root" && go build -trimpath -o "$bin/" \
+		-ldflags="-s -w -X github.com/volplane/volplane/pkg/version.Version=v${VERSION:-0.0.0-dev} -X github.com/volplane/volplane/pkg/version.Commit=$commit" \
 		./services/watcher/cmd/watcher ./services/binder/cmd/binder ./services/provisioner/cmd/provisioner \
 		./services/reclaimer/cmd/reclaimer ./gateway/cmd/gateway ./cmd/volplane-csi \
 		./cmd/volplane-etcd-member ./cmd/volplane-etcd-backup \

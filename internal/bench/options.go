@@ -97,6 +97,9 @@ func (r *Rates) String() string {
 	return strings.Join(s, ",")
 }
 
+// Type is the flag's type in --help.
+func (r *Rates) Type() string { return "rates" }
+
 // Set adds the comma separated rates in s.
 func (r *Rates) Set(s string) error {
 	for _, f := range strings.Split(s, ",") {

@@ -21,7 +21,10 @@ import (
 	"go.etcd.io/etcd/server/v3/embed"
 	"go.etcd.io/etcd/server/v3/storage/wal"
 	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
 	"golang.org/x/sync/errgroup"
+
+	"github.com/volplane/volplane/pkg/logging"
 )
 
 // peerPoll is how often a waiting member looks at its peers again.
@@ -333,6 +336,10 @@ func (r *runner) config(state, initialCluster string) (*embed.Config, error) {
 	cfg.LogOutputs = []string{embed.StdErrLogOutput}
 	if o.EtcdLogQuiet {
 		cfg.ZapLoggerBuilder = embed.NewZapLoggerBuilder(zap.NewNop())
+	} else if level, err := zapcore.ParseLevel(o.EtcdLogLevel); err == nil {
+		// etcd's lines (logger=etcd) in the member's format, at the
+		// level of --etcd-log-level and of --log-level.
+		cfg.ZapLoggerBuilder = embed.NewZapLoggerBuilder(logging.ZapAt(r.log, level).Named("etcd"))
 	}
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("etcd configuration: %w", err)

@@ -92,7 +92,7 @@ func (a *CertAuthenticator) roots() *x509.CertPool {
 	a.lastCheck = now
 	b, err := os.ReadFile(a.o.CAFile)
 	if err != nil {
-		a.o.Logger.Warn("client CA file unreadable; keeping the CAs loaded before", "file", a.o.CAFile, "err", err)
+		a.o.Logger.Warn("client CA file unreadable; keeping the CAs loaded before", "file", a.o.CAFile, "error", err)
 		return a.pool
 	}
 	if bytes.Equal(b, a.pem) {

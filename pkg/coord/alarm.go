@@ -150,10 +150,16 @@ func (k *Keeper) watchAlarms(ctx context.Context, client *clientv3.Client) {
 		cancel()
 		switch {
 		case err == nil:
+			k.recovered()
 			k.alarms.set(k, active)
 		case ctx.Err() != nil:
 			return
 		default:
+			if errors.Is(err, rpctypes.ErrPermissionDenied) {
+				k.recovered() // it answered
+			} else {
+				k.outage.Failed(fmt.Errorf("ask etcd for its status: %w", err))
+			}
 			if !warned && errors.Is(err, rpctypes.ErrPermissionDenied) {
 				warned = true
 				k.o.Logger.Warn("cannot read etcd's alarms (etcd's Status needs an admin user): an alarm is seen only in the errors of writes",
@@ -166,6 +172,16 @@ func (k *Keeper) watchAlarms(ctx context.Context, client *clientv3.Client) {
 		case <-ctx.Done():
 			return
 		}
+	}
+}
+
+// recovered ends an etcd outage when etcd answered the alarm poll and a
+// session is live (an outage shorter than the lease TTL); without one, it
+// ends when a session opens again (Run), so that an etcd that answers
+// Status but cannot grant a lease yet does not end it twice.
+func (k *Keeper) recovered() {
+	if k.Ready() {
+		k.outage.Recovered()
 	}
 }
 

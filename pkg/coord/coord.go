@@ -19,6 +19,8 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/client/v3/concurrency"
 	"google.golang.org/grpc"
+
+	"github.com/volplane/volplane/pkg/logging"
 )
 
 // DefaultTTL is the session lease TTL: how long a crashed replica's
@@ -188,8 +190,11 @@ func newClient(ctx context.Context, o *Options) (*clientv3.Client, error) {
 		Endpoints:   o.Endpoints,
 		DialTimeout: o.DialTimeout,
 		Context:     context.WithoutCancel(ctx),
-		Logger:      nil,
 		DialOptions: []grpc.DialOption{grpc.WithChainUnaryInterceptor(timeRequests)},
+		// The client's own lines (logger=etcd-client) go through the
+		// replica's logger; its per-retry warnings at Debug, the outage
+		// being the Keeper's to report.
+		Logger: logging.EtcdClient(o.Logger),
 	}
 	if err := o.Security.apply(&cfg); err != nil {
 		return nil, err

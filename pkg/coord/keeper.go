@@ -11,6 +11,8 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/client/v3/concurrency"
+
+	"github.com/volplane/volplane/pkg/logging"
 )
 
 // Keeper keeps a replica in etcd through outages: it opens a session
@@ -37,6 +39,9 @@ type Keeper struct {
 	mu      sync.Mutex
 	changed chan struct{}
 	alarms  alarms
+	// outage says once when etcd stops answering and once when a session
+	// is open again, not once per retry.
+	outage *logging.Outage
 }
 
 // NewKeeper checks o and returns a Keeper for member id of service,
@@ -57,7 +62,8 @@ func NewKeeper(o Options, service, id, addr string) (*Keeper, error) {
 	if o.AlarmPeriod <= 0 {
 		o.AlarmPeriod = DefaultAlarmPeriod
 	}
-	return &Keeper{o: o, service: service, id: id, addr: addr, changed: make(chan struct{})}, nil
+	outage := logging.NewOutage(o.Logger, "etcd", "endpoints", strings.Join(o.Endpoints, ","), "service", service, "member", id)
+	return &Keeper{o: o, service: service, id: id, addr: addr, changed: make(chan struct{}), outage: outage}, nil
 }
 
 // Run keeps the session until ctx ends, then revokes it (so the member and
@@ -69,7 +75,7 @@ func (k *Keeper) Run(ctx context.Context) error {
 	for client == nil {
 		c, err := newClient(ctx, &k.o)
 		if err != nil {
-			k.o.Logger.Warn("cannot reach etcd; retrying", "endpoints", k.o.Endpoints, "error", err, "retry_in", retry.next())
+			k.outage.Failed(fmt.Errorf("cannot make an etcd client: %w", err), "retry_in", retry.next())
 			if !retry.wait(ctx) {
 				return nil
 			}
@@ -99,7 +105,7 @@ func (k *Keeper) Run(ctx context.Context) error {
 			return nil
 		}
 		if err != nil {
-			k.o.Logger.Warn("cannot open an etcd session; retrying", "service", k.service, "member", k.id, "error", err, "retry_in", retry.next())
+			k.outage.Failed(fmt.Errorf("cannot open an etcd session: %w", err), "retry_in", retry.next())
 			if !retry.wait(ctx) {
 				return nil
 			}
@@ -107,6 +113,7 @@ func (k *Keeper) Run(ctx context.Context) error {
 		}
 		retry.reset()
 		k.set(co)
+		k.outage.Recovered()
 		k.o.Logger.Info("etcd session open", "service", k.service, "member", k.id, "lease", fmt.Sprintf("%x", co.Lease()))
 		select {
 		case <-ctx.Done():

@@ -3,10 +3,13 @@ package kube
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"sync"
 	"time"
 
 	"k8s.io/client-go/kubernetes"
+
+	"github.com/volplane/volplane/pkg/logging"
 )
 
 // DefaultProbeTimeout is how long one probe of the API server may take
@@ -29,11 +32,23 @@ type APIProbe struct {
 	// Timeout bounds one request; zero means DefaultProbeTimeout. Set it
 	// before Run.
 	Timeout time.Duration
+	// Outage, when set, is told each probe's outcome, so that the log
+	// says once when the API server stops answering ("API server
+	// unreachable") and once when it answers again (NewAPIOutage). Set it
+	// before Run.
+	Outage *logging.Outage
 
 	client  kubernetes.Interface
 	mu      sync.Mutex
 	failing time.Time // when the probe began failing; zero while it answers
 	err     error     // the last failure
+}
+
+// NewAPIOutage is the Outage an APIProbe reports to, on log: client-go
+// retries an unreachable API server quietly (its messages are at klog's
+// V(2)), so this is where an operator sees the outage.
+func NewAPIOutage(log *slog.Logger) *logging.Outage {
+	return logging.NewOutage(log, "API server", "probe", "/readyz")
 }
 
 // NewAPIProbe returns a probe of client's API server; it counts as
@@ -77,6 +92,13 @@ func (p *APIProbe) probe(ctx context.Context) error {
 
 // record notes the outcome of a probe that ended at now.
 func (p *APIProbe) record(err error, now time.Time) {
+	if p.Outage != nil {
+		if err == nil {
+			p.Outage.Recovered()
+		} else {
+			p.Outage.Failed(err)
+		}
+	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	switch {

@@ -1,7 +1,6 @@
 package replica
 
 import (
-	"flag"
 	"fmt"
 	"log/slog"
 	"net"
@@ -67,20 +66,22 @@ type Options struct {
 // service sets another (kube.RateLimits: a fuse, not a throttle).
 const DefaultKubeQPS = 500
 
-// AddFlags registers the shared flags on the command line: listen is the
-// default --listen, etcdUse what etcd holds for the service besides
-// membership (for --etcd-endpoints' help).
-func (o *Options) AddFlags(listen, etcdUse string) {
-	cmdutil.KubeFlags(&o.Kubeconfig, &o.KubeQPS, &o.KubeBurst)
-	cmdutil.EtcdFlag(&o.EtcdEndpoints, "membership and "+etcdUse)
-	cmdutil.EtcdSecurityFlags(&o.Etcd)
-	cmdutil.TLSFlags(&o.TLS)
-	cmdutil.ReflectionFlag(&o.GRPCReflection)
-	flag.StringVar(&o.Listen, "listen", listen, "gRPC listen address (host:port or unix:///path)")
-	flag.StringVar(&o.AdvertiseAddress, "advertise-address", "", "address peers reach this replica at; defaults to --listen")
-	flag.StringVar(&o.MemberID, "member-id", "", "this replica's member id in etcd; defaults to hostname plus a random suffix")
-	flag.StringVar(&o.DebugAddress, "debug-address", "", "HTTP address serving /metrics (Prometheus), /readyz (readiness: the gRPC health's verdict, check by check), /livez (liveness; /healthz the same), and /debug/pprof with --enable-pprof; empty disables")
-	flag.BoolVar(&o.EnablePprof, "enable-pprof", false, metrics.PprofFlagUsage)
+// AddFlags registers the shared flags on cmd, in its Serving, Kubernetes
+// client, etcd, TLS and Debug groups: listen is the default --listen,
+// etcdUse what etcd holds for the service besides membership (for
+// --etcd-endpoints' help).
+func (o *Options) AddFlags(cmd *cmdutil.Command, listen, etcdUse string) {
+	fs := cmd.Flags(cmdutil.GroupServing)
+	fs.StringVar(&o.Listen, "listen", listen, "gRPC listen address (host:port or unix:///path)")
+	fs.StringVar(&o.AdvertiseAddress, "advertise-address", "", "address peers reach this replica at; defaults to --listen")
+	fs.StringVar(&o.MemberID, "member-id", "", "this replica's member id in etcd; defaults to hostname plus a random suffix")
+	cmd.ReflectionFlag(&o.GRPCReflection)
+	cmd.KubeFlags(&o.Kubeconfig, &o.KubeQPS, &o.KubeBurst)
+	cmd.EtcdFlag(&o.EtcdEndpoints, "membership and "+etcdUse)
+	cmd.EtcdSecurityFlags(&o.Etcd)
+	cmd.TLSFlags(&o.TLS)
+	cmd.DebugAddressFlag(&o.DebugAddress)
+	cmd.Flags(cmdutil.GroupDebug).BoolVar(&o.EnablePprof, "enable-pprof", false, metrics.PprofFlagUsage)
 }
 
 // Validate checks the shared options, each error naming its flag, and

@@ -123,6 +123,7 @@ func Start(ctx context.Context, c Config) (*Replica, error) {
 		Server: srv, API: kube.NewAPIProbe(client), Health: health.New(),
 		lis: lis, cfg: c,
 	}
+	r.API.Outage = kube.NewAPIOutage(c.Log)
 	r.Health.AddReadiness("etcd-session", r.etcdSession)
 	r.Health.AddReadiness("api-server", func() error { return r.API.Check(APIGrace) })
 	return r, nil

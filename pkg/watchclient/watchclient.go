@@ -58,6 +58,7 @@ package watchclient
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"math/rand/v2"
@@ -71,6 +72,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/volplane/volplane/pkg/logging"
 	watcherv1 "github.com/volplane/volplane/proto/volplane/watcher/v1"
 )
 
@@ -218,7 +220,10 @@ func RunFailover(ctx context.Context, watchers []Watcher, o Options, h Handler) 
 	if o.Status == nil {
 		o.Status = &Status{}
 	}
-	s := &subscription{o: o, h: h, watchers: make([]replica, len(watchers))}
+	// One warning when the stream breaks, one info line when a stream
+	// delivers again (from this replica or another), the retries between
+	// at Debug.
+	s := &subscription{o: o, h: h, watchers: make([]replica, len(watchers)), outage: logging.NewOutage(o.Logger, "watcher")}
 	for i, w := range watchers {
 		s.watchers[i] = replica{name: w.Name, client: watcherv1.NewWatcherServiceClient(w.Conn), health: healthpb.NewHealthClient(w.Conn)}
 	}
@@ -240,10 +245,10 @@ func RunFailover(ctx context.Context, watchers []Watcher, o Options, h Handler) 
 		}
 		next = (w + 1) % len(s.watchers)
 		if failed < len(s.watchers) && len(s.watchers) > 1 {
-			o.Logger.Warn("watch stream ended; trying another watcher", "watcher", s.watchers[w].name, "error", err, "next", s.watchers[next].name)
+			s.outage.Failed(fmt.Errorf("watch stream ended: %w", err), "watcher", s.watchers[w].name, "next", s.watchers[next].name)
 			continue
 		}
-		o.Logger.Warn("watch stream ended; reconnecting", "watcher", s.watchers[w].name, "error", err, "retry_in", backoff, "resume", s.cursor != nil)
+		s.outage.Failed(fmt.Errorf("watch stream ended: %w", err), "watcher", s.watchers[w].name, "retry_in", backoff, "resume", s.cursor != nil)
 		select {
 		case <-time.After(backoff):
 		case <-ctx.Done():
@@ -265,6 +270,8 @@ type subscription struct {
 	o        Options
 	h        Handler
 	watchers []replica
+	// outage reports the stream's breaks and recoveries.
+	outage *logging.Outage
 	// cursor is the last event delivered after a SYNCED; nil means the
 	// next stream must start with a full list. It is sent to whichever
 	// replica is next: only the replica of its epoch resumes it.
@@ -420,6 +427,9 @@ func (s *subscription) stream(ctx context.Context, w int) (progressed bool, err 
 				s.cursor = nil
 			}
 			return progressed, err
+		}
+		if !progressed {
+			s.outage.Recovered("watcher", rep.name)
 		}
 		progressed = true
 		if c := ev.GetCursor(); c != nil {

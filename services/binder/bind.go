@@ -15,6 +15,7 @@ import (
 	"github.com/volplane/volplane/pkg/coord"
 	"github.com/volplane/volplane/pkg/faultpoint"
 	"github.com/volplane/volplane/pkg/kube"
+	"github.com/volplane/volplane/pkg/logging"
 	"github.com/volplane/volplane/pkg/match"
 )
 
@@ -319,6 +320,6 @@ func (c *controller) refuseRebind(ctx context.Context, volume *corev1.Persistent
 		return fmt.Errorf("get claim %s of %s volume %s: %w", claimKey(claim), volume.Status.Phase, volume.Name, err)
 	}
 	c.log.Warn("volume is Released or Failed while its claim exists; not bound again, an administrator must decide",
-		"volume", volume.Name, "phase", volume.Status.Phase, "claim", claimKey(claim), "uid", claim.UID)
+		"volume", volume.Name, "phase", volume.Status.Phase, logging.Claim(claim))
 	return nil
 }

@@ -14,6 +14,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/volplane/volplane/pkg/kube"
+	"github.com/volplane/volplane/pkg/logging"
 	"github.com/volplane/volplane/pkg/match"
 	"github.com/volplane/volplane/pkg/metrics"
 	binderv1 "github.com/volplane/volplane/proto/volplane/binder/v1"
@@ -280,9 +281,9 @@ func (c *controller) provisioned(ctx context.Context, claim *corev1.PersistentVo
 	retriesTotal.WithLabelValues(reasonProvision).Inc()
 	metrics.WorkqueueRetry(c.claimQueue.name)
 	if out.err != nil {
-		c.log.Warn("provisioning call failed, retrying", "claim", key, "error", out.err, "after", delay)
+		c.log.Warn("provisioning call failed, retrying", logging.Claim(claim), "error", out.err, "after", delay)
 	} else {
-		c.log.Debug("provisioning not finished, retrying", "claim", key, "outcome", out.res.outcome, "message", out.res.message, "after", delay)
+		c.log.Debug("provisioning not finished, retrying", logging.Claim(claim), "outcome", out.res.outcome, "message", out.res.message, "after", delay)
 	}
 	c.claimQueue.AddAfter(key, delay)
 	return nil

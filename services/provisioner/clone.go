@@ -14,6 +14,8 @@ import (
 	"k8s.io/client-go/kubernetes"
 	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/tools/cache"
+
+	"github.com/volplane/volplane/pkg/logging"
 )
 
 // finalizerCloneProtection keeps a claim that a clone is being made from
@@ -127,7 +129,7 @@ func (p *cloneProtection) sweep(ctx context.Context) {
 		clone.Finalizers = slices.DeleteFunc(clone.Finalizers, func(f string) bool { return f == finalizerCloneProtection })
 		if _, err := p.client.CoreV1().PersistentVolumeClaims(c.Namespace).Update(ctx, clone, metav1.UpdateOptions{}); err != nil && !apierrors.IsNotFound(err) {
 			// A conflict: its update event brings the next sweep.
-			p.log.Debug("remove cloning protection", "claim", c.Namespace+"/"+c.Name, "error", err)
+			p.log.Debug("remove cloning protection", logging.Claim(c), "error", err)
 		}
 	}
 }

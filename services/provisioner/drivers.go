@@ -19,6 +19,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/volplane/volplane/pkg/logging"
 	provisionerv1 "github.com/volplane/volplane/proto/volplane/provisioner/v1"
 )
 
@@ -33,6 +34,9 @@ type driver struct {
 	// is the driver name it labels them with.
 	metrics csimetrics.CSIMetricsManager
 	named   string
+	// outage reports once when the driver stops answering its probe and
+	// once when it answers again (set by registry.add).
+	outage *logging.Outage
 }
 
 // driverState is what the last probe learnt.
@@ -40,6 +44,9 @@ type driverState struct {
 	info     *provisionerv1.Driver
 	caps     map[csi.ControllerServiceCapability_RPC_Type]bool
 	topology bool // VOLUME_ACCESSIBILITY_CONSTRAINTS
+	// unreachable is why the driver did not answer the probe's first
+	// call; nil when it answered (ready or not).
+	unreachable error
 }
 
 func newDriver(endpoint, configured string, cc grpc.ClientConnInterface) *driver {
@@ -75,6 +82,7 @@ func (d *driver) probe(ctx context.Context) *driverState {
 	pi, err := d.identity.GetPluginInfo(ctx, &csi.GetPluginInfoRequest{})
 	if err != nil {
 		info.Message = fmt.Sprintf("GetPluginInfo: %v", err)
+		st.unreachable = fmt.Errorf("GetPluginInfo: %w", err)
 		return st
 	}
 	info.DriverName, info.VendorVersion = pi.GetName(), pi.GetVendorVersion()
@@ -154,6 +162,9 @@ func newRegistry(log *slog.Logger) *registry {
 }
 
 func (r *registry) add(d *driver) {
+	if d.outage == nil {
+		d.outage = logging.NewOutage(r.log, "CSI driver", "endpoint", d.endpoint)
+	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.drivers = append(r.drivers, d)
@@ -215,6 +226,13 @@ func (r *registry) probeAll(ctx context.Context) {
 	markConflicts(drivers, states)
 	for i, d := range drivers {
 		st := states[i]
+		if st.unreachable != nil {
+			// Logged once per outage, not per probe.
+			d.outage.Failed(st.unreachable)
+			d.state.Store(st)
+			continue
+		}
+		d.outage.Recovered("driver", st.info.DriverName)
 		if old := d.current().info; old.GetReady() != st.info.GetReady() || old.GetMessage() != st.info.GetMessage() {
 			r.log.Info("CSI driver", "endpoint", d.endpoint, "driver", st.info.DriverName, "provisioner", st.info.ProvisionerName,
 				"ready", st.info.Ready, "message", st.info.Message, "capabilities", st.info.Capabilities)

@@ -24,6 +24,7 @@ import (
 	"github.com/volplane/volplane/pkg/coord"
 	"github.com/volplane/volplane/pkg/faultpoint"
 	"github.com/volplane/volplane/pkg/kube"
+	"github.com/volplane/volplane/pkg/logging"
 	provisionerv1 "github.com/volplane/volplane/proto/volplane/provisioner/v1"
 )
 
@@ -129,7 +130,7 @@ func (p *provisioner) provision(ctx context.Context, claim *corev1.PersistentVol
 	}
 	if journaledOnly && !found {
 		if err := p.journal.Unlock(ctx, kindProvision, name, p.member); err != nil {
-			p.log.Warn("unlock provisioning", "volume", name, "error", err)
+			p.log.Warn("unlock provisioning", logging.Claim(claim), "volume", name, "error", err)
 		}
 		return result{outcome: provisionerv1.Outcome_OUTCOME_NO_CHANGE, message: "finished meanwhile"}, nil
 	}
@@ -198,7 +199,7 @@ func (p *provisioner) provision(ctx context.Context, claim *corev1.PersistentVol
 		failed(class.Provisioner, stageCreateVolume, err)
 		op.failed(err, p.now())
 		if perr := p.put(ctx, kindProvision, name, op); perr != nil {
-			p.log.Warn("journal provisioning attempt", "volume", name, "error", perr)
+			p.log.Warn("journal provisioning attempt", logging.Claim(claim), "volume", name, "error", perr)
 		}
 		msg := failedMessage(err)
 		recorder.Event(claim, corev1.EventTypeWarning, kube.EventProvisioningFailed, msg)
@@ -230,7 +231,7 @@ func (p *provisioner) provision(ctx context.Context, claim *corev1.PersistentVol
 		failed(class.Provisioner, stageSaveVolume, err)
 		op.failed(fmt.Errorf("the volume was created but its PersistentVolume could not be saved: %w", err), p.now())
 		if perr := p.put(ctx, kindProvision, name, op); perr != nil {
-			p.log.Warn("journal provisioning attempt", "volume", name, "error", perr)
+			p.log.Warn("journal provisioning attempt", logging.Claim(claim), "volume", name, "error", perr)
 		}
 		recorder.Event(claim, corev1.EventTypeWarning, kube.EventProvisioningFailed, op.LastError)
 		return result{outcome: provisionerv1.Outcome_OUTCOME_IN_BACKGROUND, message: op.LastError}, nil
@@ -238,10 +239,10 @@ func (p *provisioner) provision(ctx context.Context, claim *corev1.PersistentVol
 	faultpoint.Hit(faultpoint.ProvisionerAfterSaveVolume)
 	if err := p.journal.Finish(ctx, kindProvision, name, p.member); err != nil {
 		// The PV exists: whoever recovers the record sees it and finishes.
-		p.log.Warn("finish journal record", "volume", name, "error", err)
+		p.log.Warn("finish journal record", logging.Claim(claim), "volume", name, "error", err)
 	}
 	recorder.Eventf(claim, corev1.EventTypeNormal, kube.EventProvisioningSucceeded, "Successfully provisioned volume %s", name)
-	p.log.Info("provisioned", "claim", claim.Namespace+"/"+claim.Name, "volume", name, "handle", resp.GetVolume().GetVolumeId(), "attempts", op.Attempts)
+	p.log.Info("provisioned", logging.Claim(claim), "volume", name, "handle", resp.GetVolume().GetVolumeId(), "attempts", op.Attempts)
 	return result{outcome: provisionerv1.Outcome_OUTCOME_FINISHED, volume: pv}, nil
 }
 
@@ -264,10 +265,10 @@ func (p *provisioner) failBeforeCall(ctx context.Context, claim *corev1.Persiste
 	if journaled {
 		op.failed(cause, p.now())
 		if err := p.put(ctx, kindProvision, name, op); err != nil {
-			p.log.Warn("journal provisioning attempt", "volume", name, "error", err)
+			p.log.Warn("journal provisioning attempt", logging.Claim(claim), "volume", name, "error", err)
 		}
 	} else if err := p.journal.Unlock(ctx, kindProvision, name, p.member); err != nil {
-		p.log.Warn("unlock provisioning", "volume", name, "error", err)
+		p.log.Warn("unlock provisioning", logging.Claim(claim), "volume", name, "error", err)
 	}
 	p.events(class.Provisioner).Event(claim, corev1.EventTypeWarning, kube.EventProvisioningFailed, msg)
 	return result{outcome: provisionerv1.Outcome_OUTCOME_NO_CHANGE, message: msg}

@@ -13,6 +13,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/volplane/volplane/pkg/logging"
 	provisionerv1 "github.com/volplane/volplane/proto/volplane/provisioner/v1"
 )
 
@@ -59,7 +60,7 @@ func (p *provisioner) abandon(ctx context.Context, d *driver, name string, op pr
 		if err := p.journal.Finish(ctx, kindProvision, name, p.member); err != nil {
 			return result{}, err
 		}
-		p.log.Info("provisioning abandoned before CreateVolume", "volume", name, "claim", op.ClaimNamespace+"/"+op.ClaimName, "reason", why)
+		p.log.Info("provisioning abandoned before CreateVolume", "volume", name, logging.ClaimRef(op.ClaimNamespace, op.ClaimName, op.ClaimUID), "reason", why)
 		return result{outcome: provisionerv1.Outcome_OUTCOME_NO_CHANGE, message: msg}, nil
 	}
 	if err := p.undo(ctx, d, name, op, why); err != nil {
@@ -76,7 +77,7 @@ func (p *provisioner) discard(ctx context.Context, d *driver, name string, op pr
 	msg := fmt.Sprintf("not saving PersistentVolume %s for claim %s/%s: %s", name, op.ClaimNamespace, op.ClaimName, why)
 	secrets, err := p.secrets(ctx, op.Secret)
 	if err != nil {
-		p.log.Warn("delete an unwanted volume without its secret", "volume", name, "error", err)
+		p.log.Warn("delete an unwanted volume without its secret", "volume", name, logging.ClaimRef(op.ClaimNamespace, op.ClaimName, op.ClaimUID), "error", err)
 	}
 	cctx, cancel := context.WithTimeout(ctx, p.timeout)
 	_, err = d.controller.DeleteVolume(cctx, &csi.DeleteVolumeRequest{VolumeId: handle, Secrets: secrets})
@@ -84,14 +85,14 @@ func (p *provisioner) discard(ctx context.Context, d *driver, name string, op pr
 	if err != nil && status.Code(err) != codes.NotFound {
 		op.LastError = "undo (" + why + "): DeleteVolume: " + err.Error()
 		if perr := p.put(ctx, kindProvision, name, op); perr != nil {
-			p.log.Warn("journal provisioning attempt", "volume", name, "error", perr)
+			p.log.Warn("journal provisioning attempt", "volume", name, logging.ClaimRef(op.ClaimNamespace, op.ClaimName, op.ClaimUID), "error", perr)
 		}
 		return result{outcome: provisionerv1.Outcome_OUTCOME_IN_BACKGROUND, message: msg + "; " + op.LastError}, nil
 	}
 	if err := p.journal.Finish(ctx, kindProvision, name, p.member); err != nil {
 		return result{}, err
 	}
-	p.log.Info("provisioning undone before the PV: volume deleted", "volume", name, "handle", handle,
+	p.log.Info("provisioning undone before the PV: volume deleted", "volume", name, logging.ClaimRef(op.ClaimNamespace, op.ClaimName, op.ClaimUID), "handle", handle,
 		"claim", op.ClaimNamespace+"/"+op.ClaimName, "reason", why)
 	return result{outcome: provisionerv1.Outcome_OUTCOME_NO_CHANGE, message: msg + "; the volume is deleted"}, nil
 }
@@ -110,7 +111,7 @@ func (p *provisioner) undo(ctx context.Context, d *driver, name string, op provi
 	}
 	secrets, err := p.secrets(ctx, op.Secret)
 	if err != nil {
-		p.log.Warn("undo provisioning without its secret", "volume", name, "error", err)
+		p.log.Warn("undo provisioning without its secret", "volume", name, logging.ClaimRef(op.ClaimNamespace, op.ClaimName, op.ClaimUID), "error", err)
 	}
 	req.Secrets = secrets
 	cctx, cancel := context.WithTimeout(ctx, p.timeout)
@@ -123,7 +124,7 @@ func (p *provisioner) undo(ctx context.Context, d *driver, name string, op provi
 		return p.put(ctx, kindProvision, name, op)
 	default:
 		// A final answer: the driver has no such volume.
-		p.log.Info("provisioning undone: no volume was made", "volume", name, "answer", err)
+		p.log.Info("provisioning undone: no volume was made", "volume", name, logging.ClaimRef(op.ClaimNamespace, op.ClaimName, op.ClaimUID), "answer", err)
 		return p.journal.Finish(ctx, kindProvision, name, p.member)
 	}
 	cctx, cancel = context.WithTimeout(ctx, p.timeout)
@@ -133,7 +134,7 @@ func (p *provisioner) undo(ctx context.Context, d *driver, name string, op provi
 		op.LastError = "undo (" + why + "): DeleteVolume: " + err.Error()
 		return p.put(ctx, kindProvision, name, op)
 	}
-	p.log.Info("provisioning undone: volume deleted", "volume", name, "handle", resp.GetVolume().GetVolumeId(),
+	p.log.Info("provisioning undone: volume deleted", "volume", name, logging.ClaimRef(op.ClaimNamespace, op.ClaimName, op.ClaimUID), "handle", resp.GetVolume().GetVolumeId(),
 		"claim", op.ClaimNamespace+"/"+op.ClaimName, "reason", why)
 	return p.journal.Finish(ctx, kindProvision, name, p.member)
 }

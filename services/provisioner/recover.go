@@ -11,6 +11,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/volplane/volplane/pkg/coord"
+	"github.com/volplane/volplane/pkg/logging"
 )
 
 // recoverAll goes through the journal once: provisionings of this replica
@@ -68,7 +69,7 @@ func (p *provisioner) recoverProvision(ctx context.Context, r coord.Record) erro
 		if err != nil {
 			return err
 		}
-		p.log.Info("recovered provisioning", "volume", r.Name, "claim", op.ClaimNamespace+"/"+op.ClaimName, "outcome", res.outcome, "message", res.message)
+		p.log.Info("recovered provisioning", "volume", r.Name, logging.ClaimRef(op.ClaimNamespace, op.ClaimName, op.ClaimUID), "outcome", res.outcome, "message", res.message)
 		return nil
 	}
 

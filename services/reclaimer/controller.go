@@ -17,6 +17,7 @@ import (
 
 	"github.com/volplane/volplane/pkg/coord"
 	"github.com/volplane/volplane/pkg/kube"
+	"github.com/volplane/volplane/pkg/logging"
 	"github.com/volplane/volplane/pkg/reclaimjournal"
 	"github.com/volplane/volplane/pkg/served"
 	reclaimerv1 "github.com/volplane/volplane/proto/volplane/reclaimer/v1"
@@ -243,7 +244,7 @@ func (c *controller) own(ctx context.Context, v *corev1.PersistentVolume, p plan
 	if err := c.hold(jctx, r); err != nil {
 		return nil, err
 	}
-	c.log.Info("reclaim started", "volume", v.Name, "policy", r.Policy, "method", r.Method, "claim", r.ClaimNamespace+"/"+r.ClaimName)
+	c.log.Info("reclaim started", "volume", v.Name, "policy", r.Policy, "method", r.Method, logging.ClaimRef(r.ClaimNamespace, r.ClaimName, r.ClaimUid))
 	return clone(r), nil
 }
 
@@ -357,7 +358,7 @@ func (c *controller) finish(ctx context.Context, r *reclaimerv1.Reclaim, state r
 	r.Owner, r.UpdateTime = c.member, timestamppb.New(c.now())
 	*e = entry{rec: clone(r), expires: c.now().Add(c.cfg.ttl)}
 	ended(r, state, c.now())
-	c.log.Info("reclaim finished", "volume", r.VolumeName, "policy", r.Policy, "state", state, "message", msg, "attempts", r.Attempts)
+	c.log.Info("reclaim finished", "volume", r.VolumeName, logging.ClaimRef(r.ClaimNamespace, r.ClaimName, r.ClaimUid), "policy", r.Policy, "state", state, "message", msg, "attempts", r.Attempts)
 	return nil
 }
 
@@ -384,7 +385,7 @@ func (c *controller) nodeLabels(ctx context.Context) map[string]string {
 	n, err := c.kube.GetNode(ctx, c.cfg.nodeName)
 	if err != nil {
 		if !apierrors.IsNotFound(err) {
-			c.log.Warn("cannot read this replica's node; matching local volumes by its hostname label only", "node", c.cfg.nodeName, "err", err)
+			c.log.Warn("cannot read this replica's node; matching local volumes by its hostname label only", "node", c.cfg.nodeName, "error", err)
 		}
 		return map[string]string{corev1.LabelHostname: c.cfg.nodeName}
 	}

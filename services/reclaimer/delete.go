@@ -86,7 +86,7 @@ var errNothingInFlight = errors.New("no deletion of the backing volume is in fli
 func (c *controller) finishGone(ctx context.Context, r *reclaimerv1.Reclaim) error {
 	if v, err := reclaimjournal.Deleting(r); err != nil || v == nil {
 		if err != nil {
-			c.log.Warn("the journaled deletion cannot be finished", "volume", r.VolumeName, "err", err)
+			c.log.Warn("the journaled deletion cannot be finished", "volume", r.VolumeName, "error", err)
 		}
 		return errNothingInFlight
 	}

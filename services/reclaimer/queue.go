@@ -122,9 +122,9 @@ func (c *controller) noteRetry(ctx context.Context, key string, d time.Duration,
 	}
 	r.NextAttemptTime = timestamppb.New(c.now().Add(d))
 	if serr := c.save(ctx, r); serr != nil {
-		c.log.Warn("cannot record the reclaim's retry", "volume", key, "err", serr)
+		c.log.Warn("cannot record the reclaim's retry", "volume", key, "error", serr)
 	}
-	c.log.Info("reclaim step failed; retrying", "volume", key, "state", r.State, "after", d, "err", err)
+	c.log.Info("reclaim step failed; retrying", "volume", key, "state", r.State, "after", d, "error", err)
 }
 
 // prune forgets finished records older than RecordTTL.

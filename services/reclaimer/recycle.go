@@ -183,7 +183,7 @@ func (c *controller) podFailed(ctx context.Context, r *reclaimerv1.Reclaim, v *c
 		return err
 	}
 	if derr := c.deletePod(ctx, pod); derr != nil {
-		c.log.Warn("cannot delete a failed recycler pod; the next attempt deletes it", "volume", r.VolumeName, "err", derr)
+		c.log.Warn("cannot delete a failed recycler pod; the next attempt deletes it", "volume", r.VolumeName, "error", derr)
 	}
 	return err
 }
@@ -284,7 +284,7 @@ func (c *controller) removePod(ctx context.Context, r *reclaimerv1.Reclaim) {
 	ns, name, _ := strings.Cut(r.RecyclerPod, "/")
 	err := c.kube.DeletePod(ctx, ns, name, types.UID(r.RecyclerPodUid))
 	if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
-		c.log.Warn("cannot delete a recycler pod", "volume", r.VolumeName, "pod", r.RecyclerPod, "err", err)
+		c.log.Warn("cannot delete a recycler pod", "volume", r.VolumeName, "pod", r.RecyclerPod, "error", err)
 	}
 	r.RecyclerPod, r.RecyclerPodUid = "", ""
 }

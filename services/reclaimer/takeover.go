@@ -19,7 +19,7 @@ func (c *controller) takeOver(ctx context.Context) {
 	recs, err := c.journal.List(jctx, reclaimjournal.Kind)
 	if err != nil {
 		if ctx.Err() == nil {
-			c.log.Warn("cannot list the reclaim journal", "err", err)
+			c.log.Warn("cannot list the reclaim journal", "error", err)
 		}
 		return
 	}
@@ -29,7 +29,7 @@ func (c *controller) takeOver(ctx context.Context) {
 			continue
 		}
 		if err := c.adopt(ctx, rec); err != nil && !errors.Is(err, coord.ErrReserved) {
-			c.log.Warn("cannot take over a reclaim", "volume", rec.Name, "err", err)
+			c.log.Warn("cannot take over a reclaim", "volume", rec.Name, "error", err)
 		}
 	}
 }

@@ -3,6 +3,7 @@ package watcher
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"sort"
 	"sync"
 	"time"
@@ -69,9 +70,10 @@ type apiHealth struct {
 	watches map[string]*watchState
 }
 
-func newAPIHealth(client kubernetes.Interface, l limits) *apiHealth {
+func newAPIHealth(client kubernetes.Interface, l limits, log *slog.Logger) *apiHealth {
 	p := kube.NewAPIProbe(client)
 	p.Timeout = l.probeTimeout
+	p.Outage = kube.NewAPIOutage(log)
 	return &apiHealth{probe: p, limits: l, watches: map[string]*watchState{}}
 }
 

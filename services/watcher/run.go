@@ -127,7 +127,7 @@ func Run(ctx context.Context, o Options) error {
 func serve(ctx context.Context, o Options, client kubernetes.Interface, lis net.Listener) error {
 	log := o.Logger
 	h := newHub(o.HistorySize)
-	api := newAPIHealth(client, o.limits)
+	api := newAPIHealth(client, o.limits, log)
 	// Each informer's list and watch calls and streams are observed
 	// (readiness.go): whether its watch is open is what says the view is
 	// current.
@@ -237,10 +237,6 @@ func serve(ctx context.Context, o Options, client kubernetes.Interface, lis net.
 		return metrics.Serve(gctx, o.DebugAddress, log, metrics.Handler(checks, metrics.Debug{Pprof: o.EnablePprof}))
 	})
 	g.Go(func() error {
-		logProbe(gctx, api, log)
-		return nil
-	})
-	g.Go(func() error {
 		checks.Loop(gctx, judgeInterval, func(ready, changed bool, results []health.Result) {
 			if !changed {
 				return
@@ -261,30 +257,6 @@ func serve(ctx context.Context, o Options, client kubernetes.Interface, lis net.
 	err = g.Wait()
 	log.Info("watcher stopped")
 	return err
-}
-
-// logProbe logs when the API server's readiness probe starts or stops
-// failing, until ctx ends. It decides nothing while the watches are alive
-// (apiHealth.current): a slow API server is slow, not gone.
-func logProbe(ctx context.Context, api *apiHealth, log *slog.Logger) {
-	probeOK := true
-	t := time.NewTicker(judgeInterval)
-	defer t.Stop()
-	for {
-		if p, err := api.probe.Healthy(api.limits.probeGrace); p != probeOK {
-			probeOK = p
-			if p {
-				log.Info("the API server answers its readiness probe again")
-			} else {
-				log.Warn("the API server does not answer its readiness probe; readiness follows the watches", "error", err)
-			}
-		}
-		select {
-		case <-t.C:
-		case <-ctx.Done():
-			return
-		}
-	}
 }
 
 // handler feeds one informer into the hub. Pods that use no claim are

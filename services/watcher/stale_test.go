@@ -139,7 +139,7 @@ func TestOtherKindsChurnIsNoStall(t *testing.T) {
 	if n := logs.count("abandoning the watch stream"); n > 0 {
 		t.Errorf("the subscriber abandoned its stream %d times during volume churn", n)
 	}
-	if n := logs.count("watch stream ended"); n > 0 {
+	if n := logs.count("watcher unreachable"); n > 0 {
 		t.Errorf("the subscriber reconnected %d times during volume churn", n)
 	}
 	h.mu.Lock()

@@ -6,7 +6,6 @@ package main
 
 import (
 	"context"
-	"flag"
 	"log/slog"
 	"os"
 
@@ -15,22 +14,30 @@ import (
 	"github.com/volplane/volplane/pkg/metrics"
 )
 
+const description = `gateway is volplane's REST gateway: it serves the gRPC APIs of the watcher,
+binder, provisioner and reclaimer as REST/JSON, with an OpenAPI document, for platform tooling
+and kubectl volplane. Every caller is authenticated (a bearer token checked with a TokenReview,
+or a client certificate) and authorized by the cluster's RBAC (SubjectAccessReviews); expensive
+requests are rate limited per user. See gateway/README.md.`
+
 func main() {
 	var o gateway.Options
-	flag.StringVar(&o.Listen, "listen", "127.0.0.1:8080", "HTTP(S) listen address")
-	flag.StringVar(&o.WatcherAddress, "watcher-address", "127.0.0.1:7701", "gRPC address of the watcher; empty leaves its routes out")
-	flag.StringVar(&o.BinderAddress, "binder-address", "127.0.0.1:7702", "gRPC address of the binder (required)")
-	flag.StringVar(&o.ProvisionerAddress, "provisioner-address", "127.0.0.1:7703", "gRPC address of the provisioner; empty leaves its routes out")
-	flag.StringVar(&o.ReclaimerAddress, "reclaimer-address", "127.0.0.1:7704", "gRPC address of the reclaimer; empty leaves its routes out")
-	flag.StringVar(&o.DebugAddress, "debug-address", "", "HTTP address serving /metrics (Prometheus) and /livez (/healthz the same), and /debug/pprof with --enable-pprof; empty disables")
-	flag.BoolVar(&o.EnablePprof, "enable-pprof", false, metrics.PprofFlagUsage)
-	cmdutil.TLSFlags(&o.TLS)
-	gateway.AuthFlags(flag.CommandLine, &o.Auth)
-	gateway.HTTPFlags(flag.CommandLine, &o.HTTP)
-	gateway.ExpensiveFlags(flag.CommandLine, &o.Expensive)
-	logging := cmdutil.LogFlags()
-	flag.Parse()
-	os.Exit(cmdutil.Run("gateway", logging, func(ctx context.Context, log *slog.Logger) error {
+	cmd := cmdutil.NewCommand("gateway", description)
+	fs := cmd.Flags("Gateway")
+	fs.StringVar(&o.Listen, "listen", "127.0.0.1:8080", "HTTP(S) listen address")
+	fs.StringVar(&o.WatcherAddress, "watcher-address", "127.0.0.1:7701", "gRPC address of the watcher; empty leaves its routes out")
+	fs.StringVar(&o.BinderAddress, "binder-address", "127.0.0.1:7702", "gRPC address of the binder (required)")
+	fs.StringVar(&o.ProvisionerAddress, "provisioner-address", "127.0.0.1:7703", "gRPC address of the provisioner; empty leaves its routes out")
+	fs.StringVar(&o.ReclaimerAddress, "reclaimer-address", "127.0.0.1:7704", "gRPC address of the reclaimer; empty leaves its routes out")
+	gateway.HTTPFlags(cmd.Flags("HTTP serving"), &o.HTTP)
+	gateway.AuthFlags(cmd.Flags("Authentication and authorization"), &o.Auth)
+	gateway.ExpensiveFlags(cmd.Flags("Expensive requests"), &o.Expensive)
+	cmd.TLSFlags(&o.TLS)
+	dbg := cmd.Flags(cmdutil.GroupDebug)
+	dbg.StringVar(&o.DebugAddress, "debug-address", "", "HTTP address serving /metrics (Prometheus) and /livez (/healthz the same), and /debug/pprof with --enable-pprof; empty disables")
+	dbg.BoolVar(&o.EnablePprof, "enable-pprof", false, metrics.PprofFlagUsage)
+	logging := cmd.LogFlags()
+	os.Exit(cmd.Run(logging, func(ctx context.Context, log *slog.Logger) error {
 		o.Logger = log
 		return gateway.Run(ctx, o)
 	}))

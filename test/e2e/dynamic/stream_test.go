@@ -412,7 +412,7 @@ func TestStreamIgnoresVolumeChurn(t *testing.T) {
 		if n := sp.logs.count("abandoning the watch stream"); n > 0 {
 			t.Errorf("the provisioner abandoned its claims-and-classes stream %d times during volume churn", n)
 		}
-		if n := sp.logs.count("watch stream ended"); n > 0 {
+		if n := sp.logs.count("watcher unreachable"); n > 0 {
 			t.Errorf("the provisioner's stream ended %d times during volume churn", n)
 		}
 		if n := sp.logs.count(logNotCurrent) - notCurrent; n > 0 {

@@ -257,6 +257,7 @@ func TestEtcdOutage(t *testing.T) {
 	}
 	before := e2e.ClaimPhase(t, client, ns, "before", corev1.ClaimBound, time.Minute)
 
+	logged := logMark(t)
 	etcd := cl.Env.Etcd()
 	etcd.Stop()
 	restarted := false
@@ -278,6 +279,8 @@ func TestEtcdOutage(t *testing.T) {
 	restarted = true
 	waitHealth(t, 2*time.Minute, healthpb.HealthCheckResponse_SERVING, prov, recl, bind, watchers[0], watchers[1])
 	running(t, prov, recl, bind, watchers[0], watchers[1])
+	// The replicas with an etcd session said so once each way.
+	loggedOnce(t, logged, "etcd", prov, recl, bind)
 
 	if _, err := client.CoreV1().PersistentVolumeClaims(ns).Create(context.Background(), e2e.Claim(ns, "after", "1Mi", ns), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
@@ -310,6 +313,7 @@ func TestAPIServerOutage(t *testing.T) {
 	dynamicClass(t, ns)
 	all := []*service{watchers[0], watchers[1], prov, recl, bind}
 
+	logged := logMark(t)
 	cl.Env.StopAPIServer()
 	restarted := false
 	t.Cleanup(func() {
@@ -330,8 +334,68 @@ func TestAPIServerOutage(t *testing.T) {
 	// A reflector retries with a backoff of up to 30s.
 	waitHealth(t, 2*time.Minute, healthpb.HealthCheckResponse_SERVING, all...)
 	running(t, all...)
+	// Each service said so once when the outage began and once when it
+	// ended, not once per retry.
+	loggedOnce(t, logged, "API server", all...)
 	if _, err := client.CoreV1().PersistentVolumeClaims(ns).Create(context.Background(), e2e.Claim(ns, "after", "1Mi", ns), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	e2e.ClaimPhase(t, client, ns, "after", corev1.ClaimBound, time.Minute)
+}
+
+// logMark is where the services' log ends now.
+func logMark(t *testing.T) int64 {
+	t.Helper()
+	st, err := os.Stat(cl.LogPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st.Size()
+}
+
+// loggedOnce checks that, in the services' log from offset from on, each
+// of services logged "<what> unreachable" once and, within a minute,
+// "<what> reachable again" once (logging.Outage): an outage an operator
+// sees at the default level, without a line per retry.
+func loggedOnce(t *testing.T, from int64, what string, services ...*service) {
+	t.Helper()
+	count := func() (map[string][2]int, []string) {
+		b, err := os.ReadFile(cl.LogPath)
+		if err != nil {
+			t.Fatal(err)
+		}
+		counts := map[string][2]int{}
+		var lines []string
+		for _, l := range strings.Split(string(b[from:]), "\n") {
+			for i, msg := range []string{what + " unreachable", what + " reachable again"} {
+				if strings.Contains(l, "msg=\""+msg+"\"") {
+					for _, s := range services {
+						if strings.Contains(l, "component="+s.name+" ") {
+							c := counts[s.name]
+							c[i]++
+							counts[s.name] = c
+							lines = append(lines, l)
+						}
+					}
+				}
+			}
+		}
+		return counts, lines
+	}
+	e2e.Eventually(t, time.Minute, func() string {
+		counts, _ := count()
+		for _, s := range services {
+			if counts[s.name][1] == 0 {
+				return s.name + " has not logged " + what + " reachable again"
+			}
+		}
+		return ""
+	})
+	counts, lines := count()
+	t.Logf("the outage in the services' log:\n%s", strings.Join(lines, "\n"))
+	for _, s := range services {
+		if c := counts[s.name]; c != [2]int{1, 1} {
+			t.Errorf("%s logged %q %d times and %q %d times, want once each", s.name, what+" unreachable", c[0], what+" reachable again", c[1])
+		}
+	}
 }

@@ -5,7 +5,6 @@ package main
 
 import (
 	"context"
-	"flag"
 	"log/slog"
 	"os"
 	"strings"
@@ -14,31 +13,41 @@ import (
 	"github.com/volplane/volplane/services/provisioner"
 )
 
+const description = `provisioner is a replica of volplane's provisioner, in the place of
+external-provisioner: it wraps one or many CSI drivers (chosen by a StorageClass's provisioner
+name), creating a volume and its PersistentVolume for a claim the binder asks it for, and
+deleting volumes for the reclaimer. Every CreateVolume and DeleteVolume is journaled in etcd
+before it starts, so that a replica that dies mid-way is finished or undone by another and no
+volume is leaked. It can also publish CSIStorageCapacity objects and report orphaned backing
+volumes.`
+
 func main() {
 	var o provisioner.Options
-	o.AddFlags("127.0.0.1:7703", "the operation journal")
-	cmdutil.ListFlag(&o.CSIEndpoints, "csi-endpoint", "a CSI driver's gRPC address, [provisioner-name=]unix:///path/csi.sock or host:port; repeat or comma-separate for several drivers (the name defaults to the driver's own); at least one is required")
-	flag.StringVar(&o.VolumeNamePrefix, "volume-name-prefix", provisioner.DefaultVolumeNamePrefix, "provisioned PVs are named <prefix>-<claim UID>")
-	flag.BoolVar(&o.StrictTopology, "strict-topology", false, "a claim with a selected node asks only for that node's topology segment (as external-provisioner's flag)")
-	flag.StringVar(&o.DefaultFSType, "default-fstype", provisioner.DefaultFSType, "filesystem of volumes whose StorageClass sets no csi.storage.k8s.io/fstype; empty leaves it to the driver")
-	flag.BoolVar(&o.ExtraCreateMetadata, "extra-create-metadata", false, "pass csi.storage.k8s.io/pvc/name, pvc/namespace and pv/name to CreateVolume")
-	flag.DurationVar(&o.Timeout, "timeout", provisioner.DefaultTimeout, "timeout of each CSI call; a call that times out is retried with the same volume name")
-	flag.DurationVar(&o.RecoveryPeriod, "recovery-period", provisioner.DefaultRecoveryPeriod, "how often the journal is scanned to finish or undo interrupted operations")
-	flag.DurationVar(&o.ProbePeriod, "probe-period", provisioner.DefaultProbePeriod, "how often the CSI drivers are probed")
-	flag.BoolVar(&o.Capacity.Enabled, "enable-capacity", false, "publish CSIStorageCapacity objects for drivers with GET_CAPACITY, per topology segment and StorageClass, as external-provisioner does")
-	flag.DurationVar(&o.Capacity.PollInterval, "capacity-poll-interval", provisioner.DefaultCapacityPollInterval, "how often every CSIStorageCapacity object is refreshed (also after each volume created or deleted)")
-	flag.StringVar(&o.Capacity.Namespace, "capacity-namespace", os.Getenv("POD_NAMESPACE"), "namespace of the CSIStorageCapacity objects; defaults to $POD_NAMESPACE")
-	flag.StringVar(&o.Capacity.ManagedBy, "capacity-managed-by", provisioner.DefaultCapacityManagedBy, "csi.storage.k8s.io/managed-by label of the objects this provisioner owns (external-provisioner to adopt external-provisioner's)")
-	flag.StringVar(&o.Capacity.Owner, "capacity-owner", "", "Kind/name (Deployment, StatefulSet, DaemonSet, ReplicaSet) in --capacity-namespace that owns the objects, so deleting it removes them; empty sets no owner")
-	flag.BoolVar(&o.Capacity.ForImmediateBinding, "capacity-for-immediate-binding", false, "also publish for StorageClasses with Immediate binding")
+	cmd := cmdutil.NewCommand(provisioner.Service, description)
+	fs := cmd.Flags("Provisioner")
+	fs.Var(cmdutil.NewList(&o.CSIEndpoints, "endpoints"), "csi-endpoint", "a CSI driver's gRPC address, [provisioner-name=]unix:///path/csi.sock or host:port; repeat or comma-separate for several drivers (the name defaults to the driver's own); at least one is required")
+	fs.StringVar(&o.VolumeNamePrefix, "volume-name-prefix", provisioner.DefaultVolumeNamePrefix, "provisioned PVs are named <prefix>-<claim UID>")
+	fs.BoolVar(&o.StrictTopology, "strict-topology", false, "a claim with a selected node asks only for that node's topology segment (as external-provisioner's flag)")
+	fs.StringVar(&o.DefaultFSType, "default-fstype", provisioner.DefaultFSType, "filesystem of volumes whose StorageClass sets no csi.storage.k8s.io/fstype; empty leaves it to the driver")
+	fs.BoolVar(&o.ExtraCreateMetadata, "extra-create-metadata", false, "pass csi.storage.k8s.io/pvc/name, pvc/namespace and pv/name to CreateVolume")
+	fs.DurationVar(&o.Timeout, "timeout", provisioner.DefaultTimeout, "timeout of each CSI call; a call that times out is retried with the same volume name")
+	fs.DurationVar(&o.RecoveryPeriod, "recovery-period", provisioner.DefaultRecoveryPeriod, "how often the journal is scanned to finish or undo interrupted operations")
+	fs.DurationVar(&o.ProbePeriod, "probe-period", provisioner.DefaultProbePeriod, "how often the CSI drivers are probed")
 	var watchers []string
-	cmdutil.ListFlag(&watchers, "watcher-address", "gRPC address of the watcher service; repeat the flag or separate addresses with commas for several watcher replicas. When set, claims and StorageClasses come from the watcher's stream instead of the provisioner's own watches on the API server; empty: its own watches")
-	flag.DurationVar(&o.StaleAfter, "watcher-stale-after", provisioner.DefaultStaleAfter, "how long without a live, caught-up watcher stream before the provisioner stops trusting its stream-fed cache and reads claims and classes from the API server; at least 2s")
-	flag.DurationVar(&o.OrphanScanPeriod, "orphan-scan-period", provisioner.DefaultOrphanScanPeriod, "how often the orphan report refreshes volplane_provisioner_orphans; negative: only when asked (GET /v1/orphans)")
-	logging := cmdutil.LogFlags()
-	flag.Parse()
-	o.WatcherAddress = strings.Join(watchers, ",")
-	os.Exit(cmdutil.Run(provisioner.Service, logging, func(ctx context.Context, log *slog.Logger) error {
+	fs.Var(cmdutil.NewList(&watchers, "addresses"), "watcher-address", "gRPC address of the watcher service; repeat the flag or separate addresses with commas for several watcher replicas. When set, claims and StorageClasses come from the watcher's stream instead of the provisioner's own watches on the API server; empty: its own watches")
+	fs.DurationVar(&o.StaleAfter, "watcher-stale-after", provisioner.DefaultStaleAfter, "how long without a live, caught-up watcher stream before the provisioner stops trusting its stream-fed cache and reads claims and classes from the API server; at least 2s")
+	fs.DurationVar(&o.OrphanScanPeriod, "orphan-scan-period", provisioner.DefaultOrphanScanPeriod, "how often the orphan report refreshes volplane_provisioner_orphans; negative: only when asked (GET /v1/orphans)")
+	cap := cmd.Flags("Storage capacity")
+	cap.BoolVar(&o.Capacity.Enabled, "enable-capacity", false, "publish CSIStorageCapacity objects for drivers with GET_CAPACITY, per topology segment and StorageClass, as external-provisioner does")
+	cap.DurationVar(&o.Capacity.PollInterval, "capacity-poll-interval", provisioner.DefaultCapacityPollInterval, "how often every CSIStorageCapacity object is refreshed (also after each volume created or deleted)")
+	cap.StringVar(&o.Capacity.Namespace, "capacity-namespace", os.Getenv("POD_NAMESPACE"), "namespace of the CSIStorageCapacity objects; defaults to $POD_NAMESPACE")
+	cap.StringVar(&o.Capacity.ManagedBy, "capacity-managed-by", provisioner.DefaultCapacityManagedBy, "csi.storage.k8s.io/managed-by label of the objects this provisioner owns (external-provisioner to adopt external-provisioner's)")
+	cap.StringVar(&o.Capacity.Owner, "capacity-owner", "", "Kind/name (Deployment, StatefulSet, DaemonSet, ReplicaSet) in --capacity-namespace that owns the objects, so deleting it removes them; empty sets no owner")
+	cap.BoolVar(&o.Capacity.ForImmediateBinding, "capacity-for-immediate-binding", false, "also publish for StorageClasses with Immediate binding")
+	o.AddFlags(cmd, "127.0.0.1:7703", "the operation journal")
+	logging := cmd.LogFlags()
+	os.Exit(cmd.Run(logging, func(ctx context.Context, log *slog.Logger) error {
+		o.WatcherAddress = strings.Join(watchers, ",")
 		o.Logger = log
 		return provisioner.Run(ctx, o)
 	}))

@@ -5,8 +5,6 @@ package main
 
 import (
 	"context"
-	"flag"
-	"fmt"
 	"log/slog"
 	"os"
 
@@ -15,30 +13,26 @@ import (
 	"github.com/volplane/volplane/services/watcher"
 )
 
+const description = `watcher is volplane's watcher: client-go informers on PersistentVolumes,
+PersistentVolumeClaims, StorageClasses and the pods that use claims, served to the binder, the
+provisioner and any other subscriber as one ordered, resumable gRPC event stream
+(volplane.watcher.v1.WatcherService). It makes no decisions and writes nothing to the API.
+Outside a cluster, point --kubeconfig (or $KUBECONFIG) at the cluster.`
+
 func main() {
 	var o watcher.Options
-	cmdutil.KubeFlags(&o.Kubeconfig, &o.KubeQPS, &o.KubeBurst)
-	cmdutil.TLSFlags(&o.TLS)
-	cmdutil.ReflectionFlag(&o.GRPCReflection)
-	flag.StringVar(&o.Listen, "listen", "127.0.0.1:7701", "gRPC listen address: host:port (\":7701\" for every interface) or unix:///path")
-	flag.DurationVar(&o.ResyncPeriod, "resync-period", 0, "informer resync period; 0 disables (a resync changes nothing, so it sends no events)")
-	flag.IntVar(&o.HistorySize, "history-size", watcher.DefaultHistorySize, "events kept so that a subscriber whose stream broke, or that reads slowly, can resume without a full list")
-	flag.StringVar(&o.DebugAddress, "debug-address", "", "HTTP address serving /metrics (Prometheus), /readyz (readiness: the gRPC health's verdict, check by check), /livez (liveness; /healthz the same), and /debug/pprof with --enable-pprof; empty disables")
-	flag.BoolVar(&o.EnablePprof, "enable-pprof", false, metrics.PprofFlagUsage)
-	logging := cmdutil.LogFlags()
-	flag.Usage = func() {
-		fmt.Fprint(flag.CommandLine.Output(), `Usage: watcher [flags]
-
-Serves PersistentVolumes, PersistentVolumeClaims and StorageClasses as one
-ordered, resumable gRPC event stream (volplane.watcher.v1.WatcherService).
-Outside a cluster, point --kubeconfig (or $KUBECONFIG) at the cluster.
-
-Flags:
-`)
-		flag.PrintDefaults()
-	}
-	flag.Parse()
-	os.Exit(cmdutil.Run(watcher.Service, logging, func(ctx context.Context, log *slog.Logger) error {
+	cmd := cmdutil.NewCommand(watcher.Service, description)
+	fs := cmd.Flags("Watcher")
+	fs.DurationVar(&o.ResyncPeriod, "resync-period", 0, "informer resync period; 0 disables (a resync changes nothing, so it sends no events)")
+	fs.IntVar(&o.HistorySize, "history-size", watcher.DefaultHistorySize, "events kept so that a subscriber whose stream broke, or that reads slowly, can resume without a full list")
+	cmd.Flags(cmdutil.GroupServing).StringVar(&o.Listen, "listen", "127.0.0.1:7701", "gRPC listen address: host:port (\":7701\" for every interface) or unix:///path")
+	cmd.ReflectionFlag(&o.GRPCReflection)
+	cmd.KubeFlags(&o.Kubeconfig, &o.KubeQPS, &o.KubeBurst)
+	cmd.TLSFlags(&o.TLS)
+	cmd.DebugAddressFlag(&o.DebugAddress)
+	cmd.Flags(cmdutil.GroupDebug).BoolVar(&o.EnablePprof, "enable-pprof", false, metrics.PprofFlagUsage)
+	logging := cmd.LogFlags()
+	os.Exit(cmd.Run(logging, func(ctx context.Context, log *slog.Logger) error {
 		o.Logger = log
 		return watcher.Run(ctx, o)
 	}))
