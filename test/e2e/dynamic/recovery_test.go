@@ -76,8 +76,12 @@ func TestAnotherReplicaFinishesOrUndoesADeadReplicasWork(t *testing.T) {
 			if res.GetOutcome() != provisionerv1.Outcome_OUTCOME_IN_BACKGROUND {
 				t.Fatalf("first attempt: %v, want IN_BACKGROUND", res)
 			}
-			if ops := operations(t, pvName(c)); len(ops) != 1 || ops[0].GetOwner() != "first-"+name || ops[0].GetAttempts() != 1 {
-				t.Fatalf("journal %v, want one attempt owned by the first replica", ops)
+			// The first replica retries in the background (its recovery
+			// pass runs every recoveryPeriod), so by the time the journal
+			// is read it may have made a second attempt: what matters is
+			// one record, owned by the replica about to die.
+			if ops := operations(t, pvName(c)); len(ops) != 1 || ops[0].GetOwner() != "first-"+name || ops[0].GetAttempts() < 1 {
+				t.Fatalf("journal %v, want one record owned by the first replica", ops)
 			}
 			crash()
 			if claimGone {
