@@ -21,8 +21,8 @@ import (
 // and asks again, of whichever replica, until an answer is final.
 // DeleteVolume is idempotent, so an attempt cut short by a crash is simply
 // made again; two at once in this replica are one. A replica without an
-// etcd session deletes nothing (DESIGN: without etcd, nothing destructive
-// happens).
+// etcd session deletes nothing: without etcd, nothing destructive happens
+// (a safety invariant of the design, checked by the chaos run).
 func (p *provisioner) deleteVolume(ctx context.Context, pv *corev1.PersistentVolume) (result, error) {
 	if pv.Spec.CSI == nil {
 		return result{}, fmt.Errorf("volume %q is not a CSI volume, so it is %w", pv.Name, errNotServed)

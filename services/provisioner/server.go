@@ -22,8 +22,10 @@ import (
 	provisionerv1 "github.com/volplane/volplane/proto/volplane/provisioner/v1"
 )
 
-// server is the gRPC face of the provisioner: it validates requests and
-// turns errors into status codes, here and nowhere else. It never acts on
+// server is the gRPC face of the provisioner: its methods (here and in
+// plan.go, orphans.go, capacity.go and guard.go) validate requests and
+// turn errors into status codes; the code below them returns plain
+// errors. It never acts on
 // an object a caller sent: claims, classes and volumes are read from the
 // API server (or the informer cache, when it holds the very version sent).
 type server struct {
