@@ -213,7 +213,7 @@ func (c *controller) remember(r *reclaimerv1.Reclaim) {
 		return
 	}
 	c.entries[r.VolumeName] = &entry{rec: clone(r), expires: c.now().Add(c.cfg.ttl)}
-	c.log.Info("reclaim recorded", "volume", r.VolumeName, "policy", r.Policy, "state", r.State, "message", r.Message)
+	c.log.Info("reclaim recorded", "volume", r.VolumeName, logging.ClaimRef(r.ClaimNamespace, r.ClaimName, r.ClaimUid), "policy", r.Policy, "state", r.State, "message", r.Message)
 }
 
 // own takes the reclaim's journal lock, records it and queues it. When

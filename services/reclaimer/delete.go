@@ -14,6 +14,7 @@ import (
 
 	"github.com/volplane/volplane/pkg/faultpoint"
 	"github.com/volplane/volplane/pkg/kube"
+	"github.com/volplane/volplane/pkg/logging"
 	"github.com/volplane/volplane/pkg/reclaimjournal"
 	provisionerv1 "github.com/volplane/volplane/proto/volplane/provisioner/v1"
 	reclaimerv1 "github.com/volplane/volplane/proto/volplane/reclaimer/v1"
@@ -86,11 +87,11 @@ var errNothingInFlight = errors.New("no deletion of the backing volume is in fli
 func (c *controller) finishGone(ctx context.Context, r *reclaimerv1.Reclaim) error {
 	if v, err := reclaimjournal.Deleting(r); err != nil || v == nil {
 		if err != nil {
-			c.log.Warn("the journaled deletion cannot be finished", "volume", r.VolumeName, "error", err)
+			c.log.Warn("the journaled deletion cannot be finished", "volume", r.VolumeName, logging.ClaimRef(r.ClaimNamespace, r.ClaimName, r.ClaimUid), "error", err)
 		}
 		return errNothingInFlight
 	}
-	c.log.Info("the volume is gone while its backing volume was being deleted: finishing the deletion", "volume", r.VolumeName)
+	c.log.Info("the volume is gone while its backing volume was being deleted: finishing the deletion", "volume", r.VolumeName, logging.ClaimRef(r.ClaimNamespace, r.ClaimName, r.ClaimUid))
 	msg, err := c.askDelete(ctx, r, r.DeletingVolume)
 	switch {
 	case err != nil:

@@ -8,6 +8,7 @@ import (
 
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/volplane/volplane/pkg/logging"
 	"github.com/volplane/volplane/pkg/metrics"
 
 	reclaimerv1 "github.com/volplane/volplane/proto/volplane/reclaimer/v1"
@@ -124,7 +125,7 @@ func (c *controller) noteRetry(ctx context.Context, key string, d time.Duration,
 	if serr := c.save(ctx, r); serr != nil {
 		c.log.Warn("cannot record the reclaim's retry", "volume", key, "error", serr)
 	}
-	c.log.Info("reclaim step failed; retrying", "volume", key, "state", r.State, "after", d, "error", err)
+	c.log.Info("reclaim step failed; retrying", "volume", key, logging.ClaimRef(r.ClaimNamespace, r.ClaimName, r.ClaimUid), "state", r.State, "after", d, "error", err)
 }
 
 // prune forgets finished records older than RecordTTL.

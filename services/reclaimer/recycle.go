@@ -16,6 +16,7 @@ import (
 
 	"github.com/volplane/volplane/pkg/faultpoint"
 	"github.com/volplane/volplane/pkg/kube"
+	"github.com/volplane/volplane/pkg/logging"
 	reclaimerv1 "github.com/volplane/volplane/proto/volplane/reclaimer/v1"
 )
 
@@ -183,7 +184,7 @@ func (c *controller) podFailed(ctx context.Context, r *reclaimerv1.Reclaim, v *c
 		return err
 	}
 	if derr := c.deletePod(ctx, pod); derr != nil {
-		c.log.Warn("cannot delete a failed recycler pod; the next attempt deletes it", "volume", r.VolumeName, "error", derr)
+		c.log.Warn("cannot delete a failed recycler pod; the next attempt deletes it", "volume", r.VolumeName, logging.ClaimRef(r.ClaimNamespace, r.ClaimName, r.ClaimUid), "error", derr)
 	}
 	return err
 }
@@ -210,7 +211,7 @@ func (c *controller) startPod(ctx context.Context, r *reclaimerv1.Reclaim) error
 		case err != nil:
 		case !podDone(created) && created.Annotations[annVolumeUID] == r.VolumeUid && created.Annotations[annClaimUID] == r.ClaimUid:
 			// Created by this reclaim before its replica stopped.
-			c.log.Info("adopting this reclaim's recycler pod", "volume", r.VolumeName, "pod", pod.Namespace+"/"+pod.Name)
+			c.log.Info("adopting this reclaim's recycler pod", "volume", r.VolumeName, logging.ClaimRef(r.ClaimNamespace, r.ClaimName, r.ClaimUid), "pod", pod.Namespace+"/"+pod.Name)
 		case created.Labels[labelManagedBy] == managedBy && podDone(created):
 			err = c.deletePod(ctx, created)
 			if err == nil {
@@ -231,7 +232,7 @@ func (c *controller) startPod(ctx context.Context, r *reclaimerv1.Reclaim) error
 		return err
 	}
 	recyclerPods.WithLabelValues("started").Inc()
-	c.log.Info("recycler pod started", "volume", r.VolumeName, "pod", r.RecyclerPod, "deadline", activeDeadline(created))
+	c.log.Info("recycler pod started", "volume", r.VolumeName, logging.ClaimRef(r.ClaimNamespace, r.ClaimName, r.ClaimUid), "pod", r.RecyclerPod, "deadline", activeDeadline(created))
 	return nil
 }
 
@@ -284,7 +285,7 @@ func (c *controller) removePod(ctx context.Context, r *reclaimerv1.Reclaim) {
 	ns, name, _ := strings.Cut(r.RecyclerPod, "/")
 	err := c.kube.DeletePod(ctx, ns, name, types.UID(r.RecyclerPodUid))
 	if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
-		c.log.Warn("cannot delete a recycler pod", "volume", r.VolumeName, "pod", r.RecyclerPod, "error", err)
+		c.log.Warn("cannot delete a recycler pod", "volume", r.VolumeName, logging.ClaimRef(r.ClaimNamespace, r.ClaimName, r.ClaimUid), "pod", r.RecyclerPod, "error", err)
 	}
 	r.RecyclerPod, r.RecyclerPodUid = "", ""
 }

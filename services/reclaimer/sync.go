@@ -12,6 +12,7 @@ import (
 
 	"github.com/volplane/volplane/pkg/guard"
 	"github.com/volplane/volplane/pkg/kube"
+	"github.com/volplane/volplane/pkg/logging"
 	"github.com/volplane/volplane/pkg/metrics"
 	reclaimerv1 "github.com/volplane/volplane/proto/volplane/reclaimer/v1"
 )
@@ -110,7 +111,7 @@ func (c *controller) begin(ctx context.Context, r *reclaimerv1.Reclaim, what str
 	if err := c.save(ctx, r); err != nil {
 		return err
 	}
-	c.log.Info("reclaim step", "volume", r.VolumeName, "step", what, "attempt", r.Attempts)
+	c.log.Info("reclaim step", "volume", r.VolumeName, logging.ClaimRef(r.ClaimNamespace, r.ClaimName, r.ClaimUid), "step", what, "attempt", r.Attempts)
 	return nil
 }
 
@@ -270,7 +271,7 @@ func (c *controller) blocked(ctx context.Context, r *reclaimerv1.Reclaim, err er
 		if len(refused.pods) > 0 {
 			c.recorder.Event(volumeRef(r), corev1.EventTypeNormal, kube.EventVolumeFailedRecycle, refused.reason)
 		}
-		c.log.Info("reclaim step refused", "volume", r.VolumeName, "why", refused.reason)
+		c.log.Info("reclaim step refused", "volume", r.VolumeName, logging.ClaimRef(r.ClaimNamespace, r.ClaimName, r.ClaimUid), "why", refused.reason)
 		return c.recordAndRetry(ctx, r, err)
 	}
 	return c.transient(ctx, r, err)
