@@ -18,7 +18,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/yaml"
 	"k8s.io/client-go/kubernetes"
 
-	"github.com/volplane/volplane/internal/devenv"
+	"github.com/volplane/volplane/test/harness/devenv"
 )
 
 // The demo user of the gateway: a ServiceAccount bound to the operator

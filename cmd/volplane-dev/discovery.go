@@ -10,8 +10,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
-	"github.com/volplane/volplane/internal/devenv"
 	"github.com/volplane/volplane/internal/kubectlplugin"
+	"github.com/volplane/volplane/test/harness/devenv"
 )
 
 // publishGateway creates the Service kubectl-volplane finds the gateway by

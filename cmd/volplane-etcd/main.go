@@ -11,8 +11,8 @@ import (
 	"log/slog"
 	"os"
 
-	"github.com/volplane/volplane/internal/devenv"
 	"github.com/volplane/volplane/pkg/cmdutil"
+	"github.com/volplane/volplane/test/harness/devenv"
 )
 
 const description = `volplane-etcd runs one etcd member as its own process, from the etcd server

@@ -1,6 +1,6 @@
 // Package e2e holds what volplane's end-to-end tests share: polling
 // helpers and the Kubernetes objects and checks they use, against a real
-// kube-apiserver (internal/devenv).
+// kube-apiserver (test/harness/devenv).
 package e2e
 
 import (

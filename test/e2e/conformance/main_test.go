@@ -16,7 +16,6 @@ import (
 	"time"
 
 	"github.com/volplane/volplane/internal/devcsi"
-	"github.com/volplane/volplane/internal/devenv"
 	"github.com/volplane/volplane/internal/e2e"
 	"github.com/volplane/volplane/pkg/grpcutil"
 	"github.com/volplane/volplane/pkg/replica"
@@ -24,6 +23,7 @@ import (
 	"github.com/volplane/volplane/services/provisioner"
 	"github.com/volplane/volplane/services/reclaimer"
 	"github.com/volplane/volplane/services/watcher"
+	"github.com/volplane/volplane/test/harness/devenv"
 )
 
 // cluster is what every test shares.

@@ -17,8 +17,8 @@ import (
 
 	"k8s.io/client-go/kubernetes"
 
-	"github.com/volplane/volplane/internal/devenv"
 	"github.com/volplane/volplane/internal/e2e"
+	"github.com/volplane/volplane/test/harness/devenv"
 )
 
 var client kubernetes.Interface

@@ -27,7 +27,6 @@ import (
 
 	"github.com/volplane/volplane/gateway"
 	"github.com/volplane/volplane/internal/devcsi"
-	"github.com/volplane/volplane/internal/devenv"
 	"github.com/volplane/volplane/internal/e2e"
 	"github.com/volplane/volplane/pkg/grpcutil"
 	"github.com/volplane/volplane/pkg/replica"
@@ -35,6 +34,7 @@ import (
 	"github.com/volplane/volplane/services/provisioner"
 	"github.com/volplane/volplane/services/reclaimer"
 	"github.com/volplane/volplane/services/watcher"
+	"github.com/volplane/volplane/test/harness/devenv"
 )
 
 // cluster is what every test shares.

@@ -8,7 +8,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 
-	"github.com/volplane/volplane/internal/devenv"
+	"github.com/volplane/volplane/test/harness/devenv"
 )
 
 func TestStartServesTheKubernetesAPI(t *testing.T) {
