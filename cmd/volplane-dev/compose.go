@@ -15,7 +15,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 
-	"github.com/volplane/volplane/internal/pki"
+	"github.com/volplane/volplane/test/harness/pki"
 )
 
 // composeUID is the user the images run as (hack/build-images.sh): the

@@ -8,8 +8,8 @@ import (
 	"regexp"
 	"testing"
 
-	"github.com/volplane/volplane/internal/pki"
 	"github.com/volplane/volplane/pkg/callers"
+	"github.com/volplane/volplane/test/harness/pki"
 )
 
 func readCert(t *testing.T, path string) *x509.Certificate {

@@ -31,9 +31,9 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/volplane/volplane/internal/devcsi"
-	"github.com/volplane/volplane/internal/pki"
 	"github.com/volplane/volplane/pkg/cmdutil"
 	"github.com/volplane/volplane/test/harness/devenv"
+	"github.com/volplane/volplane/test/harness/pki"
 )
 
 const description = `volplane-dev runs etcd, kube-apiserver and every volplane service (watcher,

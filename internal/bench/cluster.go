@@ -19,10 +19,10 @@ import (
 	"k8s.io/client-go/rest"
 
 	"github.com/volplane/volplane/internal/devcsi"
-	"github.com/volplane/volplane/internal/pki"
 	"github.com/volplane/volplane/pkg/grpcutil"
 	"github.com/volplane/volplane/pkg/kube"
 	"github.com/volplane/volplane/test/harness/devenv"
+	"github.com/volplane/volplane/test/harness/pki"
 )
 
 // trial is one run on a fresh control plane: etcd and kube-apiserver as

@@ -18,12 +18,12 @@ import (
 	"k8s.io/client-go/rest"
 
 	"github.com/volplane/volplane/internal/devcsi"
-	"github.com/volplane/volplane/internal/pki"
 	"github.com/volplane/volplane/pkg/callers"
 	"github.com/volplane/volplane/pkg/coord"
 	"github.com/volplane/volplane/pkg/grpcutil"
 	"github.com/volplane/volplane/pkg/kube"
 	"github.com/volplane/volplane/test/harness/devenv"
+	"github.com/volplane/volplane/test/harness/pki"
 )
 
 // ClusterOptions configures StartCluster.

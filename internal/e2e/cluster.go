@@ -13,11 +13,11 @@ import (
 	"google.golang.org/grpc"
 	"k8s.io/client-go/kubernetes"
 
-	"github.com/volplane/volplane/internal/pki"
 	"github.com/volplane/volplane/pkg/callers"
 	"github.com/volplane/volplane/pkg/grpcutil"
 	"github.com/volplane/volplane/pkg/kube"
 	"github.com/volplane/volplane/test/harness/devenv"
+	"github.com/volplane/volplane/test/harness/pki"
 )
 
 // Cluster is what an end-to-end test package shares: a real kube-apiserver

@@ -5,7 +5,7 @@
 // Options.EtcdTLS, etcd serves its clients over TLS only and requires a
 // client certificate (kube-apiserver's and volplane's are generated), as a
 // production etcd does. The volplane services' own certificates come from
-// internal/pki.
+// test/harness/pki.
 //
 // The kube-apiserver binary is built once from the k8s.io/kubernetes module
 // by `make kube-apiserver` (hack/build-kube.sh) and cached outside

@@ -8,8 +8,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/volplane/volplane/internal/pki"
 	"github.com/volplane/volplane/pkg/callers"
+	"github.com/volplane/volplane/test/harness/pki"
 )
 
 func TestIssuedCertificatesVerifyForTheirNames(t *testing.T) {
