@@ -167,7 +167,7 @@ fuzz: ## Fuzz every request decoder and validator for FUZZTIME each (30s).
 		echo "== $$fn ($$pkg)"; $(GO) test -run '^$$' -fuzz "^$$fn\$$" -fuzztime $(FUZZTIME) $$pkg; done
 
 .PHONY: compare-kcm
-compare-kcm: kube-apiserver kube-controller-manager ## Run the fidelity checks (internal/e2e: in-tree classes, WaitForPodScheduled) on kube-controller-manager itself; make test runs them only when it is cached.
+compare-kcm: kube-apiserver kube-controller-manager ## Run the fidelity checks (test/harness/e2e: in-tree classes, WaitForPodScheduled) on kube-controller-manager itself; make test runs them only when it is cached.
 	VOLPLANE_KUBE_CONTROLLER_MANAGER=$(KUBE_CONTROLLER_MANAGER) $(GO) test -count=1 -v ./test/e2e/kcm/
 
 .PHONY: test-unit

@@ -13,9 +13,9 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
-	"github.com/volplane/volplane/internal/e2e"
 	"github.com/volplane/volplane/pkg/grpcutil"
 	binderv1 "github.com/volplane/volplane/proto/volplane/binder/v1"
+	"github.com/volplane/volplane/test/harness/e2e"
 	"github.com/volplane/volplane/test/harness/pki"
 )
 

@@ -17,8 +17,8 @@ import (
 
 	"github.com/volplane/volplane/internal/chaos"
 	"github.com/volplane/volplane/internal/devcsi"
-	"github.com/volplane/volplane/internal/e2e"
 	"github.com/volplane/volplane/pkg/faultpoint"
+	"github.com/volplane/volplane/test/harness/e2e"
 )
 
 // Every fault point, in one cluster of one replica per service: the

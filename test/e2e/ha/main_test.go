@@ -22,7 +22,6 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/volplane/volplane/internal/devcsi"
-	"github.com/volplane/volplane/internal/e2e"
 	"github.com/volplane/volplane/pkg/grpcutil"
 	"github.com/volplane/volplane/pkg/replica"
 	"github.com/volplane/volplane/services/binder"
@@ -30,6 +29,7 @@ import (
 	"github.com/volplane/volplane/services/reclaimer"
 	"github.com/volplane/volplane/services/watcher"
 	"github.com/volplane/volplane/test/harness/devenv"
+	"github.com/volplane/volplane/test/harness/e2e"
 )
 
 var (
