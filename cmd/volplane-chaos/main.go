@@ -1,6 +1,6 @@
 // Command volplane-chaos runs volplane under a seeded storm of claims and
 // deletions while killing its processes, then checks and prints the
-// invariants (internal/chaos, docs/chaos.md). It exits 1 when any
+// invariants (test/harness/chaos, docs/chaos.md). It exits 1 when any
 // invariant is violated, 2 when the run could not be carried out. `make
 // chaos SEED=... DURATION=...` runs it.
 package main
@@ -13,8 +13,8 @@ import (
 	"path/filepath"
 	"syscall"
 
-	"github.com/volplane/volplane/internal/chaos"
 	"github.com/volplane/volplane/pkg/cmdutil"
+	"github.com/volplane/volplane/test/harness/chaos"
 )
 
 const description = `volplane-chaos runs volplane under a seeded storm of claims and deletions

@@ -15,9 +15,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
-	"github.com/volplane/volplane/internal/chaos"
 	"github.com/volplane/volplane/internal/devcsi"
 	"github.com/volplane/volplane/pkg/faultpoint"
+	"github.com/volplane/volplane/test/harness/chaos"
 	"github.com/volplane/volplane/test/harness/e2e"
 )
 
