@@ -17,8 +17,8 @@ import (
 	"os/signal"
 	"syscall"
 
-	"github.com/volplane/volplane/internal/bench"
 	"github.com/volplane/volplane/pkg/cmdutil"
+	"github.com/volplane/volplane/test/harness/bench"
 )
 
 const description = `volplane-bench measures how fast volplane binds, each run on a fresh local etcd
