@@ -66,7 +66,7 @@ var identities = map[string]string{
 // harnesses run as Conformance: whatever they call must be allowed to it.
 var harnesses = []string{
 	module + "/cmd/volplane-conformance",
-	module + "/cmd/volplane-chaos",
+	module + "/test/cmd/volplane-chaos",
 }
 
 // rpc is one RPC as the scan recognises it.

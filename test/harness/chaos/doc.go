@@ -26,6 +26,6 @@
 //
 // StartCluster alone is the process-level cluster the crash tests use
 // (with a fault point armed in one replica's environment, pkg/faultpoint).
-// cmd/volplane-chaos (`make chaos`) and test/chaos (a short seeded run in
+// test/cmd/volplane-chaos (`make chaos`) and test/chaos (a short seeded run in
 // `make test`) run Run.
 package chaos
