@@ -90,7 +90,7 @@ build: ## Build every binary into ./bin (kubectl-volplane too: put ./bin on the 
 	$(GO) build -ldflags '$(VERSION_LDFLAGS)' -o $(BIN)/ ./services/watcher/cmd/watcher ./services/binder/cmd/binder \
 		./services/provisioner/cmd/provisioner ./services/reclaimer/cmd/reclaimer \
 		./gateway/cmd/gateway ./cmd/volplane-csi ./test/cmd/volplane-dev ./test/cmd/volplane-bench \
-		./cmd/volplane-etcd ./test/cmd/volplane-chaos ./cmd/kubectl-volplane ./cmd/volplane-conformance ./cmd/volplane-certs \
+		./test/cmd/volplane-etcd ./test/cmd/volplane-chaos ./cmd/kubectl-volplane ./cmd/volplane-conformance ./cmd/volplane-certs \
 		./cmd/volplane-etcd-member ./cmd/volplane-etcd-backup
 	@# kubectl completes `kubectl volplane ...` by running kubectl_complete-volplane from the PATH.
 	ln -sf kubectl-volplane $(BIN)/kubectl_complete-volplane

@@ -15,7 +15,7 @@ var Binaries = []string{
 	"github.com/volplane/volplane/services/reclaimer/cmd/reclaimer",
 	"github.com/volplane/volplane/gateway/cmd/gateway",
 	"github.com/volplane/volplane/cmd/volplane-csi",
-	"github.com/volplane/volplane/cmd/volplane-etcd",
+	"github.com/volplane/volplane/test/cmd/volplane-etcd",
 }
 
 // Build builds Binaries into dir with the go command, for tests that run

@@ -14,7 +14,7 @@ import (
 )
 
 // EtcdServerOptions configures an etcd member run as its own process
-// (cmd/volplane-etcd), so that a test can kill it with SIGKILL and start
+// (test/cmd/volplane-etcd), so that a test can kill it with SIGKILL and start
 // it again on the same data directory.
 type EtcdServerOptions struct {
 	// Name is the member's name in InitialCluster.
