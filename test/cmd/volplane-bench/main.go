@@ -36,7 +36,7 @@ func main() {
 	fs.StringVar(&o.BinDir, "bin-dir", "bin", "directory holding the service binaries and volplane-etcd (make build)")
 	fs.StringVar(&o.KubeAPIServer, "kube-apiserver", "", "kube-apiserver binary; empty uses the cached build (make kube-apiserver)")
 	fs.IntVar(&o.Binders, "binders", 1, "binder replicas (sharing the claims through etcd membership, as in production)")
-	fs.IntVar(&o.Workers, "workers", 0, "binder --workers and the ceiling's workers; 0 keeps the binder's default")
+	fs.IntVar(&o.Workers, "workers", 0, "binder --workers and the ceiling's workers; 0 means 128 (bench.DefaultWorkers)")
 	fs.IntVar(&o.Clients, "clients", 32, "goroutines creating a burst's claims, the volumes and the --existing population")
 	fs.StringVar(&o.ProfileDir, "profile-dir", "", "save CPU and heap profiles of the binder, the watcher and (dynamic) the provisioner, taken during a burst (or, with --rate, while each rate's claims arrive, in rate-<R>/) into this directory")
 	fs.StringVar(&o.KCM, "kube-controller-manager", "", "compare: bind with this kube-controller-manager binary's PV binder instead of volplane (make kube-controller-manager)")

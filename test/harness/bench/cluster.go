@@ -366,9 +366,7 @@ func (t *trial) startVolplane(ctx context.Context) error {
 		}
 		binderArgs := append([]string{"--kubeconfig", t.api.Kubeconfig, "--etcd-endpoints", etcd,
 			"--listen", binderAddr, "--watcher-address", watcherAddr, "--member-id", name, "--log-level", "warn"}, devenv.TLSArgs(t.certs["binder"])...)
-		if t.o.Workers > 0 {
-			binderArgs = append(binderArgs, "--workers", strconv.Itoa(t.o.Workers))
-		}
+		binderArgs = append(binderArgs, "--workers", strconv.Itoa(t.o.workers()))
 		if provisionerAddr != "" {
 			binderArgs = append(binderArgs, "--provisioner-address", provisionerAddr)
 		}

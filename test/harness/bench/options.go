@@ -9,9 +9,16 @@ import (
 	"strconv"
 	"strings"
 	"time"
-
-	"github.com/volplane/volplane/services/binder"
 )
+
+// DefaultWorkers is the binder's --workers and the ceiling's worker count
+// when Options.Workers is 0. The bench passes it to the binder instead of
+// leaving the binder's own default (services/binder's DefaultWorkers, also
+// 128 today) in force: the two sides then run with the same parallelism
+// by construction, not because two constants happen to agree, and a
+// change of the binder's default cannot silently change what the
+// published numbers (docs/benchmarks.md) measured.
+const DefaultWorkers = 128
 
 // Options configures a benchmark invocation. The zero value of every field
 // but BinDir is a sensible default: one burst of 1,000 pairs bound by
@@ -28,7 +35,7 @@ type Options struct {
 	// etcd membership, as in production); 0 means one. volplane only.
 	Binders int
 	// Workers is the binder's --workers, and the ceiling's worker count;
-	// 0 keeps the binder's default for both.
+	// 0 means DefaultWorkers for both.
 	Workers int
 	// Clients is how many goroutines create objects in parallel (the
 	// burst's claims, every run's volumes, the Existing population).
@@ -217,5 +224,5 @@ func (o *Options) workers() int {
 	if o.Workers > 0 {
 		return o.Workers
 	}
-	return binder.DefaultWorkers // the ceiling's parallelism is the binder's
+	return DefaultWorkers
 }
