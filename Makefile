@@ -232,7 +232,7 @@ bench-kcm: build kube-apiserver kube-controller-manager ## The static burst with
 ##@ Verify / fix
 
 .PHONY: verify
-verify: verify-fmt verify-vet verify-staticcheck verify-deps verify-lint verify-generate ## Run every verify-* target.
+verify: verify-fmt verify-vet verify-staticcheck verify-deps verify-layout verify-lint verify-generate ## Run every verify-* target.
 
 .PHONY: verify-fmt fix-fmt
 verify-fmt: ## Fail when gofmt would change a file.
@@ -255,6 +255,10 @@ $(BIN)/staticcheck:
 verify-deps: ## Fail when a product binary links etcd's server (only the dev environment and tests embed etcd).
 	@for b in $(PRODUCT_BINARIES); do \
 		if $(GO) list -deps $$b | grep -q '^go.etcd.io/etcd/server/'; then echo "$$b links go.etcd.io/etcd/server"; exit 1; fi; done
+
+.PHONY: verify-layout
+verify-layout: ## Fail when a product package imports a test or bench harness, or a package is outside the layout (docs/layout.md).
+	$(GO) run ./hack/layoutcheck
 
 .PHONY: verify-lint
 verify-lint: tools ## buf lint the protos.
