@@ -75,7 +75,7 @@ func TestComposeFilesSeparateUsersFromServices(t *testing.T) {
 		}
 	}
 
-	b, err := os.ReadFile(filepath.Join("..", "..", "docker-compose.yaml"))
+	b, err := os.ReadFile(filepath.Join("..", "..", "..", "docker-compose.yaml"))
 	if err != nil {
 		t.Fatal(err)
 	}
