@@ -84,7 +84,7 @@ type Options struct {
 	// Capacity configures storage capacity tracking (package capacity).
 	Capacity capacity.Options
 	// OrphanScanPeriod is how often the orphan report is made to refresh
-	// volplane_provisioner_orphans (orphans.go); default
+	// volplane_provisioner_orphans (package orphans); default
 	// DefaultOrphanScanPeriod, negative never (only ListOrphans does).
 	OrphanScanPeriod time.Duration
 	// WatcherAddress is the gRPC address of the watcher service, or of
@@ -312,7 +312,7 @@ func Run(ctx context.Context, o Options) error {
 			capc.Run(ctx, reg.probed, func() bool { return cache.WaitForCacheSync(ctx.Done(), objs.hasSynced) })
 			return nil
 		},
-		func(ctx context.Context) error { p.orphanLoop(ctx, o.OrphanScanPeriod, reg.probed); return nil },
+		func(ctx context.Context) error { api.orphans.Loop(ctx, o.OrphanScanPeriod, reg.probed); return nil },
 		feed.run,
 		func(ctx context.Context) error { objs.report(ctx, log, feed); return nil },
 	}
