@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -17,7 +16,6 @@ import (
 
 	"github.com/volplane/volplane/pkg/grpcutil"
 	"github.com/volplane/volplane/pkg/guard"
-	"github.com/volplane/volplane/pkg/kube"
 	"github.com/volplane/volplane/pkg/watchclient"
 	watcherv1 "github.com/volplane/volplane/proto/volplane/watcher/v1"
 )
@@ -26,29 +24,22 @@ import (
 // watcher may go without a live, caught-up stream before it counts as
 // stale: then no hint is taken from it and DeleteVolume's guard lists the
 // claims from the API server.
-const DefaultStaleAfter = 5 * time.Second
+const DefaultStaleAfter = watchclient.DefaultStaleAfter
 
 // streamCache holds the claims and StorageClasses the watcher streams
 // (--watcher-address), in place of the provisioner's own informers on them:
 // the same indexers (claims by namespace/name with guard.ByVolumeName,
 // classes by name), so the listers over them work unchanged. It is fed by
-// watchclient (Reset, ADDED..., Synced is applied as a replace) and is
-// trusted only while current.
+// a watchclient.Feed (a full list is applied as a replace) and is trusted
+// only while current.
 type streamCache struct {
 	claims  cache.Indexer
 	classes cache.Indexer
 
-	status     watchclient.Status
+	feed       *watchclient.Feed
 	staleAfter time.Duration
 	// stale reports whether the stream is behind; tests replace it.
 	stale func() bool
-
-	synced  atomic.Bool // a full list has been applied
-	listing atomic.Bool // between a RESET and its SYNCED
-
-	// listed holds the keys ADDED since the last RESET, per kind; only the
-	// handler (whose calls never overlap) touches it.
-	listed map[watcherv1.Kind]map[string]bool
 
 	// onClaim and onClass are told of every change the stream brings (a
 	// claim or tombstone, the class's name); set before the stream runs.
@@ -61,7 +52,10 @@ type streamCache struct {
 	waiting map[string]chan struct{}
 }
 
-var _ watchclient.Handler = (*streamCache)(nil)
+var (
+	_ watchclient.Handler    = (*streamCache)(nil)
+	_ watchclient.Subscriber = (*streamCache)(nil)
+)
 
 func newStreamCache(staleAfter time.Duration) *streamCache {
 	c := &streamCache{
@@ -72,7 +66,8 @@ func newStreamCache(staleAfter time.Duration) *streamCache {
 		onClass:    func() {},
 		waiting:    map[string]chan struct{}{},
 	}
-	c.stale = func() bool { return c.status.Stale(c.staleAfter) }
+	c.feed = watchclient.NewFeed(c, watcherv1.Kind_KIND_PERSISTENT_VOLUME_CLAIM, watcherv1.Kind_KIND_STORAGE_CLASS)
+	c.stale = func() bool { return c.feed.Stale(c.staleAfter) }
 	return c
 }
 
@@ -101,79 +96,54 @@ func (c *streamCache) stored(key string) {
 }
 
 // hasSynced reports whether the first full list is in.
-func (c *streamCache) hasSynced() bool { return c.synced.Load() }
+func (c *streamCache) hasSynced() bool { return c.feed.HasSynced() }
 
-// current reports whether the cache may be trusted now: a full list is in,
-// no relist is under way, and within staleAfter the stream was caught up
-// with a SERVING watcher.
+// current reports whether the cache may be trusted now: it is complete (a
+// full list is in, no relist is under way: the delete guard's index must
+// hold every claim) and within staleAfter the stream was caught up with a
+// SERVING watcher.
 func (c *streamCache) current() bool {
-	return c.synced.Load() && !c.listing.Load() && !c.stale()
+	return c.feed.Complete() && !c.stale()
 }
 
-// Reset implements watchclient.Handler: a full list follows. Nothing is
-// dropped until its Synced, so readers never see an empty cache.
-func (c *streamCache) Reset() {
-	c.listing.Store(true)
-	c.listed = map[watcherv1.Kind]map[string]bool{
-		watcherv1.Kind_KIND_PERSISTENT_VOLUME_CLAIM: {},
-		watcherv1.Kind_KIND_STORAGE_CLASS:           {},
+// Reset, Event and Synced make the cache a watchclient.Handler: its feed
+// interprets the stream and calls Apply and Keys.
+func (c *streamCache) Reset()                                  { c.feed.Reset() }
+func (c *streamCache) Event(ev *watcherv1.WatchResponse) error { return c.feed.Event(ev) }
+func (c *streamCache) Synced()                                 { c.feed.Synced() }
+
+// Keys implements watchclient.Subscriber.
+func (c *streamCache) Keys(kind watcherv1.Kind) []string {
+	switch kind {
+	case watcherv1.Kind_KIND_PERSISTENT_VOLUME_CLAIM:
+		return c.claims.ListKeys()
+	case watcherv1.Kind_KIND_STORAGE_CLASS:
+		return c.classes.ListKeys()
 	}
+	return nil
 }
 
-// Synced implements watchclient.Handler: objects the full list did not
-// mention were deleted while the stream was down.
-func (c *streamCache) Synced() {
-	if c.listed != nil {
-		for _, k := range c.claims.ListKeys() {
-			if !c.listed[watcherv1.Kind_KIND_PERSISTENT_VOLUME_CLAIM][k] {
-				c.drop(c.claims, k, "", c.onClaim)
-			}
-		}
-		for _, k := range c.classes.ListKeys() {
-			if !c.listed[watcherv1.Kind_KIND_STORAGE_CLASS][k] {
-				c.drop(c.classes, k, "", func(any) { c.onClass() })
-			}
-		}
-		c.listed = nil
-	}
-	c.synced.Store(true)
-	c.listing.Store(false)
-}
-
-// Event implements watchclient.Handler.
-func (c *streamCache) Event(ev *watcherv1.WatchResponse) error {
-	if m := c.listed[ev.Kind]; m != nil && ev.Type == watcherv1.EventType_EVENT_TYPE_ADDED {
-		m[ev.Key] = true
-	}
-	deleted := ev.Type == watcherv1.EventType_EVENT_TYPE_DELETED
+// Apply implements watchclient.Subscriber.
+func (c *streamCache) Apply(ev watchclient.Event) error {
+	deleted := ev.Type == watchclient.Deleted
 	switch ev.Kind {
 	case watcherv1.Kind_KIND_PERSISTENT_VOLUME_CLAIM:
-		cl, err := kube.DecodeClaim(ev.Object)
-		if err != nil {
-			return err
-		}
 		if deleted {
-			c.drop(c.claims, ev.Key, string(cl.UID), c.onClaim)
+			c.drop(c.claims, ev.Key, string(ev.UID()), c.onClaim)
 			c.stored(ev.Key) // a waiter reads the API server now
 			return nil
 		}
-		cl.ManagedFields = nil
-		if err := c.claims.Update(cl); err != nil {
+		if err := c.claims.Update(ev.Object); err != nil {
 			return fmt.Errorf("cache claim %s: %w", ev.Key, err)
 		}
 		c.stored(ev.Key)
-		c.onClaim(cl)
+		c.onClaim(ev.Object)
 	case watcherv1.Kind_KIND_STORAGE_CLASS:
-		sc, err := kube.DecodeStorageClass(ev.Object)
-		if err != nil {
-			return err
-		}
 		if deleted {
-			c.drop(c.classes, ev.Key, string(sc.UID), func(any) { c.onClass() })
+			c.drop(c.classes, ev.Key, string(ev.UID()), func(any) { c.onClass() })
 			return nil
 		}
-		sc.ManagedFields = nil
-		if err := c.classes.Update(sc); err != nil {
+		if err := c.classes.Update(ev.Object); err != nil {
 			return fmt.Errorf("cache StorageClass %s: %w", ev.Key, err)
 		}
 		c.onClass()
@@ -201,13 +171,7 @@ func (c *streamCache) drop(idx cache.Indexer, key, uid string, changed func(any)
 // run feeds the cache from one of the watchers at a time, failing over
 // between them (see pkg/watchclient), until ctx ends.
 func (c *streamCache) run(ctx context.Context, addrs []string, tls grpcutil.TLSFiles, log *slog.Logger) error {
-	return watchclient.DialFailover(ctx, addrs, tls, watchclient.Options{
-		Kinds:        []watcherv1.Kind{watcherv1.Kind_KIND_PERSISTENT_VOLUME_CLAIM, watcherv1.Kind_KIND_STORAGE_CLASS},
-		Encoding:     watcherv1.Encoding_ENCODING_PROTOBUF,
-		Logger:       log.With("peer", "watcher"),
-		StallTimeout: c.staleAfter,
-		Status:       &c.status,
-	}, c)
+	return c.feed.Dial(ctx, addrs, tls, watchclient.Options{Logger: log.With("peer", "watcher"), StallTimeout: c.staleAfter})
 }
 
 // report logs every change of current until ctx ends.
@@ -219,10 +183,10 @@ func (c *streamCache) report(ctx context.Context, log *slog.Logger) {
 		if now := c.current(); now != was {
 			was = now
 			if now {
-				log.Info("claim and class cache current: hints and the delete guard's index come from the watcher stream", "watcher", c.status.Watcher())
+				log.Info("claim and class cache current: hints and the delete guard's index come from the watcher stream", "watcher", c.feed.Status().Watcher())
 			} else {
-				log.Warn("claim and class cache not current: claims and classes are read from the API server", "watcher", c.status.Watcher(),
-					"synced", c.synced.Load(), "relisting", c.listing.Load(), "fresh_at", c.status.FreshAt())
+				log.Warn("claim and class cache not current: claims and classes are read from the API server", "watcher", c.feed.Status().Watcher(),
+					"synced", c.feed.HasSynced(), "relisting", c.feed.Relisting(), "fresh_at", c.feed.Status().FreshAt())
 			}
 		}
 		select {
