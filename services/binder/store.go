@@ -1,6 +1,8 @@
 package binder
 
 import (
+	"maps"
+	"slices"
 	"sort"
 	"strconv"
 	"sync"
@@ -341,11 +343,7 @@ func (s *store) putClass(c *storagev1.StorageClass) {
 func (s *store) classNames() []string {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
-	names := make([]string, 0, len(s.classes))
-	for n := range s.classes {
-		names = append(names, n)
-	}
-	return names
+	return slices.Collect(maps.Keys(s.classes))
 }
 
 func (s *store) deleteClass(name string) {
