@@ -222,8 +222,8 @@ func (c *controller) rebind(ctx context.Context, volume *corev1.PersistentVolume
 	}
 	old := volume.Spec.ClaimRef.UID
 	if old != claim.UID {
-		release, err := c.reserve(ctx, volume, claim)
-		if err != nil {
+		var release func(bound bool)
+		if release, err = c.reserve(ctx, volume, claim); err != nil {
 			return err
 		}
 		defer func() { release(err == nil) }() // err: rebind's result
