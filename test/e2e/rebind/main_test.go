@@ -16,11 +16,11 @@ import (
 
 	"k8s.io/client-go/kubernetes"
 
-	"github.com/volplane/volplane/internal/e2e"
 	"github.com/volplane/volplane/pkg/replica"
 	"github.com/volplane/volplane/services/binder"
 	"github.com/volplane/volplane/services/reclaimer"
 	"github.com/volplane/volplane/services/watcher"
+	"github.com/volplane/volplane/test/harness/e2e"
 )
 
 // cluster is what every test shares.

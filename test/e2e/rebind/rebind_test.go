@@ -14,9 +14,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
-	"github.com/volplane/volplane/internal/e2e"
 	"github.com/volplane/volplane/pkg/kube"
 	"github.com/volplane/volplane/services/binder"
+	"github.com/volplane/volplane/test/harness/e2e"
 )
 
 const timeout = 30 * time.Second
