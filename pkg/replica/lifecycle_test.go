@@ -244,3 +244,17 @@ func TestCancelDrains(t *testing.T) {
 		t.Error("Run returned before a task had drained")
 	}
 }
+
+// A Condition passes while its function holds, else fails with its
+// reason.
+func TestCondition(t *testing.T) {
+	var ok atomic.Bool
+	check := Condition(ok.Load, "the claims are not listed yet")
+	if err := check(); err == nil || err.Error() != "the claims are not listed yet" {
+		t.Errorf("before: %v", err)
+	}
+	ok.Store(true)
+	if err := check(); err != nil {
+		t.Errorf("after: %v", err)
+	}
+}

@@ -2,6 +2,7 @@ package replica
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -237,6 +238,17 @@ func (r *Replica) Close() {
 		r.Events.Shutdown()
 	}
 	r.lis.Close()
+}
+
+// Condition is a readiness check that passes while ok() is true and
+// otherwise fails with why (a list not in yet, say).
+func Condition(ok func() bool, why string) func() error {
+	return func() error {
+		if ok() {
+			return nil
+		}
+		return errors.New(why)
+	}
 }
 
 // Task is one of a replica's long-running parts: it runs until ctx ends

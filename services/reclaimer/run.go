@@ -2,7 +2,6 @@ package reclaimer
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"time"
 
@@ -55,7 +54,7 @@ func Run(ctx context.Context, o Options) error {
 	if reporting.CompareAndSwap(nil, c) {
 		defer reporting.CompareAndSwap(c, nil)
 	}
-	r.Health.AddReadiness("claims-informer", claims.check)
+	r.Health.AddReadiness("claims-informer", startup.Condition(claims.synced, "the claims are not listed yet"))
 	reclaimerv1.RegisterReclaimerServiceServer(r.Server.Server, &server{c: c, tls: o.TLS, peer: memberAddress(r.Coord)})
 	r.Log.Info("reclaimer starting", "member", o.MemberID, "listen", r.Addr(), "recycleMode", o.RecycleMode,
 		"node", o.NodeName, "provisioner", o.ProvisionerAddress)
@@ -105,14 +104,6 @@ func startClaimInformer(ctx context.Context, r *startup.Replica) (claimInformer,
 	}
 	f.Start(ctx.Done())
 	return claimInformer{SharedInformerFactory: f, cluster: kubeCluster{c: r.Client, claims: inf.GetIndexer(), synced: inf.HasSynced}, synced: inf.HasSynced}, nil
-}
-
-// check is the readiness check "claims-informer".
-func (ci claimInformer) check() error {
-	if ci.synced() {
-		return nil
-	}
-	return errors.New("the claims are not listed yet")
 }
 
 // memberAddress is the address of a live reclaimer member by its ID ("",

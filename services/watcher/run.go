@@ -140,12 +140,7 @@ func serve(ctx context.Context, o Options, client kubernetes.Interface, lis net.
 	// watcher (or know that theirs is behind). The stream itself goes on
 	// either way. /readyz on the debug port says the same, check by check.
 	var synced atomic.Bool
-	r.Health.AddReadiness("informers", func() error {
-		if synced.Load() {
-			return nil
-		}
-		return errors.New("volumes, claims, classes and pods are not listed yet")
-	})
+	r.Health.AddReadiness("informers", startup.Condition(synced.Load, "volumes, claims, classes and pods are not listed yet"))
 	r.Health.AddReadiness("api-watches", func() error {
 		if !synced.Load() {
 			return nil // the informers' check says it
