@@ -246,14 +246,21 @@ func (c *controller) provisioningOf(ctx context.Context, prov provisionerInfo, c
 		p.Message = fmt.Sprintf("storageclass.storage.k8s.io %q not found", name)
 		return p
 	}
-	p.ClassFound, p.Provisioner = true, class.Provisioner
+	// The name provisioning goes through, as sync decides it: a migrated
+	// in-tree plugin's CSI driver, or the failure of one nothing serves.
+	through := kube.DecideProvisioning(class, claim)
+	p.ClassFound, p.Provisioner = true, through.Provisioner
 	if m := class.VolumeBindingMode; m != nil {
 		p.VolumeBindingMode = string(*m)
 		p.WaitingForNode = *m == storagev1.VolumeBindingWaitForFirstConsumer && p.SelectedNode == ""
 	}
-	p.Requested = claim.Annotations[kube.AnnStorageProvisioner] == class.Provisioner
+	p.Requested = through.Provisioner != "" && claim.Annotations[kube.AnnStorageProvisioner] == through.Provisioner
+	if through.Failure != "" {
+		p.Message = fmt.Sprintf("StorageClass %q names provisioner %q, which nothing provisions with: %s", name, class.Provisioner, through.Failure)
+		return p
+	}
 	if prov == nil {
-		p.Message = fmt.Sprintf("this binder has no provisioner (--provisioner-address): StorageClass %q is left to the external provisioner %q", name, class.Provisioner)
+		p.Message = fmt.Sprintf("this binder has no provisioner (--provisioner-address): StorageClass %q is left to the external provisioner %q", name, p.Provisioner)
 		return p
 	}
 	actx, cancel := context.WithTimeout(ctx, askTimeout)
@@ -264,13 +271,13 @@ func (c *controller) provisioningOf(ctx context.Context, prov provisionerInfo, c
 		return p
 	}
 	for _, d := range drivers {
-		if d.GetProvisionerName() == class.Provisioner {
+		if d.GetProvisionerName() == p.Provisioner {
 			p.Served, p.DriverName, p.DriverReady = true, d.GetDriverName(), d.GetReady()
 		}
 	}
 	switch {
 	case !p.Served:
-		p.Message = fmt.Sprintf("volplane's provisioner does not serve %q: the external provisioner of that name creates the volume", class.Provisioner)
+		p.Message = fmt.Sprintf("volplane's provisioner does not serve %q: the external provisioner of that name creates the volume", p.Provisioner)
 	case p.WaitingForNode:
 		p.Message = fmt.Sprintf("CSI driver %s provisions the volume once a pod using the claim is scheduled (volume.kubernetes.io/selected-node)", p.DriverName)
 	case !p.DriverReady:

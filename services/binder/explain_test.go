@@ -550,3 +550,38 @@ func TestExplainNodeAffinity(t *testing.T) {
 		t.Errorf("candidates %v out of order", names)
 	}
 }
+
+// Explain names the provisioner sync provisions through: a migrated
+// in-tree class under its CSI driver's name, and the failure of an in-tree
+// class nothing provisions.
+func TestExplainProvisioningInTree(t *testing.T) {
+	c := newController(slog.New(slog.NewTextHandler(io.Discard, nil)), fake.NewClientset(), record.NewFakeRecorder(10))
+	c.store.putClass(class("ebs", "kubernetes.io/aws-ebs", storagev1.VolumeBindingImmediate, false))
+	c.store.putClass(class("nfs", kube.PluginNFS, storagev1.VolumeBindingImmediate, false))
+	migrated := testClaim("migrated")
+	ebs := "ebs"
+	migrated.Spec.StorageClassName = &ebs
+	migrated.Annotations = map[string]string{kube.AnnStorageProvisioner: "ebs.csi.aws.com"}
+	nfs := testClaim("nfs")
+	nfsClass := "nfs"
+	nfs.Spec.StorageClassName = &nfsClass
+	c.store.putClaim(migrated)
+	c.store.putClaim(nfs)
+	c.Synced()
+	prov := &fakeProv{drivers: []*provisionerv1.Driver{{ProvisionerName: "ebs.csi.aws.com", DriverName: "ebs.csi.aws.com", Ready: true}}}
+	a := &api{c: c, memberID: "m", prov: prov}
+	resp, err := a.ExplainClaim(t.Context(), &binderv1.ExplainClaimRequest{Namespace: "ns", Name: "migrated"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p := resp.Provisioning; p.GetProvisioner() != "ebs.csi.aws.com" || !p.GetServed() || !p.GetRequested() {
+		t.Errorf("migrated class: %v", p)
+	}
+	resp, err = a.ExplainClaim(t.Context(), &binderv1.ExplainClaimRequest{Namespace: "ns", Name: "nfs"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p := resp.Provisioning; p.GetServed() || !strings.Contains(p.GetMessage(), "no provisionable volume plugin matched") {
+		t.Errorf("in-tree class nothing provisions: %v", p)
+	}
+}

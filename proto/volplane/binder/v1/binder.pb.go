@@ -1877,7 +1877,9 @@ type Provisioning struct {
 	StorageClassName string `protobuf:"bytes,1,opt,name=storage_class_name,json=storageClassName,proto3" json:"storage_class_name,omitempty"`
 	// The StorageClass exists.
 	ClassFound bool `protobuf:"varint,2,opt,name=class_found,json=classFound,proto3" json:"class_found,omitempty"`
-	// The class's provisioner name.
+	// The provisioner name provisioning goes through: the class's, or for
+	// a migrated in-tree plugin its CSI driver's (as kube-controller-manager
+	// annotates the claim). Empty for most in-tree classes nothing provisions.
 	Provisioner string `protobuf:"bytes,3,opt,name=provisioner,proto3" json:"provisioner,omitempty"`
 	// volumeBindingMode of the class.
 	VolumeBindingMode string `protobuf:"bytes,4,opt,name=volume_binding_mode,json=volumeBindingMode,proto3" json:"volume_binding_mode,omitempty"`
