@@ -30,6 +30,7 @@ import (
 	"github.com/volplane/volplane/pkg/replica"
 	"github.com/volplane/volplane/pkg/watchclient"
 	provisionerv1 "github.com/volplane/volplane/proto/volplane/provisioner/v1"
+	"github.com/volplane/volplane/services/provisioner/capacity"
 )
 
 // Service is the provisioner's name in etcd membership.
@@ -80,10 +81,10 @@ type Options struct {
 	RecoveryPeriod time.Duration
 	// ProbePeriod is how often the drivers are probed.
 	ProbePeriod time.Duration
-	// Capacity configures storage capacity tracking (capacity.go).
-	Capacity CapacityOptions
+	// Capacity configures storage capacity tracking (package capacity).
+	Capacity capacity.Options
 	// OrphanScanPeriod is how often the orphan report is made to refresh
-	// volplane_provisioner_orphans (orphans.go); default
+	// volplane_provisioner_orphans (package orphans); default
 	// DefaultOrphanScanPeriod, negative never (only ListOrphans does).
 	OrphanScanPeriod time.Duration
 	// WatcherAddress is the gRPC address of the watcher service, or of
@@ -146,7 +147,7 @@ func (o *Options) validate() error {
 			*d.v = d.def
 		}
 	}
-	if err := o.Capacity.validate(); err != nil {
+	if err := o.Capacity.Validate(); err != nil {
 		errs = append(errs, err)
 	}
 	if o.OrphanScanPeriod == 0 {
@@ -210,7 +211,7 @@ func Run(ctx context.Context, o Options) error {
 	if err != nil {
 		return err
 	}
-	objs.onClass = capc.enqueueAll
+	objs.onClass = capc.EnqueueAll
 	p, err := newProvisionerOf(r, o, reg, nodes)
 	if err != nil {
 		return err
@@ -237,9 +238,9 @@ func Run(ctx context.Context, o Options) error {
 			return clones.run(ctx, objs.hasSynced, objs.current, o.RecoveryPeriod)
 		},
 		replica.Until(func(ctx context.Context) {
-			capc.run(ctx, reg.probed, func() bool { return cache.WaitForCacheSync(ctx.Done(), objs.hasSynced) })
+			capc.Run(ctx, reg.probed, func() bool { return cache.WaitForCacheSync(ctx.Done(), objs.hasSynced) })
 		}),
-		replica.Until(func(ctx context.Context) { p.orphanLoop(ctx, o.OrphanScanPeriod, reg.probed) }),
+		replica.Until(func(ctx context.Context) { api.orphans.Loop(ctx, o.OrphanScanPeriod, reg.probed) }),
 		feed.run,
 		replica.Until(func(ctx context.Context) { objs.report(ctx, r.Log, feed) }))
 }
@@ -248,11 +249,12 @@ func Run(ctx context.Context, o Options) error {
 // capacity controller (nil when disabled) their volume changes are told
 // to; call closeDrivers when done, whatever the error.
 func newDrivers(r *replica.Replica, o Options, factory informers.SharedInformerFactory, nodes listers, classes cache.Indexer) (
-	reg *registry, capc *capacityController, closeDrivers func(), err error) {
+	reg *registry, capc *capacity.Controller, closeDrivers func(), err error) {
 	reg = newRegistry(r.Log)
-	capc = newCapacityController(o.Capacity, r.Log, o.MemberID, r.Client, reg, nodes, o.Timeout, r.Coord, factory,
-		storagelisters.NewStorageClassLister(classes))
-	closeDrivers, err = dialDrivers(reg, o.CSIEndpoints, r.Log, capc.onVolumeChange)
+	capc = capacity.New(o.Capacity, capacity.Config{Log: r.Log, Member: o.MemberID, Elect: r.Coord, Client: r.Client,
+		Drivers: capacityDrivers{reg: reg, nodes: nodes}, Factory: factory,
+		Classes: storagelisters.NewStorageClassLister(classes), Timeout: o.Timeout})
+	closeDrivers, err = dialDrivers(reg, o.CSIEndpoints, r.Log, capc.OnVolumeChange)
 	return reg, capc, closeDrivers, err
 }
 
