@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"google.golang.org/grpc"
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/volplane/volplane/pkg/grpcutil"
@@ -134,53 +135,30 @@ func (o *Options) validate() error {
 }
 
 // Run runs a binder replica until ctx ends, then shuts down gracefully.
+// The etcd session is kept through outages: Run never ends because of
+// etcd. Without a session the replica owns nothing (session.go).
 func Run(ctx context.Context, o Options) error {
 	if err := o.validate(); err != nil {
 		return fmt.Errorf("binder options: %w", err)
 	}
-	// The etcd session is kept through outages: Run never ends because of
-	// etcd. Without a session the replica owns nothing (session.go).
-	r, err := replica.Start(ctx, o.Config(Service))
+	cfg := o.Config(Service)
+	cfg.Readiness = replica.Readiness{Every: 250 * time.Millisecond, Services: []string{binderv1.BinderService_ServiceDesc.ServiceName}}
+	r, err := replica.Start(ctx, cfg)
 	if err != nil {
 		return err
 	}
 	defer r.Close()
-	log, client, co, recorder := r.Log, r.Client, r.Coord, r.Recorder
-
 	metrics.RegisterWorkqueueMetrics()
-	c := newController(log, client, recorder)
-	if len(o.ForeignBinderManagers) > 0 {
-		c.foreign = newForeignBinders(o.ForeignBinderManagers, client, recorder, log)
+	c, prov, closeClients, err := newWiredController(r, o)
+	defer closeClients()
+	if err != nil {
+		return err
 	}
-	c.provisions = newProvisions(o.ProvisionCalls)
-	c.feed = &feed{staleAfter: o.StaleAfter}
 	// One binder per process in production; tests running several share
 	// the registry, and the first one reports.
 	if reporting.CompareAndSwap(nil, c) {
 		defer reporting.CompareAndSwap(c, nil)
 	}
-	c.reservations = co
-	c.journal = co
-	if o.ReclaimerAddress != "" {
-		cc, err := grpcutil.Dial(o.ReclaimerAddress, o.TLS)
-		if err != nil {
-			return err
-		}
-		defer cc.Close()
-		c.reclaimer = gatedReclaimer{next: reclaimerClient{reclaimerv1.NewReclaimerServiceClient(cc)}, c: c}
-	}
-	var prov provisionerInfo // nil interface when there is no provisioner
-	if o.ProvisionerAddress != "" {
-		cc, err := grpcutil.Dial(o.ProvisionerAddress, o.TLS)
-		if err != nil {
-			return err
-		}
-		defer cc.Close()
-		pc := newProvisionerClient(provisionerv1.NewProvisionerServiceClient(cc), log)
-		c.provisioner = gatedProvisioner{provisioner: pc, c: c}
-		prov = pc
-	}
-
 	own := newOwnership(o.MemberID, o.OwnershipSettle)
 	c.owns = own.owns
 	c.canAct = func() bool {
@@ -188,44 +166,66 @@ func Run(ctx context.Context, o Options) error {
 		// An etcd alarm (NOSPACE) refuses every reservation: not ready.
 		return ok && own.ready() && r.Coord.Health() == nil
 	}
-	c.etcdHealth = r.Coord.Health
-
 	// Ready (gRPC health and /readyz) while the cache is current and the
 	// replica can act: canAct, check by check.
 	r.Health.AddReadiness("watcher-stream", c.streamCheck)
 	r.Health.AddReadiness("membership", own.check)
-
 	peers := newPeers(o.MemberID, own.current, o.TLS)
 	defer peers.close()
-	binderv1.RegisterBinderServiceServer(r.Server.Server, &api{
-		c: c, memberID: o.MemberID, workers: o.Workers,
-		members: own.members,
-		peers:   peers,
-		prov:    prov,
-	})
+	binderv1.RegisterBinderServiceServer(r.Server.Server, &api{c: c, memberID: o.MemberID, workers: o.Workers, members: own.members, peers: peers, prov: prov})
 
-	log.Info("binder starting", "member", o.MemberID, "listen", r.Addr(), "watcher", o.WatcherAddress, "workers", o.Workers)
-	err = r.Run(ctx,
+	r.Log.Info("binder starting", "member", o.MemberID, "listen", r.Addr(), "watcher", o.WatcherAddress, "workers", o.Workers)
+	return r.Run(ctx,
 		func(ctx context.Context) error {
-			return c.subscribe(ctx, watchclient.Addresses(o.WatcherAddress), o.TLS, log)
+			return c.subscribe(ctx, watchclient.Addresses(o.WatcherAddress), o.TLS, r.Log)
 		},
 		func(ctx context.Context) error { return c.run(ctx, o.Workers, o.ResyncPeriod) },
-		func(ctx context.Context) error {
-			r.Readiness(ctx, 250*time.Millisecond, binderv1.BinderService_ServiceDesc.ServiceName)
-			return nil
-		},
-		func(ctx context.Context) error {
-			followMembers(ctx, co, own, peers, c.enqueueAll, log)
-			return nil
-		},
-		func(ctx context.Context) error {
+		replica.Until(func(ctx context.Context) { followMembers(ctx, r.Coord, own, peers, c.enqueueAll, r.Log) }),
+		replica.Until(func(ctx context.Context) {
 			if c.foreign != nil {
 				c.foreign.run(ctx)
 			}
-			return nil
-		})
-	log.Info("binder stopped")
-	return err
+		}))
+}
+
+// newWiredController is the binder's controller on r, with its clients
+// of the reclaimer and the provisioner (prov is nil without one); call
+// closeClients when done, whatever the error.
+func newWiredController(r *replica.Replica, o Options) (c *controller, prov provisionerInfo, closeClients func(), err error) {
+	var conns []*grpc.ClientConn
+	closeClients = func() {
+		for i := len(conns) - 1; i >= 0; i-- {
+			conns[i].Close()
+		}
+	}
+	c = newController(r.Log, r.Client, r.Recorder)
+	if len(o.ForeignBinderManagers) > 0 {
+		c.foreign = newForeignBinders(o.ForeignBinderManagers, r.Client, r.Recorder, r.Log)
+	}
+	c.provisions = newProvisions(o.ProvisionCalls)
+	c.feed = &feed{staleAfter: o.StaleAfter}
+	c.reservations = r.Coord
+	c.journal = r.Coord
+	c.etcdHealth = r.Coord.Health
+	if o.ReclaimerAddress != "" {
+		cc, err := grpcutil.Dial(o.ReclaimerAddress, o.TLS)
+		if err != nil {
+			return nil, nil, closeClients, err
+		}
+		conns = append(conns, cc)
+		c.reclaimer = gatedReclaimer{next: reclaimerClient{reclaimerv1.NewReclaimerServiceClient(cc)}, c: c}
+	}
+	if o.ProvisionerAddress != "" {
+		cc, err := grpcutil.Dial(o.ProvisionerAddress, o.TLS)
+		if err != nil {
+			return nil, nil, closeClients, err
+		}
+		conns = append(conns, cc)
+		pc := newProvisionerClient(provisionerv1.NewProvisionerServiceClient(cc), r.Log)
+		c.provisioner = gatedProvisioner{provisioner: pc, c: c}
+		prov = pc // a nil interface when there is no provisioner
+	}
+	return c, prov, closeClients, nil
 }
 
 // reclaimerClient adapts the reclaimer's gRPC client to the binder's needs.

@@ -184,42 +184,102 @@ func checkCSIAddress(ep string) error {
 	return nil
 }
 
-// Run runs a provisioner replica until ctx ends.
+// Run runs a provisioner replica until ctx ends. The etcd session is kept
+// through outages: while there is none the journal refuses every fenced
+// write (no CreateVolume starts), no DeleteVolume is made (runDelete asks
+// the session), and the replica is NOT_SERVING; Run goes on.
 func Run(ctx context.Context, o Options) error {
 	if err := o.validate(); err != nil {
 		return fmt.Errorf("provisioner options: %w", err)
 	}
-	// The etcd session is kept through outages: while there is none the
-	// journal refuses every fenced write (no CreateVolume starts), no
-	// DeleteVolume is made (runDelete asks the session), and the replica
-	// is NOT_SERVING; Run goes on.
-	r, err := replica.Start(ctx, o.Config(Service))
+	cfg := o.Config(Service)
+	cfg.Readiness = replica.Readiness{Every: time.Second, Services: []string{provisionerv1.ProvisionerService_ServiceDesc.ServiceName}}
+	r, err := replica.Start(ctx, cfg)
 	if err != nil {
 		return err
 	}
 	defer r.Close()
-	log, client, co, srv := r.Log, r.Client, r.Coord, r.Server
-	dyn, err := dynamic.NewForConfig(r.RESTConfig)
-	if err != nil {
-		return fmt.Errorf("kubernetes dynamic client: %w", err)
-	}
-
-	factory := informers.NewSharedInformerFactory(client, 0)
-	nodeLister := factory.Core().V1().Nodes().Lister()
-	csiNodeLister := factory.Storage().V1().CSINodes().Lister()
-
+	factory := informers.NewSharedInformerFactory(r.Client, 0)
+	nodes := listers{factory.Core().V1().Nodes().Lister(), factory.Storage().V1().CSINodes().Lister()}
 	objs := newObjectCache()
-	feed, err := newFeeder(objs, o, factory, log)
+	feed, err := newFeeder(objs, o, factory, r.Log)
 	if err != nil {
 		return err
 	}
-
-	reg := newRegistry(log)
-	capc := capacity.New(o.Capacity, capacity.Config{Log: log, Member: o.MemberID, Elect: co, Client: client,
-		Drivers: capacityDrivers{reg: reg, nodes: listers{nodeLister, csiNodeLister}}, Factory: factory,
-		Classes: storagelisters.NewStorageClassLister(objs.classes), Timeout: o.Timeout})
+	reg, capc, closeDrivers, err := newDrivers(r, o, factory, nodes, objs.classes)
+	defer closeDrivers()
+	if err != nil {
+		return err
+	}
 	objs.onClass = capc.EnqueueAll
-	for _, e := range o.CSIEndpoints {
+	p, err := newProvisionerOf(r, o, reg, nodes)
+	if err != nil {
+		return err
+	}
+	api := newServer(p, objs)
+	api.capacity = capc
+	provisionerv1.RegisterProvisionerServiceServer(r.Server.Server, api)
+	clones := newCloneProtection(r.Log, r.Client, corelisters.NewPersistentVolumeClaimLister(objs.claims))
+	objs.onClaim = clones.claimChanged
+	factory.Start(ctx.Done())
+	defer factory.Shutdown()
+	// Serving once the informers have synced and every driver is ready (and
+	// the replica's checks pass). The claim and class cache is not waited
+	// for: until it is current, claims and classes are read from the API.
+	var informersSynced atomic.Bool
+	r.Health.AddReadiness("informers", replica.Condition(informersSynced.Load, "nodes and CSINodes (and, without a watcher, claims and classes) are not listed yet"))
+	r.Health.AddReadiness("csi-drivers", reg.check)
+	r.Log.Info("provisioner starting", "member", o.MemberID, "listen", r.Addr(), "csi_endpoints", o.CSIEndpoints, "watcher", o.WatcherAddress)
+	return r.Run(ctx,
+		replica.Until(func(ctx context.Context) { reg.probeLoop(ctx, o.ProbePeriod) }),
+		replica.Until(func(ctx context.Context) { informersSynced.Store(allSynced(factory.WaitForCacheSync(ctx.Done()))) }),
+		replica.Until(func(ctx context.Context) { p.recoveryLoop(ctx, o.RecoveryPeriod, reg.probed) }),
+		func(ctx context.Context) error {
+			return clones.run(ctx, objs.hasSynced, objs.current, o.RecoveryPeriod)
+		},
+		replica.Until(func(ctx context.Context) {
+			capc.Run(ctx, reg.probed, func() bool { return cache.WaitForCacheSync(ctx.Done(), objs.hasSynced) })
+		}),
+		replica.Until(func(ctx context.Context) { api.orphans.Loop(ctx, o.OrphanScanPeriod, reg.probed) }),
+		feed.run,
+		replica.Until(func(ctx context.Context) { objs.report(ctx, r.Log, feed) }))
+}
+
+// newDrivers is the registry of the CSI drivers of o, dialed, and the
+// capacity controller (nil when disabled) their volume changes are told
+// to; call closeDrivers when done, whatever the error.
+func newDrivers(r *replica.Replica, o Options, factory informers.SharedInformerFactory, nodes listers, classes cache.Indexer) (
+	reg *registry, capc *capacity.Controller, closeDrivers func(), err error) {
+	reg = newRegistry(r.Log)
+	capc = capacity.New(o.Capacity, capacity.Config{Log: r.Log, Member: o.MemberID, Elect: r.Coord, Client: r.Client,
+		Drivers: capacityDrivers{reg: reg, nodes: nodes}, Factory: factory,
+		Classes: storagelisters.NewStorageClassLister(classes), Timeout: o.Timeout})
+	closeDrivers, err = dialDrivers(reg, o.CSIEndpoints, r.Log, capc.OnVolumeChange)
+	return reg, capc, closeDrivers, err
+}
+
+// allSynced reports whether every informer of a WaitForCacheSync synced
+// (false when its wait was cut short).
+func allSynced[K comparable](synced map[K]bool) bool {
+	for _, ok := range synced {
+		if !ok {
+			return false
+		}
+	}
+	return true
+}
+
+// dialDrivers adds to reg a driver for each CSI endpoint, its calls logged,
+// measured and reported to onChange (capacity); call closeAll when done,
+// whatever the error.
+func dialDrivers(reg *registry, endpoints []string, log *slog.Logger, onChange func(func() string) grpc.UnaryClientInterceptor) (closeAll func(), err error) {
+	var conns []*grpc.ClientConn
+	closeAll = func() {
+		for i := len(conns) - 1; i >= 0; i-- {
+			conns[i].Close()
+		}
+	}
+	for _, e := range endpoints {
 		name, ep := parseEndpoint(strings.TrimSpace(e))
 		var d *driver
 		dname := func() string {
@@ -230,95 +290,52 @@ func Run(ctx context.Context, o Options) error {
 		}
 		cm := newCSIMetrics()
 		cc, err := grpcutil.DialCSI(ep, grpc.WithChainUnaryInterceptor(csiLogger(log, ep),
-			connection.ExtendedCSIMetricsManager{CSIMetricsManager: cm}.RecordMetricsClientInterceptor, capc.OnVolumeChange(dname)))
+			connection.ExtendedCSIMetricsManager{CSIMetricsManager: cm}.RecordMetricsClientInterceptor, onChange(dname)))
 		if err != nil {
-			return fmt.Errorf("CSI endpoint %s: %w", ep, err)
+			return closeAll, fmt.Errorf("CSI endpoint %s: %w", ep, err)
 		}
-		defer cc.Close()
+		conns = append(conns, cc)
 		d = newDriver(ep, name, cc)
 		d.metrics = cm
 		reg.add(d)
 	}
-	p := &provisioner{
-		log: log, member: o.MemberID, client: client, journal: co, session: co.Ready, drivers: reg,
-		nodes:   listers{nodeLister, csiNodeLister},
-		sources: sources{client: client, dynamic: dyn},
+	return closeAll, nil
+}
+
+// newProvisionerOf is the provisioner of replica r.
+func newProvisionerOf(r *replica.Replica, o Options, reg *registry, nodes listers) (*provisioner, error) {
+	dyn, err := dynamic.NewForConfig(r.RESTConfig)
+	if err != nil {
+		return nil, fmt.Errorf("kubernetes dynamic client: %w", err)
+	}
+	return &provisioner{
+		log: r.Log, member: o.MemberID, client: r.Client, journal: r.Coord, session: r.Coord.Ready, drivers: reg,
+		nodes:   nodes,
+		sources: sources{client: r.Client, dynamic: dyn},
 		events:  recorders(r.Events),
 		prefix:  o.VolumeNamePrefix, defaultFSType: o.DefaultFSType, strictTopology: o.StrictTopology, extraMetadata: o.ExtraCreateMetadata,
 		timeout: o.Timeout, now: time.Now, inflight: map[string]bool{}, instance: newInstance(time.Now()),
-	}
-	api := newServer(p, objs)
-	api.capacity = capc
-	clones := newCloneProtection(log, client, corelisters.NewPersistentVolumeClaimLister(objs.claims))
-	objs.onClaim = clones.claimChanged
-	provisionerv1.RegisterProvisionerServiceServer(srv.Server, api)
-	factory.Start(ctx.Done())
-	defer factory.Shutdown()
-	var informersSynced atomic.Bool
-	r.Health.AddReadiness("informers", func() error {
-		if informersSynced.Load() {
-			return nil
-		}
-		return errors.New("nodes and CSINodes (and, without a watcher, claims and classes) are not listed yet")
-	})
-	r.Health.AddReadiness("csi-drivers", reg.check)
-	log.Info("provisioner starting", "member", o.MemberID, "listen", r.Addr(), "csi_endpoints", o.CSIEndpoints, "watcher", o.WatcherAddress)
+	}, nil
+}
 
-	tasks := []func(context.Context) error{
-		func(ctx context.Context) error {
-			reg.probeLoop(ctx, o.ProbePeriod)
-			return nil
-		},
-		func(ctx context.Context) error {
-			for _, ok := range factory.WaitForCacheSync(ctx.Done()) {
-				if !ok {
-					return nil
-				}
-			}
-			informersSynced.Store(true)
-			return nil
-		},
-		func(ctx context.Context) error {
-			// Serving once the informers' caches are filled and every
-			// driver has been probed; NOT_SERVING while any driver is not
-			// ready, while there is no etcd session, or while the API
-			// server is out of reach (the checks of r.Health). The claim and
-			// class cache is not waited for: until it is current, claims
-			// and classes are read from the API server.
-			r.Readiness(ctx, time.Second, provisionerv1.ProvisionerService_ServiceDesc.ServiceName)
-			return nil
-		},
-		func(ctx context.Context) error {
-			select {
-			case <-reg.probed:
-			case <-ctx.Done():
-				return nil
-			}
-			t := time.NewTicker(o.RecoveryPeriod)
-			defer t.Stop()
-			for {
-				p.recoverAll(ctx)
-				select {
-				case <-t.C:
-				case <-ctx.Done():
-					return nil
-				}
-			}
-		},
-		func(ctx context.Context) error {
-			return clones.run(ctx, objs.hasSynced, objs.current, o.RecoveryPeriod)
-		},
-		func(ctx context.Context) error {
-			capc.Run(ctx, reg.probed, func() bool { return cache.WaitForCacheSync(ctx.Done(), objs.hasSynced) })
-			return nil
-		},
-		func(ctx context.Context) error { api.orphans.Loop(ctx, o.OrphanScanPeriod, reg.probed); return nil },
-		feed.run,
-		func(ctx context.Context) error { objs.report(ctx, log, feed); return nil },
+// recoveryLoop, once every driver has been probed, finishes or undoes the
+// journal's operations (recoverAll) every period until ctx ends.
+func (p *provisioner) recoveryLoop(ctx context.Context, period time.Duration, probed <-chan struct{}) {
+	select {
+	case <-probed:
+	case <-ctx.Done():
+		return
 	}
-	err = r.Run(ctx, tasks...)
-	log.Info("provisioner stopped")
-	return err
+	t := time.NewTicker(period)
+	defer t.Stop()
+	for {
+		p.recoverAll(ctx)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			return
+		}
+	}
 }
 
 // newFeeder is what fills the claim and class cache c: the watchers'

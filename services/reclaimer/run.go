@@ -2,7 +2,6 @@ package reclaimer
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"time"
 
@@ -10,6 +9,7 @@ import (
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/tools/cache"
 
+	"github.com/volplane/volplane/pkg/coord"
 	"github.com/volplane/volplane/pkg/grpcutil"
 	startup "github.com/volplane/volplane/pkg/replica"
 	provisionerv1 "github.com/volplane/volplane/proto/volplane/provisioner/v1"
@@ -26,13 +26,15 @@ func Run(ctx context.Context, o Options) error {
 	if err := o.validate(); err != nil {
 		return fmt.Errorf("reclaimer options: %w", err)
 	}
-	r, err := startup.Start(ctx, o.Config(Service))
+	cfg := o.Config(Service)
+	// Ready while it has an etcd session, the API server answers and the
+	// claims are listed (the checks of r.Health).
+	cfg.Readiness = startup.Readiness{Every: time.Second, Services: []string{reclaimerv1.ReclaimerService_ServiceDesc.ServiceName}}
+	r, err := startup.Start(ctx, cfg)
 	if err != nil {
 		return err
 	}
 	defer r.Close()
-	log, client, co, recorder, srv := r.Log, r.Client, r.Coord, r.Recorder, r.Server
-
 	var prov provisioner
 	if o.ProvisionerAddress != "" {
 		cc, err := grpcutil.Dial(o.ProvisionerAddress, o.TLS)
@@ -42,43 +44,72 @@ func Run(ctx context.Context, o Options) error {
 		defer cc.Close()
 		prov = provisionerv1.NewProvisionerServiceClient(cc)
 	}
+	claims, err := startClaimInformer(ctx, r)
+	if err != nil {
+		return err
+	}
+	defer claims.Shutdown()
+	c := newController(r.Log, o.MemberID, claims.cluster, r.Coord, newDrivers(prov, o.DriversRefreshPeriod, r.Log), prov, r.Recorder, o.config(),
+		o.RetryIntervalStart, o.RetryIntervalMax, nil)
+	if reporting.CompareAndSwap(nil, c) {
+		defer reporting.CompareAndSwap(c, nil)
+	}
+	r.Health.AddReadiness("claims-informer", startup.Condition(claims.synced, "the claims are not listed yet"))
+	reclaimerv1.RegisterReclaimerServiceServer(r.Server.Server, &server{c: c, tls: o.TLS, peer: memberAddress(r.Coord)})
+	r.Log.Info("reclaimer starting", "member", o.MemberID, "listen", r.Addr(), "recycleMode", o.RecycleMode,
+		"node", o.NodeName, "provisioner", o.ProvisionerAddress)
+	tasks := []startup.Task{
+		startup.Until(func(ctx context.Context) { followSessions(ctx, r.Coord, c.sessionOpened) }),
+		startup.Until(func(ctx context.Context) { c.run(ctx, o.Workers, o.TakeoverPeriod) }),
+	}
+	if o.RecycleMode == RecyclePod {
+		tasks = append(tasks, func(ctx context.Context) error { return c.watchRecyclers(ctx, r.Client) })
+	}
+	return r.Run(ctx, tasks...)
+}
 
-	cfg := config{
+// config is the controller's share of the options.
+func (o *Options) config() config {
+	return config{
 		mode: o.RecycleMode, nodeName: o.NodeName, prefixes: o.RecyclePathPrefixes, template: o.template, image: o.RecyclerImage, namespace: o.RecyclerNamespace,
 		minTimeout: o.RecyclerMinimumTimeout, increment: o.RecyclerTimeoutIncrement, ttl: o.RecordTTL,
 	}
-	// Claims by the volume they ask for, so the guard before a destructive
-	// step reads only those claims from the API (managedFields dropped:
-	// most of a cached claim's bytes).
-	claimInformers := informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithTransform(func(obj any) (any, error) {
+}
+
+// claimInformer is the reclaimer's informer of claims, indexed by the
+// volume they ask for, so the guard before a destructive step reads only
+// those claims from the API (managedFields dropped: most of a cached
+// claim's bytes).
+type claimInformer struct {
+	informers.SharedInformerFactory
+	cluster kubeCluster
+	synced  func() bool
+}
+
+// startClaimInformer starts the claim informer of r's client. It is not
+// waited for: until the index holds every claim, the guard lists the
+// claims from the API server (kubeCluster.ClaimsNaming) and the replica is
+// not ready; its debug port and health answer meanwhile, so a replica
+// waiting for the API server is not killed for it.
+func startClaimInformer(ctx context.Context, r *startup.Replica) (claimInformer, error) {
+	f := informers.NewSharedInformerFactoryWithOptions(r.Client, 0, informers.WithTransform(func(obj any) (any, error) {
 		if m, ok := obj.(metav1.Object); ok {
 			m.SetManagedFields(nil)
 		}
 		return obj, nil
 	}))
-	claimInformer := claimInformers.Core().V1().PersistentVolumeClaims().Informer()
-	if err := claimInformer.AddIndexers(cache.Indexers{byVolumeName: indexByVolumeName}); err != nil {
-		return fmt.Errorf("index claims: %w", err)
+	inf := f.Core().V1().PersistentVolumeClaims().Informer()
+	if err := inf.AddIndexers(cache.Indexers{byVolumeName: indexByVolumeName}); err != nil {
+		return claimInformer{}, fmt.Errorf("index claims: %w", err)
 	}
-	claimInformers.Start(ctx.Done())
-	defer claimInformers.Shutdown()
-	// Not waited for: until the index holds every claim, the guard lists
-	// the claims from the API server (kubeCluster.ClaimsNaming) and the
-	// replica is not ready; its debug port and health answer meanwhile,
-	// so a replica waiting for the API server is not killed for it.
-	c := newController(log, o.MemberID, kubeCluster{c: client, claims: claimInformer.GetIndexer(), synced: claimInformer.HasSynced}, co,
-		newDrivers(prov, o.DriversRefreshPeriod, log), prov, recorder, cfg, o.RetryIntervalStart, o.RetryIntervalMax, nil)
-	if reporting.CompareAndSwap(nil, c) {
-		defer reporting.CompareAndSwap(c, nil)
-	}
-	r.Health.AddReadiness("claims-informer", func() error {
-		if claimInformer.HasSynced() {
-			return nil
-		}
-		return errors.New("the claims are not listed yet")
-	})
+	f.Start(ctx.Done())
+	return claimInformer{SharedInformerFactory: f, cluster: kubeCluster{c: r.Client, claims: inf.GetIndexer(), synced: inf.HasSynced}, synced: inf.HasSynced}, nil
+}
 
-	reclaimerv1.RegisterReclaimerServiceServer(srv.Server, &server{c: c, tls: o.TLS, peer: func(ctx context.Context, id string) (string, error) {
+// memberAddress is the address of a live reclaimer member by its ID ("",
+// nil when it is not one), for the server's forwarding.
+func memberAddress(co *coord.Keeper) func(ctx context.Context, id string) (string, error) {
+	return func(ctx context.Context, id string) (string, error) {
 		ms, err := co.Members(ctx, Service)
 		if err != nil {
 			return "", err
@@ -89,44 +120,5 @@ func Run(ctx context.Context, o Options) error {
 			}
 		}
 		return "", nil
-	}})
-	log.Info("reclaimer starting", "member", o.MemberID, "listen", r.Addr(), "recycleMode", o.RecycleMode,
-		"node", o.NodeName, "provisioner", o.ProvisionerAddress)
-
-	tasks := []func(context.Context) error{
-		func(ctx context.Context) error {
-			// Every session after the first replaces a lost one.
-			first := true
-			for {
-				changed := co.Changed()
-				if co.Ready() {
-					if !first {
-						c.sessionOpened(ctx)
-					}
-					first = false
-				}
-				select {
-				case <-changed:
-				case <-ctx.Done():
-					return nil
-				}
-			}
-		},
-		func(ctx context.Context) error {
-			// Ready while it has an etcd session, the API server answers
-			// and the claims are listed (the checks of r.Health).
-			r.Readiness(ctx, time.Second, reclaimerv1.ReclaimerService_ServiceDesc.ServiceName)
-			return nil
-		},
-		func(ctx context.Context) error {
-			c.run(ctx, o.Workers, o.TakeoverPeriod)
-			return nil
-		},
 	}
-	if o.RecycleMode == RecyclePod {
-		tasks = append(tasks, func(ctx context.Context) error { return c.watchRecyclers(ctx, client) })
-	}
-	err = r.Run(ctx, tasks...)
-	log.Info("reclaimer stopped")
-	return err
 }

@@ -1,6 +1,30 @@
 package reclaimer
 
-import "context"
+import (
+	"context"
+
+	"github.com/volplane/volplane/pkg/coord"
+)
+
+// followSessions calls opened for every etcd session of k after the first,
+// each of which replaces a lost one, until ctx ends.
+func followSessions(ctx context.Context, k *coord.Keeper, opened func(context.Context)) {
+	first := true
+	for {
+		changed := k.Changed()
+		if k.Ready() {
+			if !first {
+				opened(ctx)
+			}
+			first = false
+		}
+		select {
+		case <-changed:
+		case <-ctx.Done():
+			return
+		}
+	}
+}
 
 // sessionOpened is called when a new etcd session replaces a lost one: the
 // reclaims held under the old session lost their locks with its lease (a

@@ -3,7 +3,6 @@ package watcher
 import (
 	"context"
 	"fmt"
-	"log/slog"
 	"sort"
 	"sync"
 	"time"
@@ -50,9 +49,9 @@ type limits struct {
 
 var defaultLimits = limits{rewatch: rewatchGrace, silence: silenceLimit, probeGrace: probeGrace, probeTimeout: kube.DefaultProbeTimeout}
 
-// apiProbe is what readiness needs of kube.APIProbe.
+// apiProbe is what readiness needs of kube.APIProbe (which the replica
+// runs).
 type apiProbe interface {
-	Run(ctx context.Context, interval time.Duration)
 	Healthy(grace time.Duration) (bool, error)
 }
 
@@ -70,10 +69,7 @@ type apiHealth struct {
 	watches map[string]*watchState
 }
 
-func newAPIHealth(client kubernetes.Interface, l limits, log *slog.Logger) *apiHealth {
-	p := kube.NewAPIProbe(client)
-	p.Timeout = l.probeTimeout
-	p.Outage = kube.NewAPIOutage(log)
+func newAPIHealth(p apiProbe, l limits) *apiHealth {
 	return &apiHealth{probe: p, limits: l, watches: map[string]*watchState{}}
 }
 

@@ -9,7 +9,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"golang.org/x/sync/errgroup"
 	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -20,9 +19,9 @@ import (
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/volplane/volplane/pkg/grpcutil"
-	"github.com/volplane/volplane/pkg/health"
 	"github.com/volplane/volplane/pkg/kube"
 	"github.com/volplane/volplane/pkg/metrics"
+	startup "github.com/volplane/volplane/pkg/replica"
 	watcherv1 "github.com/volplane/volplane/proto/volplane/watcher/v1"
 )
 
@@ -112,119 +111,37 @@ func Run(ctx context.Context, o Options) error {
 	if err := o.validate(); err != nil {
 		return fmt.Errorf("watcher options: %w", err)
 	}
-	client, err := kube.Client(o.RESTConfig, kube.ClientOptions{Kubeconfig: o.Kubeconfig, QPS: o.KubeQPS, Burst: o.KubeBurst, UserAgent: "volplane-watcher"})
-	if err != nil {
-		return err
-	}
-	lis, err := grpcutil.Listen(o.Listen)
-	if err != nil {
-		return err
-	}
-	return serve(ctx, o, client, lis)
+	return serve(ctx, o, nil, nil)
 }
 
-// serve runs the informers and the gRPC server on lis until ctx ends.
+// serve runs the informers and the gRPC server until ctx ends, on client
+// and lis when given (tests), else on those o names.
 func serve(ctx context.Context, o Options, client kubernetes.Interface, lis net.Listener) error {
-	log := o.Logger
-	h := newHub(o.HistorySize)
-	api := newAPIHealth(client, o.limits, log)
-	// Each informer's list and watch calls and streams are observed
-	// (readiness.go): whether its watch is open is what says the view is
-	// current.
-	core, storage := client.CoreV1(), client.StorageV1()
-	pvs := api.informer("PersistentVolume", client, &cache.ListWatch{
-		ListWithContextFunc: func(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
-			return core.PersistentVolumes().List(ctx, opts)
-		},
-		WatchFuncWithContext: core.PersistentVolumes().Watch,
-	}, &corev1.PersistentVolume{}, o.ResyncPeriod)
-	pvcs := api.informer("PersistentVolumeClaim", client, &cache.ListWatch{
-		ListWithContextFunc: func(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
-			return core.PersistentVolumeClaims(metav1.NamespaceAll).List(ctx, opts)
-		},
-		WatchFuncWithContext: core.PersistentVolumeClaims(metav1.NamespaceAll).Watch,
-	}, &corev1.PersistentVolumeClaim{}, o.ResyncPeriod)
-	classes := api.informer("StorageClass", client, &cache.ListWatch{
-		ListWithContextFunc: func(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
-			return storage.StorageClasses().List(ctx, opts)
-		},
-		WatchFuncWithContext: storage.StorageClasses().Watch,
-	}, &storagev1.StorageClass{}, o.ResyncPeriod)
-	// Pods are many and big, and only their use of claims matters: their
-	// informer keeps a slim view of each (slimPod); the others keep each
-	// object as its protobuf (encoded.go).
-	pods := api.informer("Pod", client, &cache.ListWatch{
-		ListWithContextFunc: func(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
-			return core.Pods(metav1.NamespaceAll).List(ctx, opts)
-		},
-		WatchFuncWithContext: core.Pods(metav1.NamespaceAll).Watch,
-	}, &corev1.Pod{}, o.ResyncPeriod)
-	informers := []struct {
-		inf       cache.SharedIndexInformer
-		kind      watcherv1.Kind
-		transform cache.TransformFunc
-	}{
-		{pvs, watcherv1.Kind_KIND_PERSISTENT_VOLUME, transform},
-		{pvcs, watcherv1.Kind_KIND_PERSISTENT_VOLUME_CLAIM, transform},
-		{classes, watcherv1.Kind_KIND_STORAGE_CLASS, transform},
-		{pods, watcherv1.Kind_KIND_POD, slimPod},
-	}
-	for _, reg := range informers {
-		if err := reg.inf.SetTransform(reg.transform); err != nil {
-			return fmt.Errorf("set %v transform: %w", reg.kind, err)
-		}
-		if _, err := reg.inf.AddEventHandler(handler(h, reg.kind, log)); err != nil {
-			return fmt.Errorf("register %v handler: %w", reg.kind, err)
-		}
-	}
-
-	srv, err := grpcutil.NewServer(log, grpcutil.ServerOptions{TLS: o.TLS, Reflection: o.GRPCReflection})
+	r, err := startup.Start(ctx, o.config(client, lis))
 	if err != nil {
 		return err
 	}
-	// NOT_SERVING (not "unknown service") for probes by service name until
-	// the informers have synced.
-	srv.SetServing(false, watcherv1.WatcherService_ServiceDesc.ServiceName)
-	watcherv1.RegisterWatcherServiceServer(srv.Server, &server{hub: h, log: log, stopping: ctx.Done(), marks: o.marks})
-
+	defer r.Close()
+	log := r.Log
+	h := newHub(o.HistorySize)
+	api := newAPIHealth(r.API, o.limits)
+	informers, err := newInformers(r.Client, api, h, o.ResyncPeriod, log)
+	if err != nil {
+		return err
+	}
+	watcherv1.RegisterWatcherServiceServer(r.Server.Server, &server{hub: h, log: log, stopping: ctx.Done(), marks: o.marks})
 	col := &collector{h: h, api: api}
 	if reporting.CompareAndSwap(nil, col) {
 		defer reporting.CompareAndSwap(col, nil)
 	}
-	g, gctx := errgroup.WithContext(ctx)
-	g.Go(func() error { return srv.Serve(gctx, lis, 10*time.Second) })
-	for _, reg := range informers {
-		g.Go(func() error {
-			reg.inf.RunWithContext(gctx)
-			return nil
-		})
-	}
-	log.Info("watcher starting", "listen", lis.Addr().String(), "history", o.HistorySize)
-	var synced atomic.Bool
-	checks := health.New()
-	g.Go(func() error {
-		if !cache.WaitForCacheSync(gctx.Done(), pvs.HasSynced, pvcs.HasSynced, classes.HasSynced, pods.HasSynced) {
-			return nil
-		}
-		h.markSynced()
-		synced.Store(true)
-		checks.Recheck()
-		pv, pvc, sc, pod := h.counts()
-		log.Info("watcher synced", "persistent_volumes", pv, "persistent_volume_claims", pvc, "storage_classes", sc, "pods_with_claims", pod)
-		return nil
-	})
 	// SERVING once the informers have synced and while their view is
 	// current (apiHealth: every informer's watch open, none silent while
 	// the API server does not answer), so that subscribers move to another
 	// watcher (or know that theirs is behind). The stream itself goes on
 	// either way. /readyz on the debug port says the same, check by check.
-	checks.AddReadiness("informers", func() error {
-		if synced.Load() {
-			return nil
-		}
-		return errors.New("volumes, claims, classes and pods are not listed yet")
-	})
-	checks.AddReadiness("api-watches", func() error {
+	var synced atomic.Bool
+	r.Health.AddReadiness("informers", startup.Condition(synced.Load, "volumes, claims, classes and pods are not listed yet"))
+	r.Health.AddReadiness("api-watches", func() error {
 		if !synced.Load() {
 			return nil // the informers' check says it
 		}
@@ -233,30 +150,103 @@ func serve(ctx context.Context, o Options, client kubernetes.Interface, lis net.
 		}
 		return nil
 	})
-	g.Go(func() error {
-		return metrics.Serve(gctx, o.DebugAddress, log, metrics.Handler(checks, metrics.Debug{Pprof: o.EnablePprof}))
-	})
-	g.Go(func() error {
-		checks.Loop(gctx, judgeInterval, func(ready, changed bool, results []health.Result) {
-			if !changed {
-				return
-			}
-			srv.SetServing(ready, watcherv1.WatcherService_ServiceDesc.ServiceName)
-			if ready {
-				log.Info("watcher serving: its view of the API server is current")
-			} else {
-				log.Warn("watcher not serving", "why", health.Summary(results))
-			}
-		})
-		return nil
-	})
-	g.Go(func() error {
-		api.probe.Run(gctx, judgeInterval)
-		return nil
-	})
-	err = g.Wait()
-	log.Info("watcher stopped")
-	return err
+	tasks := []startup.Task{startup.Until(func(ctx context.Context) {
+		if informers.waitForSync(ctx) {
+			h.markSynced()
+			synced.Store(true)
+			r.Health.Recheck()
+			pv, pvc, sc, pod := h.counts()
+			log.Info("watcher synced", "persistent_volumes", pv, "persistent_volume_claims", pvc, "storage_classes", sc, "pods_with_claims", pod)
+		}
+	})}
+	for _, reg := range informers {
+		tasks = append(tasks, startup.Until(reg.inf.RunWithContext))
+	}
+	log.Info("watcher starting", "listen", r.Addr(), "history", o.HistorySize)
+	return r.Run(ctx, tasks...)
+}
+
+// config is the watcher's replica: no etcd, nothing written to the API,
+// and readiness judged from the informers' watches rather than from the
+// API server's probe alone.
+func (o *Options) config(client kubernetes.Interface, lis net.Listener) startup.Config {
+	return startup.Config{
+		Service: Service, RESTConfig: o.RESTConfig, Client: client, Kube: kube.ClientOptions{Kubeconfig: o.Kubeconfig, QPS: o.KubeQPS, Burst: o.KubeBurst},
+		Listen: o.Listen, Listener: lis, DebugAddress: o.DebugAddress, Debug: metrics.Debug{Pprof: o.EnablePprof},
+		TLS: o.TLS, Reflection: o.GRPCReflection, Log: o.Logger,
+		ReadOnly: true, ProbeTimeout: o.limits.probeTimeout, OwnAPICheck: true,
+		Readiness: startup.Readiness{Every: judgeInterval, Services: []string{watcherv1.WatcherService_ServiceDesc.ServiceName},
+			Ready: "watcher serving: its view of the API server is current", NotReady: "watcher not serving"},
+	}
+}
+
+// informer is one of the watcher's informers, the kind of its events and
+// how it slims its objects.
+type informer struct {
+	inf       cache.SharedIndexInformer
+	kind      watcherv1.Kind
+	transform cache.TransformFunc
+}
+
+type informerSet []informer
+
+// waitForSync waits until every informer has synced (true) or ctx ends.
+func (s informerSet) waitForSync(ctx context.Context) bool {
+	synced := make([]cache.InformerSynced, len(s))
+	for i, reg := range s {
+		synced[i] = reg.inf.HasSynced
+	}
+	return cache.WaitForCacheSync(ctx.Done(), synced...)
+}
+
+// newInformers makes the informers on volumes, claims, classes and pods,
+// each feeding h. Each informer's list and watch calls and streams are
+// observed by api (readiness.go): whether its watch is open is what says
+// the view is current.
+func newInformers(client kubernetes.Interface, api *apiHealth, h *hub, resync time.Duration, log *slog.Logger) (informerSet, error) {
+	core, storage := client.CoreV1(), client.StorageV1()
+	pvs := api.informer("PersistentVolume", client, &cache.ListWatch{
+		ListWithContextFunc: func(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
+			return core.PersistentVolumes().List(ctx, opts)
+		},
+		WatchFuncWithContext: core.PersistentVolumes().Watch,
+	}, &corev1.PersistentVolume{}, resync)
+	pvcs := api.informer("PersistentVolumeClaim", client, &cache.ListWatch{
+		ListWithContextFunc: func(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
+			return core.PersistentVolumeClaims(metav1.NamespaceAll).List(ctx, opts)
+		},
+		WatchFuncWithContext: core.PersistentVolumeClaims(metav1.NamespaceAll).Watch,
+	}, &corev1.PersistentVolumeClaim{}, resync)
+	classes := api.informer("StorageClass", client, &cache.ListWatch{
+		ListWithContextFunc: func(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
+			return storage.StorageClasses().List(ctx, opts)
+		},
+		WatchFuncWithContext: storage.StorageClasses().Watch,
+	}, &storagev1.StorageClass{}, resync)
+	// Pods are many and big, and only their use of claims matters: their
+	// informer keeps a slim view of each (slimPod); the others keep each
+	// object as its protobuf (encoded.go).
+	pods := api.informer("Pod", client, &cache.ListWatch{
+		ListWithContextFunc: func(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
+			return core.Pods(metav1.NamespaceAll).List(ctx, opts)
+		},
+		WatchFuncWithContext: core.Pods(metav1.NamespaceAll).Watch,
+	}, &corev1.Pod{}, resync)
+	set := informerSet{
+		{pvs, watcherv1.Kind_KIND_PERSISTENT_VOLUME, transform},
+		{pvcs, watcherv1.Kind_KIND_PERSISTENT_VOLUME_CLAIM, transform},
+		{classes, watcherv1.Kind_KIND_STORAGE_CLASS, transform},
+		{pods, watcherv1.Kind_KIND_POD, slimPod},
+	}
+	for _, reg := range set {
+		if err := reg.inf.SetTransform(reg.transform); err != nil {
+			return nil, fmt.Errorf("set %v transform: %w", reg.kind, err)
+		}
+		if _, err := reg.inf.AddEventHandler(handler(h, reg.kind, log)); err != nil {
+			return nil, fmt.Errorf("register %v handler: %w", reg.kind, err)
+		}
+	}
+	return set, nil
 }
 
 // handler feeds one informer into the hub. Pods that use no claim are
