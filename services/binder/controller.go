@@ -123,7 +123,7 @@ func newController(log *slog.Logger, client kubernetes.Interface, recorder recor
 		claimQueue:  newQueue("claims", limiter()),
 		volumeQueue: newQueue("volumes", limiter()),
 		syncedCh:    make(chan struct{}),
-		provisions:  newProvisions(DefaultProvisionCalls),
+		provisions:  newProvisions(DefaultProvisionCalls, DefaultRetryIntervalStart, DefaultRetryIntervalMax),
 		releases:    make(chan queuedRelease, 4096),
 		unreleased:  map[string]string{},
 		linger:      releaseLinger,
