@@ -36,7 +36,7 @@ func TestOptionsValidate(t *testing.T) {
 		{"negative retry interval max", func(o *Options) { o.RetryIntervalMax = -time.Second }, []string{"--retry-interval-max"}},
 		{"retry interval max below start", func(o *Options) { o.RetryIntervalStart, o.RetryIntervalMax = time.Minute, time.Second }, []string{"--retry-interval-max", "--retry-interval-start"}},
 		{"retry interval max below the default start", func(o *Options) { o.RetryIntervalMax = 500 * time.Millisecond }, []string{"--retry-interval-max"}},
-		{"retry intervals set", func(o *Options) { o.RetryIntervalStart, o.RetryIntervalMax = 200 * time.Millisecond, time.Minute }, nil},
+		{"retry intervals set", func(o *Options) { o.RetryIntervalStart, o.RetryIntervalMax = 200*time.Millisecond, time.Minute }, nil},
 		{"negative resync", func(o *Options) { o.ResyncPeriod = -time.Second }, []string{"--resync-period"}},
 		{"negative ownership settle", func(o *Options) { o.OwnershipSettle = -time.Second }, []string{"--ownership-settle"}},
 		{"unreachable by its peers", func(o *Options) { o.Listen = ":7702" }, []string{"--advertise-address"}},
