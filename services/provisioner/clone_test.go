@@ -20,7 +20,9 @@ func TestReleaseCloneSources(t *testing.T) {
 		}
 		return c
 	}
-	protected := func(c *corev1.PersistentVolumeClaim) { c.Finalizers = []string{"kubernetes.io/pvc-protection", finalizerCloneProtection} }
+	protected := func(c *corev1.PersistentVolumeClaim) {
+		c.Finalizers = []string{"kubernetes.io/pvc-protection", finalizerCloneProtection}
+	}
 	deleting := func(c *corev1.PersistentVolumeClaim) { c.DeletionTimestamp = &now }
 	pending := func(c *corev1.PersistentVolumeClaim) { c.Status.Phase = corev1.ClaimPending }
 	cloneOf := func(src string) func(*corev1.PersistentVolumeClaim) {
