@@ -40,7 +40,7 @@ func checkCloneVolumeMode(claim *corev1.PersistentVolumeClaim, source *corev1.Pe
 // protectCloneSource puts the cloning-protection finalizer on a clone's
 // source claim, right before the driver is asked to copy it.
 func protectCloneSource(ctx context.Context, c kubernetes.Interface, src *corev1.PersistentVolumeClaim) error {
-	if slices.Contains(src.Finalizers, finalizerCloneProtection) {
+	if slices.Contains(src.Finalizers, finalizerCloneProtection) || planning(ctx) {
 		return nil
 	}
 	clone := src.DeepCopy()

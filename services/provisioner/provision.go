@@ -241,6 +241,7 @@ func (p *provisioner) provision(ctx context.Context, claim *corev1.PersistentVol
 		// The PV exists: whoever recovers the record sees it and finishes.
 		p.log.Warn("finish journal record", logging.Claim(claim), "volume", name, "error", err)
 	}
+	p.sources.releaseSnapshot(ctx, p.log, claim)
 	recorder.Eventf(claim, corev1.EventTypeNormal, kube.EventProvisioningSucceeded, "Successfully provisioned volume %s", name)
 	p.log.Info("provisioned", logging.Claim(claim), "volume", name, "handle", resp.GetVolume().GetVolumeId(), "attempts", op.Attempts)
 	return result{outcome: provisionerv1.Outcome_OUTCOME_FINISHED, volume: pv}, nil

@@ -86,6 +86,15 @@ type Options struct {
 	// volplane_provisioner_orphans (orphans.go); default
 	// DefaultOrphanScanPeriod, negative never (only ListOrphans does).
 	OrphanScanPeriod time.Duration
+	// FeatureGates are external-provisioner's gates this provisioner knows
+	// (--feature-gates; featuregates.go): CrossNamespaceVolumeDataSource.
+	FeatureGates FeatureGates
+	// SnapshotOrphanSweepInterval is how often the snapshot-as-source
+	// finalizers that no restore needs any more are removed
+	// (snapshotprotection.go), as external-provisioner's
+	// --snapshot-orphan-sweep-interval; 0 disables the sweep, as there
+	// (the flag defaults to DefaultSnapshotOrphanSweepInterval).
+	SnapshotOrphanSweepInterval time.Duration
 	// WatcherAddress is the gRPC address of the watcher service, or of
 	// several watcher replicas, comma-separated. When set, claims and
 	// StorageClasses come from the watcher's stream (one replica at a time,
@@ -144,6 +153,9 @@ func (o *Options) validate() error {
 		case *d.v == 0:
 			*d.v = d.def
 		}
+	}
+	if o.SnapshotOrphanSweepInterval < 0 {
+		errs = append(errs, fmt.Errorf("--snapshot-orphan-sweep-interval must not be negative, got %s", o.SnapshotOrphanSweepInterval))
 	}
 	if err := o.Capacity.validate(); err != nil {
 		errs = append(errs, err)
@@ -237,7 +249,7 @@ func Run(ctx context.Context, o Options) error {
 	p := &provisioner{
 		log: log, member: o.MemberID, client: client, journal: co, session: co.Ready, drivers: reg,
 		nodes:   listers{nodeLister, csiNodeLister},
-		sources: sources{client: client, dynamic: dyn},
+		sources: sources{client: client, dynamic: dyn, crossNamespace: o.FeatureGates.Enabled(GateCrossNamespaceVolumeDataSource)},
 		events:  recorders(r.Events),
 		prefix:  o.VolumeNamePrefix, defaultFSType: o.DefaultFSType, strictTopology: o.StrictTopology, extraMetadata: o.ExtraCreateMetadata,
 		timeout: o.Timeout, now: time.Now, inflight: map[string]bool{}, instance: newInstance(time.Now()),
@@ -259,7 +271,7 @@ func Run(ctx context.Context, o Options) error {
 		return errors.New("nodes and CSINodes (and, without a watcher, claims and classes) are not listed yet")
 	})
 	r.Health.AddReadiness("csi-drivers", reg.check)
-	log.Info("provisioner starting", "member", o.MemberID, "listen", r.Addr(), "csi_endpoints", o.CSIEndpoints, "watcher", o.WatcherAddress)
+	log.Info("provisioner starting", "feature_gates", o.FeatureGates.String(), "member", o.MemberID, "listen", r.Addr(), "csi_endpoints", o.CSIEndpoints, "watcher", o.WatcherAddress)
 
 	tasks := []func(context.Context) error{
 		func(ctx context.Context) error {
@@ -310,6 +322,13 @@ func Run(ctx context.Context, o Options) error {
 			return nil
 		},
 		func(ctx context.Context) error { p.orphanLoop(ctx, o.OrphanScanPeriod, reg.probed); return nil },
+	}
+	if o.SnapshotOrphanSweepInterval > 0 {
+		sweeper := &snapshotSweeper{log: log, client: client, dynamic: dyn, claims: corelisters.NewPersistentVolumeClaimLister(objs.claims)}
+		tasks = append(tasks, func(ctx context.Context) error {
+			sweeper.run(ctx, objs.claimsSynced, objs.current, o.SnapshotOrphanSweepInterval)
+			return nil
+		})
 	}
 	if s := objs.stream; s != nil {
 		tasks = append(tasks,
