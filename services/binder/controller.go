@@ -59,6 +59,10 @@ type controller struct {
 	reclaimer    reclaimer    // nil: Released volumes wait for another reclaimer
 	provisioner  provisioner  // nil: every class is left to external provisioners
 	provisions   *provisions  // the provisioner's calls in flight and finished
+	// served: the drivers the provisioner serves, for the
+	// external-provisioner finalizer of their volumes
+	// (reclaimfinalizer.go); nil: none.
+	served servedNow
 	// refused: the volumes whose hand-off the reclaimer refused
 	// (handoff.go), looked at again when their claim changes.
 	refused refusals

@@ -206,6 +206,7 @@ func Run(ctx context.Context, o Options) error {
 		defer cc.Close()
 		pc := newProvisionerClient(provisionerv1.NewProvisionerServiceClient(cc), log)
 		c.provisioner = gatedProvisioner{provisioner: pc, c: c}
+		c.served = pc
 		prov = pc
 	}
 
