@@ -60,6 +60,12 @@ const (
 	// The claim was bound, and its volume is bound to another claim: phase
 	// Lost, event ClaimMisbound.
 	Decision_DECISION_MISBOUND Decision = 11
+	// The claim has the namespace and name of the claim a Released volume
+	// (would_bind) last served, and the volume's rebind policy
+	// (volplane.io/rebind-released: SameClaimName, on the volume or its
+	// StorageClass; only for reclaim policy Retain) lets the binder bind the
+	// volume to this claim, with its data: events VolumeRebound on both.
+	Decision_DECISION_REBIND Decision = 12
 )
 
 // Enum value maps for Decision.
@@ -77,6 +83,7 @@ var (
 		9:  "DECISION_VOLUME_TAKEN",
 		10: "DECISION_LOST",
 		11: "DECISION_MISBOUND",
+		12: "DECISION_REBIND",
 	}
 	Decision_value = map[string]int32{
 		"DECISION_UNSPECIFIED":             0,
@@ -91,6 +98,7 @@ var (
 		"DECISION_VOLUME_TAKEN":            9,
 		"DECISION_LOST":                    10,
 		"DECISION_MISBOUND":                11,
+		"DECISION_REBIND":                  12,
 	}
 )
 
@@ -2569,7 +2577,7 @@ const file_volplane_binder_v1_binder_proto_rawDesc = "" +
 	"\x10total_candidates\x18\x06 \x01(\x05R\x0ftotalCandidates\x12&\n" +
 	"\x0fnext_page_token\x18\a \x01(\tR\rnextPageToken\x12D\n" +
 	"\fprovisioning\x18\b \x01(\v2 .volplane.binder.v1.ProvisioningR\fprovisioning\x12N\n" +
-	"\rcreate_volume\x18\t \x01(\v2).volplane.provisioner.v1.CreateVolumePlanR\fcreateVolume*\xc3\x02\n" +
+	"\rcreate_volume\x18\t \x01(\v2).volplane.provisioner.v1.CreateVolumePlanR\fcreateVolume*\xd8\x02\n" +
 	"\bDecision\x12\x18\n" +
 	"\x14DECISION_UNSPECIFIED\x10\x00\x12\x12\n" +
 	"\x0eDECISION_BOUND\x10\x01\x12\x11\n" +
@@ -2583,7 +2591,8 @@ const file_volplane_binder_v1_binder_proto_rawDesc = "" +
 	"\x15DECISION_VOLUME_TAKEN\x10\t\x12\x11\n" +
 	"\rDECISION_LOST\x10\n" +
 	"\x12\x15\n" +
-	"\x11DECISION_MISBOUND\x10\v*\xc1\x02\n" +
+	"\x11DECISION_MISBOUND\x10\v\x12\x13\n" +
+	"\x0fDECISION_REBIND\x10\f*\xc1\x02\n" +
 	"\x04Rule\x12\x14\n" +
 	"\x10RULE_UNSPECIFIED\x10\x00\x12\x16\n" +
 	"\x12RULE_STORAGE_CLASS\x10\x01\x12 \n" +
