@@ -60,6 +60,10 @@ type controller struct {
 	reclaimer    reclaimer    // nil: Released volumes wait for another reclaimer
 	provisioner  provisioner  // nil: every class is left to external provisioners
 	provisions   *provisions  // the provisioner's calls in flight and finished
+	// served: the drivers the provisioner serves, for the
+	// external-provisioner finalizer of their volumes
+	// (reclaimfinalizer.go); nil: none.
+	served servedNow
 	// refused: the volumes whose hand-off the reclaimer refused
 	// (handoff.go), looked at again when their claim changes.
 	refused refusals
@@ -126,7 +130,7 @@ func newController(log *slog.Logger, client kubernetes.Interface, recorder recor
 		claimQueue:  newQueue("claims", limiter()),
 		volumeQueue: newQueue("volumes", limiter()),
 		syncedCh:    make(chan struct{}),
-		provisions:  newProvisions(DefaultProvisionCalls),
+		provisions:  newProvisions(DefaultProvisionCalls, DefaultRetryIntervalStart, DefaultRetryIntervalMax),
 		releases:    make(chan queuedRelease, 4096),
 		unreleased:  map[string]string{},
 		linger:      releaseLinger,

@@ -148,10 +148,14 @@ type provisionOutcome struct {
 	err error
 }
 
-func newProvisions(slots int) *provisions {
+// newProvisions bounds the calls in flight to slots; a claim whose call
+// did not finish waits start before the next, twice as long after each
+// further failure, at most max (external-provisioner's
+// --retry-interval-start and --retry-interval-max).
+func newProvisions(slots int, start, max time.Duration) *provisions {
 	return &provisions{
 		slots:     make(chan struct{}, slots),
-		backoff:   workqueue.NewTypedItemExponentialFailureRateLimiter[string](100*time.Millisecond, 5*time.Minute),
+		backoff:   workqueue.NewTypedItemExponentialFailureRateLimiter[string](start, max),
 		running:   map[string]bool{},
 		results:   map[string]provisionOutcome{},
 		notBefore: map[string]time.Time{},

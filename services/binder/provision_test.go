@@ -105,7 +105,7 @@ func TestProvisioningRunsOffTheWorkers(t *testing.T) {
 }
 
 func TestAProvisioningResultIsForItsClaimUIDOnly(t *testing.T) {
-	p := newProvisions(1)
+	p := newProvisions(1, DefaultRetryIntervalStart, DefaultRetryIntervalMax)
 	done := make(chan string, 1)
 	p.start(t.Context(), "ns/data", types.UID("old"), func(context.Context) (provisionResult, error) {
 		return provisionResult{outcome: provisionerv1.Outcome_OUTCOME_FINISHED}, nil
@@ -167,4 +167,61 @@ func TestServesWaitsOnlyForTheFirstAnswer(t *testing.T) {
 	}
 	// The refresh of a stale answer in the background, without blocking
 	// the caller, is pkg/served's (TestStaleAnswersAtOnceAndRefreshesBehind).
+}
+
+// The waits between provisioning attempts of a claim are
+// external-provisioner's: --retry-interval-start, doubled per failure, at
+// most --retry-interval-max; per claim; a finished call starts over.
+func TestProvisioningRetriesBackOffAsExternalProvisioner(t *testing.T) {
+	for _, tc := range []struct {
+		name       string
+		start, max time.Duration
+		want       []time.Duration
+	}{
+		{"defaults", DefaultRetryIntervalStart, DefaultRetryIntervalMax, []time.Duration{
+			time.Second, 2 * time.Second, 4 * time.Second, 8 * time.Second, 16 * time.Second, 32 * time.Second,
+			64 * time.Second, 128 * time.Second, 256 * time.Second, 5 * time.Minute, 5 * time.Minute}},
+		{"flags", 250 * time.Millisecond, 2 * time.Second, []time.Duration{
+			250 * time.Millisecond, 500 * time.Millisecond, time.Second, 2 * time.Second, 2 * time.Second}},
+		{"start equals max", 3 * time.Second, 3 * time.Second, []time.Duration{3 * time.Second, 3 * time.Second}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := newProvisions(1, tc.start, tc.max)
+			for i, want := range tc.want {
+				if got := p.retry("ns/a"); got != want {
+					t.Fatalf("wait %d: %s, want %s", i+1, got, want)
+				}
+			}
+			if got := p.retry("ns/b"); got != tc.start {
+				t.Errorf("another claim's first wait: %s, want %s", got, tc.start)
+			}
+			p.finished("ns/a")
+			if got := p.retry("ns/a"); got != tc.start {
+				t.Errorf("first wait after a finished call: %s, want %s", got, tc.start)
+			}
+		})
+	}
+}
+
+// Over 15 s of a claim that always fails, the defaults allow 5 attempts
+// (at 0, 1, 3, 7 and 15 s), as external-provisioner sends 5
+// ProvisioningFailed events; the old 100 ms start allowed 9.
+func TestProvisioningAttemptsIn15sWithTheDefaults(t *testing.T) {
+	attempts := func(start time.Duration) int {
+		p := newProvisions(1, start, DefaultRetryIntervalMax)
+		n, at := 1, time.Duration(0)
+		for {
+			at += p.retry("ns/a")
+			if at > 15*time.Second {
+				return n
+			}
+			n++
+		}
+	}
+	if got := attempts(DefaultRetryIntervalStart); got != 5 {
+		t.Errorf("attempts in 15s with the defaults: %d, want 5", got)
+	}
+	if got := attempts(100 * time.Millisecond); got != 8 {
+		t.Errorf("attempts in 15s from 100ms: %d, want 8", got)
+	}
 }

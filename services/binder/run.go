@@ -49,6 +49,12 @@ type Options struct {
 	// ProvisionCalls bounds the provisioner calls in flight (they run off
 	// the workers, so a hanging driver never holds a worker).
 	ProvisionCalls int
+	// RetryIntervalStart is how long a claim whose provisioning failed
+	// waits before the next attempt; the wait doubles with each further
+	// failure up to RetryIntervalMax (external-provisioner's
+	// --retry-interval-start and --retry-interval-max); 0 means the
+	// defaults.
+	RetryIntervalStart, RetryIntervalMax time.Duration
 	// ResyncPeriod is how often every object is synced again; 0 disables.
 	ResyncPeriod time.Duration
 	// OwnershipSettle is how long the replica waits before acting on an
@@ -77,6 +83,14 @@ const DefaultKubeQPS = 1000
 // flight: each holds its slot through a CSI call and the provisioner's
 // journal and PV writes.
 const DefaultProvisionCalls = 128
+
+// DefaultRetryIntervalStart and DefaultRetryIntervalMax are
+// external-provisioner's defaults of --retry-interval-start and
+// --retry-interval-max.
+const (
+	DefaultRetryIntervalStart = time.Second
+	DefaultRetryIntervalMax   = 5 * time.Minute
+)
 
 // DefaultResyncPeriod is how often every object is synced again, as in
 // kube-controller-manager.
@@ -127,6 +141,21 @@ func (o *Options) validate() error {
 	}
 	if o.ProvisionCalls == 0 {
 		o.ProvisionCalls = DefaultProvisionCalls
+	}
+	switch {
+	case o.RetryIntervalStart < 0:
+		errs = append(errs, fmt.Errorf("retry interval start must not be negative, got %s (--retry-interval-start)", o.RetryIntervalStart))
+	case o.RetryIntervalStart == 0:
+		o.RetryIntervalStart = DefaultRetryIntervalStart
+	}
+	switch {
+	case o.RetryIntervalMax < 0:
+		errs = append(errs, fmt.Errorf("retry interval max must not be negative, got %s (--retry-interval-max)", o.RetryIntervalMax))
+	case o.RetryIntervalMax == 0:
+		o.RetryIntervalMax = DefaultRetryIntervalMax
+	}
+	if o.RetryIntervalStart > 0 && o.RetryIntervalMax > 0 && o.RetryIntervalMax < o.RetryIntervalStart {
+		errs = append(errs, fmt.Errorf("--retry-interval-max (%s) must not be below --retry-interval-start (%s)", o.RetryIntervalMax, o.RetryIntervalStart))
 	}
 	if o.ForeignBinderManagers == nil {
 		o.ForeignBinderManagers = DefaultForeignBinderManagers
@@ -202,7 +231,7 @@ func newWiredController(r *replica.Replica, o Options) (c *controller, prov prov
 	if len(o.ForeignBinderManagers) > 0 {
 		c.foreign = newForeignBinders(o.ForeignBinderManagers, r.Client, r.Recorder, r.Log)
 	}
-	c.provisions = newProvisions(o.ProvisionCalls)
+	c.provisions = newProvisions(o.ProvisionCalls, o.RetryIntervalStart, o.RetryIntervalMax)
 	c.feed = &feed{staleAfter: o.StaleAfter}
 	c.reservations = r.Coord
 	c.journal = r.Coord
@@ -223,6 +252,7 @@ func newWiredController(r *replica.Replica, o Options) (c *controller, prov prov
 		conns = append(conns, cc)
 		pc := newProvisionerClient(provisionerv1.NewProvisionerServiceClient(cc), r.Log)
 		c.provisioner = gatedProvisioner{provisioner: pc, c: c}
+		c.served = pc
 		prov = pc // a nil interface when there is no provisioner
 	}
 	return c, prov, closeClients, nil

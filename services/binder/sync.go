@@ -75,6 +75,9 @@ func (c *controller) syncVolume(ctx context.Context, volume *corev1.PersistentVo
 	if err != nil {
 		return err
 	}
+	if volume, err = c.annealReclaimFinalizer(ctx, volume); err != nil {
+		return err
+	}
 	ref := volume.Spec.ClaimRef
 	if ref == nil || ref.UID == "" {
 		// Unused, or pre-bound by a user to a claim that will bind it.

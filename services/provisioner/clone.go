@@ -18,8 +18,9 @@ import (
 	"github.com/volplane/volplane/pkg/logging"
 )
 
-// finalizerCloneProtection keeps a claim that a clone is being made from
-// until no Pending claim clones it, as external-provisioner's.
+// finalizerCloneProtection is put on a claim a clone is made from, and
+// kept, as external-provisioner's, until the claim is being deleted and no
+// Pending claim clones it.
 const finalizerCloneProtection = "provisioner.storage.kubernetes.io/cloning-protection"
 
 // checkCloneVolumeMode refuses a clone whose volume mode differs from its
@@ -39,7 +40,7 @@ func checkCloneVolumeMode(claim *corev1.PersistentVolumeClaim, source *corev1.Pe
 // protectCloneSource puts the cloning-protection finalizer on a clone's
 // source claim, right before the driver is asked to copy it.
 func protectCloneSource(ctx context.Context, c kubernetes.Interface, src *corev1.PersistentVolumeClaim) error {
-	if slices.Contains(src.Finalizers, finalizerCloneProtection) {
+	if slices.Contains(src.Finalizers, finalizerCloneProtection) || planning(ctx) {
 		return nil
 	}
 	clone := src.DeepCopy()
@@ -51,9 +52,11 @@ func protectCloneSource(ctx context.Context, c kubernetes.Interface, src *corev1
 }
 
 // cloneProtection removes the cloning-protection finalizer from claims
-// that no Pending claim clones any more (external-provisioner's
-// CloningProtectionController), on every claim change that may end a
-// clone and every period.
+// being deleted that no Pending claim clones any more, as
+// external-provisioner v6.3.0's CloningProtectionController: a source
+// that is not being deleted keeps it, however many of its clones are
+// done. Sweeps run on every claim change that may end a clone or start a
+// deletion, and every period.
 type cloneProtection struct {
 	log    *slog.Logger
 	client kubernetes.Interface
@@ -108,23 +111,14 @@ func (p *cloneProtection) run(ctx context.Context, synced, current func() bool, 
 	}
 }
 
-// sweep removes the finalizer from every protected claim without a
-// Pending clone.
+// sweep removes the finalizer from every protected claim that
+// releaseCloneSources allows.
 func (p *cloneProtection) sweep(ctx context.Context) {
 	all, err := p.claims.List(labels.Everything())
 	if err != nil {
 		return
 	}
-	cloning := map[string]bool{}
-	for _, c := range all {
-		if isClone(c) && c.Status.Phase == corev1.ClaimPending {
-			cloning[c.Namespace+"/"+c.Spec.DataSource.Name] = true
-		}
-	}
-	for _, c := range all {
-		if !slices.Contains(c.Finalizers, finalizerCloneProtection) || cloning[c.Namespace+"/"+c.Name] {
-			continue
-		}
+	for _, c := range releaseCloneSources(all) {
 		clone := c.DeepCopy()
 		clone.Finalizers = slices.DeleteFunc(clone.Finalizers, func(f string) bool { return f == finalizerCloneProtection })
 		if _, err := p.client.CoreV1().PersistentVolumeClaims(c.Namespace).Update(ctx, clone, metav1.UpdateOptions{}); err != nil && !apierrors.IsNotFound(err) {
@@ -132,4 +126,26 @@ func (p *cloneProtection) sweep(ctx context.Context) {
 			p.log.Debug("remove cloning protection", logging.Claim(c), "error", err)
 		}
 	}
+}
+
+// releaseCloneSources are the claims of all whose cloning-protection
+// finalizer goes, by external-provisioner's rule: the claim is being
+// deleted (deletionTimestamp set) and no claim of its namespace whose
+// spec.dataSource names it is Pending. As upstream, only spec.dataSource
+// counts: a clone from another namespace (dataSourceRef with a namespace,
+// CrossNamespaceVolumeDataSource) does not hold its source.
+func releaseCloneSources(all []*corev1.PersistentVolumeClaim) []*corev1.PersistentVolumeClaim {
+	cloning := map[string]bool{}
+	for _, c := range all {
+		if isClone(c) && c.Status.Phase == corev1.ClaimPending {
+			cloning[c.Namespace+"/"+c.Spec.DataSource.Name] = true
+		}
+	}
+	var out []*corev1.PersistentVolumeClaim
+	for _, c := range all {
+		if c.DeletionTimestamp != nil && slices.Contains(c.Finalizers, finalizerCloneProtection) && !cloning[c.Namespace+"/"+c.Name] {
+			out = append(out, c)
+		}
+	}
+	return out
 }

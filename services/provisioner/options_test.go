@@ -44,6 +44,8 @@ func TestOptionsValidate(t *testing.T) {
 			[]string{"--watcher-stale-after", "at least 2s"}},
 		{"negative timeout", func(o *Options) { o.Timeout = -time.Second }, []string{"--timeout"}},
 		{"negative recovery period", func(o *Options) { o.RecoveryPeriod = -time.Second }, []string{"--recovery-period"}},
+		{"negative snapshot orphan sweep interval", func(o *Options) { o.SnapshotOrphanSweepInterval = -time.Second }, []string{"--snapshot-orphan-sweep-interval"}},
+		{"snapshot orphan sweep off", func(o *Options) { o.SnapshotOrphanSweepInterval = 0 }, nil},
 		{"negative probe period", func(o *Options) { o.ProbePeriod = -time.Second }, []string{"--probe-period"}},
 		{"bad volume name prefix", func(o *Options) { o.VolumeNamePrefix = "Bad/Prefix" }, []string{"--volume-name-prefix"}},
 		{"capacity without a namespace", func(o *Options) { o.Capacity.Enabled = true }, []string{"--capacity-namespace"}},

@@ -73,7 +73,7 @@ func (p *provisioner) plan(ctx context.Context, claim *corev1.PersistentVolumeCl
 	if secrets, err = p.secretRefs(class, claim, spec.name); err != nil {
 		return d, nil, nil, err
 	}
-	if req, err = p.createRequest(ctx, d, claim, class, spec); err != nil {
+	if req, err = p.createRequest(forPlan(ctx), d, claim, class, spec); err != nil {
 		return d, nil, nil, err
 	}
 	return d, req, secrets, nil

@@ -282,6 +282,7 @@ func (p *provisioner) finish(ctx context.Context, a *attempt, vol *csi.Volume) (
 		// The PV exists: whoever recovers the record sees it and finishes.
 		p.log.Warn("finish journal record", logging.Claim(a.claim), "volume", a.name, "error", err)
 	}
+	p.sources.releaseSnapshot(ctx, p.log, a.claim)
 	a.recorder.Eventf(a.claim, corev1.EventTypeNormal, kube.EventProvisioningSucceeded, "Successfully provisioned volume %s", a.name)
 	p.log.Info("provisioned", logging.Claim(a.claim), "volume", a.name, "handle", vol.GetVolumeId(), "attempts", a.op.Attempts)
 	return result{outcome: provisionerv1.Outcome_OUTCOME_FINISHED, volume: pv}, nil

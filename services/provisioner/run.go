@@ -87,6 +87,15 @@ type Options struct {
 	// volplane_provisioner_orphans (package orphans); default
 	// DefaultOrphanScanPeriod, negative never (only ListOrphans does).
 	OrphanScanPeriod time.Duration
+	// FeatureGates are external-provisioner's gates this provisioner knows
+	// (--feature-gates; featuregates.go): CrossNamespaceVolumeDataSource.
+	FeatureGates FeatureGates
+	// SnapshotOrphanSweepInterval is how often the snapshot-as-source
+	// finalizers that no restore needs any more are removed
+	// (snapshotprotection.go), as external-provisioner's
+	// --snapshot-orphan-sweep-interval; 0 disables the sweep, as there
+	// (the flag defaults to DefaultSnapshotOrphanSweepInterval).
+	SnapshotOrphanSweepInterval time.Duration
 	// WatcherAddress is the gRPC address of the watcher service, or of
 	// several watcher replicas, comma-separated. When set, the claim and
 	// StorageClass cache (cache.go) is fed by the watcher's stream (one
@@ -146,6 +155,9 @@ func (o *Options) validate() error {
 		case *d.v == 0:
 			*d.v = d.def
 		}
+	}
+	if o.SnapshotOrphanSweepInterval < 0 {
+		errs = append(errs, fmt.Errorf("--snapshot-orphan-sweep-interval must not be negative, got %s", o.SnapshotOrphanSweepInterval))
 	}
 	if err := o.Capacity.Validate(); err != nil {
 		errs = append(errs, err)
@@ -229,8 +241,8 @@ func Run(ctx context.Context, o Options) error {
 	var informersSynced atomic.Bool
 	r.Health.AddReadiness("informers", replica.Condition(informersSynced.Load, "nodes and CSINodes (and, without a watcher, claims and classes) are not listed yet"))
 	r.Health.AddReadiness("csi-drivers", reg.check)
-	r.Log.Info("provisioner starting", "member", o.MemberID, "listen", r.Addr(), "csi_endpoints", o.CSIEndpoints, "watcher", o.WatcherAddress)
-	return r.Run(ctx,
+	r.Log.Info("provisioner starting", "feature_gates", o.FeatureGates.String(), "member", o.MemberID, "listen", r.Addr(), "csi_endpoints", o.CSIEndpoints, "watcher", o.WatcherAddress)
+	tasks := []func(context.Context) error{
 		replica.Until(func(ctx context.Context) { reg.probeLoop(ctx, o.ProbePeriod) }),
 		replica.Until(func(ctx context.Context) { informersSynced.Store(allSynced(factory.WaitForCacheSync(ctx.Done()))) }),
 		replica.Until(func(ctx context.Context) { p.recoveryLoop(ctx, o.RecoveryPeriod, reg.probed) }),
@@ -242,7 +254,15 @@ func Run(ctx context.Context, o Options) error {
 		}),
 		replica.Until(func(ctx context.Context) { api.orphans.Loop(ctx, o.OrphanScanPeriod, reg.probed) }),
 		feed.run,
-		replica.Until(func(ctx context.Context) { objs.report(ctx, r.Log, feed) }))
+		replica.Until(func(ctx context.Context) { objs.report(ctx, r.Log, feed) }),
+	}
+	if o.SnapshotOrphanSweepInterval > 0 {
+		sweeper := &snapshotSweeper{log: r.Log, client: r.Client, dynamic: p.sources.dynamic, claims: corelisters.NewPersistentVolumeClaimLister(objs.claims)}
+		tasks = append(tasks, replica.Until(func(ctx context.Context) {
+			sweeper.run(ctx, objs.hasSynced, objs.current, o.SnapshotOrphanSweepInterval)
+		}))
+	}
+	return r.Run(ctx, tasks...)
 }
 
 // newDrivers is the registry of the CSI drivers of o, dialed, and the
@@ -311,7 +331,7 @@ func newProvisionerOf(r *replica.Replica, o Options, reg *registry, nodes lister
 	return &provisioner{
 		log: r.Log, member: o.MemberID, client: r.Client, journal: r.Coord, session: r.Coord.Ready, drivers: reg,
 		nodes:   nodes,
-		sources: sources{client: r.Client, dynamic: dyn},
+		sources: sources{client: r.Client, dynamic: dyn, crossNamespace: o.FeatureGates.Enabled(GateCrossNamespaceVolumeDataSource)},
 		events:  recorders(r.Events),
 		prefix:  o.VolumeNamePrefix, defaultFSType: o.DefaultFSType, strictTopology: o.StrictTopology, extraMetadata: o.ExtraCreateMetadata,
 		timeout: o.Timeout, now: time.Now, inflight: map[string]bool{}, instance: newInstance(time.Now()),

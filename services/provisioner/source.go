@@ -3,6 +3,7 @@ package provisioner
 import (
 	"context"
 	"fmt"
+	"slices"
 
 	csi "github.com/container-storage-interface/spec/lib/go/csi"
 	corev1 "k8s.io/api/core/v1"
@@ -28,17 +29,22 @@ var (
 type sources struct {
 	client  kubernetes.Interface
 	dynamic dynamic.Interface // nil: no VolumeSnapshot support
+	// crossNamespace is the CrossNamespaceVolumeDataSource gate
+	// (crossns.go).
+	crossNamespace bool
 }
 
 // contentSource returns nil for a claim without a data source. Its errors
 // are final: the claim must change (or the source become ready) first.
 func (s sources) contentSource(ctx context.Context, claim *corev1.PersistentVolumeClaim, d *driver) (*csi.VolumeContentSource, error) {
 	var group, kind, name string
+	ns := claim.Namespace
 	switch {
 	case claim.Spec.DataSourceRef != nil:
 		ref := claim.Spec.DataSourceRef
-		if ref.Namespace != nil && *ref.Namespace != "" && *ref.Namespace != claim.Namespace {
-			return nil, fmt.Errorf("dataSourceRef in another namespace (%q) is not supported", *ref.Namespace)
+		var err error
+		if ns, err = s.sourceNamespace(ctx, claim); err != nil {
+			return nil, err
 		}
 		kind, name = ref.Kind, ref.Name
 		if ref.APIGroup != nil {
@@ -57,41 +63,41 @@ func (s sources) contentSource(ctx context.Context, claim *corev1.PersistentVolu
 		if !d.has(csi.ControllerServiceCapability_RPC_CLONE_VOLUME) {
 			return nil, fmt.Errorf("driver %q cannot clone volumes (no CLONE_VOLUME capability)", d.name())
 		}
-		return s.cloneSource(ctx, claim, name, d)
+		return s.cloneSource(ctx, claim, ns, name, d)
 	case group == snapshotGroup && kind == "VolumeSnapshot":
 		if !d.has(csi.ControllerServiceCapability_RPC_CREATE_DELETE_SNAPSHOT) {
 			return nil, fmt.Errorf("driver %q cannot restore snapshots (no CREATE_DELETE_SNAPSHOT capability)", d.name())
 		}
-		return s.snapshotSource(ctx, claim, name, d)
+		return s.snapshotSource(ctx, claim, ns, name, d)
 	default:
 		return nil, fmt.Errorf("data source %s %q of group %q is not supported: only PersistentVolumeClaim and %s VolumeSnapshot", kind, name, group, snapshotGroup)
 	}
 }
 
-func (s sources) cloneSource(ctx context.Context, claim *corev1.PersistentVolumeClaim, name string, d *driver) (*csi.VolumeContentSource, error) {
-	src, err := s.client.CoreV1().PersistentVolumeClaims(claim.Namespace).Get(ctx, name, metav1.GetOptions{})
+func (s sources) cloneSource(ctx context.Context, claim *corev1.PersistentVolumeClaim, ns, name string, d *driver) (*csi.VolumeContentSource, error) {
+	src, err := s.client.CoreV1().PersistentVolumeClaims(ns).Get(ctx, name, metav1.GetOptions{})
 	if err != nil {
-		return nil, fmt.Errorf("source claim %s/%s: %w", claim.Namespace, name, err)
+		return nil, fmt.Errorf("source claim %s/%s: %w", ns, name, err)
 	}
 	if src.DeletionTimestamp != nil {
-		return nil, fmt.Errorf("source claim %s/%s is being deleted", claim.Namespace, name)
+		return nil, fmt.Errorf("source claim %s/%s is being deleted", ns, name)
 	}
 	if src.Status.Phase != corev1.ClaimBound || src.Spec.VolumeName == "" {
-		return nil, fmt.Errorf("source claim %s/%s is not Bound yet", claim.Namespace, name)
+		return nil, fmt.Errorf("source claim %s/%s is not Bound yet", ns, name)
 	}
 	if match.ClaimClass(src) != match.ClaimClass(claim) {
-		return nil, fmt.Errorf("source claim %s/%s is of StorageClass %q, not %q: a clone must be of the same class", claim.Namespace, name, match.ClaimClass(src), match.ClaimClass(claim))
+		return nil, fmt.Errorf("source claim %s/%s is of StorageClass %q, not %q: a clone must be of the same class", ns, name, match.ClaimClass(src), match.ClaimClass(claim))
 	}
 	want := claim.Spec.Resources.Requests[corev1.ResourceStorage]
 	if have, ok := src.Status.Capacity[corev1.ResourceStorage]; ok && want.Cmp(have) < 0 {
-		return nil, fmt.Errorf("the claim requests %s, less than its source claim %s/%s holds (%s)", want.String(), claim.Namespace, name, have.String())
+		return nil, fmt.Errorf("the claim requests %s, less than its source claim %s/%s holds (%s)", want.String(), ns, name, have.String())
 	}
 	pv, err := s.client.CoreV1().PersistentVolumes().Get(ctx, src.Spec.VolumeName, metav1.GetOptions{})
 	if err != nil {
-		return nil, fmt.Errorf("volume %s of source claim %s/%s: %w", src.Spec.VolumeName, claim.Namespace, name, err)
+		return nil, fmt.Errorf("volume %s of source claim %s/%s: %w", src.Spec.VolumeName, ns, name, err)
 	}
 	if pv.Spec.CSI == nil || pv.Spec.CSI.Driver != d.name() {
-		return nil, fmt.Errorf("source claim %s/%s is not a volume of driver %q", claim.Namespace, name, d.name())
+		return nil, fmt.Errorf("source claim %s/%s is not a volume of driver %q", ns, name, d.name())
 	}
 	if err := checkCloneVolumeMode(claim, pv); err != nil {
 		return nil, err
@@ -106,36 +112,44 @@ func (s sources) cloneSource(ctx context.Context, claim *corev1.PersistentVolume
 	}}, nil
 }
 
-func (s sources) snapshotSource(ctx context.Context, claim *corev1.PersistentVolumeClaim, name string, d *driver) (*csi.VolumeContentSource, error) {
+func (s sources) snapshotSource(ctx context.Context, claim *corev1.PersistentVolumeClaim, ns, name string, d *driver) (*csi.VolumeContentSource, error) {
 	if s.dynamic == nil {
 		return nil, fmt.Errorf("VolumeSnapshot data sources are not supported by this provisioner")
 	}
-	snap, err := s.dynamic.Resource(snapshotsResource).Namespace(claim.Namespace).Get(ctx, name, metav1.GetOptions{})
+	snap, err := s.dynamic.Resource(snapshotsResource).Namespace(ns).Get(ctx, name, metav1.GetOptions{})
 	if err != nil {
 		if apierrors.IsNotFound(err) && isMissingResource(err) {
-			return nil, fmt.Errorf("VolumeSnapshot %s/%s: the VolumeSnapshot CRDs (%s) are not installed", claim.Namespace, name, snapshotGroup)
+			return nil, fmt.Errorf("VolumeSnapshot %s/%s: the VolumeSnapshot CRDs (%s) are not installed", ns, name, snapshotGroup)
 		}
-		return nil, fmt.Errorf("VolumeSnapshot %s/%s: %w", claim.Namespace, name, err)
+		return nil, fmt.Errorf("VolumeSnapshot %s/%s: %w", ns, name, err)
 	}
-	if snap.GetDeletionTimestamp() != nil {
-		return nil, fmt.Errorf("VolumeSnapshot %s/%s is being deleted", claim.Namespace, name)
+	// A snapshot being deleted that carries the snapshot-as-source
+	// finalizer is restored from: a restore from it started before the
+	// deletion (as external-provisioner).
+	if snap.GetDeletionTimestamp() != nil && !slices.Contains(snap.GetFinalizers(), finalizerSnapshotSource) {
+		return nil, fmt.Errorf("VolumeSnapshot %s/%s is being deleted", ns, name)
 	}
 	ready, _, _ := unstructured.NestedBool(snap.Object, "status", "readyToUse")
 	content, _, _ := unstructured.NestedString(snap.Object, "status", "boundVolumeSnapshotContentName")
 	if !ready || content == "" {
-		return nil, fmt.Errorf("VolumeSnapshot %s/%s is not ready to use yet", claim.Namespace, name)
+		return nil, fmt.Errorf("VolumeSnapshot %s/%s is not ready to use yet", ns, name)
 	}
 	c, err := s.dynamic.Resource(snapshotContentsResource).Get(ctx, content, metav1.GetOptions{})
 	if err != nil {
-		return nil, fmt.Errorf("VolumeSnapshotContent %s of VolumeSnapshot %s/%s: %w", content, claim.Namespace, name, err)
+		return nil, fmt.Errorf("VolumeSnapshotContent %s of VolumeSnapshot %s/%s: %w", content, ns, name, err)
 	}
 	drv, _, _ := unstructured.NestedString(c.Object, "spec", "driver")
 	handle, _, _ := unstructured.NestedString(c.Object, "status", "snapshotHandle")
 	if drv != d.name() {
-		return nil, fmt.Errorf("VolumeSnapshot %s/%s was taken by driver %q, not %q", claim.Namespace, name, drv, d.name())
+		return nil, fmt.Errorf("VolumeSnapshot %s/%s was taken by driver %q, not %q", ns, name, drv, d.name())
 	}
 	if handle == "" {
 		return nil, fmt.Errorf("VolumeSnapshotContent %s has no snapshot handle yet", content)
+	}
+	// Protected from here until the volume is provisioned
+	// (snapshotprotection.go).
+	if err := s.protectSnapshot(ctx, snap); err != nil {
+		return nil, err
 	}
 	return &csi.VolumeContentSource{Type: &csi.VolumeContentSource_Snapshot{
 		Snapshot: &csi.VolumeContentSource_SnapshotSource{SnapshotId: handle},
@@ -152,3 +166,11 @@ func isMissingResource(err error) bool {
 	d := se.Status().Details
 	return d == nil || d.Name == ""
 }
+
+// planKey marks the context of PlanVolume, which must write nothing: the
+// sources are resolved and checked, and not protected.
+type planKey struct{}
+
+func forPlan(ctx context.Context) context.Context { return context.WithValue(ctx, planKey{}, true) }
+
+func planning(ctx context.Context) bool { return ctx.Value(planKey{}) != nil }

@@ -10,6 +10,7 @@ import (
 	"google.golang.org/grpc/codes"
 	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -170,20 +171,26 @@ func TestProvisioningFailedMessages(t *testing.T) {
 }
 
 // While a clone is made its source claim carries external-provisioner's
-// cloning-protection finalizer (so deleting it waits), removed once no
-// Pending claim clones it; a clone of another volume mode is refused
-// before the driver is asked, with upstream's message.
+// cloning-protection finalizer, and keeps it, as v6.3.0's
+// CloningProtectionController does, until the source is being deleted and
+// no Pending claim clones it: a finished clone does not remove it, a
+// Pending clone holds a deleted source, and the source goes once that
+// clone is gone. A clone of another volume mode is refused before the
+// driver is asked, with upstream's message.
 func TestCloneProtectsItsSource(t *testing.T) {
 	ns := e2e.Namespace(t, cluster.client)
 	sc := class(t)
 	createClaim(t, ns, "source", "1Gi", sc.Name)
 	bound(t, ns, "source")
+	source := func() (*corev1.PersistentVolumeClaim, error) {
+		return cluster.client.CoreV1().PersistentVolumeClaims(ns).Get(t.Context(), "source", metav1.GetOptions{})
+	}
 	protected := func() (bool, error) {
-		src, err := cluster.client.CoreV1().PersistentVolumeClaims(ns).Get(t.Context(), "source", metav1.GetOptions{})
+		src, err := source()
 		if err != nil {
 			return false, err
 		}
-		return slices.Contains(src.Finalizers, "provisioner.storage.kubernetes.io/cloning-protection"), nil
+		return slices.Contains(src.Finalizers, finalizerCloneProtection), nil
 	}
 	// The driver is slow: the clone stays Pending for a while.
 	f := faults(t)
@@ -198,12 +205,10 @@ func TestCloneProtectsItsSource(t *testing.T) {
 		return ""
 	})
 	bound(t, ns, "copy")
-	e2e.Eventually(t, 30*time.Second, func() string {
-		if ok, err := protected(); err != nil || ok {
-			return fmt.Sprintf("the source keeps its cloning protection after the clone is Bound (%v)", err)
-		}
-		return ""
-	})
+	cloneSweepPassed(t, ns, "after-bound")
+	if ok, err := protected(); err != nil || !ok {
+		t.Fatalf("the source lost its cloning protection when its clone was Bound, while it is not being deleted (%v)", err)
+	}
 
 	block := corev1.PersistentVolumeBlock
 	bad := createClaim(t, ns, "block-copy", "1Gi", sc.Name, func(c *corev1.PersistentVolumeClaim) {
@@ -215,4 +220,57 @@ func TestCloneProtectsItsSource(t *testing.T) {
 	if n := len(cluster.requests.createsFor(pvName(bad))); n != 0 {
 		t.Errorf("%d CreateVolume calls for a clone of another volume mode", n)
 	}
+	startDeleting(t, ns, bad.Name)
+
+	// A clone that stays Pending (its class waits for a consumer that
+	// never comes) holds the source once it is deleted.
+	wffc := storagev1.VolumeBindingWaitForFirstConsumer
+	late := class(t, func(c *storagev1.StorageClass) { c.VolumeBindingMode = &wffc })
+	createClaim(t, ns, "pending-copy", "1Gi", late.Name, func(c *corev1.PersistentVolumeClaim) {
+		c.Spec.DataSource = &corev1.TypedLocalObjectReference{Kind: "PersistentVolumeClaim", Name: "source"}
+	})
+	startDeleting(t, ns, "source")
+	cloneSweepPassed(t, ns, "while-pending")
+	if src, err := source(); err != nil || src.DeletionTimestamp == nil || !slices.Contains(src.Finalizers, finalizerCloneProtection) {
+		t.Fatalf("a deleted source with a Pending clone: %v (error %v), want Terminating with its cloning protection", src, err)
+	}
+	startDeleting(t, ns, "pending-copy")
+	e2e.Eventually(t, 30*time.Second, func() string {
+		if src, err := source(); !apierrors.IsNotFound(err) {
+			return fmt.Sprintf("the deleted source with no clone in progress is still there: %v (error %v)", src.GetFinalizers(), err)
+		}
+		return ""
+	})
+}
+
+const finalizerCloneProtection = "provisioner.storage.kubernetes.io/cloning-protection"
+
+// startDeleting deletes a claim without waiting for it to go.
+func startDeleting(t *testing.T, ns, name string) {
+	t.Helper()
+	if err := cluster.client.CoreV1().PersistentVolumeClaims(ns).Delete(t.Context(), name, metav1.DeleteOptions{}); err != nil {
+		t.Fatalf("delete claim %s/%s: %v", ns, name, err)
+	}
+}
+
+// cloneSweepPassed returns once the provisioner has swept the
+// cloning-protection finalizers after every change made so far: a claim
+// of no class that carries the finalizer is deleted, and the sweep that
+// releases it (it clones nothing) saw every earlier change of the
+// namespace's claims (one watch, in order).
+func cloneSweepPassed(t *testing.T, ns, name string) {
+	t.Helper()
+	marker := "sweep-" + name
+	none := ""
+	createClaim(t, ns, marker, "1Gi", "", func(c *corev1.PersistentVolumeClaim) {
+		c.Spec.StorageClassName = &none
+		c.Finalizers = []string{finalizerCloneProtection}
+	})
+	startDeleting(t, ns, marker)
+	e2e.Eventually(t, 30*time.Second, func() string {
+		if _, err := cluster.client.CoreV1().PersistentVolumeClaims(ns).Get(t.Context(), marker, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+			return fmt.Sprintf("claim %s is still there (%v): no sweep of cloning protection", marker, err)
+		}
+		return ""
+	})
 }

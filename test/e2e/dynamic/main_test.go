@@ -68,7 +68,9 @@ func TestMain(m *testing.M) {
 func run(m *testing.M) int {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	c, err := e2e.StartCluster(ctx, "e2e/dynamic", e2e.Options{})
+	// kube-apiserver keeps dataSourceRef.namespace only with its
+	// CrossNamespaceVolumeDataSource gate (crossns_test.go).
+	c, err := e2e.StartCluster(ctx, "e2e/dynamic", e2e.Options{APIServerArgs: []string{"--feature-gates=CrossNamespaceVolumeDataSource=true"}})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "e2e/dynamic:", err)
 		return 1
@@ -131,6 +133,10 @@ func run(m *testing.M) int {
 			Timeout:             csiTimeout,
 			RecoveryPeriod:      recoveryPeriod,
 			ExtraCreateMetadata: true,
+			// snapshotsource_test.go waits for the sweeper; crossns_test.go
+			// needs the gate.
+			SnapshotOrphanSweepInterval: time.Second,
+			FeatureGates:                provisioner.FeatureGates{provisioner.GateCrossNamespaceVolumeDataSource: true},
 			// The poll is slow, so capacity_test.go proves the refresh
 			// after each CreateVolume and DeleteVolume.
 			Capacity: provisioner.CapacityOptions{Enabled: true, Namespace: capacityNamespace, PollInterval: 10 * time.Minute},

@@ -1,7 +1,6 @@
 package dynamic
 
 import (
-	"context"
 	"os"
 	"path/filepath"
 	"testing"
@@ -9,6 +8,7 @@ import (
 
 	csi "github.com/container-storage-interface/spec/lib/go/csi"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -95,7 +95,8 @@ func create(t *testing.T, r dynamic.ResourceInterface, obj *unstructured.Unstruc
 
 // installSnapshotCRDs installs VolumeSnapshot and VolumeSnapshotContent with
 // an open schema and a status subresource: enough for a provisioner, which
-// only reads them.
+// reads them and sets finalizers on VolumeSnapshots. They stay for the
+// rest of the run.
 func installSnapshotCRDs(t *testing.T, dyn dynamic.Interface) {
 	t.Helper()
 	for _, c := range []struct{ kind, plural, scope string }{
@@ -119,10 +120,10 @@ func installSnapshotCRDs(t *testing.T, dyn dynamic.Interface) {
 				}},
 			},
 		}}
-		if _, err := dyn.Resource(crds).Create(t.Context(), crd, metav1.CreateOptions{}); err != nil {
+		// Installed once per run: a later test finds them (deleting them
+		// at a test's end would race the next test's install).
+		if _, err := dyn.Resource(crds).Create(t.Context(), crd, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 			t.Fatalf("install CRD %s: %v", c.plural, err)
 		}
-		name := crd.GetName()
-		t.Cleanup(func() { _ = dyn.Resource(crds).Delete(context.Background(), name, metav1.DeleteOptions{}) })
 	}
 }

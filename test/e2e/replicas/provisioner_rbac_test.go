@@ -6,9 +6,11 @@ import (
 	"testing"
 	"time"
 
+	authorizationv1 "k8s.io/api/authorization/v1"
 	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
 
 	"github.com/volplane/volplane/internal/devcsi"
 	"github.com/volplane/volplane/pkg/grpcutil"
@@ -111,6 +113,35 @@ func TestProvisionerRunsWithTheDeployedRBAC(t *testing.T) {
 	for range 4 {
 		if err := <-errc; err != nil {
 			t.Fatal(err)
+		}
+	}
+}
+
+// The provisioner's deployed ClusterRole covers what external-provisioner
+// v6.3.0's RBAC grants for data sources: updating VolumeSnapshots (the
+// snapshot-as-source finalizer) and listing and watching them (its
+// sweeper), and reading ReferenceGrants (cross-namespace sources), asked
+// of the API server's authorizer as the provisioner's ServiceAccount.
+func TestProvisionerRBACCoversDataSources(t *testing.T) {
+	applyRBAC(t)
+	c := kubernetes.NewForConfigOrDie(asComponent("provisioner"))
+	for _, a := range []authorizationv1.ResourceAttributes{
+		{Group: "snapshot.storage.k8s.io", Resource: "volumesnapshots", Verb: "update", Namespace: "any"},
+		{Group: "snapshot.storage.k8s.io", Resource: "volumesnapshots", Verb: "list"},
+		{Group: "snapshot.storage.k8s.io", Resource: "volumesnapshots", Verb: "watch"},
+		{Group: "snapshot.storage.k8s.io", Resource: "volumesnapshotcontents", Verb: "get"},
+		{Group: "gateway.networking.k8s.io", Resource: "referencegrants", Verb: "get", Namespace: "any"},
+		{Group: "gateway.networking.k8s.io", Resource: "referencegrants", Verb: "list", Namespace: "any"},
+		{Group: "gateway.networking.k8s.io", Resource: "referencegrants", Verb: "watch"},
+		{Group: "", Resource: "persistentvolumeclaims", Verb: "update", Namespace: "any"},
+	} {
+		r, err := c.AuthorizationV1().SelfSubjectAccessReviews().Create(t.Context(), &authorizationv1.SelfSubjectAccessReview{
+			Spec: authorizationv1.SelfSubjectAccessReviewSpec{ResourceAttributes: &a}}, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !r.Status.Allowed {
+			t.Errorf("the provisioner may not %s %s.%s: %s", a.Verb, a.Resource, a.Group, r.Status.Reason)
 		}
 	}
 }

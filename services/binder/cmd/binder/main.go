@@ -31,6 +31,8 @@ func main() {
 	fs.StringVar(&o.ProvisionerAddress, "provisioner-address", "", "gRPC address of the provisioner service")
 	fs.IntVar(&o.Workers, "workers", binder.DefaultWorkers, "number of claim workers and of volume workers")
 	fs.IntVar(&o.ProvisionCalls, "provision-calls", binder.DefaultProvisionCalls, "provisioner calls in flight at most (they run off the workers, so a hanging CSI driver never holds one)")
+	fs.DurationVar(&o.RetryIntervalStart, "retry-interval-start", binder.DefaultRetryIntervalStart, "initial retry interval of failed provisioning of a claim; it doubles with each failure, up to --retry-interval-max (external-provisioner's flag)")
+	fs.DurationVar(&o.RetryIntervalMax, "retry-interval-max", binder.DefaultRetryIntervalMax, "maximum retry interval of failed provisioning of a claim (external-provisioner's flag)")
 	fs.DurationVar(&o.ResyncPeriod, "resync-period", binder.DefaultResyncPeriod, "how often every claim and volume is synced again; 0 disables")
 	fs.DurationVar(&o.OwnershipSettle, "ownership-settle", binder.DefaultOwnershipSettle, "how long the replica waits before acting on a claim or volume it gains (ring change, new etcd session, start), so that the previous owner has stopped")
 	foreign := append([]string{}, binder.DefaultForeignBinderManagers...)

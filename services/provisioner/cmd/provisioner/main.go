@@ -33,6 +33,8 @@ func main() {
 	fs.DurationVar(&o.Timeout, "timeout", provisioner.DefaultTimeout, "timeout of each CSI call; a call that times out is retried with the same volume name")
 	fs.DurationVar(&o.RecoveryPeriod, "recovery-period", provisioner.DefaultRecoveryPeriod, "how often the journal is scanned to finish or undo interrupted operations")
 	fs.DurationVar(&o.ProbePeriod, "probe-period", provisioner.DefaultProbePeriod, "how often the CSI drivers are probed")
+	fs.Var(&o.FeatureGates, "feature-gates", "external-provisioner's feature gates, Name=true|false comma-separated: CrossNamespaceVolumeDataSource=true lets a claim's dataSourceRef name a claim or VolumeSnapshot of another namespace that a ReferenceGrant there allows (kube-apiserver needs the same gate)")
+	fs.DurationVar(&o.SnapshotOrphanSweepInterval, "snapshot-orphan-sweep-interval", provisioner.DefaultSnapshotOrphanSweepInterval, "how often snapshot-as-source finalizers that no Pending claim needs any more are removed from VolumeSnapshots; 0 disables the sweep")
 	var watchers []string
 	fs.Var(cmdutil.NewList(&watchers, "addresses"), "watcher-address", "gRPC address of the watcher service; repeat the flag or separate addresses with commas for several watcher replicas. When set, claims and StorageClasses come from the watcher's stream instead of the provisioner's own watches on the API server; empty: its own watches")
 	fs.DurationVar(&o.StaleAfter, "watcher-stale-after", provisioner.DefaultStaleAfter, "how long without a live, caught-up watcher stream before the provisioner stops trusting its stream-fed cache and reads claims and classes from the API server; at least 2s")
