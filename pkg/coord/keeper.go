@@ -211,114 +211,105 @@ func (k *Keeper) reader() (*Coordinator, error) {
 	return nil, fmt.Errorf("etcd at %s not reached yet", strings.Join(k.o.Endpoints, ","))
 }
 
-// Reserve is Coordinator.Reserve on the current session.
-func (k *Keeper) Reserve(ctx context.Context, resource, holder string) error {
+// onLive runs f on the current session, with the NOSPACE alarm told of
+// its error; ErrSessionLost when there is none.
+func onLive[T any](k *Keeper, f func(*Coordinator) (T, error)) (T, error) {
 	co, err := k.live()
 	if err != nil {
-		return err
+		var zero T
+		return zero, err
 	}
-	return k.seen(co.Reserve(ctx, resource, holder))
+	v, err := f(co)
+	return v, k.seen(err)
+}
+
+// onReader runs f on the session-less client (reads, and releases that
+// need no lease), with the NOSPACE alarm told of its error.
+func onReader[T any](k *Keeper, f func(*Coordinator) (T, error)) (T, error) {
+	co, err := k.reader()
+	if err != nil {
+		var zero T
+		return zero, err
+	}
+	v, err := f(co)
+	return v, k.seen(err)
+}
+
+// none adapts a call that returns only an error to onLive and onReader.
+func none(err error) (struct{}, error) { return struct{}{}, err }
+
+// Reserve is Coordinator.Reserve on the current session.
+func (k *Keeper) Reserve(ctx context.Context, resource, holder string) error {
+	_, err := onLive(k, func(co *Coordinator) (struct{}, error) { return none(co.Reserve(ctx, resource, holder)) })
+	return err
 }
 
 // ReserveAll is Coordinator.ReserveAll on the current session.
 func (k *Keeper) ReserveAll(ctx context.Context, rs []Reservation) ([]error, error) {
-	co, err := k.live()
-	if err != nil {
-		return nil, err
-	}
-	errs, err := co.ReserveAll(ctx, rs)
-	return errs, k.seen(err)
+	return onLive(k, func(co *Coordinator) ([]error, error) { return co.ReserveAll(ctx, rs) })
 }
 
 // Release is Coordinator.Release.
 func (k *Keeper) Release(ctx context.Context, resource, holder string) error {
-	co, err := k.reader()
-	if err != nil {
-		return err
-	}
-	return k.seen(co.Release(ctx, resource, holder))
+	_, err := onReader(k, func(co *Coordinator) (struct{}, error) { return none(co.Release(ctx, resource, holder)) })
+	return err
 }
 
 // ReleaseAll is Coordinator.ReleaseAll.
 func (k *Keeper) ReleaseAll(ctx context.Context, rs []Reservation) error {
-	co, err := k.reader()
-	if err != nil {
-		return err
-	}
-	return k.seen(co.ReleaseAll(ctx, rs))
+	_, err := onReader(k, func(co *Coordinator) (struct{}, error) { return none(co.ReleaseAll(ctx, rs)) })
+	return err
 }
 
 // Acquire is Coordinator.Acquire on the current session.
 func (k *Keeper) Acquire(ctx context.Context, kind, name, holder string) error {
-	co, err := k.live()
-	if err != nil {
-		return err
-	}
-	return k.seen(co.Acquire(ctx, kind, name, holder))
+	_, err := onLive(k, func(co *Coordinator) (struct{}, error) { return none(co.Acquire(ctx, kind, name, holder)) })
+	return err
 }
 
 // AcquireGet is Coordinator.AcquireGet on the current session.
 func (k *Keeper) AcquireGet(ctx context.Context, kind, name, holder string) (Record, bool, error) {
-	co, err := k.live()
-	if err != nil {
-		return Record{}, false, err
-	}
-	r, ok, err := co.AcquireGet(ctx, kind, name, holder)
-	return r, ok, k.seen(err)
+	var ok bool
+	r, err := onLive(k, func(co *Coordinator) (r Record, err error) {
+		r, ok, err = co.AcquireGet(ctx, kind, name, holder)
+		return r, err
+	})
+	return r, ok, err
 }
 
 // Unlock is Coordinator.Unlock.
 func (k *Keeper) Unlock(ctx context.Context, kind, name, holder string) error {
-	co, err := k.reader()
-	if err != nil {
-		return err
-	}
-	return k.seen(co.Unlock(ctx, kind, name, holder))
+	_, err := onReader(k, func(co *Coordinator) (struct{}, error) { return none(co.Unlock(ctx, kind, name, holder)) })
+	return err
 }
 
 // Put is Coordinator.Put, fenced on the current session's lease.
 func (k *Keeper) Put(ctx context.Context, kind, name, holder string, value []byte) error {
-	co, err := k.live()
-	if err != nil {
-		return err
-	}
-	return k.seen(co.Put(ctx, kind, name, holder, value))
+	_, err := onLive(k, func(co *Coordinator) (struct{}, error) { return none(co.Put(ctx, kind, name, holder, value)) })
+	return err
 }
 
 // Finish is Coordinator.Finish, fenced on the current session's lease.
 func (k *Keeper) Finish(ctx context.Context, kind, name, holder string) error {
-	co, err := k.live()
-	if err != nil {
-		return err
-	}
-	return k.seen(co.Finish(ctx, kind, name, holder))
+	_, err := onLive(k, func(co *Coordinator) (struct{}, error) { return none(co.Finish(ctx, kind, name, holder)) })
+	return err
 }
 
 // Get is Coordinator.Get.
 func (k *Keeper) Get(ctx context.Context, kind, name string) (Record, bool, error) {
-	co, err := k.reader()
-	if err != nil {
-		return Record{}, false, err
-	}
-	return co.Get(ctx, kind, name)
+	var ok bool
+	r, err := onReader(k, func(co *Coordinator) (r Record, err error) { r, ok, err = co.Get(ctx, kind, name); return r, err })
+	return r, ok, err
 }
 
 // List is Coordinator.List.
 func (k *Keeper) List(ctx context.Context, kind string) ([]Record, error) {
-	co, err := k.reader()
-	if err != nil {
-		return nil, err
-	}
-	return co.List(ctx, kind)
+	return onReader(k, func(co *Coordinator) ([]Record, error) { return co.List(ctx, kind) })
 }
 
 // Members is Coordinator.Members.
 func (k *Keeper) Members(ctx context.Context, service string) ([]Member, error) {
-	co, err := k.reader()
-	if err != nil {
-		return nil, err
-	}
-	return co.Members(ctx, service)
+	return onReader(k, func(co *Coordinator) ([]Member, error) { return co.Members(ctx, service) })
 }
 
 // backoff is a doubling retry delay.
