@@ -63,7 +63,7 @@
 // none of it. A subscriber may assume:
 //
 //   - Calls never overlap. Objects arrive decoded from protobuf and slim
-//     (Slim: no managedFields): *corev1.PersistentVolume,
+//     (kube.Slim: no managedFields): *corev1.PersistentVolume,
 //     *corev1.PersistentVolumeClaim, *storagev1.StorageClass, and
 //     *watcherv1.Pod, the watcher's slim view of a pod. Kinds the feed
 //     was not made for never arrive.

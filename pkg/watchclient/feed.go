@@ -49,7 +49,7 @@ type Event struct {
 	Kind watcherv1.Kind
 	// Key is "namespace/name", or the name of a cluster-scoped object.
 	Key string
-	// Object is the object, decoded and slim (Slim):
+	// Object is the object, decoded and slim (kube.Slim):
 	// *corev1.PersistentVolume, *corev1.PersistentVolumeClaim,
 	// *storagev1.StorageClass or *watcherv1.Pod. For Deleted it is the
 	// tombstone: the object's last state as the watcher saw it, whose UID
@@ -101,7 +101,7 @@ type Listed map[watcherv1.Kind]map[string]bool
 // Feed turns the watcher stream into a Subscriber's events, and tells how
 // current the subscriber's view is. It is the stream's one interpreter:
 //
-//   - every object is decoded and slim (Slim) before the subscriber sees
+//   - every object is decoded and slim (kube.Slim) before the subscriber sees
 //     it, ADDED and UPDATED as Added and Updated, DELETED as a Deleted
 //     carrying the tombstone (the deleted object's last state);
 //   - a full list (RESET, ADDED…, SYNCED) is applied as a replace: nothing
@@ -276,19 +276,19 @@ func decode(kind watcherv1.Kind, key string, b []byte) (any, error) {
 		if err != nil {
 			return nil, err
 		}
-		return Slim(v), nil
+		return kube.Slim(v), nil
 	case watcherv1.Kind_KIND_PERSISTENT_VOLUME_CLAIM:
 		c, err := kube.DecodeClaim(b)
 		if err != nil {
 			return nil, err
 		}
-		return Slim(c), nil
+		return kube.Slim(c), nil
 	case watcherv1.Kind_KIND_STORAGE_CLASS:
 		sc, err := kube.DecodeStorageClass(b)
 		if err != nil {
 			return nil, err
 		}
-		return Slim(sc), nil
+		return kube.Slim(sc), nil
 	case watcherv1.Kind_KIND_POD:
 		p := &watcherv1.Pod{}
 		if err := proto.Unmarshal(b, p); err != nil {
@@ -297,22 +297,4 @@ func decode(kind watcherv1.Kind, key string, b []byte) (any, error) {
 		return p, nil
 	}
 	return nil, fmt.Errorf("decode %s %s: not a kind the feed decodes", kind, key)
-}
-
-// Slim returns o, or a shallow copy of it without metadata.managedFields
-// when it has them: the form objects travel in on the watcher stream and
-// are cached in. managedFields are most of an object's bytes, no volplane
-// service reads them, and an update that sends an object without them
-// leaves the server's unchanged. Slim never writes into o (it may be an
-// informer's, or shared).
-func Slim[T any, P interface {
-	*T
-	metav1.Object
-}](o P) P {
-	if o.GetManagedFields() == nil {
-		return o
-	}
-	c := *o
-	P(&c).SetManagedFields(nil)
-	return &c
 }

@@ -229,32 +229,6 @@ func TestFeedDecodesAndSlims(t *testing.T) {
 	}
 }
 
-// Slim leaves an object without managedFields as it is and otherwise
-// returns a copy without them, never writing into what it was given.
-func TestSlim(t *testing.T) {
-	bare := pv("a", "u")
-	bare.ManagedFields = nil
-	if watchclient.Slim(bare) != bare {
-		t.Error("an object without managedFields was copied")
-	}
-	full := pvc("x", "u")
-	got := watchclient.Slim(full)
-	if got == full || got.ManagedFields != nil || got.Name != "x" || got.UID != "u" {
-		t.Errorf("Slim = %+v, want a copy of x without managedFields", got.ObjectMeta)
-	}
-	if full.ManagedFields == nil {
-		t.Error("Slim wrote into the object it was given")
-	}
-}
-
-func ExampleSlim() {
-	pv := &corev1.PersistentVolume{ObjectMeta: metav1.ObjectMeta{Name: "pv-1",
-		ManagedFields: []metav1.ManagedFieldsEntry{{Manager: "kubectl"}}}}
-	slim := watchclient.Slim(pv)
-	fmt.Println(slim.Name, len(slim.ManagedFields), len(pv.ManagedFields))
-	// Output: pv-1 0 1
-}
-
 // The view is stale until its first full list and whenever the stream was
 // not caught up with a serving watcher within maxAge; it is complete once
 // listed, except while a relist comes in.

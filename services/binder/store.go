@@ -14,7 +14,6 @@ import (
 
 	"github.com/volplane/volplane/pkg/kube"
 	"github.com/volplane/volplane/pkg/match"
-	"github.com/volplane/volplane/pkg/watchclient"
 )
 
 // store is the binder's cache of volumes, claims and classes, with the
@@ -109,7 +108,7 @@ func removeFrom[T any](m map[string]map[string]T, outer, inner string) {
 // response said is gone (its tombstone). It returns the version now cached,
 // nil when v was ignored as gone.
 func (s *store) putVolume(v *corev1.PersistentVolume) *corev1.PersistentVolume {
-	v = watchclient.Slim(v) // see putClaim
+	v = kube.Slim(v) // see putClaim
 	s.shared.volume(v)
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -143,7 +142,7 @@ func (s *store) insertVolume(v *corev1.PersistentVolume) {
 // to the cache, so a response never brings back one whose deletion was
 // seen. It returns the newest version known, cached or not.
 func (s *store) refreshVolume(v *corev1.PersistentVolume) *corev1.PersistentVolume {
-	v = watchclient.Slim(v)
+	v = kube.Slim(v)
 	s.shared.volume(v)
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -227,9 +226,9 @@ func (s *store) volume(name string) *corev1.PersistentVolume {
 func (s *store) putClaim(c *corev1.PersistentVolumeClaim) *corev1.PersistentVolumeClaim {
 	// Objects the API returns carry managedFields, often most of their
 	// bytes; the binder never reads them, and an update without them leaves
-	// the server's as they are (watchclient.Slim). The caller hands over
+	// the server's as they are (kube.Slim). The caller hands over
 	// the object, and its common parts are shared from then on (interner).
-	c = watchclient.Slim(c)
+	c = kube.Slim(c)
 	s.shared.claim(c)
 	key := claimKey(c)
 	s.mu.Lock()
@@ -262,7 +261,7 @@ func (s *store) insertClaim(key string, c *corev1.PersistentVolumeClaim) {
 // refreshClaim takes a claim from an API response; see refreshVolume: it
 // only ever updates the cached entry of the same claim (UID).
 func (s *store) refreshClaim(c *corev1.PersistentVolumeClaim) *corev1.PersistentVolumeClaim {
-	c = watchclient.Slim(c)
+	c = kube.Slim(c)
 	s.shared.claim(c)
 	key := claimKey(c)
 	s.mu.Lock()

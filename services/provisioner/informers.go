@@ -9,6 +9,8 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/tools/cache"
+
+	"github.com/volplane/volplane/pkg/kube"
 )
 
 // informerFeed fills the provisioner's objectCache from its own informers
@@ -31,7 +33,7 @@ func newInformerFeed(c *objectCache, factory informers.SharedInformerFactory) (*
 	ci := factory.Core().V1().PersistentVolumeClaims().Informer()
 	si := factory.Storage().V1().StorageClasses().Informer()
 	for _, inf := range []cache.SharedIndexInformer{ci, si} {
-		if err := inf.SetTransform(stripManagedFields); err != nil {
+		if err := inf.SetTransform(kube.StripManagedFields); err != nil {
 			return nil, fmt.Errorf("claim and class informers: %w", err)
 		}
 	}
@@ -89,13 +91,4 @@ func deleted(obj any) (key, uid string) {
 		uid = string(m.GetUID())
 	}
 	return key, uid
-}
-
-// stripManagedFields is the informers' transform: the provisioner keeps
-// objects without managedFields, as the stream's.
-func stripManagedFields(obj any) (any, error) {
-	if m, err := meta.Accessor(obj); err == nil {
-		m.SetManagedFields(nil)
-	}
-	return obj, nil
 }

@@ -5,12 +5,12 @@ import (
 	"fmt"
 	"time"
 
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/volplane/volplane/pkg/coord"
 	"github.com/volplane/volplane/pkg/grpcutil"
+	"github.com/volplane/volplane/pkg/kube"
 	startup "github.com/volplane/volplane/pkg/replica"
 	provisionerv1 "github.com/volplane/volplane/proto/volplane/provisioner/v1"
 	reclaimerv1 "github.com/volplane/volplane/proto/volplane/reclaimer/v1"
@@ -92,12 +92,7 @@ type claimInformer struct {
 // not ready; its debug port and health answer meanwhile, so a replica
 // waiting for the API server is not killed for it.
 func startClaimInformer(ctx context.Context, r *startup.Replica) (claimInformer, error) {
-	f := informers.NewSharedInformerFactoryWithOptions(r.Client, 0, informers.WithTransform(func(obj any) (any, error) {
-		if m, ok := obj.(metav1.Object); ok {
-			m.SetManagedFields(nil)
-		}
-		return obj, nil
-	}))
+	f := informers.NewSharedInformerFactoryWithOptions(r.Client, 0, informers.WithTransform(kube.StripManagedFields))
 	inf := f.Core().V1().PersistentVolumeClaims().Informer()
 	if err := inf.AddIndexers(cache.Indexers{byVolumeName: indexByVolumeName}); err != nil {
 		return claimInformer{}, fmt.Errorf("index claims: %w", err)

@@ -11,7 +11,6 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/volplane/volplane/pkg/kube"
-	"github.com/volplane/volplane/pkg/watchclient"
 )
 
 // encoded is all the informers keep of a volume, a claim or a class: its
@@ -35,7 +34,7 @@ var (
 
 // transform is the transform of the volume, claim and class informers: it
 // turns the object into an encoded, without metadata.managedFields
-// (watchclient.Slim: most of an object's bytes; no subscriber reads them,
+// (kube.Slim: most of an object's bytes; no subscriber reads them,
 // and writers that send an object without them leave the server's
 // unchanged). It is idempotent, as
 // client-go asks, and writes nothing into the object it is given. An
@@ -46,11 +45,11 @@ func transform(obj any) (any, error) {
 	case *encoded:
 		return o, nil
 	case *corev1.PersistentVolume:
-		return encode(watchclient.Slim(o)), nil
+		return encode(kube.Slim(o)), nil
 	case *corev1.PersistentVolumeClaim:
-		return encode(watchclient.Slim(o)), nil
+		return encode(kube.Slim(o)), nil
 	case *storagev1.StorageClass:
-		return encode(watchclient.Slim(o)), nil
+		return encode(kube.Slim(o)), nil
 	}
 	return obj, nil // a tombstone: its object was transformed before
 }
