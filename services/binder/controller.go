@@ -18,6 +18,7 @@ import (
 
 	"github.com/volplane/volplane/pkg/coord"
 	"github.com/volplane/volplane/pkg/kube"
+	"github.com/volplane/volplane/pkg/timeline"
 	provisionerv1 "github.com/volplane/volplane/proto/volplane/provisioner/v1"
 	watcherv1 "github.com/volplane/volplane/proto/volplane/watcher/v1"
 )
@@ -91,6 +92,9 @@ type controller struct {
 	// foreign notices another binder's writes (foreign.go); nil: not
 	// looked for.
 	foreign *foreignBinders
+	// timeline records the steps taken for each claim (timeline.go); nil
+	// records nothing.
+	timeline *timeline.Store
 
 	// relisted tracks the keys a full list after Reset delivered, so that
 	// objects missing from it are deleted on Synced.
@@ -219,6 +223,9 @@ func (c *controller) Event(ev *watcherv1.WatchResponse) error {
 			return nil
 		}
 		old := c.store.claim(ev.Key)
+		if old == nil {
+			c.noteSeen(cl)
+		}
 		if cur := c.store.putClaim(cl); cur != nil {
 			// A binding field changed that no write of this replica's had
 			// brought into the cache first: another binder's, maybe.
@@ -404,6 +411,9 @@ func (c *controller) worker(ctx context.Context, q *queue, sync func(context.Con
 			reason := retryReason(err)
 			retriesTotal.WithLabelValues(reason).Inc()
 			delay := q.retry(key)
+			if q == c.claimQueue {
+				c.noteRetry(ctx, key, reason, err.Error(), delay)
+			}
 			lvl := slog.LevelWarn
 			if reason == reasonConflict || reason == reasonReserved {
 				lvl = slog.LevelDebug // expected under concurrency: sync again
@@ -418,10 +428,12 @@ func (c *controller) syncClaimKey(ctx context.Context, key string) error {
 	if !c.owns("pvc/" + key) {
 		return nil
 	}
+	since := c.claimQueue.queuedSince(key)
 	claim := c.store.claim(key)
 	if claim == nil {
 		return nil
 	}
+	c.noteQueued(ctx, claim, since)
 	return c.syncClaim(ctx, claim)
 }
 

@@ -149,6 +149,12 @@ func Run(ctx context.Context, o Options) error {
 
 	metrics.RegisterWorkqueueMetrics()
 	c := newController(log, client, recorder)
+	tl, closeTimeline, err := o.Timeline.Open(ctx, Service, o.MemberID)
+	if err != nil {
+		return err
+	}
+	defer closeTimeline(context.WithoutCancel(ctx))
+	c.timeline = tl
 	if len(o.ForeignBinderManagers) > 0 {
 		c.foreign = newForeignBinders(o.ForeignBinderManagers, client, recorder, log)
 	}
@@ -169,6 +175,7 @@ func Run(ctx context.Context, o Options) error {
 		c.reclaimer = gatedReclaimer{next: reclaimerClient{reclaimerv1.NewReclaimerServiceClient(cc)}, c: c}
 	}
 	var prov provisionerInfo // nil interface when there is no provisioner
+	var ptl provisionerTimeline
 	if o.ProvisionerAddress != "" {
 		cc, err := grpcutil.Dial(o.ProvisionerAddress, o.TLS)
 		if err != nil {
@@ -177,7 +184,7 @@ func Run(ctx context.Context, o Options) error {
 		defer cc.Close()
 		pc := newProvisionerClient(provisionerv1.NewProvisionerServiceClient(cc), log)
 		c.provisioner = gatedProvisioner{provisioner: pc, c: c}
-		prov = pc
+		prov, ptl = pc, pc
 	}
 
 	own := newOwnership(o.MemberID, o.OwnershipSettle)
@@ -201,6 +208,7 @@ func Run(ctx context.Context, o Options) error {
 		members: own.members,
 		peers:   peers,
 		prov:    prov,
+		ptl:     ptl,
 	})
 
 	log.Info("binder starting", "member", o.MemberID, "listen", r.Addr(), "watcher", o.WatcherAddress, "workers", o.Workers)

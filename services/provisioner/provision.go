@@ -25,6 +25,7 @@ import (
 	"github.com/volplane/volplane/pkg/faultpoint"
 	"github.com/volplane/volplane/pkg/kube"
 	"github.com/volplane/volplane/pkg/logging"
+	"github.com/volplane/volplane/pkg/timeline"
 	provisionerv1 "github.com/volplane/volplane/proto/volplane/provisioner/v1"
 )
 
@@ -50,6 +51,9 @@ type provisioner struct {
 	now            func() time.Time
 	// instance makes the identity (see identity) of this replica's run.
 	instance string
+	// timeline records the steps taken for each claim; nil records
+	// nothing.
+	timeline *timeline.Store
 
 	mu       sync.Mutex
 	inflight map[string]bool // kind/name of operations running in this replica
@@ -191,7 +195,9 @@ func (p *provisioner) provision(ctx context.Context, claim *corev1.PersistentVol
 	call := proto.Clone(req).(*csi.CreateVolumeRequest)
 	call.Secrets = secrets
 	cctx, cancel := context.WithTimeout(ctx, p.timeout)
+	cctx, step := p.timeline.Start(cctx, string(claim.UID), "CreateVolume")
 	resp, err := d.controller.CreateVolume(cctx, call)
+	step.EndErr(err, name)
 	cancel()
 	switch out := classify(err, claim.Annotations[kube.AnnSelectedNode] != ""); out {
 	case provisionerv1.Outcome_OUTCOME_FINISHED:
@@ -225,7 +231,9 @@ func (p *provisioner) provision(ctx context.Context, claim *corev1.PersistentVol
 	}
 	var pv *corev1.PersistentVolume
 	if err == nil {
+		_, step := p.timeline.Start(ctx, string(claim.UID), "write PV")
 		pv, err = p.saveVolume(ctx, buildVolume(spec, resp.GetVolume()), claim)
+		step.EndErr(err, name)
 	}
 	if err != nil {
 		failed(class.Provisioner, stageSaveVolume, err)

@@ -242,6 +242,12 @@ func Run(ctx context.Context, o Options) error {
 		prefix:  o.VolumeNamePrefix, defaultFSType: o.DefaultFSType, strictTopology: o.StrictTopology, extraMetadata: o.ExtraCreateMetadata,
 		timeout: o.Timeout, now: time.Now, inflight: map[string]bool{}, instance: newInstance(time.Now()),
 	}
+	tl, closeTimeline, err := o.Timeline.Open(ctx, Service, o.MemberID)
+	if err != nil {
+		return err
+	}
+	defer closeTimeline(context.WithoutCancel(ctx))
+	p.timeline = tl
 	api := newServer(p, objs.claims, objs.classes, objs.current, objs.claimStored)
 	api.capacity = capc
 	clones := newCloneProtection(log, client, corelisters.NewPersistentVolumeClaimLister(objs.claims))
