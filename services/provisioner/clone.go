@@ -87,8 +87,8 @@ func (p *cloneProtection) poke() {
 
 // run sweeps on every kick and every period until ctx ends, from the
 // moment synced reports the first full list of claims; while current
-// (when set) reports the claim cache may be behind, it skips the sweeps
-// (a finalizer left a little longer harms nothing).
+// reports the claim cache may be behind, it skips the sweeps (a finalizer
+// left a little longer harms nothing).
 func (p *cloneProtection) run(ctx context.Context, synced, current func() bool, period time.Duration) error {
 	if !cache.WaitForCacheSync(ctx.Done(), synced) {
 		return nil
@@ -96,7 +96,7 @@ func (p *cloneProtection) run(ctx context.Context, synced, current func() bool, 
 	t := time.NewTicker(period)
 	defer t.Stop()
 	for {
-		if current == nil || current() {
+		if current() {
 			p.sweep(ctx)
 		}
 		select {

@@ -12,73 +12,46 @@ import (
 	storagev1 "k8s.io/api/storage/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	corelisters "k8s.io/client-go/listers/core/v1"
-	storagelisters "k8s.io/client-go/listers/storage/v1"
-	"k8s.io/client-go/tools/cache"
 
 	"github.com/volplane/volplane/pkg/guard"
 	"github.com/volplane/volplane/pkg/reclaimjournal"
 	provisionerv1 "github.com/volplane/volplane/proto/volplane/provisioner/v1"
 )
 
-// hints is the cache (informers', or the stream's) a claim or class sent in a request is checked
-// against: a sent object is used only when the cache holds an object of
-// the same UID and resourceVersion, and then the cache's copy is used, never
-// the bytes sent.
+// hints is the cache (objectCache) a claim or class sent in a request is
+// checked against: a sent object is used only when the cache holds an
+// object of the same UID and resourceVersion, and then the cache's copy is
+// used, never the bytes sent. A cache that may be behind answers
+// errNotCurrent.
 type hints interface {
 	Claim(namespace, name string) (*corev1.PersistentVolumeClaim, error)
 	StorageClass(name string) (*storagev1.StorageClass, error)
+	// claimStored returns a channel closed when the cache next stores (or
+	// drops) the claim named: readClaim waits a little for a version it
+	// does not hold yet.
+	claimStored(namespace, name string) <-chan struct{}
 }
 
-// cacheHints is hints over the informers' listers.
-type cacheHints struct {
-	claims  corelisters.PersistentVolumeClaimLister
-	classes storagelisters.StorageClassLister
-}
-
-var _ hints = cacheHints{}
-
-func (c cacheHints) Claim(namespace, name string) (*corev1.PersistentVolumeClaim, error) {
-	return c.claims.PersistentVolumeClaims(namespace).Get(name)
-}
-
-func (c cacheHints) StorageClass(name string) (*storagev1.StorageClass, error) {
-	return c.classes.Get(name)
-}
-
-// newServer is the gRPC server over p, whose claim and StorageClass caches
-// are claims (indexed by guard.ByVolumeName) and classes: the claims and
-// classes callers send are checked against them, and DeleteVolume's guard
-// asks the claim index which claims to read. current, when set, says
-// whether the caches may be trusted now (the stream-fed cache, stream.go):
-// while it is false no hint is taken and the guard lists the claims from
-// the API server. Without it (the provisioner's own informers, which the
-// caller starts and waits for) the caches are always used. claimStored,
-// when set, returns a channel closed when the claim cache next stores the
-// claim named: readClaim then waits a little for a version it does not
-// hold yet.
-func newServer(p *provisioner, claims, classes cache.Indexer, current func() bool, claimStored func(namespace, name string) <-chan struct{}) *server {
-	h := cacheHints{claims: corelisters.NewPersistentVolumeClaimLister(claims), classes: storagelisters.NewStorageClassLister(classes)}
-	if current == nil {
-		return &server{p: p, hints: h, claims: guard.APIClaims{Client: p.client, Index: claims}}
-	}
-	return &server{p: p, hints: currentHints{next: h, current: current}, claims: currentIndex{client: p.client, index: claims, current: current},
-		claimStored: claimStored}
+// newServer is the gRPC server over p, whose claim and StorageClass cache
+// is objs: the claims and classes callers send are checked against it
+// while it is current, and DeleteVolume's guard asks its claim index which
+// claims to read (while it is not, it lists them from the API server).
+func newServer(p *provisioner, objs *objectCache) *server {
+	return &server{p: p, hints: objs, claims: cacheClaims{client: p.client, cache: objs}}
 }
 
 // hintWait bounds how long readClaim waits for the cache to store the
 // version of a claim the caller sent. The binder sends the claim its own
-// write returned (the storage-provisioner annotations), which the watcher
-// stream brings a few milliseconds later; waiting for it spares the API
+// write returned (the storage-provisioner annotations), which the cache's
+// feed brings a few milliseconds later; waiting for it spares the API
 // server a quorum read of every provisioned claim.
 const hintWait = 200 * time.Millisecond
 
 // readClaim returns the claim as the API server has it: the cache's copy
 // when it has the UID and resourceVersion of the one sent (waiting up to
-// hintWait for it when the cache can say when it stores a claim), else a
-// fresh read. The bytes sent are never used.
+// hintWait for it), else a fresh read. The bytes sent are never used.
 func (s *server) readClaim(ctx context.Context, namespace, name string, sent *corev1.PersistentVolumeClaim) (*corev1.PersistentVolumeClaim, error) {
-	if sent != nil && s.hints != nil && sent.ResourceVersion != "" {
+	if sent != nil && sent.ResourceVersion != "" {
 		look := func() (*corev1.PersistentVolumeClaim, error) {
 			c, err := s.hints.Claim(namespace, name)
 			if err == nil && (c.UID != sent.UID || c.ResourceVersion != sent.ResourceVersion) {
@@ -92,10 +65,10 @@ func (s *server) readClaim(ctx context.Context, namespace, name string, sent *co
 			if c != nil {
 				return c.DeepCopy(), nil
 			}
-			if s.claimStored == nil || errors.Is(err, errNotCurrent) {
+			if errors.Is(err, errNotCurrent) {
 				break
 			}
-			stored := s.claimStored(namespace, name)
+			stored := s.hints.claimStored(namespace, name)
 			if c, _ := look(); c != nil { // stored since the first look
 				return c.DeepCopy(), nil
 			}
@@ -123,7 +96,7 @@ func (s *server) readClaim(ctx context.Context, namespace, name string, sent *co
 
 // readClass returns the StorageClass the claim names, as readClaim does.
 func (s *server) readClass(ctx context.Context, name string, sent *storagev1.StorageClass) (*storagev1.StorageClass, error) {
-	if sent != nil && s.hints != nil && sent.Name == name && sent.ResourceVersion != "" {
+	if sent != nil && sent.Name == name && sent.ResourceVersion != "" {
 		if c, err := s.hints.StorageClass(name); err == nil && c.UID == sent.UID && c.ResourceVersion == sent.ResourceVersion {
 			return c.DeepCopy(), nil
 		}
@@ -142,11 +115,7 @@ func (s *server) readClass(ctx context.Context, name string, sent *storagev1.Sto
 func (s *server) guardDelete(ctx context.Context, pv *corev1.PersistentVolume) error {
 	err := guard.Volume(pv, corev1.PersistentVolumeReclaimDelete)
 	if err == nil {
-		claims := s.claims
-		if claims == nil {
-			claims = guard.APIClaims{Client: s.p.client}
-		}
-		err = guard.LiveClaim(ctx, claims, pv)
+		err = guard.LiveClaim(ctx, s.claims, pv)
 	}
 	var refused *guard.Refusal
 	switch {

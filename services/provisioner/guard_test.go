@@ -22,15 +22,12 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes/fake"
-	corelisters "k8s.io/client-go/listers/core/v1"
-	storagelisters "k8s.io/client-go/listers/storage/v1"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
 
 	"github.com/volplane/volplane/internal/devcsi"
 	"github.com/volplane/volplane/pkg/coord"
 	"github.com/volplane/volplane/pkg/grpcutil"
-	"github.com/volplane/volplane/pkg/guard"
 	"github.com/volplane/volplane/pkg/kube"
 	"github.com/volplane/volplane/pkg/reclaimjournal"
 	provisionerv1 "github.com/volplane/volplane/proto/volplane/provisioner/v1"
@@ -141,9 +138,10 @@ type guarded struct {
 func newGuarded(t *testing.T) *guarded {
 	t.Helper()
 	d, ep := startDriver(t)
-	g := &guarded{api: fake.NewClientset(), drv: d, journal: newMemJournal(),
-		claims:  cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{guard.ByVolumeName: guard.IndexByVolumeName}),
-		classes: cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{})}
+	// The cache as the informers leave it once listed: current.
+	objs := newObjectCache()
+	objs.listed()
+	g := &guarded{api: fake.NewClientset(), drv: d, journal: newMemJournal(), claims: objs.claims, classes: objs.classes}
 	capture := func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
 		if q, ok := req.(*csi.CreateVolumeRequest); ok {
 			g.mu.Lock()
@@ -164,8 +162,7 @@ func newGuarded(t *testing.T) *guarded {
 	p := &provisioner{log: discard, member: "me", client: g.api, journal: g.journal, drivers: reg, nodes: fakeNodes{"node-a": {devcsi.TopologyKey: "node-a"}},
 		sources: sources{client: g.api}, events: func(string) record.EventRecorder { return record.NewFakeRecorder(100) },
 		prefix: "pvc", defaultFSType: "ext4", timeout: 10 * time.Second, now: time.Now, inflight: map[string]bool{}}
-	g.s = &server{p: p, hints: cacheHints{claims: corelisters.NewPersistentVolumeClaimLister(g.claims), classes: storagelisters.NewStorageClassLister(g.classes)},
-		claims: guard.APIClaims{Client: g.api, Index: g.claims}}
+	g.s = newServer(p, objs)
 	return g
 }
 

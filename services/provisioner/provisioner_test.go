@@ -438,7 +438,7 @@ func TestRequestValidation(t *testing.T) {
 		&corev1.PersistentVolume{ObjectMeta: metav1.ObjectMeta{Name: "hostpath"}, Spec: corev1.PersistentVolumeSpec{PersistentVolumeReclaimPolicy: corev1.PersistentVolumeReclaimDelete},
 			Status: corev1.PersistentVolumeStatus{Phase: corev1.VolumeReleased}},
 	)
-	s := &server{p: &provisioner{client: api, drivers: newRegistry(discard), prefix: "pvc", journal: newMemJournal(), inflight: map[string]bool{}}}
+	s := newServer(&provisioner{client: api, drivers: newRegistry(discard), prefix: "pvc", journal: newMemJournal(), inflight: map[string]bool{}}, newObjectCache())
 	ctx := t.Context()
 	claim, _ := kube.EncodeProto(&corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "c", UID: "u1"}})
 	other := "other"

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"os"
 	"strings"
@@ -26,7 +27,6 @@ import (
 
 	"github.com/kubernetes-csi/csi-lib-utils/connection"
 	"github.com/volplane/volplane/pkg/grpcutil"
-	"github.com/volplane/volplane/pkg/guard"
 	"github.com/volplane/volplane/pkg/replica"
 	"github.com/volplane/volplane/pkg/watchclient"
 	provisionerv1 "github.com/volplane/volplane/proto/volplane/provisioner/v1"
@@ -87,16 +87,17 @@ type Options struct {
 	// DefaultOrphanScanPeriod, negative never (only ListOrphans does).
 	OrphanScanPeriod time.Duration
 	// WatcherAddress is the gRPC address of the watcher service, or of
-	// several watcher replicas, comma-separated. When set, claims and
-	// StorageClasses come from the watcher's stream (one replica at a time,
-	// failing over) instead of the provisioner's own watches on the API
-	// server (stream.go); empty: its own informers.
+	// several watcher replicas, comma-separated. When set, the claim and
+	// StorageClass cache (cache.go) is fed by the watcher's stream (one
+	// replica at a time, failing over; stream.go) instead of the
+	// provisioner's own watches on the API server; empty: by its own
+	// informers (informers.go).
 	WatcherAddress string
-	// StaleAfter is how long the stream-fed cache may go without a live,
-	// caught-up watcher stream before it is not trusted: no hint is taken
-	// from it and DeleteVolume's guard lists claims from the API server;
-	// 0 means DefaultStaleAfter, and with WatcherAddress anything below
-	// watchclient.MinStaleAfter is refused.
+	// StaleAfter is how long the cache the stream feeds may go without a
+	// live, caught-up watcher stream before it is not trusted: no hint is
+	// taken from it and DeleteVolume's guard lists claims from the API
+	// server; 0 means DefaultStaleAfter, and with WatcherAddress anything
+	// below watchclient.MinStaleAfter is refused.
 	StaleAfter time.Duration
 }
 
@@ -206,7 +207,8 @@ func Run(ctx context.Context, o Options) error {
 	nodeLister := factory.Core().V1().Nodes().Lister()
 	csiNodeLister := factory.Storage().V1().CSINodes().Lister()
 
-	objs, err := newObjectCaches(factory, watchclient.Addresses(o.WatcherAddress), o.StaleAfter)
+	objs := newObjectCache()
+	feed, err := newFeeder(objs, o, factory, log)
 	if err != nil {
 		return err
 	}
@@ -214,6 +216,7 @@ func Run(ctx context.Context, o Options) error {
 	reg := newRegistry(log)
 	capc := newCapacityController(o.Capacity, log, o.MemberID, client, reg, listers{nodeLister, csiNodeLister}, o.Timeout, co, factory,
 		storagelisters.NewStorageClassLister(objs.classes))
+	objs.onClass = capc.enqueueAll
 	for _, e := range o.CSIEndpoints {
 		name, ep := parseEndpoint(strings.TrimSpace(e))
 		var d *driver
@@ -248,12 +251,10 @@ func Run(ctx context.Context, o Options) error {
 	}
 	defer closeTimeline(context.WithoutCancel(ctx))
 	p.timeline = tl
-	api := newServer(p, objs.claims, objs.classes, objs.current, objs.claimStored)
+	api := newServer(p, objs)
 	api.capacity = capc
 	clones := newCloneProtection(log, client, corelisters.NewPersistentVolumeClaimLister(objs.claims))
-	if err := objs.notify(clones.claimChanged, capc.enqueueAll, capc != nil); err != nil {
-		return err
-	}
+	objs.onClaim = clones.claimChanged
 	provisionerv1.RegisterProvisionerServiceServer(srv.Server, api)
 	factory.Start(ctx.Done())
 	defer factory.Shutdown()
@@ -285,9 +286,9 @@ func Run(ctx context.Context, o Options) error {
 			// Serving once the informers' caches are filled and every
 			// driver has been probed; NOT_SERVING while any driver is not
 			// ready, while there is no etcd session, or while the API
-			// server is out of reach (the checks of r.Health). The watcher
-			// stream, when used, is not waited for: until it is current,
-			// claims and classes are read from the API server.
+			// server is out of reach (the checks of r.Health). The claim and
+			// class cache is not waited for: until it is current, claims
+			// and classes are read from the API server.
 			r.Readiness(ctx, time.Second, provisionerv1.ProvisionerService_ServiceDesc.ServiceName)
 			return nil
 		},
@@ -309,85 +310,29 @@ func Run(ctx context.Context, o Options) error {
 			}
 		},
 		func(ctx context.Context) error {
-			return clones.run(ctx, objs.claimsSynced, objs.current, o.RecoveryPeriod)
+			return clones.run(ctx, objs.hasSynced, objs.current, o.RecoveryPeriod)
 		},
 		func(ctx context.Context) error {
-			capc.run(ctx, reg.probed, func() bool { return cache.WaitForCacheSync(ctx.Done(), objs.classesSynced) })
+			capc.run(ctx, reg.probed, func() bool { return cache.WaitForCacheSync(ctx.Done(), objs.hasSynced) })
 			return nil
 		},
 		func(ctx context.Context) error { p.orphanLoop(ctx, o.OrphanScanPeriod, reg.probed); return nil },
-	}
-	if s := objs.stream; s != nil {
-		tasks = append(tasks,
-			func(ctx context.Context) error {
-				return s.run(ctx, watchclient.Addresses(o.WatcherAddress), o.TLS, log)
-			},
-			func(ctx context.Context) error { s.report(ctx, log); return nil })
+		feed.run,
+		func(ctx context.Context) error { objs.report(ctx, log, feed); return nil },
 	}
 	err = r.Run(ctx, tasks...)
 	log.Info("provisioner stopped")
 	return err
 }
 
-// objectCaches are the claim and StorageClass caches the provisioner reads:
-// its own informers on the API server, or the watcher's stream.
-type objectCaches struct {
-	// claims are indexed by namespace/name and guard.ByVolumeName, classes
-	// by name.
-	claims, classes cache.Indexer
-	// claimsSynced and classesSynced report whether the first full list of
-	// each is in.
-	claimsSynced, classesSynced func() bool
-	// current is nil for the informers (their caches are always used),
-	// stream.current for the stream.
-	current func() bool
-	// claimStored is nil for the informers, stream.claimStored for the
-	// stream.
-	claimStored func(namespace, name string) <-chan struct{}
-
-	stream                       *streamCache              // nil: informers
-	claimInformer, classInformer cache.SharedIndexInformer // nil: the stream
-}
-
-// newObjectCaches is the stream-fed cache when watchers are given (the
-// caller runs it), else claim and StorageClass informers added to factory
-// (which the caller starts).
-func newObjectCaches(factory informers.SharedInformerFactory, watchers []string, staleAfter time.Duration) (objectCaches, error) {
-	if len(watchers) > 0 {
-		s := newStreamCache(staleAfter)
-		return objectCaches{claims: s.claims, classes: s.classes, claimsSynced: s.hasSynced, classesSynced: s.hasSynced, current: s.current,
-			claimStored: s.claimStored, stream: s}, nil
+// newFeeder is what fills the claim and class cache c: the watchers'
+// stream when o names watchers (the caller runs it), else claim and
+// StorageClass informers added to factory (which the caller starts).
+func newFeeder(c *objectCache, o Options, factory informers.SharedInformerFactory, log *slog.Logger) (feeder, error) {
+	if watchers := watchclient.Addresses(o.WatcherAddress); len(watchers) > 0 {
+		return newStreamFeed(c, watchers, o.TLS, log, o.StaleAfter), nil
 	}
-	ci := factory.Core().V1().PersistentVolumeClaims().Informer()
-	if err := ci.AddIndexers(cache.Indexers{guard.ByVolumeName: guard.IndexByVolumeName}); err != nil {
-		return objectCaches{}, fmt.Errorf("index claims: %w", err)
-	}
-	si := factory.Storage().V1().StorageClasses().Informer()
-	return objectCaches{claims: ci.GetIndexer(), classes: si.GetIndexer(), claimsSynced: ci.HasSynced, classesSynced: si.HasSynced,
-		claimInformer: ci, classInformer: si}, nil
-}
-
-// notify tells onClaim of every claim change (the claim, or a tombstone)
-// and, when classes is set, onClass of every StorageClass change.
-func (c objectCaches) notify(onClaim func(any), onClass func(), classes bool) error {
-	if c.stream != nil {
-		c.stream.onClaim = onClaim
-		if classes {
-			c.stream.onClass = onClass
-		}
-		return nil
-	}
-	if _, err := c.claimInformer.AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc: onClaim, UpdateFunc: func(_, obj any) { onClaim(obj) }, DeleteFunc: onClaim,
-	}); err != nil {
-		return err
-	}
-	if classes {
-		all := func(any) { onClass() }
-		_, _ = c.classInformer.AddEventHandler(cache.ResourceEventHandlerFuncs{
-			AddFunc: all, UpdateFunc: func(_, n any) { all(n) }, DeleteFunc: all})
-	}
-	return nil
+	return newInformerFeed(c, factory)
 }
 
 // listers answer topology questions from the informers' caches.

@@ -27,16 +27,14 @@ import (
 // turn errors into status codes; the code below them returns plain
 // errors. It never acts on
 // an object a caller sent: claims, classes and volumes are read from the
-// API server (or the informer cache, when it holds the very version sent).
+// API server (or the claim and class cache, when it holds the very version
+// sent).
 type server struct {
 	provisionerv1.UnimplementedProvisionerServiceServer
 	p *provisioner
-	// hints checks sent claims and classes; nil reads them all.
+	// hints checks sent claims and classes (guard.go).
 	hints hints
-	// claimStored, when set, tells readClaim when the hints' cache next
-	// stores a claim (the stream-fed cache), so that it can wait for it.
-	claimStored func(namespace, name string) <-chan struct{}
-	// claims finds the claims pointing at a volume; nil lists them.
+	// claims finds the claims pointing at a volume.
 	claims guard.Claims
 	// capacity publishes CSIStorageCapacity objects; nil when tracking is
 	// off (capacity.go).
@@ -45,7 +43,7 @@ type server struct {
 
 // Provision makes one attempt at the claim's volume and says how it ended.
 // The claim and its class are the API server's: a claim or class in the
-// request only saves a read when the informer cache holds that very
+// request only saves a read when the claim and class cache holds that very
 // version, so secrets are read only as the real class names them for the
 // real claim.
 func (s *server) Provision(ctx context.Context, req *provisionerv1.ProvisionRequest) (*provisionerv1.ProvisionResponse, error) {

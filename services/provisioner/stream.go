@@ -2,21 +2,11 @@ package provisioner
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
-	"sync"
-	"sync/atomic"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
-	storagev1 "k8s.io/api/storage/v1"
-	"k8s.io/apimachinery/pkg/api/meta"
-	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/tools/cache"
-
 	"github.com/volplane/volplane/pkg/grpcutil"
-	"github.com/volplane/volplane/pkg/guard"
 	"github.com/volplane/volplane/pkg/kube"
 	"github.com/volplane/volplane/pkg/watchclient"
 	watcherv1 "github.com/volplane/volplane/proto/volplane/watcher/v1"
@@ -28,93 +18,44 @@ import (
 // claims from the API server.
 const DefaultStaleAfter = 5 * time.Second
 
-// streamCache holds the claims and StorageClasses the watcher streams
-// (--watcher-address), in place of the provisioner's own informers on them:
-// the same indexers (claims by namespace/name with guard.ByVolumeName,
-// classes by name), so the listers over them work unchanged. It is fed by
-// watchclient (Reset, ADDED..., Synced is applied as a replace) and is
-// trusted only while current.
-type streamCache struct {
-	claims  cache.Indexer
-	classes cache.Indexer
+// streamFeed fills the provisioner's objectCache from the watcher's
+// stream (--watcher-address), in place of the provisioner's own informers
+// on claims and classes: from one watcher replica at a time with failover
+// (pkg/watchclient); a full list (Reset, ADDED..., Synced) is applied as a
+// replace; objects are kept without managedFields. The cache is not
+// current while the stream is stale.
+type streamFeed struct {
+	cache *objectCache
+	addrs []string
+	tls   grpcutil.TLSFiles
+	log   *slog.Logger
 
 	status     watchclient.Status
 	staleAfter time.Duration
-	// stale reports whether the stream is behind; tests replace it.
-	stale func() bool
-
-	synced  atomic.Bool // a full list has been applied
-	listing atomic.Bool // between a RESET and its SYNCED
 
 	// listed holds the keys ADDED since the last RESET, per kind; only the
 	// handler (whose calls never overlap) touches it.
 	listed map[watcherv1.Kind]map[string]bool
-
-	// onClaim and onClass are told of every change the stream brings (a
-	// claim or tombstone, the class's name); set before the stream runs.
-	onClaim func(obj any)
-	onClass func()
-
-	// waiting: per claim key, a channel closed when that claim is next
-	// stored (or dropped), for readClaim's wait.
-	waitMu  sync.Mutex
-	waiting map[string]chan struct{}
 }
 
-var _ watchclient.Handler = (*streamCache)(nil)
+var (
+	_ watchclient.Handler = (*streamFeed)(nil)
+	_ feeder              = (*streamFeed)(nil)
+)
 
-func newStreamCache(staleAfter time.Duration) *streamCache {
-	c := &streamCache{
-		claims:     cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{guard.ByVolumeName: guard.IndexByVolumeName}),
-		classes:    cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{}),
-		staleAfter: staleAfter,
-		onClaim:    func(any) {},
-		onClass:    func() {},
-		waiting:    map[string]chan struct{}{},
-	}
-	c.stale = func() bool { return c.status.Stale(c.staleAfter) }
-	return c
+// newStreamFeed is the feed of c from the watchers at addrs; c is stale
+// when the stream has not been caught up with a SERVING watcher within
+// staleAfter.
+func newStreamFeed(c *objectCache, addrs []string, tls grpcutil.TLSFiles, log *slog.Logger, staleAfter time.Duration) *streamFeed {
+	f := &streamFeed{cache: c, addrs: addrs, tls: tls, log: log, staleAfter: staleAfter}
+	c.stale = func() bool { return f.status.Stale(f.staleAfter) }
+	return f
 }
 
-// claimStored returns a channel closed when the claim namespace/name is
-// next stored or dropped.
-func (c *streamCache) claimStored(namespace, name string) <-chan struct{} {
-	key := namespace + "/" + name
-	c.waitMu.Lock()
-	defer c.waitMu.Unlock()
-	ch, ok := c.waiting[key]
-	if !ok {
-		ch = make(chan struct{})
-		c.waiting[key] = ch
-	}
-	return ch
-}
-
-// stored wakes whoever waits for claim key.
-func (c *streamCache) stored(key string) {
-	c.waitMu.Lock()
-	defer c.waitMu.Unlock()
-	if ch, ok := c.waiting[key]; ok {
-		close(ch)
-		delete(c.waiting, key)
-	}
-}
-
-// hasSynced reports whether the first full list is in.
-func (c *streamCache) hasSynced() bool { return c.synced.Load() }
-
-// current reports whether the cache may be trusted now: a full list is in,
-// no relist is under way, and within staleAfter the stream was caught up
-// with a SERVING watcher.
-func (c *streamCache) current() bool {
-	return c.synced.Load() && !c.listing.Load() && !c.stale()
-}
-
-// Reset implements watchclient.Handler: a full list follows. Nothing is
-// dropped until its Synced, so readers never see an empty cache.
-func (c *streamCache) Reset() {
-	c.listing.Store(true)
-	c.listed = map[watcherv1.Kind]map[string]bool{
+// Reset implements watchclient.Handler: a full list follows.
+func (f *streamFeed) Reset() {
+	f.cache.relisting()
+	f.listed = map[watcherv1.Kind]map[string]bool{
 		watcherv1.Kind_KIND_PERSISTENT_VOLUME_CLAIM: {},
 		watcherv1.Kind_KIND_STORAGE_CLASS:           {},
 	}
@@ -122,27 +63,26 @@ func (c *streamCache) Reset() {
 
 // Synced implements watchclient.Handler: objects the full list did not
 // mention were deleted while the stream was down.
-func (c *streamCache) Synced() {
-	if c.listed != nil {
-		for _, k := range c.claims.ListKeys() {
-			if !c.listed[watcherv1.Kind_KIND_PERSISTENT_VOLUME_CLAIM][k] {
-				c.drop(c.claims, k, "", c.onClaim)
+func (f *streamFeed) Synced() {
+	if f.listed != nil {
+		for _, k := range f.cache.claims.ListKeys() {
+			if !f.listed[watcherv1.Kind_KIND_PERSISTENT_VOLUME_CLAIM][k] {
+				f.cache.dropClaim(k, "")
 			}
 		}
-		for _, k := range c.classes.ListKeys() {
-			if !c.listed[watcherv1.Kind_KIND_STORAGE_CLASS][k] {
-				c.drop(c.classes, k, "", func(any) { c.onClass() })
+		for _, k := range f.cache.classes.ListKeys() {
+			if !f.listed[watcherv1.Kind_KIND_STORAGE_CLASS][k] {
+				f.cache.dropClass(k, "")
 			}
 		}
-		c.listed = nil
+		f.listed = nil
 	}
-	c.synced.Store(true)
-	c.listing.Store(false)
+	f.cache.listed()
 }
 
 // Event implements watchclient.Handler.
-func (c *streamCache) Event(ev *watcherv1.WatchResponse) error {
-	if m := c.listed[ev.Kind]; m != nil && ev.Type == watcherv1.EventType_EVENT_TYPE_ADDED {
+func (f *streamFeed) Event(ev *watcherv1.WatchResponse) error {
+	if m := f.listed[ev.Kind]; m != nil && ev.Type == watcherv1.EventType_EVENT_TYPE_ADDED {
 		m[ev.Key] = true
 	}
 	deleted := ev.Type == watcherv1.EventType_EVENT_TYPE_DELETED
@@ -153,131 +93,42 @@ func (c *streamCache) Event(ev *watcherv1.WatchResponse) error {
 			return err
 		}
 		if deleted {
-			c.drop(c.claims, ev.Key, string(cl.UID), c.onClaim)
-			c.stored(ev.Key) // a waiter reads the API server now
+			f.cache.dropClaim(ev.Key, string(cl.UID))
 			return nil
 		}
 		cl.ManagedFields = nil
-		if err := c.claims.Update(cl); err != nil {
+		if err := f.cache.putClaim(cl); err != nil {
 			return fmt.Errorf("cache claim %s: %w", ev.Key, err)
 		}
-		c.stored(ev.Key)
-		c.onClaim(cl)
 	case watcherv1.Kind_KIND_STORAGE_CLASS:
 		sc, err := kube.DecodeStorageClass(ev.Object)
 		if err != nil {
 			return err
 		}
 		if deleted {
-			c.drop(c.classes, ev.Key, string(sc.UID), func(any) { c.onClass() })
+			f.cache.dropClass(ev.Key, string(sc.UID))
 			return nil
 		}
 		sc.ManagedFields = nil
-		if err := c.classes.Update(sc); err != nil {
+		if err := f.cache.putClass(sc); err != nil {
 			return fmt.Errorf("cache StorageClass %s: %w", ev.Key, err)
 		}
-		c.onClass()
 	}
 	return nil
 }
 
-// drop removes the object under key, unless uid is set and the cached
-// object has another (the object was recreated under its name); changed
-// gets the tombstone.
-func (c *streamCache) drop(idx cache.Indexer, key, uid string, changed func(any)) {
-	obj, ok, err := idx.GetByKey(key)
-	if err != nil || !ok {
-		return
-	}
-	if m, err := meta.Accessor(obj); err == nil && uid != "" && string(m.GetUID()) != uid {
-		return
-	}
-	if err := idx.Delete(obj); err != nil {
-		return
-	}
-	changed(cache.DeletedFinalStateUnknown{Key: key, Obj: obj})
-}
-
 // run feeds the cache from one of the watchers at a time, failing over
 // between them (see pkg/watchclient), until ctx ends.
-func (c *streamCache) run(ctx context.Context, addrs []string, tls grpcutil.TLSFiles, log *slog.Logger) error {
-	return watchclient.DialFailover(ctx, addrs, tls, watchclient.Options{
+func (f *streamFeed) run(ctx context.Context) error {
+	return watchclient.DialFailover(ctx, f.addrs, f.tls, watchclient.Options{
 		Kinds:        []watcherv1.Kind{watcherv1.Kind_KIND_PERSISTENT_VOLUME_CLAIM, watcherv1.Kind_KIND_STORAGE_CLASS},
 		Encoding:     watcherv1.Encoding_ENCODING_PROTOBUF,
-		Logger:       log.With("peer", "watcher"),
-		StallTimeout: c.staleAfter,
-		Status:       &c.status,
-	}, c)
+		Logger:       f.log.With("peer", "watcher"),
+		StallTimeout: f.staleAfter,
+		Status:       &f.status,
+	}, f)
 }
 
-// report logs every change of current until ctx ends.
-func (c *streamCache) report(ctx context.Context, log *slog.Logger) {
-	t := time.NewTicker(250 * time.Millisecond)
-	defer t.Stop()
-	was := false
-	for {
-		if now := c.current(); now != was {
-			was = now
-			if now {
-				log.Info("claim and class cache current: hints and the delete guard's index come from the watcher stream", "watcher", c.status.Watcher())
-			} else {
-				log.Warn("claim and class cache not current: claims and classes are read from the API server", "watcher", c.status.Watcher(),
-					"synced", c.synced.Load(), "relisting", c.listing.Load(), "fresh_at", c.status.FreshAt())
-			}
-		}
-		select {
-		case <-t.C:
-		case <-ctx.Done():
-			return
-		}
-	}
-}
-
-// errNotCurrent is a hint refused because the stream-fed cache may be
-// behind: the caller reads the API server instead.
-var errNotCurrent = errors.New("the claim and class cache is not current")
-
-// currentHints are hints only while current says the cache is current.
-type currentHints struct {
-	next    hints
-	current func() bool
-}
-
-var _ hints = currentHints{}
-
-func (h currentHints) Claim(namespace, name string) (*corev1.PersistentVolumeClaim, error) {
-	if !h.current() {
-		return nil, errNotCurrent
-	}
-	return h.next.Claim(namespace, name)
-}
-
-func (h currentHints) StorageClass(name string) (*storagev1.StorageClass, error) {
-	if !h.current() {
-		return nil, errNotCurrent
-	}
-	return h.next.StorageClass(name)
-}
-
-// currentIndex is guard.APIClaims whose index is asked only while current
-// says the cache is current; otherwise every claim is listed from the API
-// server. Every claim either way is read from the API server.
-type currentIndex struct {
-	client  kubernetes.Interface
-	index   cache.Indexer
-	current func() bool
-}
-
-var _ guard.Claims = currentIndex{}
-
-func (c currentIndex) GetClaim(ctx context.Context, namespace, name string) (*corev1.PersistentVolumeClaim, error) {
-	return guard.APIClaims{Client: c.client}.GetClaim(ctx, namespace, name)
-}
-
-func (c currentIndex) ClaimsNaming(ctx context.Context, volume string) ([]corev1.PersistentVolumeClaim, error) {
-	a := guard.APIClaims{Client: c.client}
-	if c.current() {
-		a.Index = c.index
-	}
-	return a.ClaimsNaming(ctx, volume)
+func (f *streamFeed) about() []any {
+	return []any{"source", "watcher stream", "watcher", f.status.Watcher(), "fresh_at", f.status.FreshAt()}
 }

@@ -14,6 +14,7 @@ import (
 	corelisters "k8s.io/client-go/listers/core/v1"
 	storagelisters "k8s.io/client-go/listers/storage/v1"
 
+	"github.com/volplane/volplane/pkg/grpcutil"
 	"github.com/volplane/volplane/pkg/guard"
 	"github.com/volplane/volplane/pkg/kube"
 	provisionerv1 "github.com/volplane/volplane/proto/volplane/provisioner/v1"
@@ -39,7 +40,7 @@ func event(t *testing.T, typ watcherv1.EventType, obj kube.Object) *watcherv1.Wa
 	return ev
 }
 
-func feed(t *testing.T, c *streamCache, evs ...*watcherv1.WatchResponse) {
+func feed(t *testing.T, c *streamFeed, evs ...*watcherv1.WatchResponse) {
 	t.Helper()
 	for _, ev := range evs {
 		if err := c.Event(ev); err != nil {
@@ -57,7 +58,7 @@ func streamClaim(ns, name, uid, rv, volume string) *corev1.PersistentVolumeClaim
 }
 
 // claimsNaming lists the cached claims the guard's index names for volume.
-func claimsNaming(t *testing.T, c *streamCache, volume string) []string {
+func claimsNaming(t *testing.T, c *objectCache, volume string) []string {
 	t.Helper()
 	objs, err := c.claims.ByIndex(guard.ByVolumeName, volume)
 	if err != nil {
@@ -78,7 +79,7 @@ func claimsNaming(t *testing.T, c *streamCache, volume string) []string {
 // are kept without managedFields. It is current only after a full list,
 // outside a relist, and while the stream is fresh.
 func TestStreamCacheAppliesTheStream(t *testing.T) {
-	c := newStreamCache(DefaultStaleAfter)
+	c, f := newStreamFed(DefaultStaleAfter)
 	stale := false
 	c.stale = func() bool { return stale }
 	claimChanges, classChanges := 0, 0
@@ -91,14 +92,14 @@ func TestStreamCacheAppliesTheStream(t *testing.T) {
 	}
 
 	added := watcherv1.EventType_EVENT_TYPE_ADDED
-	c.Reset()
+	f.Reset()
 	a, b := streamClaim("ns", "a", "ua", "1", "v1"), streamClaim("ns", "b", "ub", "2", "")
 	fast := &storagev1.StorageClass{ObjectMeta: metav1.ObjectMeta{Name: "fast", UID: "uf", ResourceVersion: "3"}, Provisioner: "x"}
-	feed(t, c, event(t, added, a), event(t, added, b), event(t, added, fast))
+	feed(t, f, event(t, added, a), event(t, added, b), event(t, added, fast))
 	if c.current() {
 		t.Fatal("current in the middle of the first list")
 	}
-	c.Synced()
+	f.Synced()
 	if !c.current() || !c.hasSynced() {
 		t.Fatal("not current after a full list")
 	}
@@ -115,7 +116,7 @@ func TestStreamCacheAppliesTheStream(t *testing.T) {
 
 	// An update moves b into the index; a deletion takes a out.
 	b2 := streamClaim("ns", "b", "ub", "4", "v1")
-	feed(t, c, event(t, watcherv1.EventType_EVENT_TYPE_UPDATED, b2), event(t, watcherv1.EventType_EVENT_TYPE_DELETED, a))
+	feed(t, f, event(t, watcherv1.EventType_EVENT_TYPE_UPDATED, b2), event(t, watcherv1.EventType_EVENT_TYPE_DELETED, a))
 	if n := claimsNaming(t, c, "v1"); len(n) != 1 || n[0] != "ns/b" {
 		t.Fatalf("index v1 after update and delete: %v", n)
 	}
@@ -124,7 +125,7 @@ func TestStreamCacheAppliesTheStream(t *testing.T) {
 	}
 	// a recreated; a late deletion of its old UID leaves the new one.
 	a2 := streamClaim("ns", "a", "ua2", "5", "")
-	feed(t, c, event(t, added, a2), event(t, watcherv1.EventType_EVENT_TYPE_DELETED, a))
+	feed(t, f, event(t, added, a2), event(t, watcherv1.EventType_EVENT_TYPE_DELETED, a))
 	if got, err := claims.PersistentVolumeClaims("ns").Get("a"); err != nil || got.UID != "ua2" {
 		t.Fatalf("recreated claim a: %v, %v", got, err)
 	}
@@ -133,15 +134,15 @@ func TestStreamCacheAppliesTheStream(t *testing.T) {
 	// the stream was down. Until its SYNCED the cache is not current, and
 	// nothing is dropped yet.
 	claimChanges, classChanges = 0, 0
-	c.Reset()
-	feed(t, c, event(t, added, b2))
+	f.Reset()
+	feed(t, f, event(t, added, b2))
 	if c.current() {
 		t.Fatal("current during a relist")
 	}
 	if _, err := claims.PersistentVolumeClaims("ns").Get("a"); err != nil {
 		t.Fatal("claim a dropped before the list ended")
 	}
-	c.Synced()
+	f.Synced()
 	if _, err := claims.PersistentVolumeClaims("ns").Get("a"); err == nil {
 		t.Fatal("claim a, absent from the full list, still cached")
 	}
@@ -163,15 +164,22 @@ func TestStreamCacheAppliesTheStream(t *testing.T) {
 	}
 }
 
+// newStreamFed is a claim and class cache and its stream feed, which no
+// watcher feeds: the test calls its handler.
+func newStreamFed(staleAfter time.Duration) (*objectCache, *streamFeed) {
+	c := newObjectCache()
+	return c, newStreamFeed(c, nil, grpcutil.TLSFiles{}, discard, staleAfter)
+}
+
 // streamGuarded is newGuarded with the server over a stream-fed cache.
-func streamGuarded(t *testing.T) (*guarded, *streamCache, *bool) {
+func streamGuarded(t *testing.T) (*guarded, *streamFeed, *bool) {
 	t.Helper()
 	g := newGuarded(t)
-	c := newStreamCache(DefaultStaleAfter)
+	c, f := newStreamFed(DefaultStaleAfter)
 	stale := new(bool)
 	c.stale = func() bool { return *stale }
-	g.s = newServer(g.s.p, c.claims, c.classes, c.current, c.claimStored)
-	return g, c, stale
+	g.s = newServer(g.s.p, c)
+	return g, f, stale
 }
 
 // apiReads counts the fake API server's reads of claims and classes by
@@ -322,9 +330,9 @@ func TestReadClaimWaitsForTheSentVersion(t *testing.T) {
 			if !tc.arrives && time.Since(start) < hintWait {
 				t.Errorf("read the API server after %s, before hintWait", time.Since(start))
 			}
-			c.waitMu.Lock()
-			waiting := len(c.waiting)
-			c.waitMu.Unlock()
+			c.cache.waitMu.Lock()
+			waiting := len(c.cache.waiting)
+			c.cache.waitMu.Unlock()
 			if tc.arrives && waiting != 0 {
 				t.Errorf("%d claims still waited for after the claim was stored", waiting)
 			}
