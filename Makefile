@@ -89,8 +89,8 @@ build: ## Build every binary into ./bin (kubectl-volplane too: put ./bin on the 
 	@mkdir -p $(BIN)
 	$(GO) build -ldflags '$(VERSION_LDFLAGS)' -o $(BIN)/ ./services/watcher/cmd/watcher ./services/binder/cmd/binder \
 		./services/provisioner/cmd/provisioner ./services/reclaimer/cmd/reclaimer \
-		./gateway/cmd/gateway ./cmd/volplane-csi ./cmd/volplane-dev ./cmd/volplane-bench \
-		./cmd/volplane-etcd ./cmd/volplane-chaos ./cmd/kubectl-volplane ./cmd/volplane-conformance ./cmd/volplane-certs \
+		./gateway/cmd/gateway ./cmd/volplane-csi ./test/cmd/volplane-dev ./test/cmd/volplane-bench \
+		./test/cmd/volplane-etcd ./test/cmd/volplane-chaos ./cmd/kubectl-volplane ./cmd/volplane-conformance ./cmd/volplane-certs \
 		./cmd/volplane-etcd-member ./cmd/volplane-etcd-backup
 	@# kubectl completes `kubectl volplane ...` by running kubectl_complete-volplane from the PATH.
 	ln -sf kubectl-volplane $(BIN)/kubectl_complete-volplane
@@ -167,7 +167,7 @@ fuzz: ## Fuzz every request decoder and validator for FUZZTIME each (30s).
 		echo "== $$fn ($$pkg)"; $(GO) test -run '^$$' -fuzz "^$$fn\$$" -fuzztime $(FUZZTIME) $$pkg; done
 
 .PHONY: compare-kcm
-compare-kcm: kube-apiserver kube-controller-manager ## Run the fidelity checks (internal/e2e: in-tree classes, WaitForPodScheduled) on kube-controller-manager itself; make test runs them only when it is cached.
+compare-kcm: kube-apiserver kube-controller-manager ## Run the fidelity checks (test/harness/e2e: in-tree classes, WaitForPodScheduled) on kube-controller-manager itself; make test runs them only when it is cached.
 	VOLPLANE_KUBE_CONTROLLER_MANAGER=$(KUBE_CONTROLLER_MANAGER) $(GO) test -count=1 -v ./test/e2e/kcm/
 
 .PHONY: test-unit
@@ -232,7 +232,7 @@ bench-kcm: build kube-apiserver kube-controller-manager ## The static burst with
 ##@ Verify / fix
 
 .PHONY: verify
-verify: verify-fmt verify-vet verify-staticcheck verify-deps verify-lint verify-generate ## Run every verify-* target.
+verify: verify-fmt verify-vet verify-staticcheck verify-deps verify-layout verify-lint verify-generate ## Run every verify-* target.
 
 .PHONY: verify-fmt fix-fmt
 verify-fmt: ## Fail when gofmt would change a file.
@@ -255,6 +255,10 @@ $(BIN)/staticcheck:
 verify-deps: ## Fail when a product binary links etcd's server (only the dev environment and tests embed etcd).
 	@for b in $(PRODUCT_BINARIES); do \
 		if $(GO) list -deps $$b | grep -q '^go.etcd.io/etcd/server/'; then echo "$$b links go.etcd.io/etcd/server"; exit 1; fi; done
+
+.PHONY: verify-layout
+verify-layout: ## Fail when a product package imports a test or bench harness, or a package is outside the layout (docs/layout.md).
+	$(GO) run ./hack/layoutcheck
 
 .PHONY: verify-lint
 verify-lint: tools ## buf lint the protos.

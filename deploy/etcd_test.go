@@ -18,7 +18,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"sigs.k8s.io/yaml"
 
-	"github.com/volplane/volplane/internal/manifests"
+	"github.com/volplane/volplane/test/harness/manifests"
 )
 
 // renderedObjects is a kustomization's objects by kind and name.

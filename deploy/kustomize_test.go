@@ -14,7 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/serializer/json"
 	"k8s.io/client-go/kubernetes/scheme"
 
-	"github.com/volplane/volplane/internal/manifests"
+	"github.com/volplane/volplane/test/harness/manifests"
 )
 
 // components are volplane's services; each runs at least two replicas

@@ -14,7 +14,6 @@ import (
 	// runs (at init).
 	_ "github.com/volplane/volplane/gateway"
 	_ "github.com/volplane/volplane/internal/etcdmember"
-	"github.com/volplane/volplane/internal/manifests"
 	_ "github.com/volplane/volplane/pkg/coord"
 	_ "github.com/volplane/volplane/pkg/grpcutil"
 	"github.com/volplane/volplane/pkg/metrics"
@@ -22,6 +21,7 @@ import (
 	_ "github.com/volplane/volplane/services/provisioner"
 	_ "github.com/volplane/volplane/services/reclaimer"
 	_ "github.com/volplane/volplane/services/watcher"
+	"github.com/volplane/volplane/test/harness/manifests"
 )
 
 const monitoring = "kubernetes/monitoring"

@@ -7,8 +7,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/volplane/volplane/internal/pki"
 	"github.com/volplane/volplane/pkg/grpcutil"
+	"github.com/volplane/volplane/test/harness/pki"
 )
 
 // The gateway refuses to start on options that cannot work: a valid

@@ -18,7 +18,7 @@ import (
 	registerapi "k8s.io/kubelet/pkg/apis/pluginregistration/v1"
 
 	"github.com/volplane/volplane/internal/devcsi"
-	"github.com/volplane/volplane/internal/devenv"
+	"github.com/volplane/volplane/test/harness/devenv"
 )
 
 // nodePlugin runs devcsi.Run (the volplane-csi command) as a node plugin

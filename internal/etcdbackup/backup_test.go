@@ -15,9 +15,9 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
-	"github.com/volplane/volplane/internal/devenv"
 	"github.com/volplane/volplane/internal/etcdbackup"
 	"github.com/volplane/volplane/pkg/coord"
+	"github.com/volplane/volplane/test/harness/devenv"
 )
 
 func quiet() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }

@@ -16,7 +16,7 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
-	"github.com/volplane/volplane/internal/pki"
+	"github.com/volplane/volplane/test/harness/pki"
 )
 
 // logSink collects the log of every member of a test.

@@ -7,7 +7,7 @@
 // verified client certificate (Identity): volplane-watcher,
 // volplane-binder, volplane-provisioner, volplane-reclaimer and
 // volplane-gateway, as deploy/kubernetes/certificates.yaml issues them and
-// internal/pki (make up, docker-compose, the tests, the chaos cluster)
+// test/harness/pki (make up, docker-compose, the tests, the chaos cluster)
 // does too. Default is the one table that lists, for every RPC of every
 // service (its full method name), the identities allowed to call it:
 //

@@ -12,8 +12,8 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
-	"github.com/volplane/volplane/internal/devenv"
 	"github.com/volplane/volplane/pkg/coord"
+	"github.com/volplane/volplane/test/harness/devenv"
 )
 
 // syncBuffer is a log sink the Keeper's goroutines and the test share.

@@ -13,8 +13,8 @@ import (
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
-	"github.com/volplane/volplane/internal/devenv"
 	"github.com/volplane/volplane/pkg/coord"
+	"github.com/volplane/volplane/test/harness/devenv"
 )
 
 var endpoints []string

@@ -8,8 +8,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/volplane/volplane/internal/devenv"
 	"github.com/volplane/volplane/pkg/coord"
+	"github.com/volplane/volplane/test/harness/devenv"
 )
 
 func until(t *testing.T, timeout time.Duration, what string, cond func() bool) {

@@ -10,9 +10,9 @@ import (
 	"go.etcd.io/etcd/client/pkg/v3/transport"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
-	"github.com/volplane/volplane/internal/devenv"
-	"github.com/volplane/volplane/internal/pki"
 	"github.com/volplane/volplane/pkg/coord"
+	"github.com/volplane/volplane/test/harness/devenv"
+	"github.com/volplane/volplane/test/harness/pki"
 )
 
 // TestSecurity runs an etcd that serves clients over TLS only, requires

@@ -18,13 +18,13 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/emptypb"
 
-	"github.com/volplane/volplane/internal/pki"
 	"github.com/volplane/volplane/pkg/callers"
 	"github.com/volplane/volplane/pkg/grpcutil"
 	binderv1 "github.com/volplane/volplane/proto/volplane/binder/v1"
 	provisionerv1 "github.com/volplane/volplane/proto/volplane/provisioner/v1"
 	reclaimerv1 "github.com/volplane/volplane/proto/volplane/reclaimer/v1"
 	watcherv1 "github.com/volplane/volplane/proto/volplane/watcher/v1"
+	"github.com/volplane/volplane/test/harness/pki"
 )
 
 // volplaneServices are the four gRPC APIs, each with a handler that answers

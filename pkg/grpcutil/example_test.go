@@ -10,8 +10,8 @@ import (
 
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
-	"github.com/volplane/volplane/internal/pki"
 	"github.com/volplane/volplane/pkg/grpcutil"
+	"github.com/volplane/volplane/test/harness/pki"
 )
 
 // A volplane service serves mutual TLS; a client of the same CA dials it.

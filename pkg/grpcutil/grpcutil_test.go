@@ -23,10 +23,10 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/emptypb"
 
-	"github.com/volplane/volplane/internal/pki"
 	"github.com/volplane/volplane/pkg/callers"
 	"github.com/volplane/volplane/pkg/grpcutil"
 	"github.com/volplane/volplane/pkg/metrics"
+	"github.com/volplane/volplane/test/harness/pki"
 )
 
 func TestSanitizeRedactsSecrets(t *testing.T) {

@@ -14,11 +14,11 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
-	"github.com/volplane/volplane/internal/devenv"
 	"github.com/volplane/volplane/pkg/coord"
 	"github.com/volplane/volplane/pkg/grpcutil"
 	"github.com/volplane/volplane/pkg/health"
 	reclaimerv1 "github.com/volplane/volplane/proto/volplane/reclaimer/v1"
+	"github.com/volplane/volplane/test/harness/devenv"
 )
 
 type lockedBuffer struct {

@@ -9,7 +9,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 
-	"github.com/volplane/volplane/internal/memstat"
+	"github.com/volplane/volplane/test/harness/memstat"
 )
 
 // check reports a shared map or slice whose contents no longer match the

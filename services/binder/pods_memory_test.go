@@ -10,8 +10,8 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/client-go/tools/record"
 
-	"github.com/volplane/volplane/internal/memstat"
 	watcherv1 "github.com/volplane/volplane/proto/volplane/watcher/v1"
+	"github.com/volplane/volplane/test/harness/memstat"
 )
 
 // BenchmarkPodIndexMemory100k measures what 100,000 pods that use claims

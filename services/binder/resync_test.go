@@ -9,8 +9,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/volplane/volplane/internal/memstat"
 	"github.com/volplane/volplane/pkg/kube"
+	"github.com/volplane/volplane/test/harness/memstat"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/client-go/tools/record"

@@ -4,8 +4,8 @@ import (
 	"runtime"
 	"testing"
 
-	"github.com/volplane/volplane/internal/memstat"
 	"github.com/volplane/volplane/pkg/kube"
+	"github.com/volplane/volplane/test/harness/memstat"
 )
 
 // BenchmarkStoreMemory100k measures what 100,000 Bound volumes and their

@@ -6,7 +6,7 @@ import (
 	"runtime"
 	"testing"
 
-	"github.com/volplane/volplane/internal/memstat"
+	"github.com/volplane/volplane/test/harness/memstat"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"

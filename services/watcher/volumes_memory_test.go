@@ -7,8 +7,8 @@ import (
 
 	"k8s.io/client-go/tools/cache"
 
-	"github.com/volplane/volplane/internal/memstat"
 	watcherv1 "github.com/volplane/volplane/proto/volplane/watcher/v1"
+	"github.com/volplane/volplane/test/harness/memstat"
 )
 
 // BenchmarkVolumeMemory100k measures what 100,000 Bound volumes and their

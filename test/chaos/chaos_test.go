@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/volplane/volplane/internal/chaos"
+	"github.com/volplane/volplane/test/harness/chaos"
 )
 
 // A short seeded chaos run: every invariant holds. Under two minutes on a

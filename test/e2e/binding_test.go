@@ -9,8 +9,8 @@ import (
 	storagev1 "k8s.io/api/storage/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/volplane/volplane/internal/e2e"
 	"github.com/volplane/volplane/pkg/kube"
+	"github.com/volplane/volplane/test/harness/e2e"
 )
 
 // Each test uses its own storage class name so volumes of one test never
@@ -313,7 +313,7 @@ func TestMissingClass(t *testing.T) {
 }
 
 // In-tree, migrated and no-provisioner classes and volumes end as
-// kube-controller-manager leaves them (internal/e2e.InTree; the same
+// kube-controller-manager leaves them (test/harness/e2e.InTree; the same
 // scenario runs against kube-controller-manager itself in test/e2e/kcm).
 func TestInTreeFidelity(t *testing.T) {
 	e2e.InTree(t, cluster.client, e2e.Namespace(t, cluster.client))

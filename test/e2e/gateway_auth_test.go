@@ -33,10 +33,10 @@ import (
 	"k8s.io/client-go/rest"
 
 	"github.com/volplane/volplane/gateway"
-	"github.com/volplane/volplane/internal/pki"
 	"github.com/volplane/volplane/pkg/auth"
 	"github.com/volplane/volplane/pkg/grpcutil"
 	binderv1 "github.com/volplane/volplane/proto/volplane/binder/v1"
+	"github.com/volplane/volplane/test/harness/pki"
 )
 
 // clusterRoles reads the ClusterRoles of a shipped manifest, so that the

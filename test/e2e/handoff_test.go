@@ -10,9 +10,9 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/volplane/volplane/internal/e2e"
 	"github.com/volplane/volplane/pkg/kube"
 	reclaimerv1 "github.com/volplane/volplane/proto/volplane/reclaimer/v1"
+	"github.com/volplane/volplane/test/harness/e2e"
 )
 
 // warnings counts the services' warning lines that mention name.
@@ -32,7 +32,7 @@ func warnings(t *testing.T, name string) int {
 }
 
 // The in-tree case kube-controller-manager is checked on too
-// (internal/e2e, `make compare-kcm`): a volume the host-path plugin
+// (test/harness/e2e, `make compare-kcm`): a volume the host-path plugin
 // provisioned, policy Delete, whose claim is bound to another volume, ends
 // Failed with kube-controller-manager's VolumeFailedDelete, nothing
 // deleted; and no service warns about it again and again.

@@ -15,7 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/types"
 
-	"github.com/volplane/volplane/internal/e2e"
+	"github.com/volplane/volplane/test/harness/e2e"
 )
 
 // waitServing polls a gRPC server's health until it is SERVING.

@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/volplane/volplane/gateway"
-	"github.com/volplane/volplane/internal/devenv"
+	"github.com/volplane/volplane/test/harness/devenv"
 )
 
 // pathologicalClaims are :match bodies a viewer might send to make the API

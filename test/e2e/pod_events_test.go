@@ -4,8 +4,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/volplane/volplane/internal/e2e"
 	"github.com/volplane/volplane/pkg/kube"
+	"github.com/volplane/volplane/test/harness/e2e"
 )
 
 // A WaitForFirstConsumer claim says WaitForFirstConsumer while no pod uses

@@ -13,10 +13,10 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
-	"github.com/volplane/volplane/internal/e2e"
-	"github.com/volplane/volplane/internal/pki"
 	"github.com/volplane/volplane/pkg/grpcutil"
 	binderv1 "github.com/volplane/volplane/proto/volplane/binder/v1"
+	"github.com/volplane/volplane/test/harness/e2e"
+	"github.com/volplane/volplane/test/harness/pki"
 )
 
 // The services serve mutual TLS only: a client without TLS, or with a

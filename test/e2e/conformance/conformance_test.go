@@ -3,8 +3,8 @@ package conformance
 import (
 	"testing"
 
-	"github.com/volplane/volplane/internal/e2e"
 	"github.com/volplane/volplane/pkg/conformance"
+	"github.com/volplane/volplane/test/harness/e2e"
 )
 
 // config is the suites' configuration against this package's cluster.

@@ -15,10 +15,10 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
-	"github.com/volplane/volplane/internal/chaos"
 	"github.com/volplane/volplane/internal/devcsi"
-	"github.com/volplane/volplane/internal/e2e"
 	"github.com/volplane/volplane/pkg/faultpoint"
+	"github.com/volplane/volplane/test/harness/chaos"
+	"github.com/volplane/volplane/test/harness/e2e"
 )
 
 // Every fault point, in one cluster of one replica per service: the

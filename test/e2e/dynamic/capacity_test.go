@@ -14,10 +14,10 @@ import (
 	"k8s.io/apimachinery/pkg/util/rand"
 
 	"github.com/volplane/volplane/internal/devcsi"
-	"github.com/volplane/volplane/internal/e2e"
 	"github.com/volplane/volplane/pkg/kube"
 	provisionerv1 "github.com/volplane/volplane/proto/volplane/provisioner/v1"
 	"github.com/volplane/volplane/services/provisioner"
+	"github.com/volplane/volplane/test/harness/e2e"
 )
 
 // capacityNamespace holds the provisioner's CSIStorageCapacity objects.

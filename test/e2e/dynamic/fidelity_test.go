@@ -13,8 +13,8 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/volplane/volplane/internal/e2e"
 	"github.com/volplane/volplane/pkg/kube"
+	"github.com/volplane/volplane/test/harness/e2e"
 )
 
 // What external-provisioner v6.3.0 sends and writes where volplane once

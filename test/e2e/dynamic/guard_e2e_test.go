@@ -24,10 +24,10 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/volplane/volplane/gateway"
-	"github.com/volplane/volplane/internal/e2e"
 	"github.com/volplane/volplane/pkg/kube"
 	provisionerv1 "github.com/volplane/volplane/proto/volplane/provisioner/v1"
 	reclaimerv1 "github.com/volplane/volplane/proto/volplane/reclaimer/v1"
+	"github.com/volplane/volplane/test/harness/e2e"
 )
 
 // testGateway is a REST gateway in front of this package's services.

@@ -15,8 +15,8 @@ import (
 	"k8s.io/apimachinery/pkg/util/rand"
 
 	"github.com/volplane/volplane/internal/devcsi"
-	"github.com/volplane/volplane/internal/e2e"
 	provisionerv1 "github.com/volplane/volplane/proto/volplane/provisioner/v1"
+	"github.com/volplane/volplane/test/harness/e2e"
 )
 
 const driverName = devcsi.DefaultName

@@ -22,8 +22,8 @@ import (
 	"k8s.io/apimachinery/pkg/util/rand"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 
-	"github.com/volplane/volplane/internal/e2e"
 	provisionerv1 "github.com/volplane/volplane/proto/volplane/provisioner/v1"
+	"github.com/volplane/volplane/test/harness/e2e"
 )
 
 // roleToken makes a ServiceAccount in namespace bound to the ClusterRole

@@ -19,8 +19,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/volplane/volplane/internal/devcsi"
-	"github.com/volplane/volplane/internal/e2e"
 	"github.com/volplane/volplane/pkg/kube"
+	"github.com/volplane/volplane/test/harness/e2e"
 )
 
 func TestProvisionMakesTheVolumeAUserExpects(t *testing.T) {

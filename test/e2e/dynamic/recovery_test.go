@@ -10,11 +10,11 @@ import (
 	storagev1 "k8s.io/api/storage/v1"
 
 	"github.com/volplane/volplane/internal/devcsi"
-	"github.com/volplane/volplane/internal/e2e"
 	"github.com/volplane/volplane/pkg/kube"
 	"github.com/volplane/volplane/pkg/replica"
 	provisionerv1 "github.com/volplane/volplane/proto/volplane/provisioner/v1"
 	"github.com/volplane/volplane/services/provisioner"
+	"github.com/volplane/volplane/test/harness/e2e"
 )
 
 // startProvisioner runs one more provisioner replica, serving the dev

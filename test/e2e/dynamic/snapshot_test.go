@@ -14,8 +14,8 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/dynamic"
 
-	"github.com/volplane/volplane/internal/e2e"
 	"github.com/volplane/volplane/pkg/kube"
+	"github.com/volplane/volplane/test/harness/e2e"
 )
 
 var (

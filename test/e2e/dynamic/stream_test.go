@@ -19,12 +19,12 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
 
-	"github.com/volplane/volplane/internal/e2e"
 	"github.com/volplane/volplane/pkg/kube"
 	"github.com/volplane/volplane/pkg/replica"
 	provisionerv1 "github.com/volplane/volplane/proto/volplane/provisioner/v1"
 	"github.com/volplane/volplane/services/provisioner"
 	"github.com/volplane/volplane/services/watcher"
+	"github.com/volplane/volplane/test/harness/e2e"
 )
 
 // streamStaleAfter is the stream-fed provisioner's --watcher-stale-after

@@ -18,8 +18,8 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 
 	"github.com/volplane/volplane/internal/devcsi"
-	"github.com/volplane/volplane/internal/e2e"
 	watcherv1 "github.com/volplane/volplane/proto/volplane/watcher/v1"
+	"github.com/volplane/volplane/test/harness/e2e"
 )
 
 // phases watches the API (not volplane) for every phase of the volumes and

@@ -3,7 +3,7 @@ package kcm
 import (
 	"testing"
 
-	"github.com/volplane/volplane/internal/e2e"
+	"github.com/volplane/volplane/test/harness/e2e"
 )
 
 // The in-tree, migrated and no-provisioner scenario test/e2e runs against

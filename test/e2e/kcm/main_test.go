@@ -1,4 +1,4 @@
-// Package kcm runs volplane's fidelity checks (internal/e2e) against
+// Package kcm runs volplane's fidelity checks (test/harness/e2e) against
 // kube-controller-manager itself: the expectations the volplane tests
 // assert are what the real PV controller does on the same objects.
 //
@@ -17,8 +17,8 @@ import (
 
 	"k8s.io/client-go/kubernetes"
 
-	"github.com/volplane/volplane/internal/devenv"
-	"github.com/volplane/volplane/internal/e2e"
+	"github.com/volplane/volplane/test/harness/devenv"
+	"github.com/volplane/volplane/test/harness/e2e"
 )
 
 var client kubernetes.Interface

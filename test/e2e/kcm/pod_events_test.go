@@ -4,8 +4,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/volplane/volplane/internal/e2e"
 	"github.com/volplane/volplane/pkg/kube"
+	"github.com/volplane/volplane/test/harness/e2e"
 )
 
 // The check test/e2e's TestWaitForPodScheduled runs on volplane, on

@@ -12,7 +12,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/volplane/volplane/internal/e2e"
+	"github.com/volplane/volplane/test/harness/e2e"
 )
 
 // complete runs `__complete args...`, what kubectl_complete-volplane runs

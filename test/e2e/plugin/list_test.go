@@ -16,7 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/volplane/volplane/internal/e2e"
+	"github.com/volplane/volplane/test/harness/e2e"
 )
 
 // get calls the gateway as the cluster admin (system:masters) and returns

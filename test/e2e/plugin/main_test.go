@@ -27,14 +27,14 @@ import (
 
 	"github.com/volplane/volplane/gateway"
 	"github.com/volplane/volplane/internal/devcsi"
-	"github.com/volplane/volplane/internal/devenv"
-	"github.com/volplane/volplane/internal/e2e"
 	"github.com/volplane/volplane/pkg/grpcutil"
 	"github.com/volplane/volplane/pkg/replica"
 	"github.com/volplane/volplane/services/binder"
 	"github.com/volplane/volplane/services/provisioner"
 	"github.com/volplane/volplane/services/reclaimer"
 	"github.com/volplane/volplane/services/watcher"
+	"github.com/volplane/volplane/test/harness/devenv"
+	"github.com/volplane/volplane/test/harness/e2e"
 )
 
 // cluster is what every test shares.

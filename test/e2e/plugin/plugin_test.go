@@ -29,8 +29,8 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/volplane/volplane/internal/devcsi"
-	"github.com/volplane/volplane/internal/e2e"
 	"github.com/volplane/volplane/internal/kubectlplugin"
+	"github.com/volplane/volplane/test/harness/e2e"
 )
 
 // applyRoles creates what deploy/kubernetes/roles.yaml holds (the

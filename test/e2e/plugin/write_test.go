@@ -17,8 +17,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/volplane/volplane/internal/devcsi"
-	"github.com/volplane/volplane/internal/e2e"
 	"github.com/volplane/volplane/internal/kubectlplugin"
+	"github.com/volplane/volplane/test/harness/e2e"
 )
 
 // backingVolumes are the volume IDs the dev CSI driver holds.

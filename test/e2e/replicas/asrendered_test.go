@@ -30,9 +30,9 @@ import (
 
 	"github.com/volplane/volplane/internal/certs"
 	"github.com/volplane/volplane/internal/devcsi"
-	"github.com/volplane/volplane/internal/devenv"
-	"github.com/volplane/volplane/internal/e2e"
-	"github.com/volplane/volplane/internal/manifests"
+	"github.com/volplane/volplane/test/harness/devenv"
+	"github.com/volplane/volplane/test/harness/e2e"
+	"github.com/volplane/volplane/test/harness/manifests"
 )
 
 // renderedNamespace is the namespace deploy/kubernetes puts everything in.

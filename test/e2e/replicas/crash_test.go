@@ -12,7 +12,7 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/volplane/volplane/internal/devenv"
+	"github.com/volplane/volplane/test/harness/devenv"
 )
 
 // A binder process killed with SIGKILL in the middle of binding leaves

@@ -13,7 +13,7 @@ import (
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/restmapper"
 
-	"github.com/volplane/volplane/internal/manifests"
+	"github.com/volplane/volplane/test/harness/manifests"
 )
 
 // The kustomize base and its overlays, rendered as kubectl kustomize

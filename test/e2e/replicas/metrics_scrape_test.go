@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/volplane/volplane/internal/e2e"
+	"github.com/volplane/volplane/test/harness/e2e"
 )
 
 // scrapeWants are, by workload, the metrics whose samples must be there

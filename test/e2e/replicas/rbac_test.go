@@ -19,11 +19,11 @@ import (
 	"k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 
-	"github.com/volplane/volplane/internal/devenv"
 	startup "github.com/volplane/volplane/pkg/replica"
 	binderv1 "github.com/volplane/volplane/proto/volplane/binder/v1"
 	"github.com/volplane/volplane/services/binder"
 	"github.com/volplane/volplane/services/watcher"
+	"github.com/volplane/volplane/test/harness/devenv"
 )
 
 // applyRBAC creates the objects of deploy/kubernetes/rbac.yaml.

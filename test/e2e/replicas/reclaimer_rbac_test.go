@@ -14,11 +14,11 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
-	"github.com/volplane/volplane/internal/devenv"
 	"github.com/volplane/volplane/pkg/kube"
 	startup "github.com/volplane/volplane/pkg/replica"
 	reclaimerv1 "github.com/volplane/volplane/proto/volplane/reclaimer/v1"
 	"github.com/volplane/volplane/services/reclaimer"
+	"github.com/volplane/volplane/test/harness/devenv"
 )
 
 // releasedVolume creates a volume of claim ns/gone (which does not exist)

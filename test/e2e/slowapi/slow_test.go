@@ -15,7 +15,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/volplane/volplane/internal/devcsi"
-	"github.com/volplane/volplane/internal/e2e"
+	"github.com/volplane/volplane/test/harness/e2e"
 )
 
 // health watches every service's gRPC health and keeps whatever is not

@@ -19,11 +19,11 @@ import (
 	k8stesting "k8s.io/client-go/testing"
 
 	"github.com/volplane/volplane/internal/devcsi"
-	"github.com/volplane/volplane/internal/pki"
 	"github.com/volplane/volplane/pkg/callers"
 	"github.com/volplane/volplane/pkg/conformance"
 	"github.com/volplane/volplane/pkg/grpcutil"
 	provisionerv1 "github.com/volplane/volplane/proto/volplane/provisioner/v1"
+	"github.com/volplane/volplane/test/harness/pki"
 )
 
 // fakeKube is a fake clientset that gives created objects a UID, as the

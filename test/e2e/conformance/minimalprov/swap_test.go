@@ -18,9 +18,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/volplane/volplane/internal/devcsi"
-	"github.com/volplane/volplane/internal/e2e"
 	"github.com/volplane/volplane/pkg/conformance"
 	"github.com/volplane/volplane/pkg/grpcutil"
+	"github.com/volplane/volplane/test/harness/e2e"
 )
 
 // TestMinimalProvisionerConforms runs the provisioner suite against the

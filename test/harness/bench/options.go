@@ -1,0 +1,228 @@
+package bench
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// DefaultWorkers is the binder's --workers and the ceiling's worker count
+// when Options.Workers is 0. The bench passes it to the binder instead of
+// leaving the binder's own default (services/binder's DefaultWorkers, also
+// 128 today) in force: the two sides then run with the same parallelism
+// by construction, not because two constants happen to agree, and a
+// change of the binder's default cannot silently change what the
+// published numbers (docs/benchmarks.md) measured.
+const DefaultWorkers = 128
+
+// Options configures a benchmark invocation. The zero value of every field
+// but BinDir is a sensible default: one burst of 1,000 pairs bound by
+// volplane.
+type Options struct {
+	// N is the number of volume/claim pairs (claims, with Dynamic) of a
+	// burst: every claim is created at once by Clients goroutines.
+	N int
+	// BinDir holds the service binaries and volplane-etcd (make build).
+	BinDir string
+	// KubeAPIServer is the kube-apiserver binary; empty finds the cached one.
+	KubeAPIServer string
+	// Binders is how many binder replicas bind (they share the claims by
+	// etcd membership, as in production); 0 means one. volplane only.
+	Binders int
+	// Workers is the binder's --workers, and the ceiling's worker count;
+	// 0 means DefaultWorkers for both.
+	Workers int
+	// Clients is how many goroutines create objects in parallel (the
+	// burst's claims, every run's volumes, the Existing population).
+	Clients int
+	// ProfileDir, when set, receives CPU profiles of the binder, the
+	// watcher and (dynamic) the provisioner taken while the claims are
+	// bound (binder.pprof, watcher.pprof, provisioner.pprof) and their heap
+	// profiles at the end (binder.heap, …); with Rates, one directory per
+	// rate (rate-<R>/), profiled while the claims arrive. Volplane only.
+	ProfileDir string
+	// KCM, when set, is a kube-controller-manager binary: its
+	// persistentvolume-binder controller (client QPS KCMQPS) binds instead
+	// of volplane, for a comparison on the same machine and apiserver.
+	KCM string
+	// KCMQPS is kube-controller-manager's --kube-api-qps (and burst), and
+	// csi-provisioner's.
+	KCMQPS int
+	// ExternalProvisioner, with KCM and Dynamic, is a csi-provisioner
+	// binary (the CSI external-provisioner): it provisions through the
+	// same dev CSI driver instead of volplane's provisioner, for a
+	// comparison on the same machine, apiserver and driver.
+	ExternalProvisioner string
+	// Dynamic measures dynamic provisioning instead of static binding: no
+	// volumes are made up front; the claims are of a class of volplane's
+	// dev CSI driver.
+	Dynamic bool
+	// Ceiling binds with the bare client instead of volplane: exactly the
+	// API writes (and, with Dynamic, the Events and the dev driver's
+	// CreateVolume) of a bind, from Workers goroutines, handed each claim
+	// as its create returns. See ceiling.go.
+	Ceiling bool
+	// VsCeiling, when positive, interleaves that many runs of the binder
+	// (volplane, or KCM) with as many of the ceiling, A/B/A/B, each on a
+	// fresh control plane, and prints both figures and their ratio.
+	VsCeiling int
+	// Rates, when set, replaces the burst with open-loop arrivals: for
+	// each rate (claims per second), on a fresh control plane, claims are
+	// created on a fixed schedule for Duration whether or not earlier ones
+	// are Bound, and create-to-Bound percentiles are reported.
+	Rates Rates
+	// Duration is how long claims arrive at each rate.
+	Duration time.Duration
+	// Existing is how many PersistentVolumes exist before the services
+	// start (most Bound to claims; a spread over classes, access modes
+	// and sizes), to measure at cluster scale. See existing.go.
+	Existing int
+	// Out receives the report; Log the progress lines.
+	Out, Log io.Writer
+}
+
+// DefaultDuration is how long claims arrive at each rate by default.
+const DefaultDuration = 30 * time.Second
+
+// Rates are arrival rates in claims per second; as a flag, a comma
+// separated list (the flag may repeat).
+type Rates []float64
+
+func (r *Rates) String() string {
+	if r == nil {
+		return ""
+	}
+	s := make([]string, len(*r))
+	for i, v := range *r {
+		s[i] = strconv.FormatFloat(v, 'g', -1, 64)
+	}
+	return strings.Join(s, ",")
+}
+
+// Type is the flag's type in --help.
+func (r *Rates) Type() string { return "rates" }
+
+// Set adds the comma separated rates in s.
+func (r *Rates) Set(s string) error {
+	for _, f := range strings.Split(s, ",") {
+		f = strings.TrimSpace(f)
+		if f == "" {
+			continue
+		}
+		v, err := strconv.ParseFloat(f, 64)
+		if err != nil || v <= 0 || math.IsInf(v, 0) || math.IsNaN(v) {
+			return fmt.Errorf("rate %q is not a positive number of claims per second", f)
+		}
+		*r = append(*r, v)
+	}
+	return nil
+}
+
+func (o *Options) validate() error {
+	var errs []error
+	if o.N <= 0 {
+		errs = append(errs, fmt.Errorf("n must be positive, got %d", o.N))
+	}
+	if o.Clients <= 0 {
+		o.Clients = 32
+	}
+	if o.Workers < 0 {
+		errs = append(errs, fmt.Errorf("workers must not be negative, got %d", o.Workers))
+	}
+	if o.Binders < 0 {
+		errs = append(errs, fmt.Errorf("binders must not be negative, got %d", o.Binders))
+	}
+	if o.Binders > 1 && (o.KCM != "" || o.Ceiling) {
+		errs = append(errs, errors.New("--binders runs several volplane binders: it does not go with --kube-controller-manager or --ceiling"))
+	}
+	if o.Existing < 0 {
+		errs = append(errs, fmt.Errorf("existing must not be negative, got %d", o.Existing))
+	}
+	if o.BinDir == "" {
+		o.BinDir = "bin"
+	}
+	if o.Out == nil {
+		o.Out = os.Stdout
+	}
+	if o.Log == nil {
+		o.Log = os.Stderr
+	}
+	if o.Dynamic && o.KCM != "" && o.ExternalProvisioner == "" {
+		errs = append(errs, errors.New("kube-controller-manager provisions nothing itself: compare dynamic provisioning with --external-provisioner too"))
+	}
+	if o.ExternalProvisioner != "" && (!o.Dynamic || o.KCM == "") {
+		errs = append(errs, errors.New("--external-provisioner goes with --dynamic and --kube-controller-manager"))
+	}
+	if o.Ceiling && o.KCM != "" {
+		errs = append(errs, errors.New("--ceiling binds with the bare client: it does not go with --kube-controller-manager (use --vs-ceiling to compare them)"))
+	}
+	if o.Ceiling && o.VsCeiling > 0 {
+		errs = append(errs, errors.New("--ceiling runs the ceiling alone; --vs-ceiling interleaves it with the binder: choose one"))
+	}
+	if o.VsCeiling < 0 {
+		errs = append(errs, fmt.Errorf("vs-ceiling must not be negative, got %d", o.VsCeiling))
+	}
+	if len(o.Rates) > 0 {
+		if o.VsCeiling > 0 {
+			errs = append(errs, errors.New("--vs-ceiling compares bursts; it does not go with --rate"))
+		}
+		if o.Duration <= 0 {
+			errs = append(errs, fmt.Errorf("--rate needs a positive --duration, got %s", o.Duration))
+		}
+		for _, r := range o.Rates {
+			if r <= 0 {
+				errs = append(errs, fmt.Errorf("rates must be positive, got %g", r))
+			}
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// system is what binds in a run.
+type system int
+
+const (
+	sysVolplane system = iota
+	sysKCM             // kube-controller-manager, with csi-provisioner when dynamic
+	sysCeiling         // the bare client
+)
+
+func (o *Options) system() system {
+	switch {
+	case o.Ceiling:
+		return sysCeiling
+	case o.KCM != "":
+		return sysKCM
+	default:
+		return sysVolplane
+	}
+}
+
+func (o *Options) name(s system) string {
+	switch s {
+	case sysCeiling:
+		return "ceiling (bare client)"
+	case sysKCM:
+		if o.ExternalProvisioner != "" {
+			return "kube-controller-manager + external-provisioner"
+		}
+		return "kube-controller-manager"
+	default:
+		if o.Binders > 1 {
+			return fmt.Sprintf("volplane (%d binders)", o.Binders)
+		}
+		return "volplane"
+	}
+}
+
+func (o *Options) workers() int {
+	if o.Workers > 0 {
+		return o.Workers
+	}
+	return DefaultWorkers
+}
