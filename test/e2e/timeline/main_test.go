@@ -24,8 +24,8 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/volplane/volplane/internal/devcsi"
-	"github.com/volplane/volplane/internal/devenv"
-	"github.com/volplane/volplane/internal/e2e"
+	"github.com/volplane/volplane/test/harness/devenv"
+	"github.com/volplane/volplane/test/harness/e2e"
 	"github.com/volplane/volplane/pkg/grpcutil"
 	"github.com/volplane/volplane/pkg/replica"
 	"github.com/volplane/volplane/pkg/timeline"

@@ -25,7 +25,7 @@ import (
 
 	"github.com/volplane/volplane/gateway"
 	"github.com/volplane/volplane/internal/devcsi"
-	"github.com/volplane/volplane/internal/e2e"
+	"github.com/volplane/volplane/test/harness/e2e"
 	binderv1 "github.com/volplane/volplane/proto/volplane/binder/v1"
 	provisionerv1 "github.com/volplane/volplane/proto/volplane/provisioner/v1"
 )
