@@ -24,14 +24,14 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/volplane/volplane/internal/devcsi"
-	"github.com/volplane/volplane/test/harness/devenv"
-	"github.com/volplane/volplane/test/harness/e2e"
 	"github.com/volplane/volplane/pkg/grpcutil"
 	"github.com/volplane/volplane/pkg/replica"
 	"github.com/volplane/volplane/pkg/timeline"
 	"github.com/volplane/volplane/services/binder"
 	"github.com/volplane/volplane/services/provisioner"
 	"github.com/volplane/volplane/services/watcher"
+	"github.com/volplane/volplane/test/harness/devenv"
+	"github.com/volplane/volplane/test/harness/e2e"
 )
 
 // createDelay is how long the dev driver takes for each CreateVolume.

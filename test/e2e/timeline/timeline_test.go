@@ -25,9 +25,9 @@ import (
 
 	"github.com/volplane/volplane/gateway"
 	"github.com/volplane/volplane/internal/devcsi"
-	"github.com/volplane/volplane/test/harness/e2e"
 	binderv1 "github.com/volplane/volplane/proto/volplane/binder/v1"
 	provisionerv1 "github.com/volplane/volplane/proto/volplane/provisioner/v1"
+	"github.com/volplane/volplane/test/harness/e2e"
 )
 
 // TestTimelineOfASlowProvisioning: a claim provisioned through a driver
