@@ -19,6 +19,7 @@ import (
 	"github.com/volplane/volplane/pkg/coord"
 	"github.com/volplane/volplane/pkg/kube"
 	"github.com/volplane/volplane/pkg/timeline"
+	"github.com/volplane/volplane/pkg/watchclient"
 	provisionerv1 "github.com/volplane/volplane/proto/volplane/provisioner/v1"
 	watcherv1 "github.com/volplane/volplane/proto/volplane/watcher/v1"
 )
@@ -96,10 +97,9 @@ type controller struct {
 	// records nothing.
 	timeline *timeline.Store
 
-	// relisted tracks the keys a full list after Reset delivered, so that
-	// objects missing from it are deleted on Synced.
-	relisting bool
-	relisted  map[watcherv1.Kind]map[string]bool
+	// stream turns the watcher stream into the events Apply takes
+	// (stream.go).
+	stream *watchclient.Feed
 
 	releases chan queuedRelease
 	linger   time.Duration // releaseLinger; shorter in tests
@@ -133,6 +133,7 @@ func newController(log *slog.Logger, client kubernetes.Interface, recorder recor
 		linger:      releaseLinger,
 	}
 	c.view = syncView{c.store, c.pods}
+	c.stream = watchclient.NewFeed(c, watchKinds...)
 	c.reserves = &reserveBatcher{
 		reserveAll: func(ctx context.Context, rs []coord.Reservation) ([]error, error) {
 			return c.reservations.ReserveAll(ctx, rs)
@@ -142,91 +143,42 @@ func newController(log *slog.Logger, client kubernetes.Interface, recorder recor
 	return c
 }
 
-// Reset implements watchclient.Handler: a full list follows.
-func (c *controller) Reset() {
-	c.relisting = true
-	c.relisted = map[watcherv1.Kind]map[string]bool{
-		watcherv1.Kind_KIND_PERSISTENT_VOLUME:       {},
-		watcherv1.Kind_KIND_PERSISTENT_VOLUME_CLAIM: {},
-		watcherv1.Kind_KIND_STORAGE_CLASS:           {},
-		watcherv1.Kind_KIND_POD:                     {},
+// Apply implements watchclient.Subscriber: it updates the cache and
+// queues the keys the change may affect.
+func (c *controller) Apply(ev watchclient.Event) error {
+	if ev.Type == watchclient.Deleted {
+		switch ev.Kind {
+		case watcherv1.Kind_KIND_POD:
+			c.queueWaitingClaims(c.pods.remove(ev.Key))
+		case watcherv1.Kind_KIND_PERSISTENT_VOLUME:
+			c.volumeDeleted(ev.Key, ev.UID())
+		case watcherv1.Kind_KIND_PERSISTENT_VOLUME_CLAIM:
+			c.claimDeleted(ev.Key, ev.UID())
+		case watcherv1.Kind_KIND_STORAGE_CLASS:
+			c.store.deleteClass(ev.Key)
+		}
+		return nil
 	}
-}
-
-// Synced implements watchclient.Handler: the full list is complete; objects
-// it did not mention were deleted while the stream was down.
-func (c *controller) Synced() {
-	if c.relisting {
-		claims, volumes := c.store.snapshot()
-		for _, k := range claims {
-			if !c.relisted[watcherv1.Kind_KIND_PERSISTENT_VOLUME_CLAIM][k] {
-				c.claimDeleted(k, "")
-			}
-		}
-		for _, n := range volumes {
-			if !c.relisted[watcherv1.Kind_KIND_PERSISTENT_VOLUME][n] {
-				c.volumeDeleted(n, "")
-			}
-		}
-		c.store.mu.Lock()
-		for n := range c.store.classes {
-			if !c.relisted[watcherv1.Kind_KIND_STORAGE_CLASS][n] {
-				delete(c.store.classes, n)
-			}
-		}
-		c.store.mu.Unlock()
-		c.store.endTombstones(c.relisted[watcherv1.Kind_KIND_PERSISTENT_VOLUME_CLAIM], c.relisted[watcherv1.Kind_KIND_PERSISTENT_VOLUME])
-		c.podsRelisted(c.relisted[watcherv1.Kind_KIND_POD])
-		c.relisting, c.relisted = false, nil
-	}
-	c.syncedOnce.Do(func() {
-		c.synced.Store(true)
-		close(c.syncedCh)
-	})
-}
-
-// Event implements watchclient.Handler: it updates the cache and queues the
-// keys the change may affect.
-func (c *controller) Event(ev *watcherv1.WatchResponse) error {
-	if c.relisting && ev.Type == watcherv1.EventType_EVENT_TYPE_ADDED {
-		if m := c.relisted[ev.Kind]; m != nil {
-			m[ev.Key] = true
-		}
-	}
-	deleted := ev.Type == watcherv1.EventType_EVENT_TYPE_DELETED
-	switch ev.Kind {
-	case watcherv1.Kind_KIND_POD:
-		return c.podEvent(ev)
-	case watcherv1.Kind_KIND_PERSISTENT_VOLUME:
-		v, err := kube.DecodeVolume(ev.Object)
-		if err != nil {
-			return err
-		}
-		if deleted {
-			c.volumeDeleted(ev.Key, v.UID)
-			return nil
-		}
+	switch o := ev.Object.(type) {
+	case *watcherv1.Pod:
+		// The claims whose waiting pods changed: their next sync gives
+		// the event that fits now, rather than at the next resync
+		// (kube-controller-manager waits for its resync).
+		c.queueWaitingClaims(c.pods.put(ev.Key, o, ev.ResourceVersion))
+	case *corev1.PersistentVolume:
 		old := c.store.volume(ev.Key)
-		if v = c.store.putVolume(v); v != nil {
+		if v := c.store.putVolume(o); v != nil {
 			if c.foreign != nil && old != nil && old != v && old.UID == v.UID && c.owns("pv/"+v.Name) {
 				c.foreign.observe(foreignChange{kind: "volume", name: v.Name, uid: v.UID, fields: volumeBindingChanges(old, v)})
 			}
 			c.volumeChanged(v)
 		}
-	case watcherv1.Kind_KIND_PERSISTENT_VOLUME_CLAIM:
-		cl, err := kube.DecodeClaim(ev.Object)
-		if err != nil {
-			return err
-		}
-		if deleted {
-			c.claimDeleted(ev.Key, cl.UID)
-			return nil
-		}
+	case *corev1.PersistentVolumeClaim:
 		old := c.store.claim(ev.Key)
 		if old == nil {
-			c.noteSeen(cl)
+			c.noteSeen(o)
 		}
-		if cur := c.store.putClaim(cl); cur != nil {
+		if cur := c.store.putClaim(o); cur != nil {
 			// A binding field changed that no write of this replica's had
 			// brought into the cache first: another binder's, maybe.
 			if c.foreign != nil && old != nil && old != cur && old.UID == cur.UID && c.owns("pvc/"+ev.Key) {
@@ -235,23 +187,15 @@ func (c *controller) Event(ev *watcherv1.WatchResponse) error {
 			c.claimQueue.add(ev.Key)
 			c.claimChanged(ev.Key)
 		}
-	case watcherv1.Kind_KIND_STORAGE_CLASS:
-		if deleted {
-			c.store.deleteClass(ev.Key)
-			return nil
-		}
-		sc, err := kube.DecodeStorageClass(ev.Object)
-		if err != nil {
-			return err
-		}
-		c.store.putClass(sc)
+	case *storagev1.StorageClass:
+		c.store.putClass(o)
 		// Claims of this class may now be provisioned or bound.
-		for _, k := range c.store.unboundClaimsOfClass(sc.Name) {
+		for _, k := range c.store.unboundClaimsOfClass(o.Name) {
 			c.claimQueue.add(k)
 		}
 		// A new default class is assigned to pending claims without one
 		// (retroactive default class) now, not at the next resync.
-		if sc.Annotations[kube.AnnDefaultStorageClass] == "true" || sc.Annotations[kube.AnnBetaDefaultStorageClass] == "true" {
+		if o.Annotations[kube.AnnDefaultStorageClass] == "true" || o.Annotations[kube.AnnBetaDefaultStorageClass] == "true" {
 			for _, k := range c.store.unboundClaimsOfClass("") {
 				c.claimQueue.add(k)
 			}

@@ -15,6 +15,7 @@ import (
 	"github.com/volplane/volplane/pkg/claimvalidation"
 	"github.com/volplane/volplane/pkg/guard"
 	"github.com/volplane/volplane/pkg/shape"
+	"github.com/volplane/volplane/pkg/watchclient"
 	binderv1 "github.com/volplane/volplane/proto/volplane/binder/v1"
 )
 
@@ -41,8 +42,7 @@ func (c *controller) apiDryRun(ctx context.Context, namespace string, body []byt
 	if err != nil {
 		return nil, err
 	}
-	out.ManagedFields = nil
-	return out, nil
+	return watchclient.Slim(out), nil
 }
 
 // matchBody checks the claim a MatchClaim request carries and returns its

@@ -6,8 +6,6 @@ import (
 	"strings"
 	"sync"
 
-	"google.golang.org/protobuf/proto"
-
 	"github.com/volplane/volplane/pkg/kube"
 	watcherv1 "github.com/volplane/volplane/proto/volplane/watcher/v1"
 )
@@ -139,33 +137,6 @@ func (x *podIndex) keys() []string {
 		out = append(out, k)
 	}
 	return out
-}
-
-// podEvent applies a KIND_POD event and queues the claims whose waiting
-// pods changed: their next sync gives the event that fits now, rather than
-// at the next resync (kube-controller-manager waits for its resync).
-func (c *controller) podEvent(ev *watcherv1.WatchResponse) error {
-	var changed []string
-	if ev.GetType() == watcherv1.EventType_EVENT_TYPE_DELETED {
-		changed = c.pods.remove(ev.GetKey())
-	} else {
-		p := &watcherv1.Pod{}
-		if err := proto.Unmarshal(ev.GetObject(), p); err != nil {
-			return fmt.Errorf("decode pod %s: %w", ev.GetKey(), err)
-		}
-		changed = c.pods.put(ev.GetKey(), p, ev.GetResourceVersion())
-	}
-	c.queueWaitingClaims(changed)
-	return nil
-}
-
-// podsRelisted drops the pods a full list did not mention.
-func (c *controller) podsRelisted(listed map[string]bool) {
-	for _, k := range c.pods.keys() {
-		if !listed[k] {
-			c.queueWaitingClaims(c.pods.remove(k))
-		}
-	}
 }
 
 // queueWaitingClaims queues those of the claims that are still unbound.

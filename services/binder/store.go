@@ -1,6 +1,8 @@
 package binder
 
 import (
+	"maps"
+	"slices"
 	"sort"
 	"strconv"
 	"sync"
@@ -12,6 +14,7 @@ import (
 
 	"github.com/volplane/volplane/pkg/kube"
 	"github.com/volplane/volplane/pkg/match"
+	"github.com/volplane/volplane/pkg/watchclient"
 )
 
 // store is the binder's cache of volumes, claims and classes, with the
@@ -106,7 +109,7 @@ func removeFrom[T any](m map[string]map[string]T, outer, inner string) {
 // response said is gone (its tombstone). It returns the version now cached,
 // nil when v was ignored as gone.
 func (s *store) putVolume(v *corev1.PersistentVolume) *corev1.PersistentVolume {
-	v.ManagedFields = nil // see putClaim
+	v = watchclient.Slim(v) // see putClaim
 	s.shared.volume(v)
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -140,7 +143,7 @@ func (s *store) insertVolume(v *corev1.PersistentVolume) {
 // to the cache, so a response never brings back one whose deletion was
 // seen. It returns the newest version known, cached or not.
 func (s *store) refreshVolume(v *corev1.PersistentVolume) *corev1.PersistentVolume {
-	v.ManagedFields = nil
+	v = watchclient.Slim(v)
 	s.shared.volume(v)
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -224,9 +227,9 @@ func (s *store) volume(name string) *corev1.PersistentVolume {
 func (s *store) putClaim(c *corev1.PersistentVolumeClaim) *corev1.PersistentVolumeClaim {
 	// Objects the API returns carry managedFields, often most of their
 	// bytes; the binder never reads them, and an update without them leaves
-	// the server's as they are. The caller hands over the object, and
-	// its common parts are shared from then on (interner).
-	c.ManagedFields = nil
+	// the server's as they are (watchclient.Slim). The caller hands over
+	// the object, and its common parts are shared from then on (interner).
+	c = watchclient.Slim(c)
 	s.shared.claim(c)
 	key := claimKey(c)
 	s.mu.Lock()
@@ -259,7 +262,7 @@ func (s *store) insertClaim(key string, c *corev1.PersistentVolumeClaim) {
 // refreshClaim takes a claim from an API response; see refreshVolume: it
 // only ever updates the cached entry of the same claim (UID).
 func (s *store) refreshClaim(c *corev1.PersistentVolumeClaim) *corev1.PersistentVolumeClaim {
-	c.ManagedFields = nil
+	c = watchclient.Slim(c)
 	s.shared.claim(c)
 	key := claimKey(c)
 	s.mu.Lock()
@@ -334,6 +337,13 @@ func (s *store) putClass(c *storagev1.StorageClass) {
 		return
 	}
 	s.classes[c.Name] = c
+}
+
+// classNames lists the cached classes' names.
+func (s *store) classNames() []string {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return slices.Collect(maps.Keys(s.classes))
 }
 
 func (s *store) deleteClass(name string) {

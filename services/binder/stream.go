@@ -18,12 +18,16 @@ import (
 // DefaultStaleAfter is how long the binder may go without a live, caught-up
 // watcher stream before its cache counts as stale: readiness goes
 // NOT_SERVING and no reclaim or provisioning is handed off.
-const DefaultStaleAfter = 5 * time.Second
+const DefaultStaleAfter = watchclient.DefaultStaleAfter
 
-// feed is the binder's subscription to its watchers: which one streams now
-// and how current the cache is.
+// watchKinds are the kinds the binder subscribes to. A full list deletes
+// the claims, volumes, classes and pods it no longer mentions in this
+// order.
+var watchKinds = []watcherv1.Kind{watcherv1.Kind_KIND_PERSISTENT_VOLUME_CLAIM, watcherv1.Kind_KIND_PERSISTENT_VOLUME, watcherv1.Kind_KIND_STORAGE_CLASS, watcherv1.Kind_KIND_POD}
+
+// feed is how stale the binder lets its cache get; nil (unit tests) never
+// calls the cache stale.
 type feed struct {
-	status     watchclient.Status
 	staleAfter time.Duration
 }
 
@@ -34,24 +38,64 @@ var errStaleCache = errors.New("the binder's cache may be stale: no live watcher
 // streamHealthy reports whether the cache is current: the watcher's full
 // list has been received and, within the feed's staleAfter, the stream was
 // caught up with a SERVING watcher (one whose own view of the API server is
-// current). While it is false the binder takes no destructive step on its
-// cache. A controller without a feed (unit tests) is always healthy.
+// current): the stream is not Stale. A relist under way leaves it healthy:
+// what the cache holds is as new as FreshAt, and every destructive step
+// reads the API first. While it is false the binder takes no destructive
+// step on its cache. A controller without a feed (unit tests) is always
+// healthy.
 func (c *controller) streamHealthy() bool {
 	if c.feed == nil {
 		return true
 	}
-	return c.synced.Load() && !c.feed.status.Stale(c.feed.staleAfter)
+	return !c.stream.Stale(c.feed.staleAfter)
 }
 
 // subscribe feeds c from one of the watchers at a time, failing over
 // between them (see pkg/watchclient), until ctx ends.
 func (c *controller) subscribe(ctx context.Context, addrs []string, tls grpcutil.TLSFiles, log *slog.Logger) error {
-	return watchclient.DialFailover(ctx, addrs, tls, watchclient.Options{
-		Kinds:        []watcherv1.Kind{watcherv1.Kind_KIND_PERSISTENT_VOLUME, watcherv1.Kind_KIND_PERSISTENT_VOLUME_CLAIM, watcherv1.Kind_KIND_STORAGE_CLASS, watcherv1.Kind_KIND_POD},
-		Logger:       log.With("peer", "watcher"),
-		StallTimeout: c.feed.staleAfter,
-		Status:       &c.feed.status,
-	}, c)
+	return c.stream.Dial(ctx, addrs, tls, watchclient.Options{Logger: log.With("peer", "watcher"), StallTimeout: c.feed.staleAfter})
+}
+
+// Reset, Event and Synced make the controller a watchclient.Handler: its
+// feed interprets the stream and calls Apply, Keys and Relisted.
+func (c *controller) Reset()                                  { c.stream.Reset() }
+func (c *controller) Event(ev *watcherv1.WatchResponse) error { return c.stream.Event(ev) }
+func (c *controller) Synced()                                 { c.stream.Synced() }
+
+var (
+	_ watchclient.Handler    = (*controller)(nil)
+	_ watchclient.Subscriber = (*controller)(nil)
+	_ watchclient.Relister   = (*controller)(nil)
+)
+
+// Keys implements watchclient.Subscriber: the keys of kind in the cache.
+func (c *controller) Keys(kind watcherv1.Kind) []string {
+	switch kind {
+	case watcherv1.Kind_KIND_PERSISTENT_VOLUME_CLAIM:
+		claims, _ := c.store.snapshot()
+		return claims
+	case watcherv1.Kind_KIND_PERSISTENT_VOLUME:
+		_, volumes := c.store.snapshot()
+		return volumes
+	case watcherv1.Kind_KIND_STORAGE_CLASS:
+		return c.store.classNames()
+	case watcherv1.Kind_KIND_POD:
+		return c.pods.keys()
+	}
+	return nil
+}
+
+// Relisted implements watchclient.Relister: a full list is applied. The
+// tombstones of objects it did not mention end (the watch now agrees they
+// are gone), and the first one lets the workers start.
+func (c *controller) Relisted(listed watchclient.Listed) {
+	if listed != nil {
+		c.store.endTombstones(listed[watcherv1.Kind_KIND_PERSISTENT_VOLUME_CLAIM], listed[watcherv1.Kind_KIND_PERSISTENT_VOLUME])
+	}
+	c.syncedOnce.Do(func() {
+		c.synced.Store(true)
+		close(c.syncedCh)
+	})
 }
 
 // gatedReclaimer hands a volume to the reclaimer only while the cache is
@@ -90,18 +134,8 @@ func (g gatedProvisioner) Provision(ctx context.Context, claim *corev1.Persisten
 // streamCheck is the readiness check "watcher-stream": the cache is
 // current (streamHealthy), and why not.
 func (c *controller) streamCheck() error {
-	switch {
-	case c.streamHealthy():
+	if c.streamHealthy() {
 		return nil
-	case !c.synced.Load():
-		if w := c.feed.status.Watcher(); w != "" {
-			return fmt.Errorf("the first full list from watcher %s is not in yet", w)
-		}
-		return errors.New("no watcher stream yet")
 	}
-	fresh := c.feed.status.FreshAt()
-	if fresh.IsZero() {
-		return fmt.Errorf("not caught up with a serving watcher yet (watcher %q)", c.feed.status.Watcher())
-	}
-	return fmt.Errorf("not caught up with a serving watcher since %s, over %s (watcher %q)", fresh.UTC().Format(time.RFC3339), c.feed.staleAfter, c.feed.status.Watcher())
+	return c.stream.StaleReason(c.feed.staleAfter)
 }

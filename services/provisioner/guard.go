@@ -37,7 +37,7 @@ type hints interface {
 // while it is current, and DeleteVolume's guard asks its claim index which
 // claims to read (while it is not, it lists them from the API server).
 func newServer(p *provisioner, objs *objectCache) *server {
-	return &server{p: p, hints: objs, claims: cacheClaims{client: p.client, cache: objs}}
+	return &server{p: p, hints: objs, claims: cacheClaims{client: p.client, cache: objs}, orphans: newOrphanScanner(p)}
 }
 
 // hintWait bounds how long readClaim waits for the cache to store the

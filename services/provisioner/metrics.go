@@ -10,6 +10,7 @@ import (
 
 	"github.com/volplane/volplane/pkg/coord"
 	"github.com/volplane/volplane/pkg/metrics"
+	"github.com/volplane/volplane/services/provisioner/orphans"
 )
 
 var (
@@ -32,7 +33,7 @@ var (
 )
 
 func init() {
-	metrics.Registry.MustRegister(outcomes, failures, provisionSeconds, orphanGauge)
+	metrics.Registry.MustRegister(outcomes, failures, provisionSeconds, orphans.Gauge)
 }
 
 // failed counts a failed provisioning attempt.

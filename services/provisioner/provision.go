@@ -125,44 +125,13 @@ func (p *provisioner) provision(ctx context.Context, claim *corev1.PersistentVol
 		return result{outcome: provisionerv1.Outcome_OUTCOME_IN_BACKGROUND, message: "an attempt to provision " + name + " is running"}, nil
 	}
 	defer p.end(kindProvision, name)
-	rec, found, err := p.journal.AcquireGet(ctx, kindProvision, name, p.member)
-	if errors.Is(err, coord.ErrReserved) {
-		return result{outcome: provisionerv1.Outcome_OUTCOME_IN_BACKGROUND, message: fmt.Sprintf("%s is being provisioned by another replica (%v)", name, err)}, nil
+	a := &attempt{claim: claim, class: class, d: d, name: name}
+	if res, done, err := p.lock(ctx, a, journaledOnly); done {
+		return res, err
 	}
-	if err != nil {
-		return result{}, err
-	}
-	if journaledOnly && !found {
-		if err := p.journal.Unlock(ctx, kindProvision, name, p.member); err != nil {
-			p.log.Warn("unlock provisioning", logging.Claim(claim), "volume", name, "error", err)
-		}
-		return result{outcome: provisionerv1.Outcome_OUTCOME_NO_CHANGE, message: "finished meanwhile"}, nil
-	}
-	var op provisionOp
-	spec := p.spec(claim, class)
-	var req *csi.CreateVolumeRequest
-	if found {
-		if err := json.Unmarshal(rec.Value, &op); err != nil {
-			return result{}, fmt.Errorf("journal record of %s: %w", name, err)
-		}
-		req = &csi.CreateVolumeRequest{}
-		if err := proto.Unmarshal(op.Request, req); err != nil {
-			return result{}, fmt.Errorf("journal record of %s: request: %w", name, err)
-		}
-	}
-	// The secrets the PV will name, and (first attempt) the request.
-	spec.secrets, err = p.secretRefs(class, claim, name)
-	if err == nil && !found {
-		req, err = p.createRequest(ctx, d, claim, class, spec)
-		op = provisionOp{ClaimNamespace: claim.Namespace, ClaimName: claim.Name, ClaimUID: string(claim.UID),
-			Class: class.Name, Provisioner: class.Provisioner, Secret: spec.secrets["provisioner"], Start: p.now()}
-		if err == nil {
-			op.Request, err = proto.Marshal(req)
-		}
-	}
-	if err != nil {
+	if err := p.prepare(ctx, a); err != nil {
 		// Nothing was asked of the driver in this attempt.
-		res := p.failBeforeCall(ctx, claim, class, name, found, op, err)
+		res := p.failBeforeCall(ctx, claim, class, name, a.found, a.op, err)
 		if apierrors.IsNotFound(err) && claim.Annotations[kube.AnnSelectedNode] != "" {
 			// As external-provisioner: the selected node (or its
 			// CSINode) is gone, so let the scheduler choose another.
@@ -170,87 +139,159 @@ func (p *provisioner) provision(ctx context.Context, claim *corev1.PersistentVol
 		}
 		return res, nil
 	}
-	spec.driver = d.name()
-	spec.identity = p.identity(d.name())
+	a.spec.driver = d.name()
+	a.spec.identity = p.identity(d.name())
 
-	op.Attempts++
-	if err := p.put(ctx, kindProvision, name, op); err != nil {
+	a.op.Attempts++
+	if err := p.put(ctx, kindProvision, name, a.op); err != nil {
 		return result{}, err
 	}
-	recorder := p.events(class.Provisioner)
-	recorder.Eventf(claim, corev1.EventTypeNormal, kube.EventProvisioning, "External provisioner is provisioning volume for claim %q", claim.Namespace+"/"+claim.Name)
+	a.recorder = p.events(class.Provisioner)
+	a.recorder.Eventf(claim, corev1.EventTypeNormal, kube.EventProvisioning, "External provisioner is provisioning volume for claim %q", claim.Namespace+"/"+claim.Name)
 
-	secrets, err := p.secrets(ctx, op.Secret)
+	secrets, err := p.secrets(ctx, a.op.Secret)
 	if err != nil {
-		return p.failBeforeCall(ctx, claim, class, name, true, op, err), nil
+		return p.failBeforeCall(ctx, claim, class, name, true, a.op, err), nil
 	}
 	// The claim may have gone since it was read (or cached): ask the API
 	// server, right before the driver makes anything.
 	if why, err := p.recheck(ctx, claim, name); err != nil || why != "" {
 		if err != nil {
-			return p.failBeforeCall(ctx, claim, class, name, true, op, err), nil
+			return p.failBeforeCall(ctx, claim, class, name, true, a.op, err), nil
 		}
-		return p.abandon(ctx, d, name, op, found, why)
+		return p.abandon(ctx, d, name, a.op, a.found, why)
 	}
-	call := proto.Clone(req).(*csi.CreateVolumeRequest)
+	vol, res, done, err := p.createVolume(ctx, a, secrets)
+	if done {
+		return res, err
+	}
+	faultpoint.Hit(faultpoint.ProvisionerAfterCreateVolume)
+	return p.finish(ctx, a, vol)
+}
+
+// attempt is one provisioning attempt, from its journal record on.
+type attempt struct {
+	claim    *corev1.PersistentVolumeClaim
+	class    *storagev1.StorageClass
+	d        *driver
+	name     string
+	recorder record.EventRecorder
+	// found: an earlier attempt's record holds op and req.
+	found bool
+	op    provisionOp
+	req   *csi.CreateVolumeRequest
+	spec  volumeSpec
+}
+
+// lock takes the operation's lock and reads an earlier attempt's record.
+// done says the attempt ends here, with res and err: another replica
+// holds the operation, or a recovery (journaledOnly) finds it finished.
+func (p *provisioner) lock(ctx context.Context, a *attempt, journaledOnly bool) (res result, done bool, err error) {
+	rec, found, err := p.journal.AcquireGet(ctx, kindProvision, a.name, p.member)
+	if errors.Is(err, coord.ErrReserved) {
+		return result{outcome: provisionerv1.Outcome_OUTCOME_IN_BACKGROUND, message: fmt.Sprintf("%s is being provisioned by another replica (%v)", a.name, err)}, true, nil
+	}
+	if err != nil {
+		return result{}, true, err
+	}
+	if journaledOnly && !found {
+		if err := p.journal.Unlock(ctx, kindProvision, a.name, p.member); err != nil {
+			p.log.Warn("unlock provisioning", logging.Claim(a.claim), "volume", a.name, "error", err)
+		}
+		return result{outcome: provisionerv1.Outcome_OUTCOME_NO_CHANGE, message: "finished meanwhile"}, true, nil
+	}
+	if !found {
+		return result{}, false, nil
+	}
+	a.found = true
+	if err := json.Unmarshal(rec.Value, &a.op); err != nil {
+		return result{}, true, fmt.Errorf("journal record of %s: %w", a.name, err)
+	}
+	a.req = &csi.CreateVolumeRequest{}
+	if err := proto.Unmarshal(a.op.Request, a.req); err != nil {
+		return result{}, true, fmt.Errorf("journal record of %s: request: %w", a.name, err)
+	}
+	return result{}, false, nil
+}
+
+// prepare finds the secrets the PV will name and, on a first attempt,
+// builds the request and the record to journal.
+func (p *provisioner) prepare(ctx context.Context, a *attempt) error {
+	a.spec = p.spec(a.claim, a.class)
+	var err error
+	a.spec.secrets, err = p.secretRefs(a.class, a.claim, a.name)
+	if err != nil || a.found {
+		return err
+	}
+	a.req, err = p.createRequest(ctx, a.d, a.claim, a.class, a.spec)
+	a.op = provisionOp{ClaimNamespace: a.claim.Namespace, ClaimName: a.claim.Name, ClaimUID: string(a.claim.UID),
+		Class: a.class.Name, Provisioner: a.class.Provisioner, Secret: a.spec.secrets["provisioner"], Start: p.now()}
+	if err == nil {
+		a.op.Request, err = proto.Marshal(a.req)
+	}
+	return err
+}
+
+// createVolume asks the driver for the volume. done says the attempt
+// ends here, with res and err: the driver may still be making it (the
+// record stays), or it made nothing (the record goes).
+func (p *provisioner) createVolume(ctx context.Context, a *attempt, secrets map[string]string) (vol *csi.Volume, res result, done bool, err error) {
+	call := proto.Clone(a.req).(*csi.CreateVolumeRequest)
 	call.Secrets = secrets
 	cctx, cancel := context.WithTimeout(ctx, p.timeout)
-	cctx, step := p.timeline.Start(cctx, string(claim.UID), "CreateVolume")
-	resp, err := d.controller.CreateVolume(cctx, call)
-	step.EndErr(err, name)
+	cctx, step := p.timeline.Start(cctx, string(a.claim.UID), "CreateVolume")
+	resp, err := a.d.controller.CreateVolume(cctx, call)
+	step.EndErr(err, a.name)
 	cancel()
-	switch out := classify(err, claim.Annotations[kube.AnnSelectedNode] != ""); out {
-	case provisionerv1.Outcome_OUTCOME_FINISHED:
-	case provisionerv1.Outcome_OUTCOME_IN_BACKGROUND:
-		failed(class.Provisioner, stageCreateVolume, err)
-		op.failed(err, p.now())
-		if perr := p.put(ctx, kindProvision, name, op); perr != nil {
-			p.log.Warn("journal provisioning attempt", logging.Claim(claim), "volume", name, "error", perr)
-		}
-		msg := failedMessage(err)
-		recorder.Event(claim, corev1.EventTypeWarning, kube.EventProvisioningFailed, msg)
-		return result{outcome: out, message: msg}, nil
-	default:
-		// The driver made nothing: the operation is over.
-		failed(class.Provisioner, stageCreateVolume, err)
-		if ferr := p.journal.Finish(ctx, kindProvision, name, p.member); ferr != nil {
-			return result{}, ferr
-		}
-		msg := failedMessage(err)
-		recorder.Event(claim, corev1.EventTypeWarning, kube.EventProvisioningFailed, msg)
-		return result{outcome: out, message: msg}, nil
+	out := classify(err, a.claim.Annotations[kube.AnnSelectedNode] != "")
+	if out == provisionerv1.Outcome_OUTCOME_FINISHED {
+		return resp.GetVolume(), result{}, false, nil
 	}
+	failed(a.class.Provisioner, stageCreateVolume, err)
+	if out == provisionerv1.Outcome_OUTCOME_IN_BACKGROUND {
+		a.op.failed(err, p.now())
+		if perr := p.put(ctx, kindProvision, a.name, a.op); perr != nil {
+			p.log.Warn("journal provisioning attempt", logging.Claim(a.claim), "volume", a.name, "error", perr)
+		}
+	} else if ferr := p.journal.Finish(ctx, kindProvision, a.name, p.member); ferr != nil {
+		// The driver made nothing: the operation is over.
+		return nil, result{}, true, ferr
+	}
+	msg := failedMessage(err)
+	a.recorder.Event(a.claim, corev1.EventTypeWarning, kube.EventProvisioningFailed, msg)
+	return nil, result{outcome: out, message: msg}, true, nil
+}
 
-	faultpoint.Hit(faultpoint.ProvisionerAfterCreateVolume)
-
-	// Again right before the PV: a claim deleted while the driver worked
-	// gets no PV; its new volume is deleted here.
-	why, err := p.recheck(ctx, claim, name)
+// finish saves the PV of the volume the driver made, and removes the
+// record; a claim deleted while the driver worked gets no PV, and its new
+// volume is deleted here.
+func (p *provisioner) finish(ctx context.Context, a *attempt, vol *csi.Volume) (result, error) {
+	why, err := p.recheck(ctx, a.claim, a.name)
 	if err == nil && why != "" {
-		return p.discard(ctx, d, name, op, resp.GetVolume().GetVolumeId(), why)
+		return p.discard(ctx, a.d, a.name, a.op, vol.GetVolumeId(), why)
 	}
 	var pv *corev1.PersistentVolume
 	if err == nil {
-		_, step := p.timeline.Start(ctx, string(claim.UID), "write PV")
-		pv, err = p.saveVolume(ctx, buildVolume(spec, resp.GetVolume()), claim)
-		step.EndErr(err, name)
+		_, step := p.timeline.Start(ctx, string(a.claim.UID), "write PV")
+		pv, err = p.saveVolume(ctx, buildVolume(a.spec, vol), a.claim)
+		step.EndErr(err, a.name)
 	}
 	if err != nil {
-		failed(class.Provisioner, stageSaveVolume, err)
-		op.failed(fmt.Errorf("the volume was created but its PersistentVolume could not be saved: %w", err), p.now())
-		if perr := p.put(ctx, kindProvision, name, op); perr != nil {
-			p.log.Warn("journal provisioning attempt", logging.Claim(claim), "volume", name, "error", perr)
+		failed(a.class.Provisioner, stageSaveVolume, err)
+		a.op.failed(fmt.Errorf("the volume was created but its PersistentVolume could not be saved: %w", err), p.now())
+		if perr := p.put(ctx, kindProvision, a.name, a.op); perr != nil {
+			p.log.Warn("journal provisioning attempt", logging.Claim(a.claim), "volume", a.name, "error", perr)
 		}
-		recorder.Event(claim, corev1.EventTypeWarning, kube.EventProvisioningFailed, op.LastError)
-		return result{outcome: provisionerv1.Outcome_OUTCOME_IN_BACKGROUND, message: op.LastError}, nil
+		a.recorder.Event(a.claim, corev1.EventTypeWarning, kube.EventProvisioningFailed, a.op.LastError)
+		return result{outcome: provisionerv1.Outcome_OUTCOME_IN_BACKGROUND, message: a.op.LastError}, nil
 	}
 	faultpoint.Hit(faultpoint.ProvisionerAfterSaveVolume)
-	if err := p.journal.Finish(ctx, kindProvision, name, p.member); err != nil {
+	if err := p.journal.Finish(ctx, kindProvision, a.name, p.member); err != nil {
 		// The PV exists: whoever recovers the record sees it and finishes.
-		p.log.Warn("finish journal record", logging.Claim(claim), "volume", name, "error", err)
+		p.log.Warn("finish journal record", logging.Claim(a.claim), "volume", a.name, "error", err)
 	}
-	recorder.Eventf(claim, corev1.EventTypeNormal, kube.EventProvisioningSucceeded, "Successfully provisioned volume %s", name)
-	p.log.Info("provisioned", logging.Claim(claim), "volume", name, "handle", resp.GetVolume().GetVolumeId(), "attempts", op.Attempts)
+	a.recorder.Eventf(a.claim, corev1.EventTypeNormal, kube.EventProvisioningSucceeded, "Successfully provisioned volume %s", a.name)
+	p.log.Info("provisioned", logging.Claim(a.claim), "volume", a.name, "handle", vol.GetVolumeId(), "attempts", a.op.Attempts)
 	return result{outcome: provisionerv1.Outcome_OUTCOME_FINISHED, volume: pv}, nil
 }
 

@@ -30,6 +30,7 @@ import (
 	"github.com/volplane/volplane/pkg/replica"
 	"github.com/volplane/volplane/pkg/watchclient"
 	provisionerv1 "github.com/volplane/volplane/proto/volplane/provisioner/v1"
+	"github.com/volplane/volplane/services/provisioner/capacity"
 )
 
 // Service is the provisioner's name in etcd membership.
@@ -80,10 +81,10 @@ type Options struct {
 	RecoveryPeriod time.Duration
 	// ProbePeriod is how often the drivers are probed.
 	ProbePeriod time.Duration
-	// Capacity configures storage capacity tracking (capacity.go).
-	Capacity CapacityOptions
+	// Capacity configures storage capacity tracking (package capacity).
+	Capacity capacity.Options
 	// OrphanScanPeriod is how often the orphan report is made to refresh
-	// volplane_provisioner_orphans (orphans.go); default
+	// volplane_provisioner_orphans (package orphans); default
 	// DefaultOrphanScanPeriod, negative never (only ListOrphans does).
 	OrphanScanPeriod time.Duration
 	// WatcherAddress is the gRPC address of the watcher service, or of
@@ -146,7 +147,7 @@ func (o *Options) validate() error {
 			*d.v = d.def
 		}
 	}
-	if err := o.Capacity.validate(); err != nil {
+	if err := o.Capacity.Validate(); err != nil {
 		errs = append(errs, err)
 	}
 	if o.OrphanScanPeriod == 0 {
@@ -214,9 +215,10 @@ func Run(ctx context.Context, o Options) error {
 	}
 
 	reg := newRegistry(log)
-	capc := newCapacityController(o.Capacity, log, o.MemberID, client, reg, listers{nodeLister, csiNodeLister}, o.Timeout, co, factory,
-		storagelisters.NewStorageClassLister(objs.classes))
-	objs.onClass = capc.enqueueAll
+	capc := capacity.New(o.Capacity, capacity.Config{Log: log, Member: o.MemberID, Elect: co, Client: client,
+		Drivers: capacityDrivers{reg: reg, nodes: listers{nodeLister, csiNodeLister}}, Factory: factory,
+		Classes: storagelisters.NewStorageClassLister(objs.classes), Timeout: o.Timeout})
+	objs.onClass = capc.EnqueueAll
 	for _, e := range o.CSIEndpoints {
 		name, ep := parseEndpoint(strings.TrimSpace(e))
 		var d *driver
@@ -228,7 +230,7 @@ func Run(ctx context.Context, o Options) error {
 		}
 		cm := newCSIMetrics()
 		cc, err := grpcutil.DialCSI(ep, grpc.WithChainUnaryInterceptor(csiLogger(log, ep),
-			connection.ExtendedCSIMetricsManager{CSIMetricsManager: cm}.RecordMetricsClientInterceptor, capc.onVolumeChange(dname)))
+			connection.ExtendedCSIMetricsManager{CSIMetricsManager: cm}.RecordMetricsClientInterceptor, capc.OnVolumeChange(dname)))
 		if err != nil {
 			return fmt.Errorf("CSI endpoint %s: %w", ep, err)
 		}
@@ -313,10 +315,10 @@ func Run(ctx context.Context, o Options) error {
 			return clones.run(ctx, objs.hasSynced, objs.current, o.RecoveryPeriod)
 		},
 		func(ctx context.Context) error {
-			capc.run(ctx, reg.probed, func() bool { return cache.WaitForCacheSync(ctx.Done(), objs.hasSynced) })
+			capc.Run(ctx, reg.probed, func() bool { return cache.WaitForCacheSync(ctx.Done(), objs.hasSynced) })
 			return nil
 		},
-		func(ctx context.Context) error { p.orphanLoop(ctx, o.OrphanScanPeriod, reg.probed); return nil },
+		func(ctx context.Context) error { api.orphans.Loop(ctx, o.OrphanScanPeriod, reg.probed); return nil },
 		feed.run,
 		func(ctx context.Context) error { objs.report(ctx, log, feed); return nil },
 	}

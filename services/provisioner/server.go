@@ -20,6 +20,8 @@ import (
 	"github.com/volplane/volplane/pkg/match"
 	"github.com/volplane/volplane/pkg/paging"
 	provisionerv1 "github.com/volplane/volplane/proto/volplane/provisioner/v1"
+	"github.com/volplane/volplane/services/provisioner/capacity"
+	"github.com/volplane/volplane/services/provisioner/orphans"
 )
 
 // server is the gRPC face of the provisioner: its methods (here and in
@@ -37,8 +39,10 @@ type server struct {
 	// claims finds the claims pointing at a volume.
 	claims guard.Claims
 	// capacity publishes CSIStorageCapacity objects; nil when tracking is
-	// off (capacity.go).
-	capacity *capacityController
+	// off (package capacity).
+	capacity *capacity.Controller
+	// orphans finds and deletes orphans (package orphans).
+	orphans *orphans.Scanner
 }
 
 // Provision makes one attempt at the claim's volume and says how it ended.

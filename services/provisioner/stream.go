@@ -6,8 +6,10 @@ import (
 	"log/slog"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
+
 	"github.com/volplane/volplane/pkg/grpcutil"
-	"github.com/volplane/volplane/pkg/kube"
 	"github.com/volplane/volplane/pkg/watchclient"
 	watcherv1 "github.com/volplane/volplane/proto/volplane/watcher/v1"
 )
@@ -16,31 +18,29 @@ import (
 // watcher may go without a live, caught-up stream before it counts as
 // stale: then no hint is taken from it and DeleteVolume's guard lists the
 // claims from the API server.
-const DefaultStaleAfter = 5 * time.Second
+const DefaultStaleAfter = watchclient.DefaultStaleAfter
 
 // streamFeed fills the provisioner's objectCache from the watcher's
 // stream (--watcher-address), in place of the provisioner's own informers
-// on claims and classes: from one watcher replica at a time with failover
-// (pkg/watchclient); a full list (Reset, ADDED..., Synced) is applied as a
-// replace; objects are kept without managedFields. The cache is not
-// current while the stream is stale.
+// on claims and classes: from one watcher replica at a time with failover,
+// through a watchclient.Feed, which decodes and slims the objects and
+// applies a full list as a replace. The cache is not current while the
+// Feed is stale.
 type streamFeed struct {
 	cache *objectCache
 	addrs []string
 	tls   grpcutil.TLSFiles
 	log   *slog.Logger
 
-	status     watchclient.Status
+	feed       *watchclient.Feed
 	staleAfter time.Duration
-
-	// listed holds the keys ADDED since the last RESET, per kind; only the
-	// handler (whose calls never overlap) touches it.
-	listed map[watcherv1.Kind]map[string]bool
 }
 
 var (
-	_ watchclient.Handler = (*streamFeed)(nil)
-	_ feeder              = (*streamFeed)(nil)
+	_ watchclient.Handler    = (*streamFeed)(nil)
+	_ watchclient.Subscriber = (*streamFeed)(nil)
+	_ watchclient.Relister   = (*streamFeed)(nil)
+	_ feeder                 = (*streamFeed)(nil)
 )
 
 // newStreamFeed is the feed of c from the watchers at addrs; c is stale
@@ -48,87 +48,70 @@ var (
 // staleAfter.
 func newStreamFeed(c *objectCache, addrs []string, tls grpcutil.TLSFiles, log *slog.Logger, staleAfter time.Duration) *streamFeed {
 	f := &streamFeed{cache: c, addrs: addrs, tls: tls, log: log, staleAfter: staleAfter}
-	c.stale = func() bool { return f.status.Stale(f.staleAfter) }
+	f.feed = watchclient.NewFeed(f, watcherv1.Kind_KIND_PERSISTENT_VOLUME_CLAIM, watcherv1.Kind_KIND_STORAGE_CLASS)
+	c.stale = func() bool { return f.feed.Stale(f.staleAfter) }
 	return f
 }
 
-// Reset implements watchclient.Handler: a full list follows.
+// Reset implements watchclient.Handler: a full list follows, and the
+// cache is not current until it ends.
 func (f *streamFeed) Reset() {
 	f.cache.relisting()
-	f.listed = map[watcherv1.Kind]map[string]bool{
-		watcherv1.Kind_KIND_PERSISTENT_VOLUME_CLAIM: {},
-		watcherv1.Kind_KIND_STORAGE_CLASS:           {},
-	}
+	f.feed.Reset()
 }
 
-// Synced implements watchclient.Handler: objects the full list did not
-// mention were deleted while the stream was down.
-func (f *streamFeed) Synced() {
-	if f.listed != nil {
-		for _, k := range f.cache.claims.ListKeys() {
-			if !f.listed[watcherv1.Kind_KIND_PERSISTENT_VOLUME_CLAIM][k] {
-				f.cache.dropClaim(k, "")
-			}
-		}
-		for _, k := range f.cache.classes.ListKeys() {
-			if !f.listed[watcherv1.Kind_KIND_STORAGE_CLASS][k] {
-				f.cache.dropClass(k, "")
-			}
-		}
-		f.listed = nil
-	}
-	f.cache.listed()
-}
+// Event and Synced implement watchclient.Handler: the Feed interprets the
+// stream and calls Apply, Keys and Relisted.
+func (f *streamFeed) Event(ev *watcherv1.WatchResponse) error { return f.feed.Event(ev) }
+func (f *streamFeed) Synced()                                 { f.feed.Synced() }
 
-// Event implements watchclient.Handler.
-func (f *streamFeed) Event(ev *watcherv1.WatchResponse) error {
-	if m := f.listed[ev.Kind]; m != nil && ev.Type == watcherv1.EventType_EVENT_TYPE_ADDED {
-		m[ev.Key] = true
-	}
-	deleted := ev.Type == watcherv1.EventType_EVENT_TYPE_DELETED
-	switch ev.Kind {
+// Keys implements watchclient.Subscriber.
+func (f *streamFeed) Keys(kind watcherv1.Kind) []string {
+	switch kind {
 	case watcherv1.Kind_KIND_PERSISTENT_VOLUME_CLAIM:
-		cl, err := kube.DecodeClaim(ev.Object)
-		if err != nil {
-			return err
+		return f.cache.claims.ListKeys()
+	case watcherv1.Kind_KIND_STORAGE_CLASS:
+		return f.cache.classes.ListKeys()
+	}
+	return nil
+}
+
+// Apply implements watchclient.Subscriber.
+func (f *streamFeed) Apply(ev watchclient.Event) error {
+	deleted := ev.Type == watchclient.Deleted
+	switch o := ev.Object.(type) {
+	case nil: // a Vanished deletion
+		if ev.Kind == watcherv1.Kind_KIND_PERSISTENT_VOLUME_CLAIM {
+			f.cache.dropClaim(ev.Key, "")
+		} else {
+			f.cache.dropClass(ev.Key, "")
 		}
+	case *corev1.PersistentVolumeClaim:
 		if deleted {
-			f.cache.dropClaim(ev.Key, string(cl.UID))
-			return nil
-		}
-		cl.ManagedFields = nil
-		if err := f.cache.putClaim(cl); err != nil {
+			f.cache.dropClaim(ev.Key, string(o.UID))
+		} else if err := f.cache.putClaim(o); err != nil {
 			return fmt.Errorf("cache claim %s: %w", ev.Key, err)
 		}
-	case watcherv1.Kind_KIND_STORAGE_CLASS:
-		sc, err := kube.DecodeStorageClass(ev.Object)
-		if err != nil {
-			return err
-		}
+	case *storagev1.StorageClass:
 		if deleted {
-			f.cache.dropClass(ev.Key, string(sc.UID))
-			return nil
-		}
-		sc.ManagedFields = nil
-		if err := f.cache.putClass(sc); err != nil {
+			f.cache.dropClass(ev.Key, string(o.UID))
+		} else if err := f.cache.putClass(o); err != nil {
 			return fmt.Errorf("cache StorageClass %s: %w", ev.Key, err)
 		}
 	}
 	return nil
 }
 
+// Relisted implements watchclient.Relister: the full list is in.
+func (f *streamFeed) Relisted(watchclient.Listed) { f.cache.listed() }
+
 // run feeds the cache from one of the watchers at a time, failing over
 // between them (see pkg/watchclient), until ctx ends.
 func (f *streamFeed) run(ctx context.Context) error {
-	return watchclient.DialFailover(ctx, f.addrs, f.tls, watchclient.Options{
-		Kinds:        []watcherv1.Kind{watcherv1.Kind_KIND_PERSISTENT_VOLUME_CLAIM, watcherv1.Kind_KIND_STORAGE_CLASS},
-		Encoding:     watcherv1.Encoding_ENCODING_PROTOBUF,
-		Logger:       f.log.With("peer", "watcher"),
-		StallTimeout: f.staleAfter,
-		Status:       &f.status,
-	}, f)
+	return f.feed.Dial(ctx, f.addrs, f.tls, watchclient.Options{Logger: f.log.With("peer", "watcher"), StallTimeout: f.staleAfter})
 }
 
 func (f *streamFeed) about() []any {
-	return []any{"source", "watcher stream", "watcher", f.status.Watcher(), "fresh_at", f.status.FreshAt()}
+	st := f.feed.Status()
+	return []any{"source", "watcher stream", "watcher", st.Watcher(), "fresh_at", st.FreshAt()}
 }

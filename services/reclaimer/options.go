@@ -118,6 +118,21 @@ func (o *Options) validate() error {
 	if err := o.ValidatePeerAddress(); err != nil {
 		errs = append(errs, err)
 	}
+	errs = append(errs, o.validateRecycling()...)
+	errs = append(errs, o.validateTiming()...)
+	if o.RecyclerImage == "" && o.template == nil {
+		o.RecyclerImage = DefaultRecyclerImage
+	}
+	if o.RecyclerNamespace == "" {
+		o.RecyclerNamespace = DefaultRecyclerNamespace
+	}
+	return errors.Join(errs...)
+}
+
+// validateRecycling checks the recycling flags (mode, node, prefixes,
+// image or pod template, namespace) and loads the pod template.
+func (o *Options) validateRecycling() []error {
+	var errs []error
 	switch o.RecycleMode {
 	case "":
 		o.RecycleMode = RecyclePod
@@ -160,6 +175,13 @@ func (o *Options) validate() error {
 		}
 		o.template = t
 	}
+	return errs
+}
+
+// validateTiming checks the periods, timeouts and the number of workers,
+// and fills in their defaults.
+func (o *Options) validateTiming() []error {
+	var errs []error
 	for _, d := range []struct {
 		v    *time.Duration
 		def  time.Duration
@@ -189,13 +211,7 @@ func (o *Options) validate() error {
 	if o.Workers == 0 {
 		o.Workers = DefaultWorkers
 	}
-	if o.RecyclerImage == "" && o.template == nil {
-		o.RecyclerImage = DefaultRecyclerImage
-	}
-	if o.RecyclerNamespace == "" {
-		o.RecyclerNamespace = DefaultRecyclerNamespace
-	}
-	return errors.Join(errs...)
+	return errs
 }
 
 // loadPodTemplate reads a recycler pod template: one Pod, YAML or JSON,

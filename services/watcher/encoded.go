@@ -11,6 +11,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/volplane/volplane/pkg/kube"
+	"github.com/volplane/volplane/pkg/watchclient"
 )
 
 // encoded is all the informers keep of a volume, a claim or a class: its
@@ -33,9 +34,10 @@ var (
 )
 
 // transform is the transform of the volume, claim and class informers: it
-// turns the object into an encoded, without metadata.managedFields (most
-// of an object's bytes; no subscriber reads them, and writers that send an
-// object without them leave the server's unchanged). It is idempotent, as
+// turns the object into an encoded, without metadata.managedFields
+// (watchclient.Slim: most of an object's bytes; no subscriber reads them,
+// and writers that send an object without them leave the server's
+// unchanged). It is idempotent, as
 // client-go asks, and writes nothing into the object it is given. An
 // object that cannot be encoded is kept decoded, and the hub reports its
 // error to subscribers.
@@ -44,27 +46,13 @@ func transform(obj any) (any, error) {
 	case *encoded:
 		return o, nil
 	case *corev1.PersistentVolume:
-		return encode(withoutManagedFields(o)), nil
+		return encode(watchclient.Slim(o)), nil
 	case *corev1.PersistentVolumeClaim:
-		return encode(withoutManagedFields(o)), nil
+		return encode(watchclient.Slim(o)), nil
 	case *storagev1.StorageClass:
-		return encode(withoutManagedFields(o)), nil
+		return encode(watchclient.Slim(o)), nil
 	}
 	return obj, nil // a tombstone: its object was transformed before
-}
-
-// withoutManagedFields returns o, or a shallow copy of it without
-// managedFields when it has them.
-func withoutManagedFields[T any, P interface {
-	*T
-	metav1.Object
-}](o P) P {
-	if o.GetManagedFields() == nil {
-		return o
-	}
-	c := *o
-	P(&c).SetManagedFields(nil)
-	return &c
 }
 
 func encode(o interface {

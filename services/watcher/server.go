@@ -91,107 +91,159 @@ func (s *server) Watch(req *watcherv1.WatchRequest, st grpc.ServerStreamingServe
 		return errStopping
 	}
 
-	id := s.nextSub.Add(1)
-	log := s.log.With("subscriber", id)
-	h.mu.Lock()
-	h.subscribers++
-	var (
-		next   uint64 // the last sequence sent
-		resync = true
-		c      = req.GetResumeAfter()
-	)
-	if c != nil && c.GetEpoch() == h.epoch {
-		if c.GetSequence() > h.head {
-			h.mu.Unlock()
-			s.unsubscribe()
-			return status.Errorf(codes.InvalidArgument, "resume_after: sequence %d is ahead of the watcher's newest event %d in epoch %s; resume from a cursor the watcher sent", c.GetSequence(), h.head, h.epoch)
-		}
-		if c.GetSequence()+1 >= h.oldest() {
-			next, resync = c.GetSequence(), false
-		}
+	log := s.log.With("subscriber", s.nextSub.Add(1))
+	c := req.GetResumeAfter()
+	next, resync, err := s.subscribe(c)
+	if err != nil {
+		return err
 	}
-	h.mu.Unlock()
 	defer s.unsubscribe()
 	if resync && c != nil {
 		log.Info("subscriber cannot resume; sending a full list", "cursor_epoch", c.GetEpoch(), "cursor_sequence", c.GetSequence(), "epoch", h.epoch)
 	}
 	log.Info("subscriber connected", "kinds", kindNames(kinds), "encoding", enc, "resume", !resync, "after", next)
-	var (
-		sent     int       // messages sent, for the disconnect log
-		cursor   = next    // the sequence of the last message sent
-		lastSend time.Time // when the last message was sent
-		lastMark time.Time // when the last progress mark was sent
-		marks    = req.GetProgressMarks()
-		timing   = s.markTiming()
-		due      *time.Timer // the next progress mark, with marks
-	)
-	if marks {
-		due = time.NewTimer(timing.idle)
-		defer due.Stop()
+	w := &subscription{s: s, st: st, log: log, kinds: kinds, enc: enc, next: next, cursor: next, resync: resync,
+		marks: req.GetProgressMarks(), timing: s.markTiming()}
+	if w.marks {
+		w.due = time.NewTimer(w.timing.idle)
+		defer w.due.Stop()
 	}
-	gone := func(err error) error {
-		log.Info("subscriber disconnected", "sent", sent, "last_sequence", next, "error", err)
-		return err
-	}
+	return w.run(ctx)
+}
 
+// subscribe counts a new subscriber and says where its stream starts:
+// after the sequence next of the cursor c, or (resync) with a full list.
+// A cursor ahead of the watcher's newest event is InvalidArgument.
+func (s *server) subscribe(c *watcherv1.Cursor) (next uint64, resync bool, err error) {
+	h := s.hub
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.subscribers++
+	if c == nil || c.GetEpoch() != h.epoch {
+		return 0, true, nil
+	}
+	if c.GetSequence() > h.head {
+		h.subscribers--
+		return 0, false, status.Errorf(codes.InvalidArgument, "resume_after: sequence %d is ahead of the watcher's newest event %d in epoch %s; resume from a cursor the watcher sent", c.GetSequence(), h.head, h.epoch)
+	}
+	if c.GetSequence()+1 >= h.oldest() {
+		return c.GetSequence(), false, nil
+	}
+	return 0, true, nil
+}
+
+// subscription is one Watch stream being served.
+type subscription struct {
+	s     *server
+	st    grpc.ServerStreamingServer[watcherv1.WatchResponse]
+	log   *slog.Logger
+	kinds kindSet
+	enc   watcherv1.Encoding
+
+	next     uint64    // the last sequence sent or skipped
+	resync   bool      // a full list is due
+	sent     int       // messages sent, for the disconnect log
+	cursor   uint64    // the sequence of the last message sent
+	lastSend time.Time // when the last message was sent
+	lastMark time.Time // when the last progress mark was sent
+	marks    bool
+	timing   markTiming
+	due      *time.Timer // the next progress mark, with marks
+}
+
+// run sends the stream until the subscriber goes, ctx ends or the
+// watcher stops.
+func (w *subscription) run(ctx context.Context) error {
+	h := w.s.hub
 	for {
-		if resync {
-			h.mu.Lock()
-			objs, seq := h.snapshot(kinds)
-			h.mu.Unlock()
-			if err := s.sendList(st, objs, seq, enc); err != nil {
-				return gone(err)
+		if w.resync {
+			if err := w.sendList(); err != nil {
+				return w.gone(err)
 			}
-			next, resync = seq, false
-			cursor, lastSend = seq, time.Now()
-			sent += len(objs) + 2
 		}
 		h.mu.Lock()
-		evs, ok, wait := h.since(next, batch)
+		evs, ok, wait := h.since(w.next, batch)
 		h.mu.Unlock()
 		if !ok {
-			log.Warn("subscriber fell behind the watcher's history; sending a full list", "last_sent", next)
-			resync = true
+			w.log.Warn("subscriber fell behind the watcher's history; sending a full list", "last_sent", w.next)
+			w.resync = true
 			continue
 		}
-		for _, e := range evs {
-			next = e.seq
-			if !kinds.has(e.kind) {
-				continue
-			}
-			if err := s.send(st, e, e.typ, e.seq, enc); err != nil {
-				return gone(err)
-			}
-			cursor, lastSend = e.seq, time.Now()
-			sent++
+		if err := w.sendEvents(evs); err != nil {
+			return w.gone(err)
 		}
 		if len(evs) > 0 {
 			continue
 		}
 		// Everything up to next has been sent or skipped.
-		var markDue <-chan time.Time
-		if marks {
-			d := timing.untilMark(time.Now(), next > cursor, lastSend, lastMark)
-			if d <= 0 {
-				if err := st.Send(&watcherv1.WatchResponse{Type: watcherv1.EventType_EVENT_TYPE_PROGRESS, Cursor: &watcherv1.Cursor{Epoch: h.epoch, Sequence: next}}); err != nil {
-					return gone(err)
-				}
-				cursor, lastSend, lastMark = next, time.Now(), time.Now()
-				sent++
-				d = timing.idle
-			}
-			due.Reset(d)
-			markDue = due.C
+		markDue, err := w.markIfDue()
+		if err != nil {
+			return w.gone(err)
 		}
 		select {
 		case <-wait:
 		case <-markDue:
 		case <-ctx.Done():
-			return gone(status.FromContextError(ctx.Err()).Err())
-		case <-s.stopping:
-			return gone(errStopping)
+			return w.gone(status.FromContextError(ctx.Err()).Err())
+		case <-w.s.stopping:
+			return w.gone(errStopping)
 		}
 	}
+}
+
+func (w *subscription) gone(err error) error {
+	w.log.Info("subscriber disconnected", "sent", w.sent, "last_sequence", w.next, "error", err)
+	return err
+}
+
+// sendList sends a full list of the subscriber's kinds.
+func (w *subscription) sendList() error {
+	h := w.s.hub
+	h.mu.Lock()
+	objs, seq := h.snapshot(w.kinds)
+	h.mu.Unlock()
+	if err := w.s.sendList(w.st, objs, seq, w.enc); err != nil {
+		return err
+	}
+	w.next, w.resync = seq, false
+	w.cursor, w.lastSend = seq, time.Now()
+	w.sent += len(objs) + 2
+	return nil
+}
+
+// sendEvents sends the events of the subscriber's kinds.
+func (w *subscription) sendEvents(evs []*event) error {
+	for _, e := range evs {
+		w.next = e.seq
+		if !w.kinds.has(e.kind) {
+			continue
+		}
+		if err := w.s.send(w.st, e, e.typ, e.seq, w.enc); err != nil {
+			return err
+		}
+		w.cursor, w.lastSend = e.seq, time.Now()
+		w.sent++
+	}
+	return nil
+}
+
+// markIfDue sends a progress mark when one is due (with marks), and
+// returns when the next one is.
+func (w *subscription) markIfDue() (<-chan time.Time, error) {
+	if !w.marks {
+		return nil, nil
+	}
+	d := w.timing.untilMark(time.Now(), w.next > w.cursor, w.lastSend, w.lastMark)
+	if d <= 0 {
+		if err := w.st.Send(&watcherv1.WatchResponse{Type: watcherv1.EventType_EVENT_TYPE_PROGRESS, Cursor: &watcherv1.Cursor{Epoch: w.s.hub.epoch, Sequence: w.next}}); err != nil {
+			return nil, err
+		}
+		w.cursor, w.lastSend, w.lastMark = w.next, time.Now(), time.Now()
+		w.sent++
+		d = w.timing.idle
+	}
+	w.due.Reset(d)
+	return w.due.C, nil
 }
 
 func (s *server) markTiming() markTiming {

@@ -1,4 +1,4 @@
-package provisioner
+package capacity
 
 import (
 	"errors"
@@ -7,17 +7,23 @@ import (
 	"time"
 )
 
-// CapacityOptions configures storage capacity tracking: for every driver
+// Defaults of Options.
+const (
+	DefaultPollInterval = time.Minute
+	DefaultManagedBy    = "volplane-provisioner"
+)
+
+// Options configures storage capacity tracking: for every driver
 // with the GET_CAPACITY controller capability, one CSIStorageCapacity
 // object per topology segment and StorageClass, as external-provisioner's
 // --enable-capacity publishes them, so the scheduler places pods of
 // WaitForFirstConsumer claims where their volumes fit.
-type CapacityOptions struct {
+type Options struct {
 	// Enabled turns tracking on (--enable-capacity); off by default, as
 	// in external-provisioner.
 	Enabled bool
 	// PollInterval is how often every object is refreshed
-	// (--capacity-poll-interval); default DefaultCapacityPollInterval.
+	// (--capacity-poll-interval); default DefaultPollInterval.
 	// Objects are also refreshed when a volume is created or deleted, and
 	// when classes, CSINodes or Node labels change.
 	PollInterval time.Duration
@@ -27,7 +33,7 @@ type CapacityOptions struct {
 	Namespace string
 	// ManagedBy is the csi.storage.k8s.io/managed-by label value of the
 	// objects this provisioner owns (--capacity-managed-by); default
-	// DefaultCapacityManagedBy. external-provisioner's is
+	// DefaultManagedBy. external-provisioner's is
 	// "external-provisioner": set that to adopt its objects when replacing
 	// it; the distinct default keeps the two from fighting over objects
 	// while both run. The scheduler reads neither label.
@@ -44,7 +50,8 @@ type CapacityOptions struct {
 	ForImmediateBinding bool
 }
 
-func (c *CapacityOptions) validate() error {
+// Validate checks the options and fills in the defaults.
+func (c *Options) Validate() error {
 	if !c.Enabled {
 		return nil
 	}
@@ -56,10 +63,10 @@ func (c *CapacityOptions) validate() error {
 	case c.PollInterval < 0:
 		errs = append(errs, fmt.Errorf("--capacity-poll-interval must not be negative, got %s", c.PollInterval))
 	case c.PollInterval == 0:
-		c.PollInterval = DefaultCapacityPollInterval
+		c.PollInterval = DefaultPollInterval
 	}
 	if c.ManagedBy == "" {
-		c.ManagedBy = DefaultCapacityManagedBy
+		c.ManagedBy = DefaultManagedBy
 	}
 	if c.Owner != "" {
 		if _, _, err := parseOwner(c.Owner); err != nil {

@@ -1,4 +1,4 @@
-package provisioner
+package capacity
 
 import (
 	"context"
@@ -16,10 +16,13 @@ import (
 	"github.com/volplane/volplane/pkg/coord"
 )
 
-// capacityKey names one object: a class in a segment.
-func capacityKey(class string, seg map[string]string) string {
+// key names one object: a class in a segment.
+func key(class string, seg map[string]string) string {
 	return class + " " + segmentString(seg)
 }
+
+// segmentString shows a segment, its keys sorted (fmt sorts map keys).
+func segmentString(seg map[string]string) string { return fmt.Sprint(seg) }
 
 // wanted is one object a driver should have.
 type wanted struct {
@@ -30,36 +33,20 @@ type wanted struct {
 // desired lists the objects driver d should have: its classes (those of
 // its provisioner name, WaitForFirstConsumer unless ForImmediateBinding)
 // in every segment of a node where it is installed.
-func (c *capacityController) desired(d *driver) ([]wanted, error) {
+func (c *Controller) desired(d Driver) ([]wanted, error) {
 	classes, err := c.classes.List(labels.Everything())
 	if err != nil {
 		return nil, err
 	}
 	segs := []map[string]string{nil}
-	if d.current().topology {
-		segs = nil
-		cns, err := c.nodes.CSINodes()
-		if err != nil {
-			return nil, fmt.Errorf("list CSINodes: %w", err)
+	if d.Topology {
+		if segs, err = c.drivers.Segments(d.Name); err != nil {
+			return nil, err
 		}
-		for _, cn := range cns {
-			keys := topologyKeys(cn, d.name())
-			if len(keys) == 0 {
-				continue
-			}
-			node, err := c.nodes.Node(cn.Name)
-			if err != nil {
-				continue
-			}
-			if seg, err := segmentOf(node, keys); err == nil {
-				segs = append(segs, seg)
-			}
-		}
-		segs = dedupe(segs)
 	}
 	var out []wanted
 	for _, sc := range classes {
-		if sc.Provisioner != d.provisionerName() {
+		if sc.Provisioner != d.ProvisionerName {
 			continue
 		}
 		wffc := sc.VolumeBindingMode != nil && *sc.VolumeBindingMode == storagev1.VolumeBindingWaitForFirstConsumer
@@ -67,7 +54,7 @@ func (c *capacityController) desired(d *driver) ([]wanted, error) {
 			continue
 		}
 		for _, seg := range segs {
-			if seg != nil && len(sc.AllowedTopologies) > 0 && !allowed(seg, sc.AllowedTopologies) {
+			if seg != nil && len(sc.AllowedTopologies) > 0 && !c.drivers.Allowed(seg, sc) {
 				continue
 			}
 			out = append(out, wanted{class: sc, seg: seg})
@@ -77,9 +64,9 @@ func (c *capacityController) desired(d *driver) ([]wanted, error) {
 }
 
 // sync makes driver name's objects match what GetCapacity says now.
-func (c *capacityController) sync(ctx context.Context, name string) error {
-	d := c.drivers.byDriver(name)
-	if d == nil || !d.ready() {
+func (c *Controller) sync(ctx context.Context, name string) error {
+	d, ok := c.drivers.Driver(name)
+	if !ok || !d.Ready {
 		return nil // probed again soon; the next poll comes back
 	}
 	if err := c.elect.Reserve(ctx, "capacity/"+name, c.member); err != nil {
@@ -89,7 +76,7 @@ func (c *capacityController) sync(ctx context.Context, name string) error {
 		return err
 	}
 	var want []wanted
-	if d.has(csi.ControllerServiceCapability_RPC_GET_CAPACITY) {
+	if d.GetCapacity {
 		var err error
 		if want, err = c.desired(d); err != nil {
 			return err
@@ -104,7 +91,7 @@ func (c *capacityController) sync(ctx context.Context, name string) error {
 	var errs []error
 	for i := range list.Items {
 		obj := &list.Items[i]
-		k := capacityKey(obj.StorageClassName, selectorSegment(obj.NodeTopology))
+		k := key(obj.StorageClassName, selectorSegment(obj.NodeTopology))
 		if _, dup := have[k]; dup {
 			// Two writers raced once: keep one.
 			errs = append(errs, c.delete(ctx, obj))
@@ -113,7 +100,7 @@ func (c *capacityController) sync(ctx context.Context, name string) error {
 		have[k] = obj
 	}
 	for _, w := range want {
-		k := capacityKey(w.class.Name, w.seg)
+		k := key(w.class.Name, w.seg)
 		obj := have[k]
 		delete(have, k)
 		if err := c.publish(ctx, d, w, obj); err != nil {
@@ -126,18 +113,18 @@ func (c *capacityController) sync(ctx context.Context, name string) error {
 	return errors.Join(errs...)
 }
 
-func (c *capacityController) labels(driver string) map[string]string {
+func (c *Controller) labels(driver string) map[string]string {
 	return map[string]string{LabelDriverName: driver, LabelManagedBy: c.opts.ManagedBy}
 }
 
 // publish asks the driver for w's capacity and creates or updates obj.
-func (c *capacityController) publish(ctx context.Context, d *driver, w wanted, obj *storagev1.CSIStorageCapacity) error {
-	req := &csi.GetCapacityRequest{Parameters: capacityParameters(w.class)}
+func (c *Controller) publish(ctx context.Context, d Driver, w wanted, obj *storagev1.CSIStorageCapacity) error {
+	req := &csi.GetCapacityRequest{Parameters: parameters(w.class)}
 	if w.seg != nil {
 		req.AccessibleTopology = &csi.Topology{Segments: w.seg}
 	}
 	cctx, cancel := context.WithTimeout(ctx, c.timeout)
-	resp, err := c.getCapacity(d).GetCapacity(cctx, req)
+	resp, err := d.Client.GetCapacity(cctx, req)
 	cancel()
 	if err != nil {
 		return fmt.Errorf("GetCapacity of class %s in %s: %w", w.class.Name, segmentString(w.seg), err)
@@ -150,7 +137,7 @@ func (c *capacityController) publish(ctx context.Context, d *driver, w wanted, o
 	api := c.client.StorageV1().CSIStorageCapacities(c.opts.Namespace)
 	if obj == nil {
 		obj = &storagev1.CSIStorageCapacity{
-			ObjectMeta:        metav1.ObjectMeta{GenerateName: "csisc-", Labels: c.labels(d.name())},
+			ObjectMeta:        metav1.ObjectMeta{GenerateName: "csisc-", Labels: c.labels(d.Name)},
 			StorageClassName:  w.class.Name,
 			NodeTopology:      &metav1.LabelSelector{MatchLabels: w.seg},
 			Capacity:          capacity,
@@ -181,7 +168,7 @@ func (c *capacityController) publish(ctx context.Context, d *driver, w wanted, o
 	return nil
 }
 
-func (c *capacityController) delete(ctx context.Context, obj *storagev1.CSIStorageCapacity) error {
+func (c *Controller) delete(ctx context.Context, obj *storagev1.CSIStorageCapacity) error {
 	err := c.client.StorageV1().CSIStorageCapacities(obj.Namespace).Delete(ctx, obj.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &obj.UID}})
 	if err != nil && !isNotFoundOrConflict(err) {
 		return fmt.Errorf("delete CSIStorageCapacity %s: %w", obj.Name, err)
@@ -191,7 +178,7 @@ func (c *capacityController) delete(ctx context.Context, obj *storagev1.CSIStora
 
 // ownedBy reports whether obj carries the configured owner (true when
 // none is configured).
-func (c *capacityController) ownedBy(obj *storagev1.CSIStorageCapacity) bool {
+func (c *Controller) ownedBy(obj *storagev1.CSIStorageCapacity) bool {
 	if c.owner == nil {
 		return true
 	}
@@ -210,13 +197,17 @@ func sameQuantity(a, b *resource.Quantity) bool {
 	return a.Cmp(*b) == 0
 }
 
-// capacityParameters are the class parameters CreateVolume gets, so
-// GetCapacity answers for the volumes this class makes: without the
+// provisionerParameterPrefix starts the class parameters that are for
+// the provisioner, not the driver.
+const provisionerParameterPrefix = "csi.storage.k8s.io/"
+
+// parameters are the class parameters CreateVolume gets, so GetCapacity
+// answers for the volumes this class makes: without the
 // csi.storage.k8s.io/ keys, which only the provisioner reads.
-func capacityParameters(class *storagev1.StorageClass) map[string]string {
+func parameters(class *storagev1.StorageClass) map[string]string {
 	out := map[string]string{}
 	for k, v := range class.Parameters {
-		if !strings.HasPrefix(k, csiParameterPrefix) {
+		if !strings.HasPrefix(k, provisionerParameterPrefix) {
 			out[k] = v
 		}
 	}
