@@ -418,19 +418,26 @@ const MaxReleaseBatch = 100
 
 // ReleaseAll is Release of up to MaxReleaseBatch reservations in one etcd
 // transaction: each is deleted only while its holder still has it, the
-// others are left as they are.
+// others are left as they are. A resource given twice with two holders
+// (released by one, taken and released by the next within one batch) is
+// released for the second in a following transaction: etcd refuses a key
+// twice in one, and either may hold it now.
 func (c *Coordinator) ReleaseAll(ctx context.Context, rs []Reservation) error {
 	if len(rs) > MaxReleaseBatch {
 		return fmt.Errorf("release %d reservations in one transaction: at most %d", len(rs), MaxReleaseBatch)
 	}
 	ops := make([]clientv3.Op, 0, len(rs))
-	seen := make(map[string]bool, len(rs))
+	seen := make(map[string]string, len(rs)) // key → holder
+	var again []Reservation
 	for _, r := range rs {
 		key := c.reservationKey(r.Resource)
-		if seen[key] {
+		if h, ok := seen[key]; ok {
+			if h != r.Holder {
+				again = append(again, r)
+			}
 			continue // etcd refuses a key twice in one transaction
 		}
-		seen[key] = true
+		seen[key] = r.Holder
 		ops = append(ops, clientv3.OpTxn([]clientv3.Cmp{clientv3.Compare(clientv3.Value(key), "=", r.Holder)}, []clientv3.Op{clientv3.OpDelete(key)}, nil))
 	}
 	if len(ops) == 0 {
@@ -439,7 +446,7 @@ func (c *Coordinator) ReleaseAll(ctx context.Context, rs []Reservation) error {
 	if _, err := c.client.Txn(ctx).Then(ops...).Commit(); err != nil {
 		return fmt.Errorf("release %d reservations in etcd: %w", len(ops), err)
 	}
-	return nil
+	return c.ReleaseAll(ctx, again)
 }
 
 // Holder returns who has resource reserved, or "" when nobody does.

@@ -101,6 +101,17 @@ func TestReleaseAll(t *testing.T) {
 	if h, _ := b.Holder(ctx, "pv/other"); h != "claim-b" {
 		t.Fatalf("another holder's reservation was dropped: holder %q", h)
 	}
+	// One resource released by one holder, taken and released by the
+	// next, within one batch: released for the second too.
+	if err := a.Reserve(ctx, "pv/again", "claim-new"); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.ReleaseAll(ctx, []coord.Reservation{{Resource: "pv/again", Holder: "claim-old"}, {Resource: "pv/again", Holder: "claim-new"}}); err != nil {
+		t.Fatal(err)
+	}
+	if h, err := a.Holder(ctx, "pv/again"); h != "" || err != nil {
+		t.Fatalf("pv/again still held by %q (%v)", h, err)
+	}
 	if err := a.ReleaseAll(ctx, make([]coord.Reservation, coord.MaxReleaseBatch+1)); err == nil {
 		t.Fatal("a batch over MaxReleaseBatch was taken")
 	}

@@ -64,6 +64,9 @@ type controller struct {
 	// refused: the volumes whose hand-off the reclaimer refused
 	// (handoff.go), looked at again when their claim changes.
 	refused refusals
+	// journal says whether a reclaim of a volume is journaled, read right
+	// before a rebind (rebind.go); nil reads none.
+	journal reclaimJournal
 	// owns reports whether this replica may act on an object ("pvc/ns/name"
 	// or "pv/name") now: it owns it in the ring, on a live etcd session.
 	// Every step with side effects asks it right before it is taken.
@@ -132,7 +135,7 @@ func newController(log *slog.Logger, client kubernetes.Interface, recorder recor
 		unreleased:  map[string]string{},
 		linger:      releaseLinger,
 	}
-	c.view = syncView{c.store, c.pods}
+	c.view = syncView{c.store, c.pods, c.selectedNodeLabels}
 	c.stream = watchclient.NewFeed(c, watchKinds...)
 	c.reserves = &reserveBatcher{
 		reserveAll: func(ctx context.Context, rs []coord.Reservation) ([]error, error) {

@@ -31,6 +31,12 @@ type claimView interface {
 	// no rule, reservations of this replica and of others considered; nil
 	// when none. delay: the claim's class binds WaitForFirstConsumer.
 	choose(claim *corev1.PersistentVolumeClaim, delay bool) (*corev1.PersistentVolume, error)
+	// named lists the volumes whose claimRef names the claim key
+	// ("namespace/name"), whatever their UID and phase (rebind.go).
+	named(claimKey string) []*corev1.PersistentVolume
+	// nodeLabels are the labels of a node, nil when it cannot be read;
+	// asked only to check a rebind against a claim's selected node.
+	nodeLabels(node string) map[string]string
 }
 
 // syncView is the cache as a claim's sync reads it: choose holds the
@@ -40,9 +46,18 @@ type claimView interface {
 type syncView struct {
 	*store
 	pods *podIndex
+	// nodes reads a node's labels (nil: none can be read).
+	nodes func(node string) map[string]string
 }
 
 func (v syncView) unscheduled(key string) []string { return v.pods.unscheduled(key) }
+
+func (v syncView) nodeLabels(node string) map[string]string {
+	if v.nodes == nil {
+		return nil
+	}
+	return v.nodes(node)
+}
 
 func (v syncView) choose(claim *corev1.PersistentVolumeClaim, delay bool) (*corev1.PersistentVolume, error) {
 	volume, err := v.findAndReserve(claim, delay)
@@ -57,8 +72,9 @@ type decision struct {
 	// what is the branch, as the API names it.
 	what binderv1.Decision
 	// volume: for BIND and BOUND the volume to bind (bind writes only
-	// what is missing); for VOLUME_MISMATCH, VOLUME_TAKEN and MISBOUND the
-	// volume the claim names.
+	// what is missing); for REBIND the Released volume to bind; for
+	// VOLUME_MISMATCH, VOLUME_TAKEN and MISBOUND the volume the claim
+	// names.
 	volume *corev1.PersistentVolume
 	// chosen: volume is the binder's choice (claimView.choose), not one
 	// the claim or the volume's claimRef names; the sync's view holds it
@@ -92,13 +108,38 @@ func decide(claim *corev1.PersistentVolumeClaim, v claimView) (decision, error) 
 	if _, done := claim.Annotations[kube.AnnBindCompleted]; done {
 		return decideBound(claim, v), nil
 	}
+	// Opt-in (rebind.go): a Released volume of an earlier claim of this
+	// name comes first; without a volume whose policy allows it, nothing
+	// changes.
+	rebind, ok, note, err := decideRebind(claim, v)
+	if err != nil {
+		return decision{}, err
+	}
+	if ok {
+		return rebind, nil
+	}
 	if claim.Spec.VolumeName != "" {
-		return decidePrebound(claim, v), nil
+		return noted(decidePrebound(claim, v), note), nil
 	}
 	delay, err := delayBinding(claim, v)
 	if err != nil {
 		return decision{}, err
 	}
+	d, err := decideUnbound(claim, v, delay)
+	return noted(d, note), err
+}
+
+// noted adds to a decision's sentence why a rebind the policy allowed was
+// not made (decideRebind); note "" changes nothing.
+func noted(d decision, note string) decision {
+	if note != "" {
+		d.why += "; " + note
+	}
+	return d
+}
+
+// decideUnbound decides for a claim that names no volume.
+func decideUnbound(claim *corev1.PersistentVolumeClaim, v claimView, delay bool) (decision, error) {
 	volume, err := v.choose(claim, delay)
 	if err != nil {
 		return decision{}, err

@@ -194,7 +194,7 @@ func TestDecide(t *testing.T) {
 				s.markForeign(name, time.Hour)
 			}
 			claim := tc.claim
-			d, err := decide(claim, syncView{s, pods})
+			d, err := decide(claim, syncView{s, pods, nil})
 			if err == nil {
 				err = d.err
 			}
@@ -228,7 +228,7 @@ func TestDecide(t *testing.T) {
 			if d.chosen && s.reserved[d.volume.Name] != claim.UID {
 				t.Errorf("chosen volume %s not held for the claim", d.volume.Name)
 			}
-			again, err := decide(claim, syncView{s, pods})
+			again, err := decide(claim, syncView{s, pods, nil})
 			if err != nil || again.what != d.what || again.volume != d.volume {
 				t.Errorf("decided again %v %s (%v), first %v %s", again.what, name(again.volume), err, d.what, name(d.volume))
 			}
@@ -282,6 +282,10 @@ func TestExplainAgreesWithSync(t *testing.T) {
 				if after.Spec.VolumeName != ex.WouldBind {
 					t.Errorf("explain would bind %s, the sync bound %q", ex.WouldBind, after.Spec.VolumeName)
 				}
+			case binderv1.Decision_DECISION_REBIND:
+				if after.Spec.VolumeName != "" && after.Spec.VolumeName != ex.WouldBind {
+					t.Errorf("explain would rebind %s, the sync bound %q", ex.WouldBind, after.Spec.VolumeName)
+				}
 			case binderv1.Decision_DECISION_BOUND:
 				if after.Spec.VolumeName != ex.Binding.GetVolumeName() {
 					t.Errorf("explain says bound to %s, the claim is bound to %q", ex.Binding.GetVolumeName(), after.Spec.VolumeName)
@@ -309,6 +313,8 @@ func didDecide(before, after *corev1.PersistentVolumeClaim, writes, events []str
 			return binderv1.Decision_DECISION_LOST
 		case kube.EventClaimMisbound:
 			return binderv1.Decision_DECISION_MISBOUND
+		case EventVolumeRebound, EventVolumeRebindRefused:
+			return binderv1.Decision_DECISION_REBIND
 		case kube.EventFailedBinding:
 			if before.Spec.VolumeName != "" {
 				return binderv1.Decision_DECISION_VOLUME_TAKEN

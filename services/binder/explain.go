@@ -144,12 +144,10 @@ type verdict struct {
 // nothing, and keeps the page of candidates the binder's walk visits, each
 // with the first rule it breaks (explainIndex).
 type explainView struct {
-	syncView
-	// nodeLabels reads the selected node's labels (controller.nodeLabels).
-	nodeLabels func(node string) map[string]string
-	from       *pageToken
-	size       int
-	index      *view // choose's page; nil when decide did not choose
+	syncView // its nodes read the selected node's labels (controller.nodeLabels)
+	from     *pageToken
+	size     int
+	index    *view // choose's page; nil when decide did not choose
 }
 
 func (v *explainView) choose(claim *corev1.PersistentVolumeClaim, delay bool) (*corev1.PersistentVolume, error) {
@@ -169,8 +167,8 @@ func (v *explainView) choose(claim *corev1.PersistentVolumeClaim, delay bool) (*
 // report it, with a page of the candidates of an unbound claim. It reads
 // only the cache, and the claim's selected Node when binding is delayed.
 func (c *controller) judge(ctx context.Context, claim *corev1.PersistentVolumeClaim, from *pageToken, size int) (*verdict, error) {
-	ev := &explainView{syncView: syncView{c.store, c.pods}, from: from, size: size,
-		nodeLabels: func(node string) map[string]string { return c.nodeLabels(ctx, node) }}
+	ev := &explainView{syncView: syncView{c.store, c.pods, func(node string) map[string]string { return c.nodeLabels(ctx, node) }},
+		from: from, size: size}
 	d, err := decide(claim, ev)
 	if err != nil {
 		if _, ok := status.FromError(err); !ok {
@@ -180,7 +178,7 @@ func (c *controller) judge(ctx context.Context, claim *corev1.PersistentVolumeCl
 	}
 	v := &verdict{decision: d.what, message: d.why, index: ev.index,
 		provisioning: d.what == binderv1.Decision_DECISION_WAIT_FOR_FIRST_CONSUMER || d.what == binderv1.Decision_DECISION_PROVISION}
-	if d.what == binderv1.Decision_DECISION_BIND {
+	if d.what == binderv1.Decision_DECISION_BIND || d.what == binderv1.Decision_DECISION_REBIND {
 		v.wouldBind = d.volume.Name
 	}
 	if _, done := claim.Annotations[kube.AnnBindCompleted]; done && d.volume != nil {

@@ -166,6 +166,7 @@ func Run(ctx context.Context, o Options) error {
 		defer reporting.CompareAndSwap(c, nil)
 	}
 	c.reservations = co
+	c.journal = co
 	if o.ReclaimerAddress != "" {
 		cc, err := grpcutil.Dial(o.ReclaimerAddress, o.TLS)
 		if err != nil {

@@ -55,6 +55,8 @@ func (c *controller) act(ctx context.Context, claim *corev1.PersistentVolumeClai
 			defer c.unreserve(d.volume, claim)
 		}
 		return c.bind(ctx, d.volume, claim)
+	case binderv1.Decision_DECISION_REBIND:
+		return c.rebind(ctx, d.volume, claim)
 	case binderv1.Decision_DECISION_ASSIGN_DEFAULT_CLASS:
 		// The claim's next sync decides again, with the class.
 		return c.assignDefaultClass(ctx, claim, d.class)

@@ -62,6 +62,9 @@ type transition struct {
 	// handedOff are the volumes given to the reclaimer, or the claims to
 	// the provisioner.
 	handedOff []string
+	// journaled are the volumes whose reclaim is journaled in etcd (read
+	// before a rebind); nil: no journal.
+	journaled []string
 }
 
 type recordingReclaimer struct {
@@ -404,6 +407,90 @@ func transitions() []transition {
 			claims:  []*corev1.PersistentVolumeClaim{boundClaim("data", "v")}, sync: "pvc/ns/data",
 			writes: []string{"get persistentvolumeclaims"},
 			after:  map[string]state{"pv/v": {phase: "Released", to: "ns/data"}, "pvc/ns/data": {phase: "Bound", to: "v"}}},
+
+		// Rebinding a Released volume to its recreated claim (rebind.go),
+		// opt-in with volplane.io/rebind-released on the class or volume.
+		{name: "rebind on: the recreated claim gets its Released Retain volume back",
+			classes: []*storagev1.StorageClass{rebindClass(RebindSameClaimName)},
+			volumes: []*corev1.PersistentVolume{pvT("v", "1Gi", refTo("data", "uid-old"), pvPhase(corev1.VolumeReleased), policy(corev1.PersistentVolumeReclaimRetain)),
+				pvT("free", "1Gi")},
+			claims: []*corev1.PersistentVolumeClaim{pvcT("data", "1Gi")}, sync: "pvc/ns/data", journaled: []string{},
+			writes: append([]string{"get persistentvolumeclaims"}, bindWrites...), events: []string{EventVolumeRebound, EventVolumeRebound},
+			after: map[string]state{"pvc/ns/data": {phase: "Bound", to: "v"}, "pv/v": {phase: "Bound", to: "ns/data"}, "pv/free": {phase: "Available"}}},
+		{name: "rebind on for the volume alone (its annotation), none on the class: rebound",
+			classes: []*storagev1.StorageClass{rebindClass("")},
+			volumes: []*corev1.PersistentVolume{pvT("v", "1Gi", refTo("data", "uid-old"), pvPhase(corev1.VolumeReleased), policy(corev1.PersistentVolumeReclaimRetain),
+				pvAnn(AnnRebindReleased, RebindSameClaimName))},
+			claims: []*corev1.PersistentVolumeClaim{pvcT("data", "1Gi")}, sync: "pvc/ns/data",
+			writes: append([]string{"get persistentvolumeclaims"}, bindWrites...), events: []string{EventVolumeRebound, EventVolumeRebound},
+			after: map[string]state{"pvc/ns/data": {phase: "Bound", to: "v"}, "pv/v": {phase: "Bound", to: "ns/data"}}},
+		// Off (the default): exactly kube-controller-manager's behaviour,
+		// as the row "volume's claim was recreated" above: the claim is
+		// provisioned, the volume stays Released.
+		{name: "rebind off: the recreated claim is provisioned, the volume stays Released",
+			classes: []*storagev1.StorageClass{rebindClass("")},
+			volumes: []*corev1.PersistentVolume{pvT("v", "1Gi", refTo("data", "uid-old"), pvPhase(corev1.VolumeReleased), policy(corev1.PersistentVolumeReclaimRetain))},
+			claims:  []*corev1.PersistentVolumeClaim{pvcT("data", "1Gi")}, sync: "pvc/ns/data",
+			writes: []string{"update persistentvolumeclaims"}, events: []string{kube.EventExternalProvisioning},
+			after: map[string]state{"pvc/ns/data": {phase: "Pending"}, "pv/v": {phase: "Released", to: "ns/data"}}},
+		{name: "rebind on for the class, Never on the volume: not rebound",
+			classes: []*storagev1.StorageClass{rebindClass(RebindSameClaimName)},
+			volumes: []*corev1.PersistentVolume{pvT("v", "1Gi", refTo("data", "uid-old"), pvPhase(corev1.VolumeReleased), policy(corev1.PersistentVolumeReclaimRetain),
+				pvAnn(AnnRebindReleased, RebindNever))},
+			claims: []*corev1.PersistentVolumeClaim{pvcT("data", "1Gi")}, sync: "pvc/ns/data",
+			writes: []string{"update persistentvolumeclaims"}, events: []string{kube.EventExternalProvisioning},
+			after: map[string]state{"pvc/ns/data": {phase: "Pending"}, "pv/v": {phase: "Released", to: "ns/data"}}},
+		{name: "rebind on, a claim of another name: not rebound",
+			classes: []*storagev1.StorageClass{rebindClass(RebindSameClaimName)},
+			volumes: []*corev1.PersistentVolume{pvT("v", "1Gi", refTo("data", "uid-old"), pvPhase(corev1.VolumeReleased), policy(corev1.PersistentVolumeReclaimRetain))},
+			claims:  []*corev1.PersistentVolumeClaim{pvcT("data-1", "1Gi")}, sync: "pvc/ns/data-1",
+			writes: []string{"update persistentvolumeclaims"}, events: []string{kube.EventExternalProvisioning},
+			after: map[string]state{"pvc/ns/data-1": {phase: "Pending"}, "pv/v": {phase: "Released", to: "ns/data"}}},
+		{name: "rebind on, a claim of that name in another namespace: not rebound",
+			classes: []*storagev1.StorageClass{rebindClass(RebindSameClaimName)},
+			volumes: []*corev1.PersistentVolume{pvT("v", "1Gi", refTo("data", "uid-old"), pvPhase(corev1.VolumeReleased), policy(corev1.PersistentVolumeReclaimRetain))},
+			claims:  []*corev1.PersistentVolumeClaim{pvcT("data", "1Gi", func(c *corev1.PersistentVolumeClaim) { c.Namespace = "other" })},
+			sync:    "pvc/other/data",
+			writes:  []string{"update persistentvolumeclaims"}, events: []string{kube.EventExternalProvisioning},
+			after: map[string]state{"pvc/other/data": {phase: "Pending"}, "pv/v": {phase: "Released", to: "ns/data"}}},
+		{name: "rebind on, the recreated claim asks for more than the volume has: not rebound",
+			classes: []*storagev1.StorageClass{rebindClass(RebindSameClaimName)},
+			volumes: []*corev1.PersistentVolume{pvT("v", "1Gi", refTo("data", "uid-old"), pvPhase(corev1.VolumeReleased), policy(corev1.PersistentVolumeReclaimRetain))},
+			claims:  []*corev1.PersistentVolumeClaim{pvcT("data", "2Gi")}, sync: "pvc/ns/data",
+			writes: []string{"update persistentvolumeclaims"}, events: []string{kube.EventExternalProvisioning},
+			after: map[string]state{"pvc/ns/data": {phase: "Pending"}, "pv/v": {phase: "Released", to: "ns/data"}}},
+		{name: "rebind on, a Recycle volume (its data may be scrubbed): not rebound",
+			classes: []*storagev1.StorageClass{rebindClass(RebindSameClaimName)},
+			volumes: []*corev1.PersistentVolume{pvT("v", "1Gi", refTo("data", "uid-old"), pvPhase(corev1.VolumeReleased), policy(corev1.PersistentVolumeReclaimRecycle))},
+			claims:  []*corev1.PersistentVolumeClaim{pvcT("data", "1Gi")}, sync: "pvc/ns/data",
+			writes: []string{"update persistentvolumeclaims"}, events: []string{kube.EventExternalProvisioning},
+			after: map[string]state{"pvc/ns/data": {phase: "Pending"}, "pv/v": {phase: "Released", to: "ns/data"}}},
+		{name: "rebind on, a Delete volume: not rebound",
+			classes: []*storagev1.StorageClass{rebindClass(RebindSameClaimName)},
+			volumes: []*corev1.PersistentVolume{pvT("v", "1Gi", refTo("data", "uid-old"), pvPhase(corev1.VolumeReleased), policy(corev1.PersistentVolumeReclaimDelete))},
+			claims:  []*corev1.PersistentVolumeClaim{pvcT("data", "1Gi")}, sync: "pvc/ns/data",
+			writes: []string{"update persistentvolumeclaims"}, events: []string{kube.EventExternalProvisioning},
+			after: map[string]state{"pvc/ns/data": {phase: "Pending"}, "pv/v": {phase: "Released", to: "ns/data"}}},
+		// A Retain volume whose reclaim is journaled (its policy was
+		// changed while a Delete ran): the data may be going; the claim is
+		// told and synced again with backoff, nothing is written.
+		{name: "rebind on, a reclaim of the volume is journaled: refused, nothing written",
+			classes: []*storagev1.StorageClass{rebindClass(RebindSameClaimName)},
+			volumes: []*corev1.PersistentVolume{pvT("v", "1Gi", refTo("data", "uid-old"), pvPhase(corev1.VolumeReleased), policy(corev1.PersistentVolumeReclaimRetain))},
+			claims:  []*corev1.PersistentVolumeClaim{pvcT("data", "1Gi")}, sync: "pvc/ns/data", journaled: []string{"v"},
+			writes: []string{"get persistentvolumeclaims"}, events: []string{EventVolumeRebindRefused}, wantErr: "rebind refused",
+			after: map[string]state{"pvc/ns/data": {phase: "Pending"}, "pv/v": {phase: "Released", to: "ns/data"}}},
+		// A rebind interrupted after the claimRef was written: the claim's
+		// next sync finishes it (and says so: the first Events may not have
+		// been recorded).
+		{name: "rebind on, interrupted after the claimRef: finished",
+			classes: []*storagev1.StorageClass{rebindClass(RebindSameClaimName)},
+			volumes: []*corev1.PersistentVolume{pvT("v", "1Gi", refTo("data", "uid-data"), pvPhase(corev1.VolumeReleased), policy(corev1.PersistentVolumeReclaimRetain),
+				pvAnn(kube.AnnBoundByController, "yes"))},
+			claims: []*corev1.PersistentVolumeClaim{pvcT("data", "1Gi")}, sync: "pvc/ns/data",
+			writes: []string{"get persistentvolumeclaims", "update persistentvolumes/status", "update persistentvolumeclaims", "update persistentvolumeclaims/status"},
+			events: []string{EventVolumeRebound, EventVolumeRebound},
+			after:  map[string]state{"pvc/ns/data": {phase: "Bound", to: "v"}, "pv/v": {phase: "Bound", to: "ns/data"}}},
 		{name: "claim not yet bound, volume modes differ: VolumeMismatch on both, no write",
 			volumes: []*corev1.PersistentVolume{pvT("v", "1Gi", refTo("data", "uid-data"), pvPhase(corev1.VolumeAvailable), pvBlock)},
 			claims:  []*corev1.PersistentVolumeClaim{pvcT("data", "1Gi")}, sync: "pv/v",
@@ -466,6 +553,9 @@ func setUpTransition(t *testing.T, tc transition) (*controller, *fake.Clientset,
 	}
 	if tc.reclaim != nil {
 		c.reclaimer = tc.reclaim
+	}
+	if tc.journaled != nil {
+		c.journal = journalOf(tc.journaled...)
 	}
 	for _, sc := range tc.classes {
 		created, err := client.StorageV1().StorageClasses().Create(ctx, sc, metav1.CreateOptions{})

@@ -60,6 +60,12 @@ const (
 	// The claim was bound, and its volume is bound to another claim: phase
 	// Lost, event ClaimMisbound.
 	Decision_DECISION_MISBOUND Decision = 11
+	// The claim has the namespace and name of the claim a Released volume
+	// (would_bind) last served, and the volume's rebind policy
+	// (volplane.io/rebind-released: SameClaimName, on the volume or its
+	// StorageClass; only for reclaim policy Retain) lets the binder bind the
+	// volume to this claim, with its data: events VolumeRebound on both.
+	Decision_DECISION_REBIND Decision = 12
 )
 
 // Enum value maps for Decision.
@@ -77,6 +83,7 @@ var (
 		9:  "DECISION_VOLUME_TAKEN",
 		10: "DECISION_LOST",
 		11: "DECISION_MISBOUND",
+		12: "DECISION_REBIND",
 	}
 	Decision_value = map[string]int32{
 		"DECISION_UNSPECIFIED":             0,
@@ -91,6 +98,7 @@ var (
 		"DECISION_VOLUME_TAKEN":            9,
 		"DECISION_LOST":                    10,
 		"DECISION_MISBOUND":                11,
+		"DECISION_REBIND":                  12,
 	}
 )
 
@@ -2715,7 +2723,7 @@ const file_volplane_binder_v1_binder_proto_rawDesc = "" +
 	"\x05spans\x18\x02 \x03(\v2%.volplane.provisioner.v1.TimelineSpanR\x05spans\x12\x18\n" +
 	"\adropped\x18\x03 \x01(\x05R\adropped\x12\x18\n" +
 	"\amissing\x18\x04 \x03(\tR\amissing\x12\x1b\n" +
-	"\tmember_id\x18\x05 \x01(\tR\bmemberId*\xc3\x02\n" +
+	"\tmember_id\x18\x05 \x01(\tR\bmemberId*\xd8\x02\n" +
 	"\bDecision\x12\x18\n" +
 	"\x14DECISION_UNSPECIFIED\x10\x00\x12\x12\n" +
 	"\x0eDECISION_BOUND\x10\x01\x12\x11\n" +
@@ -2729,7 +2737,8 @@ const file_volplane_binder_v1_binder_proto_rawDesc = "" +
 	"\x15DECISION_VOLUME_TAKEN\x10\t\x12\x11\n" +
 	"\rDECISION_LOST\x10\n" +
 	"\x12\x15\n" +
-	"\x11DECISION_MISBOUND\x10\v*\xc1\x02\n" +
+	"\x11DECISION_MISBOUND\x10\v\x12\x13\n" +
+	"\x0fDECISION_REBIND\x10\f*\xc1\x02\n" +
 	"\x04Rule\x12\x14\n" +
 	"\x10RULE_UNSPECIFIED\x10\x00\x12\x16\n" +
 	"\x12RULE_STORAGE_CLASS\x10\x01\x12 \n" +
