@@ -47,7 +47,7 @@ func HTTPFlags(fs *pflag.FlagSet, o *HTTPOptions) {
 
 // ExpensiveFlags registers the flags of ExpensiveOptions on fs.
 func ExpensiveFlags(fs *pflag.FlagSet, o *ExpensiveOptions) {
-	fs.Float64Var(&o.RequestsPerSecond, "expensive-requests-per-second", DefaultExpensiveRequestsPerSecond, "each user's sustained rate of expensive requests (match, explain, sync, provision, reclaim, orphans, capacity); more gets 429 with Retry-After")
+	fs.Float64Var(&o.RequestsPerSecond, "expensive-requests-per-second", DefaultExpensiveRequestsPerSecond, "each user's sustained rate of expensive requests (match, explain, timeline, sync, provision, reclaim, orphans, capacity); more gets 429 with Retry-After")
 	fs.IntVar(&o.Burst, "expensive-requests-burst", DefaultExpensiveRequestsBurst, "how many expensive requests a user may make at once before --expensive-requests-per-second applies")
 	fs.IntVar(&o.MaxInFlightPerUser, "max-in-flight-expensive-per-user", DefaultMaxInFlightExpensivePerUser, "expensive requests one user may have in flight at once; more gets 429")
 	fs.IntVar(&o.MaxInFlight, "max-in-flight-expensive", DefaultMaxInFlightExpensive, "expensive requests all users together may have in flight at once; more gets 429")

@@ -54,6 +54,7 @@ var routes = []route{
 	{Method: "POST", Path: "/v1/volumes/{name}:sync", RPC: "volplane.binder.v1.BinderService.SyncVolume", Verb: "update", Resource: "volumes", Subresource: "sync", Expensive: true},
 	{Method: "GET", Path: "/v1/binder/status", RPC: "volplane.binder.v1.BinderService.GetStatus", Verb: "get", Resource: "status", Name: "binder"},
 	{Method: "GET", Path: "/v1/namespaces/{namespace}/claims/{name}:explain", RPC: "volplane.binder.v1.BinderService.ExplainClaim", Verb: "get", Resource: "claims", Subresource: "explain", Expensive: true},
+	{Method: "GET", Path: "/v1/namespaces/{namespace}/claims/{name}:timeline", RPC: "volplane.binder.v1.BinderService.GetClaimTimeline", Verb: "get", Resource: "claims", Subresource: "timeline", Expensive: true},
 	// A match reads (a dry run writes nothing): get, which viewers have.
 	{Method: "POST", Path: "/v1/claims:match", RPC: "volplane.binder.v1.BinderService.MatchClaim", Verb: "get", Resource: "claims", Subresource: "match", Expensive: true},
 	{Method: "POST", Path: "/v1/namespaces/{namespace}/claims:match", RPC: "volplane.binder.v1.BinderService.MatchClaim", Verb: "get", Resource: "claims", Subresource: "match", Expensive: true},

@@ -88,7 +88,7 @@ func TestKubectlPluginCompletion(t *testing.T) {
 		directive string
 	}{
 		"the plugin":      {[]string{"vol"}, []string{"volplane"}, ":4"},
-		"its commands":    {[]string{"volplane", ""}, []string{"claims", "completion", "drivers", "explain", "help", "match", "operations", "orphans", "reclaims", "sync", "volumes"}, ":4"},
+		"its commands":    {[]string{"volplane", ""}, []string{"claims", "completion", "drivers", "explain", "help", "match", "operations", "orphans", "reclaims", "sync", "timeline", "volumes"}, ":4"},
 		"a subcommand":    {[]string{"volplane", "orphans", "d"}, []string{"delete"}, ":4"},
 		"-o":              {[]string{"volplane", "claims", "-o", "ya"}, []string{"yaml"}, ":4"},
 		"-o jsonpath=":    {[]string{"volplane", "explain", "pvc", "x", "-o", "jsonpath"}, []string{"jsonpath=", "jsonpath-as-json=", "jsonpath-file="}, ":6"},

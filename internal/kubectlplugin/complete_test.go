@@ -34,7 +34,7 @@ func TestCompletion(t *testing.T) {
 		want      []string
 		directive string
 	}{
-		"commands":              {[]string{""}, []string{"claims", "completion", "drivers", "explain", "help", "match", "operations", "orphans", "reclaims", "sync", "volumes"}, ":4"},
+		"commands":              {[]string{""}, []string{"claims", "completion", "drivers", "explain", "help", "match", "operations", "orphans", "reclaims", "sync", "timeline", "volumes"}, ":4"},
 		"a prefix":              {[]string{"o"}, []string{"operations", "orphans"}, ":4"},
 		"subcommands":           {[]string{"reclaims", ""}, []string{"retry", "start"}, ":4"},
 		"-o of a list":          {[]string{"claims", "-o", ""}, []string{"wide", "json", "yaml", "kyaml", "name", "jsonpath=", "jsonpath-as-json=", "jsonpath-file=", "go-template=", "go-template-file="}, ":4"},

@@ -158,7 +158,7 @@ func NewCommand(s Streams) *cobra.Command {
 	o.registerGlobalCompletions(root)
 	root.AddCommand(
 		o.claimsCommand(), o.volumesCommand(), o.driversCommand(), o.operationsCommand(),
-		o.reclaimsCommand(), o.orphansCommand(), o.explainCommand(), o.matchCommand(),
+		o.reclaimsCommand(), o.orphansCommand(), o.explainCommand(), o.timelineCommand(), o.matchCommand(),
 		o.syncCommand(),
 	)
 	disableFlagsInUseLine(root)

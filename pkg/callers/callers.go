@@ -62,15 +62,19 @@ var services = Table{
 	binderv1.BinderService_GetStatus_FullMethodName:    {Gateway},
 	binderv1.BinderService_ExplainClaim_FullMethodName: {Gateway, Binder},
 	binderv1.BinderService_MatchClaim_FullMethodName:   {Gateway},
+	// A claim's timeline is answered by its owner, which asks the
+	// provisioner for its part.
+	binderv1.BinderService_GetClaimTimeline_FullMethodName: {Gateway, Binder},
 
-	provisionerv1.ProvisionerService_Provision_FullMethodName:      {Binder, Gateway},
-	provisionerv1.ProvisionerService_DeleteVolume_FullMethodName:   {Reclaimer, Gateway},
-	provisionerv1.ProvisionerService_ListDrivers_FullMethodName:    {Binder, Reclaimer, Gateway},
-	provisionerv1.ProvisionerService_ListOperations_FullMethodName: {Binder, Gateway},
-	provisionerv1.ProvisionerService_GetCapacity_FullMethodName:    {Gateway},
-	provisionerv1.ProvisionerService_ListOrphans_FullMethodName:    {Gateway},
-	provisionerv1.ProvisionerService_DeleteOrphan_FullMethodName:   {Gateway},
-	provisionerv1.ProvisionerService_PlanVolume_FullMethodName:     {Binder},
+	provisionerv1.ProvisionerService_Provision_FullMethodName:        {Binder, Gateway},
+	provisionerv1.ProvisionerService_DeleteVolume_FullMethodName:     {Reclaimer, Gateway},
+	provisionerv1.ProvisionerService_ListDrivers_FullMethodName:      {Binder, Reclaimer, Gateway},
+	provisionerv1.ProvisionerService_ListOperations_FullMethodName:   {Binder, Gateway},
+	provisionerv1.ProvisionerService_GetCapacity_FullMethodName:      {Gateway},
+	provisionerv1.ProvisionerService_ListOrphans_FullMethodName:      {Gateway},
+	provisionerv1.ProvisionerService_DeleteOrphan_FullMethodName:     {Gateway},
+	provisionerv1.ProvisionerService_PlanVolume_FullMethodName:       {Binder},
+	provisionerv1.ProvisionerService_GetClaimTimeline_FullMethodName: {Binder},
 
 	// The reclaimer forwards a retry to the replica holding the reclaim.
 	reclaimerv1.ReclaimerService_Reclaim_FullMethodName:      {Binder, Gateway},

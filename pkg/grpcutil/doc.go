@@ -23,4 +23,10 @@
 // than its recursion limit, or not protobuf) is the caller's mistake:
 // InvalidArgument, logged as a rejected call, never reaching the handler
 // (grpc-go alone would answer Internal and log nothing).
+//
+// Trace context crosses every call made through Dial and DialCSI as W3C
+// traceparent metadata when the caller's context carries a span, and
+// NewServer's handlers get it as their remote parent (trace.go), so that a
+// claim's timeline spans (pkg/timeline) form one OpenTelemetry trace across
+// services and into the CSI driver. Nothing here makes or exports a span.
 package grpcutil

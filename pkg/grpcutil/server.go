@@ -120,7 +120,7 @@ func newServer(log *slog.Logger, reflect, logWrites bool, authz *callers.Table, 
 	// The logger sees what the caller gets: a refusal, the recovery, and a
 	// request that did not decode (codec.go) are all inside it.
 	decodedUnary, decodedStream := checkDecoded()
-	unary := []grpc.UnaryServerInterceptor{serverMetrics.UnaryServerInterceptor(), logUnary}
+	unary := []grpc.UnaryServerInterceptor{serverTrace(), serverMetrics.UnaryServerInterceptor(), logUnary}
 	stream := []grpc.StreamServerInterceptor{serverMetrics.StreamServerInterceptor(), logStream}
 	if authz != nil {
 		unary = append(unary, authz.UnaryServerInterceptor())
@@ -217,9 +217,10 @@ func DialCSI(target string, opts ...grpc.DialOption) (*grpc.ClientConn, error) {
 }
 
 func dial(target string, opts ...grpc.DialOption) (*grpc.ClientConn, error) {
+	traceUnary, traceStream := clientTrace()
 	opts = append([]grpc.DialOption{
-		grpc.WithChainUnaryInterceptor(clientMetrics.UnaryClientInterceptor()),
-		grpc.WithChainStreamInterceptor(clientMetrics.StreamClientInterceptor()),
+		grpc.WithChainUnaryInterceptor(traceUnary, clientMetrics.UnaryClientInterceptor()),
+		grpc.WithChainStreamInterceptor(traceStream, clientMetrics.StreamClientInterceptor()),
 		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: 30 * time.Second, Timeout: 10 * time.Second, PermitWithoutStream: true}),
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(DefaultMaxSendMsgSize)),
 		// Peers are other volplane services nearby: after a restart,

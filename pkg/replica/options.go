@@ -13,6 +13,7 @@ import (
 	"github.com/volplane/volplane/pkg/grpcutil"
 	"github.com/volplane/volplane/pkg/kube"
 	"github.com/volplane/volplane/pkg/metrics"
+	"github.com/volplane/volplane/pkg/timeline"
 )
 
 // Options are the settings every replica shares; each service's Options
@@ -60,6 +61,10 @@ type Options struct {
 	EnablePprof bool
 	// Logger receives the replica's logs; default slog.Default().
 	Logger *slog.Logger
+	// Timeline bounds the replica's claim timelines and names the
+	// OpenTelemetry collector their spans go to (--timeline-claims,
+	// --timeline-spans-per-claim, --otlp-endpoint).
+	Timeline timeline.Options
 }
 
 // DefaultKubeQPS is a replica's client-side API request limit unless its
@@ -82,6 +87,7 @@ func (o *Options) AddFlags(cmd *cmdutil.Command, listen, etcdUse string) {
 	cmd.TLSFlags(&o.TLS)
 	cmd.DebugAddressFlag(&o.DebugAddress)
 	cmd.Flags(cmdutil.GroupDebug).BoolVar(&o.EnablePprof, "enable-pprof", false, metrics.PprofFlagUsage)
+	o.Timeline.AddFlags(cmd.Flags(cmdutil.GroupDebug))
 }
 
 // Validate checks the shared options, each error naming its flag, and
@@ -100,6 +106,7 @@ func (o *Options) Validate(etcdUse string) []error {
 	if err := o.Etcd.Validate(o.EtcdEndpoints); err != nil {
 		errs = append(errs, err)
 	}
+	errs = append(errs, o.Timeline.Validate()...)
 	if o.KubeBurst < 0 {
 		errs = append(errs, fmt.Errorf("kubernetes client burst must not be negative, got %d (--kube-api-burst)", o.KubeBurst))
 	}

@@ -30,6 +30,9 @@ type api struct {
 	// prov answers explain's and match's questions to the provisioner
 	// service; nil when the binder has none.
 	prov provisionerInfo
+	// ptl answers GetClaimTimeline's question to the provisioner service;
+	// nil when the binder has none.
+	ptl provisionerTimeline
 	// dryRun creates a claim as a dry run for MatchClaim; nil asks the
 	// API server (controller.apiDryRun).
 	dryRun dryRunCreate

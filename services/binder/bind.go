@@ -28,26 +28,41 @@ func (c *controller) bind(ctx context.Context, volume *corev1.PersistentVolume, 
 	if released(volume) {
 		return c.refuseRebind(ctx, volume, claim)
 	}
+	uid := string(claim.UID)
+	if !tracked(claim) {
+		uid = "" // nothing to record
+	}
 	if volume.Spec.ClaimRef == nil || volume.Spec.ClaimRef.UID != claim.UID {
 		var release func(bound bool)
-		if release, err = c.reserve(ctx, volume, claim); err != nil {
+		_, step := c.timeline.Start(ctx, uid, "reserve")
+		release, err = c.reserve(ctx, volume, claim)
+		step.EndErr(err, volume.Name)
+		if err != nil {
 			return err
 		}
 		defer func() { release(err == nil) }() // err: bind's result
 	}
+	_, step := c.timeline.Start(ctx, uid, "bind volume")
 	volume, err = c.bindVolumeToClaim(ctx, volume, claim)
 	if err != nil {
+		step.EndErr(err, "")
 		return err
 	}
 	faultpoint.Hit(faultpoint.BinderAfterClaimRef)
-	if volume, err = c.updateVolumePhase(ctx, volume, corev1.VolumeBound, ""); err != nil {
+	volume, err = c.updateVolumePhase(ctx, volume, corev1.VolumeBound, "")
+	step.EndErr(err, "claimRef and phase Bound written")
+	if err != nil {
 		return err
 	}
+	_, step = c.timeline.Start(ctx, uid, "bind claim")
 	if claim, err = c.bindClaimToVolume(ctx, claim, volume); err != nil {
+		step.EndErr(err, "")
 		return err
 	}
 	wasBound := claim.Status.Phase == corev1.ClaimBound
-	if _, err = c.updateClaimStatus(ctx, claim, corev1.ClaimBound, volume); err != nil {
+	_, err = c.updateClaimStatus(ctx, claim, corev1.ClaimBound, volume)
+	step.EndErr(err, "volumeName and phase Bound written")
+	if err != nil {
 		return err
 	}
 	if !wasBound {

@@ -18,6 +18,7 @@ import (
 
 	"github.com/volplane/volplane/pkg/coord"
 	"github.com/volplane/volplane/pkg/kube"
+	"github.com/volplane/volplane/pkg/timeline"
 	"github.com/volplane/volplane/pkg/watchclient"
 	provisionerv1 "github.com/volplane/volplane/proto/volplane/provisioner/v1"
 	watcherv1 "github.com/volplane/volplane/proto/volplane/watcher/v1"
@@ -99,6 +100,9 @@ type controller struct {
 	// foreign notices another binder's writes (foreign.go); nil: not
 	// looked for.
 	foreign *foreignBinders
+	// timeline records the steps taken for each claim (timeline.go); nil
+	// records nothing.
+	timeline *timeline.Store
 
 	// stream turns the watcher stream into the events Apply takes
 	// (stream.go).
@@ -178,6 +182,9 @@ func (c *controller) Apply(ev watchclient.Event) error {
 		}
 	case *corev1.PersistentVolumeClaim:
 		old := c.store.claim(ev.Key)
+		if old == nil {
+			c.noteSeen(o)
+		}
 		if cur := c.store.putClaim(o); cur != nil {
 			// A binding field changed that no write of this replica's had
 			// brought into the cache first: another binder's, maybe.
@@ -355,6 +362,9 @@ func (c *controller) worker(ctx context.Context, q *queue, sync func(context.Con
 			reason := retryReason(err)
 			retriesTotal.WithLabelValues(reason).Inc()
 			delay := q.retry(key)
+			if q == c.claimQueue {
+				c.noteRetry(ctx, key, reason, err.Error(), delay)
+			}
 			lvl := slog.LevelWarn
 			if reason == reasonConflict || reason == reasonReserved {
 				lvl = slog.LevelDebug // expected under concurrency: sync again
@@ -369,10 +379,12 @@ func (c *controller) syncClaimKey(ctx context.Context, key string) error {
 	if !c.owns("pvc/" + key) {
 		return nil
 	}
+	since := c.claimQueue.queuedSince(key)
 	claim := c.store.claim(key)
 	if claim == nil {
 		return nil
 	}
+	c.noteQueued(ctx, claim, since)
 	return c.syncClaim(ctx, claim)
 }
 

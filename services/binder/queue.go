@@ -31,6 +31,9 @@ type queue struct {
 	// held: keys in backoff that events queued meanwhile; a successful
 	// retry syncs them once more at once.
 	held map[string]bool
+	// queued: when each key waiting for its sync was first queued
+	// (for the claim's timeline).
+	queued map[string]time.Time
 }
 
 func newQueue(name string, limiter workqueue.TypedRateLimiter[string]) *queue {
@@ -41,6 +44,7 @@ func newQueue(name string, limiter workqueue.TypedRateLimiter[string]) *queue {
 		until:                  map[string]time.Time{},
 		last:                   map[string]time.Duration{},
 		held:                   map[string]bool{},
+		queued:                 map[string]time.Time{},
 	}
 }
 
@@ -51,6 +55,9 @@ func (q *queue) add(key string) {
 	wait := time.Until(until)
 	if failing && wait > 0 {
 		q.held[key] = true
+	}
+	if _, ok := q.queued[key]; !ok {
+		q.queued[key] = time.Now()
 	}
 	q.mu.Unlock()
 	if failing && wait > 0 {
@@ -111,6 +118,16 @@ func (q *queue) retry(key string) time.Duration {
 	q.mu.Unlock()
 	q.AddAfter(key, d)
 	return d
+}
+
+// queuedSince returns when key was first queued since its last sync
+// began (zero if it was not queued by add), and starts counting anew.
+func (q *queue) queuedSince(key string) time.Time {
+	q.mu.Lock()
+	t := q.queued[key]
+	delete(q.queued, key)
+	q.mu.Unlock()
+	return t
 }
 
 // retries is how many times key failed in a row.

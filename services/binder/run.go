@@ -183,6 +183,13 @@ func Run(ctx context.Context, o Options) error {
 	if err != nil {
 		return err
 	}
+	tl, closeTimeline, err := o.Timeline.Open(ctx, Service, o.MemberID)
+	if err != nil {
+		return err
+	}
+	defer closeTimeline(context.WithoutCancel(ctx))
+	c.timeline = tl
+	ptl, _ := prov.(provisionerTimeline) // nil without a provisioner
 	// One binder per process in production; tests running several share
 	// the registry, and the first one reports.
 	if reporting.CompareAndSwap(nil, c) {
@@ -201,7 +208,7 @@ func Run(ctx context.Context, o Options) error {
 	r.Health.AddReadiness("membership", own.check)
 	peers := newPeers(o.MemberID, own.current, o.TLS)
 	defer peers.close()
-	binderv1.RegisterBinderServiceServer(r.Server.Server, &api{c: c, memberID: o.MemberID, workers: o.Workers, members: own.members, peers: peers, prov: prov})
+	binderv1.RegisterBinderServiceServer(r.Server.Server, &api{c: c, memberID: o.MemberID, workers: o.Workers, members: own.members, peers: peers, prov: prov, ptl: ptl})
 
 	r.Log.Info("binder starting", "member", o.MemberID, "listen", r.Addr(), "watcher", o.WatcherAddress, "workers", o.Workers)
 	return r.Run(ctx,

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"time"
 
 	"google.golang.org/grpc/status"
@@ -33,7 +34,17 @@ func (c *controller) syncClaim(ctx context.Context, claim *corev1.PersistentVolu
 	if err != nil {
 		return err
 	}
-	return c.act(ctx, claim, d)
+	if c.timeline == nil || !tracked(claim) {
+		return c.act(ctx, claim, d)
+	}
+	ctx, step := c.timeline.Start(ctx, string(claim.UID), "sync")
+	err = c.act(ctx, claim, d)
+	if err != nil {
+		step.End(decisionName(d.what), err.Error())
+	} else {
+		step.End(decisionName(d.what), decisionDetail(d))
+	}
+	return err
 }
 
 // act carries out decide's decision for claim.
@@ -238,7 +249,14 @@ func (c *controller) provisionClaim(ctx context.Context, claim *corev1.Persisten
 			if err := c.fence(ctx); err != nil {
 				return provisionResult{}, err
 			}
-			return c.provisioner.Provision(ctx, claim, class)
+			ctx, step := c.timeline.Start(ctx, string(claim.UID), "provision")
+			res, err := c.provisioner.Provision(ctx, claim, class)
+			if err != nil {
+				step.EndErr(err, "")
+			} else {
+				step.End(strings.TrimPrefix(res.outcome.String(), "OUTCOME_"), res.message)
+			}
+			return res, err
 		}, c.claimQueue.add)
 	}
 	return nil
@@ -283,6 +301,11 @@ func (c *controller) provisioned(ctx context.Context, claim *corev1.PersistentVo
 		return nil // the owner provisions it
 	}
 	delay := c.provisions.retry(key)
+	why := out.res.message
+	if out.err != nil {
+		why = out.err.Error()
+	}
+	c.noteRetry(ctx, key, reasonProvision, why, delay)
 	retriesTotal.WithLabelValues(reasonProvision).Inc()
 	metrics.WorkqueueRetry(c.claimQueue.name)
 	if out.err != nil {

@@ -25,6 +25,7 @@ import (
 	"github.com/volplane/volplane/pkg/faultpoint"
 	"github.com/volplane/volplane/pkg/kube"
 	"github.com/volplane/volplane/pkg/logging"
+	"github.com/volplane/volplane/pkg/timeline"
 	provisionerv1 "github.com/volplane/volplane/proto/volplane/provisioner/v1"
 )
 
@@ -50,6 +51,9 @@ type provisioner struct {
 	now            func() time.Time
 	// instance makes the identity (see identity) of this replica's run.
 	instance string
+	// timeline records the steps taken for each claim; nil records
+	// nothing.
+	timeline *timeline.Store
 
 	mu       sync.Mutex
 	inflight map[string]bool // kind/name of operations running in this replica
@@ -235,7 +239,9 @@ func (p *provisioner) createVolume(ctx context.Context, a *attempt, secrets map[
 	call := proto.Clone(a.req).(*csi.CreateVolumeRequest)
 	call.Secrets = secrets
 	cctx, cancel := context.WithTimeout(ctx, p.timeout)
+	cctx, step := p.timeline.Start(cctx, string(a.claim.UID), "CreateVolume")
 	resp, err := a.d.controller.CreateVolume(cctx, call)
+	step.EndErr(err, a.name)
 	cancel()
 	out := classify(err, a.claim.Annotations[kube.AnnSelectedNode] != "")
 	if out == provisionerv1.Outcome_OUTCOME_FINISHED {
@@ -266,7 +272,9 @@ func (p *provisioner) finish(ctx context.Context, a *attempt, vol *csi.Volume) (
 	}
 	var pv *corev1.PersistentVolume
 	if err == nil {
+		_, step := p.timeline.Start(ctx, string(a.claim.UID), "write PV")
 		pv, err = p.saveVolume(ctx, buildVolume(a.spec, vol), a.claim)
+		step.EndErr(err, a.name)
 	}
 	if err != nil {
 		failed(a.class.Provisioner, stageSaveVolume, err)

@@ -73,10 +73,13 @@ func (s *server) Provision(ctx context.Context, req *provisionerv1.ProvisionRequ
 	if err != nil {
 		return nil, err
 	}
+	ctx, step := s.p.timeline.Start(ctx, string(claim.UID), "provision")
 	res, err := s.p.provision(ctx, claim, class, false)
 	if err != nil {
+		step.EndErr(err, "")
 		return nil, toStatus(err)
 	}
+	step.End(strings.TrimPrefix(res.outcome.String(), "OUTCOME_"), res.message)
 	outcomes.WithLabelValues(kindProvision, res.outcome.String()).Inc()
 	out := &provisionerv1.ProvisionResponse{Outcome: res.outcome, VolumeName: VolumeName(s.p.prefix, claim), Message: res.message}
 	if res.volume != nil {

@@ -2386,6 +2386,143 @@ func (x *MatchClaimResponse) GetCreateVolume() *v1.CreateVolumePlan {
 	return nil
 }
 
+// GetClaimTimelineRequest names a claim.
+type GetClaimTimelineRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Namespace of the claim.
+	Namespace string `protobuf:"bytes,1,opt,name=namespace,proto3" json:"namespace,omitempty"`
+	// Name of the claim.
+	Name          string `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetClaimTimelineRequest) Reset() {
+	*x = GetClaimTimelineRequest{}
+	mi := &file_volplane_binder_v1_binder_proto_msgTypes[25]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetClaimTimelineRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetClaimTimelineRequest) ProtoMessage() {}
+
+func (x *GetClaimTimelineRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_volplane_binder_v1_binder_proto_msgTypes[25]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetClaimTimelineRequest.ProtoReflect.Descriptor instead.
+func (*GetClaimTimelineRequest) Descriptor() ([]byte, []int) {
+	return file_volplane_binder_v1_binder_proto_rawDescGZIP(), []int{25}
+}
+
+func (x *GetClaimTimelineRequest) GetNamespace() string {
+	if x != nil {
+		return x.Namespace
+	}
+	return ""
+}
+
+func (x *GetClaimTimelineRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+// GetClaimTimelineResponse is a claim's timeline.
+type GetClaimTimelineResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The claim.
+	Claim *Claim `protobuf:"bytes,1,opt,name=claim,proto3" json:"claim,omitempty"`
+	// Every service's spans for the claim's UID, by start time.
+	Spans []*v1.TimelineSpan `protobuf:"bytes,2,rep,name=spans,proto3" json:"spans,omitempty"`
+	// Spans evicted from the services' bounded stores (the oldest go first).
+	Dropped int32 `protobuf:"varint,3,opt,name=dropped,proto3" json:"dropped,omitempty"`
+	// Services that did not answer (their spans are missing), with why.
+	Missing []string `protobuf:"bytes,4,rep,name=missing,proto3" json:"missing,omitempty"`
+	// The binder replica that answered (the claim's owner).
+	MemberId      string `protobuf:"bytes,5,opt,name=member_id,json=memberId,proto3" json:"member_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetClaimTimelineResponse) Reset() {
+	*x = GetClaimTimelineResponse{}
+	mi := &file_volplane_binder_v1_binder_proto_msgTypes[26]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetClaimTimelineResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetClaimTimelineResponse) ProtoMessage() {}
+
+func (x *GetClaimTimelineResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_volplane_binder_v1_binder_proto_msgTypes[26]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetClaimTimelineResponse.ProtoReflect.Descriptor instead.
+func (*GetClaimTimelineResponse) Descriptor() ([]byte, []int) {
+	return file_volplane_binder_v1_binder_proto_rawDescGZIP(), []int{26}
+}
+
+func (x *GetClaimTimelineResponse) GetClaim() *Claim {
+	if x != nil {
+		return x.Claim
+	}
+	return nil
+}
+
+func (x *GetClaimTimelineResponse) GetSpans() []*v1.TimelineSpan {
+	if x != nil {
+		return x.Spans
+	}
+	return nil
+}
+
+func (x *GetClaimTimelineResponse) GetDropped() int32 {
+	if x != nil {
+		return x.Dropped
+	}
+	return 0
+}
+
+func (x *GetClaimTimelineResponse) GetMissing() []string {
+	if x != nil {
+		return x.Missing
+	}
+	return nil
+}
+
+func (x *GetClaimTimelineResponse) GetMemberId() string {
+	if x != nil {
+		return x.MemberId
+	}
+	return ""
+}
+
 var File_volplane_binder_v1_binder_proto protoreflect.FileDescriptor
 
 const file_volplane_binder_v1_binder_proto_rawDesc = "" +
@@ -2577,7 +2714,16 @@ const file_volplane_binder_v1_binder_proto_rawDesc = "" +
 	"\x10total_candidates\x18\x06 \x01(\x05R\x0ftotalCandidates\x12&\n" +
 	"\x0fnext_page_token\x18\a \x01(\tR\rnextPageToken\x12D\n" +
 	"\fprovisioning\x18\b \x01(\v2 .volplane.binder.v1.ProvisioningR\fprovisioning\x12N\n" +
-	"\rcreate_volume\x18\t \x01(\v2).volplane.provisioner.v1.CreateVolumePlanR\fcreateVolume*\xd8\x02\n" +
+	"\rcreate_volume\x18\t \x01(\v2).volplane.provisioner.v1.CreateVolumePlanR\fcreateVolume\"K\n" +
+	"\x17GetClaimTimelineRequest\x12\x1c\n" +
+	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x12\n" +
+	"\x04name\x18\x02 \x01(\tR\x04name\"\xd9\x01\n" +
+	"\x18GetClaimTimelineResponse\x12/\n" +
+	"\x05claim\x18\x01 \x01(\v2\x19.volplane.binder.v1.ClaimR\x05claim\x12;\n" +
+	"\x05spans\x18\x02 \x03(\v2%.volplane.provisioner.v1.TimelineSpanR\x05spans\x12\x18\n" +
+	"\adropped\x18\x03 \x01(\x05R\adropped\x12\x18\n" +
+	"\amissing\x18\x04 \x03(\tR\amissing\x12\x1b\n" +
+	"\tmember_id\x18\x05 \x01(\tR\bmemberId*\xd8\x02\n" +
 	"\bDecision\x12\x18\n" +
 	"\x14DECISION_UNSPECIFIED\x10\x00\x12\x12\n" +
 	"\x0eDECISION_BOUND\x10\x01\x12\x11\n" +
@@ -2607,7 +2753,7 @@ const file_volplane_binder_v1_binder_proto_rawDesc = "" +
 	"\rRULE_DELETING\x10\n" +
 	"\x12\x16\n" +
 	"\x12RULE_NOT_AVAILABLE\x10\v\x12 \n" +
-	"\x1cRULE_WAIT_FOR_FIRST_CONSUMER\x10\f2\xce\x06\n" +
+	"\x1cRULE_WAIT_FOR_FIRST_CONSUMER\x10\f2\xbd\a\n" +
 	"\rBinderService\x12[\n" +
 	"\n" +
 	"ListClaims\x12%.volplane.binder.v1.ListClaimsRequest\x1a&.volplane.binder.v1.ListClaimsResponse\x12U\n" +
@@ -2620,7 +2766,8 @@ const file_volplane_binder_v1_binder_proto_rawDesc = "" +
 	"\tGetStatus\x12$.volplane.binder.v1.GetStatusRequest\x1a%.volplane.binder.v1.GetStatusResponse\x12a\n" +
 	"\fExplainClaim\x12'.volplane.binder.v1.ExplainClaimRequest\x1a(.volplane.binder.v1.ExplainClaimResponse\x12[\n" +
 	"\n" +
-	"MatchClaim\x12%.volplane.binder.v1.MatchClaimRequest\x1a&.volplane.binder.v1.MatchClaimResponseB@Z>github.com/volplane/volplane/proto/volplane/binder/v1;binderv1b\x06proto3"
+	"MatchClaim\x12%.volplane.binder.v1.MatchClaimRequest\x1a&.volplane.binder.v1.MatchClaimResponse\x12m\n" +
+	"\x10GetClaimTimeline\x12+.volplane.binder.v1.GetClaimTimelineRequest\x1a,.volplane.binder.v1.GetClaimTimelineResponseB@Z>github.com/volplane/volplane/proto/volplane/binder/v1;binderv1b\x06proto3"
 
 var (
 	file_volplane_binder_v1_binder_proto_rawDescOnce sync.Once
@@ -2635,86 +2782,93 @@ func file_volplane_binder_v1_binder_proto_rawDescGZIP() []byte {
 }
 
 var file_volplane_binder_v1_binder_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_volplane_binder_v1_binder_proto_msgTypes = make([]protoimpl.MessageInfo, 25)
+var file_volplane_binder_v1_binder_proto_msgTypes = make([]protoimpl.MessageInfo, 27)
 var file_volplane_binder_v1_binder_proto_goTypes = []any{
-	(Decision)(0),                 // 0: volplane.binder.v1.Decision
-	(Rule)(0),                     // 1: volplane.binder.v1.Rule
-	(*Claim)(nil),                 // 2: volplane.binder.v1.Claim
-	(*ClaimReference)(nil),        // 3: volplane.binder.v1.ClaimReference
-	(*Volume)(nil),                // 4: volplane.binder.v1.Volume
-	(*ListClaimsRequest)(nil),     // 5: volplane.binder.v1.ListClaimsRequest
-	(*ListClaimsResponse)(nil),    // 6: volplane.binder.v1.ListClaimsResponse
-	(*GetClaimRequest)(nil),       // 7: volplane.binder.v1.GetClaimRequest
-	(*GetClaimResponse)(nil),      // 8: volplane.binder.v1.GetClaimResponse
-	(*ListVolumesRequest)(nil),    // 9: volplane.binder.v1.ListVolumesRequest
-	(*ListVolumesResponse)(nil),   // 10: volplane.binder.v1.ListVolumesResponse
-	(*GetVolumeRequest)(nil),      // 11: volplane.binder.v1.GetVolumeRequest
-	(*GetVolumeResponse)(nil),     // 12: volplane.binder.v1.GetVolumeResponse
-	(*SyncClaimRequest)(nil),      // 13: volplane.binder.v1.SyncClaimRequest
-	(*SyncClaimResponse)(nil),     // 14: volplane.binder.v1.SyncClaimResponse
-	(*SyncVolumeRequest)(nil),     // 15: volplane.binder.v1.SyncVolumeRequest
-	(*SyncVolumeResponse)(nil),    // 16: volplane.binder.v1.SyncVolumeResponse
-	(*GetStatusRequest)(nil),      // 17: volplane.binder.v1.GetStatusRequest
-	(*GetStatusResponse)(nil),     // 18: volplane.binder.v1.GetStatusResponse
-	(*Candidate)(nil),             // 19: volplane.binder.v1.Candidate
-	(*ExplainClaimRequest)(nil),   // 20: volplane.binder.v1.ExplainClaimRequest
-	(*Binding)(nil),               // 21: volplane.binder.v1.Binding
-	(*ProvisioningOperation)(nil), // 22: volplane.binder.v1.ProvisioningOperation
-	(*Provisioning)(nil),          // 23: volplane.binder.v1.Provisioning
-	(*ExplainClaimResponse)(nil),  // 24: volplane.binder.v1.ExplainClaimResponse
-	(*MatchClaimRequest)(nil),     // 25: volplane.binder.v1.MatchClaimRequest
-	(*MatchClaimResponse)(nil),    // 26: volplane.binder.v1.MatchClaimResponse
-	(*timestamppb.Timestamp)(nil), // 27: google.protobuf.Timestamp
-	(*structpb.Struct)(nil),       // 28: google.protobuf.Struct
-	(*v1.CreateVolumePlan)(nil),   // 29: volplane.provisioner.v1.CreateVolumePlan
+	(Decision)(0),                    // 0: volplane.binder.v1.Decision
+	(Rule)(0),                        // 1: volplane.binder.v1.Rule
+	(*Claim)(nil),                    // 2: volplane.binder.v1.Claim
+	(*ClaimReference)(nil),           // 3: volplane.binder.v1.ClaimReference
+	(*Volume)(nil),                   // 4: volplane.binder.v1.Volume
+	(*ListClaimsRequest)(nil),        // 5: volplane.binder.v1.ListClaimsRequest
+	(*ListClaimsResponse)(nil),       // 6: volplane.binder.v1.ListClaimsResponse
+	(*GetClaimRequest)(nil),          // 7: volplane.binder.v1.GetClaimRequest
+	(*GetClaimResponse)(nil),         // 8: volplane.binder.v1.GetClaimResponse
+	(*ListVolumesRequest)(nil),       // 9: volplane.binder.v1.ListVolumesRequest
+	(*ListVolumesResponse)(nil),      // 10: volplane.binder.v1.ListVolumesResponse
+	(*GetVolumeRequest)(nil),         // 11: volplane.binder.v1.GetVolumeRequest
+	(*GetVolumeResponse)(nil),        // 12: volplane.binder.v1.GetVolumeResponse
+	(*SyncClaimRequest)(nil),         // 13: volplane.binder.v1.SyncClaimRequest
+	(*SyncClaimResponse)(nil),        // 14: volplane.binder.v1.SyncClaimResponse
+	(*SyncVolumeRequest)(nil),        // 15: volplane.binder.v1.SyncVolumeRequest
+	(*SyncVolumeResponse)(nil),       // 16: volplane.binder.v1.SyncVolumeResponse
+	(*GetStatusRequest)(nil),         // 17: volplane.binder.v1.GetStatusRequest
+	(*GetStatusResponse)(nil),        // 18: volplane.binder.v1.GetStatusResponse
+	(*Candidate)(nil),                // 19: volplane.binder.v1.Candidate
+	(*ExplainClaimRequest)(nil),      // 20: volplane.binder.v1.ExplainClaimRequest
+	(*Binding)(nil),                  // 21: volplane.binder.v1.Binding
+	(*ProvisioningOperation)(nil),    // 22: volplane.binder.v1.ProvisioningOperation
+	(*Provisioning)(nil),             // 23: volplane.binder.v1.Provisioning
+	(*ExplainClaimResponse)(nil),     // 24: volplane.binder.v1.ExplainClaimResponse
+	(*MatchClaimRequest)(nil),        // 25: volplane.binder.v1.MatchClaimRequest
+	(*MatchClaimResponse)(nil),       // 26: volplane.binder.v1.MatchClaimResponse
+	(*GetClaimTimelineRequest)(nil),  // 27: volplane.binder.v1.GetClaimTimelineRequest
+	(*GetClaimTimelineResponse)(nil), // 28: volplane.binder.v1.GetClaimTimelineResponse
+	(*timestamppb.Timestamp)(nil),    // 29: google.protobuf.Timestamp
+	(*structpb.Struct)(nil),          // 30: google.protobuf.Struct
+	(*v1.CreateVolumePlan)(nil),      // 31: volplane.provisioner.v1.CreateVolumePlan
+	(*v1.TimelineSpan)(nil),          // 32: volplane.provisioner.v1.TimelineSpan
 }
 var file_volplane_binder_v1_binder_proto_depIdxs = []int32{
-	27, // 0: volplane.binder.v1.Claim.create_time:type_name -> google.protobuf.Timestamp
+	29, // 0: volplane.binder.v1.Claim.create_time:type_name -> google.protobuf.Timestamp
 	3,  // 1: volplane.binder.v1.Volume.claim_ref:type_name -> volplane.binder.v1.ClaimReference
-	27, // 2: volplane.binder.v1.Volume.create_time:type_name -> google.protobuf.Timestamp
+	29, // 2: volplane.binder.v1.Volume.create_time:type_name -> google.protobuf.Timestamp
 	2,  // 3: volplane.binder.v1.ListClaimsResponse.claims:type_name -> volplane.binder.v1.Claim
 	2,  // 4: volplane.binder.v1.GetClaimResponse.claim:type_name -> volplane.binder.v1.Claim
 	4,  // 5: volplane.binder.v1.ListVolumesResponse.volumes:type_name -> volplane.binder.v1.Volume
 	4,  // 6: volplane.binder.v1.GetVolumeResponse.volume:type_name -> volplane.binder.v1.Volume
 	1,  // 7: volplane.binder.v1.Candidate.rejected_by:type_name -> volplane.binder.v1.Rule
-	27, // 8: volplane.binder.v1.ProvisioningOperation.last_attempt_time:type_name -> google.protobuf.Timestamp
-	27, // 9: volplane.binder.v1.ProvisioningOperation.start_time:type_name -> google.protobuf.Timestamp
+	29, // 8: volplane.binder.v1.ProvisioningOperation.last_attempt_time:type_name -> google.protobuf.Timestamp
+	29, // 9: volplane.binder.v1.ProvisioningOperation.start_time:type_name -> google.protobuf.Timestamp
 	22, // 10: volplane.binder.v1.Provisioning.operation:type_name -> volplane.binder.v1.ProvisioningOperation
-	27, // 11: volplane.binder.v1.Provisioning.next_retry_time:type_name -> google.protobuf.Timestamp
+	29, // 11: volplane.binder.v1.Provisioning.next_retry_time:type_name -> google.protobuf.Timestamp
 	2,  // 12: volplane.binder.v1.ExplainClaimResponse.claim:type_name -> volplane.binder.v1.Claim
 	0,  // 13: volplane.binder.v1.ExplainClaimResponse.decision:type_name -> volplane.binder.v1.Decision
 	19, // 14: volplane.binder.v1.ExplainClaimResponse.candidates:type_name -> volplane.binder.v1.Candidate
 	21, // 15: volplane.binder.v1.ExplainClaimResponse.binding:type_name -> volplane.binder.v1.Binding
 	23, // 16: volplane.binder.v1.ExplainClaimResponse.provisioning:type_name -> volplane.binder.v1.Provisioning
-	28, // 17: volplane.binder.v1.MatchClaimRequest.claim:type_name -> google.protobuf.Struct
+	30, // 17: volplane.binder.v1.MatchClaimRequest.claim:type_name -> google.protobuf.Struct
 	2,  // 18: volplane.binder.v1.MatchClaimResponse.claim:type_name -> volplane.binder.v1.Claim
 	0,  // 19: volplane.binder.v1.MatchClaimResponse.decision:type_name -> volplane.binder.v1.Decision
 	19, // 20: volplane.binder.v1.MatchClaimResponse.candidates:type_name -> volplane.binder.v1.Candidate
 	23, // 21: volplane.binder.v1.MatchClaimResponse.provisioning:type_name -> volplane.binder.v1.Provisioning
-	29, // 22: volplane.binder.v1.MatchClaimResponse.create_volume:type_name -> volplane.provisioner.v1.CreateVolumePlan
-	5,  // 23: volplane.binder.v1.BinderService.ListClaims:input_type -> volplane.binder.v1.ListClaimsRequest
-	7,  // 24: volplane.binder.v1.BinderService.GetClaim:input_type -> volplane.binder.v1.GetClaimRequest
-	9,  // 25: volplane.binder.v1.BinderService.ListVolumes:input_type -> volplane.binder.v1.ListVolumesRequest
-	11, // 26: volplane.binder.v1.BinderService.GetVolume:input_type -> volplane.binder.v1.GetVolumeRequest
-	13, // 27: volplane.binder.v1.BinderService.SyncClaim:input_type -> volplane.binder.v1.SyncClaimRequest
-	15, // 28: volplane.binder.v1.BinderService.SyncVolume:input_type -> volplane.binder.v1.SyncVolumeRequest
-	17, // 29: volplane.binder.v1.BinderService.GetStatus:input_type -> volplane.binder.v1.GetStatusRequest
-	20, // 30: volplane.binder.v1.BinderService.ExplainClaim:input_type -> volplane.binder.v1.ExplainClaimRequest
-	25, // 31: volplane.binder.v1.BinderService.MatchClaim:input_type -> volplane.binder.v1.MatchClaimRequest
-	6,  // 32: volplane.binder.v1.BinderService.ListClaims:output_type -> volplane.binder.v1.ListClaimsResponse
-	8,  // 33: volplane.binder.v1.BinderService.GetClaim:output_type -> volplane.binder.v1.GetClaimResponse
-	10, // 34: volplane.binder.v1.BinderService.ListVolumes:output_type -> volplane.binder.v1.ListVolumesResponse
-	12, // 35: volplane.binder.v1.BinderService.GetVolume:output_type -> volplane.binder.v1.GetVolumeResponse
-	14, // 36: volplane.binder.v1.BinderService.SyncClaim:output_type -> volplane.binder.v1.SyncClaimResponse
-	16, // 37: volplane.binder.v1.BinderService.SyncVolume:output_type -> volplane.binder.v1.SyncVolumeResponse
-	18, // 38: volplane.binder.v1.BinderService.GetStatus:output_type -> volplane.binder.v1.GetStatusResponse
-	24, // 39: volplane.binder.v1.BinderService.ExplainClaim:output_type -> volplane.binder.v1.ExplainClaimResponse
-	26, // 40: volplane.binder.v1.BinderService.MatchClaim:output_type -> volplane.binder.v1.MatchClaimResponse
-	32, // [32:41] is the sub-list for method output_type
-	23, // [23:32] is the sub-list for method input_type
-	23, // [23:23] is the sub-list for extension type_name
-	23, // [23:23] is the sub-list for extension extendee
-	0,  // [0:23] is the sub-list for field type_name
+	31, // 22: volplane.binder.v1.MatchClaimResponse.create_volume:type_name -> volplane.provisioner.v1.CreateVolumePlan
+	2,  // 23: volplane.binder.v1.GetClaimTimelineResponse.claim:type_name -> volplane.binder.v1.Claim
+	32, // 24: volplane.binder.v1.GetClaimTimelineResponse.spans:type_name -> volplane.provisioner.v1.TimelineSpan
+	5,  // 25: volplane.binder.v1.BinderService.ListClaims:input_type -> volplane.binder.v1.ListClaimsRequest
+	7,  // 26: volplane.binder.v1.BinderService.GetClaim:input_type -> volplane.binder.v1.GetClaimRequest
+	9,  // 27: volplane.binder.v1.BinderService.ListVolumes:input_type -> volplane.binder.v1.ListVolumesRequest
+	11, // 28: volplane.binder.v1.BinderService.GetVolume:input_type -> volplane.binder.v1.GetVolumeRequest
+	13, // 29: volplane.binder.v1.BinderService.SyncClaim:input_type -> volplane.binder.v1.SyncClaimRequest
+	15, // 30: volplane.binder.v1.BinderService.SyncVolume:input_type -> volplane.binder.v1.SyncVolumeRequest
+	17, // 31: volplane.binder.v1.BinderService.GetStatus:input_type -> volplane.binder.v1.GetStatusRequest
+	20, // 32: volplane.binder.v1.BinderService.ExplainClaim:input_type -> volplane.binder.v1.ExplainClaimRequest
+	25, // 33: volplane.binder.v1.BinderService.MatchClaim:input_type -> volplane.binder.v1.MatchClaimRequest
+	27, // 34: volplane.binder.v1.BinderService.GetClaimTimeline:input_type -> volplane.binder.v1.GetClaimTimelineRequest
+	6,  // 35: volplane.binder.v1.BinderService.ListClaims:output_type -> volplane.binder.v1.ListClaimsResponse
+	8,  // 36: volplane.binder.v1.BinderService.GetClaim:output_type -> volplane.binder.v1.GetClaimResponse
+	10, // 37: volplane.binder.v1.BinderService.ListVolumes:output_type -> volplane.binder.v1.ListVolumesResponse
+	12, // 38: volplane.binder.v1.BinderService.GetVolume:output_type -> volplane.binder.v1.GetVolumeResponse
+	14, // 39: volplane.binder.v1.BinderService.SyncClaim:output_type -> volplane.binder.v1.SyncClaimResponse
+	16, // 40: volplane.binder.v1.BinderService.SyncVolume:output_type -> volplane.binder.v1.SyncVolumeResponse
+	18, // 41: volplane.binder.v1.BinderService.GetStatus:output_type -> volplane.binder.v1.GetStatusResponse
+	24, // 42: volplane.binder.v1.BinderService.ExplainClaim:output_type -> volplane.binder.v1.ExplainClaimResponse
+	26, // 43: volplane.binder.v1.BinderService.MatchClaim:output_type -> volplane.binder.v1.MatchClaimResponse
+	28, // 44: volplane.binder.v1.BinderService.GetClaimTimeline:output_type -> volplane.binder.v1.GetClaimTimelineResponse
+	35, // [35:45] is the sub-list for method output_type
+	25, // [25:35] is the sub-list for method input_type
+	25, // [25:25] is the sub-list for extension type_name
+	25, // [25:25] is the sub-list for extension extendee
+	0,  // [0:25] is the sub-list for field type_name
 }
 
 func init() { file_volplane_binder_v1_binder_proto_init() }
@@ -2728,7 +2882,7 @@ func file_volplane_binder_v1_binder_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_volplane_binder_v1_binder_proto_rawDesc), len(file_volplane_binder_v1_binder_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   25,
+			NumMessages:   27,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

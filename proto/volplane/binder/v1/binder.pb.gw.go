@@ -536,6 +536,61 @@ func local_request_BinderService_MatchClaim_1(ctx context.Context, marshaler run
 	return msg, metadata, err
 }
 
+func request_BinderService_GetClaimTimeline_0(ctx context.Context, marshaler runtime.Marshaler, client BinderServiceClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+	var (
+		protoReq GetClaimTimelineRequest
+		metadata runtime.ServerMetadata
+		err      error
+	)
+	val, ok := pathParams["namespace"]
+	if !ok {
+		return nil, metadata, status.Errorf(codes.InvalidArgument, "missing parameter %s", "namespace")
+	}
+	protoReq.Namespace, err = runtime.String(val)
+	if err != nil {
+		return nil, metadata, status.Errorf(codes.InvalidArgument, "type mismatch, parameter: %s, error: %v", "namespace", err)
+	}
+	val, ok = pathParams["name"]
+	if !ok {
+		return nil, metadata, status.Errorf(codes.InvalidArgument, "missing parameter %s", "name")
+	}
+	protoReq.Name, err = runtime.String(val)
+	if err != nil {
+		return nil, metadata, status.Errorf(codes.InvalidArgument, "type mismatch, parameter: %s, error: %v", "name", err)
+	}
+	if req.Body != nil {
+		_, _ = io.Copy(io.Discard, req.Body)
+	}
+	msg, err := client.GetClaimTimeline(ctx, &protoReq, grpc.Header(&metadata.HeaderMD), grpc.Trailer(&metadata.TrailerMD))
+	return msg, metadata, err
+}
+
+func local_request_BinderService_GetClaimTimeline_0(ctx context.Context, marshaler runtime.Marshaler, server BinderServiceServer, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+	var (
+		protoReq GetClaimTimelineRequest
+		metadata runtime.ServerMetadata
+		err      error
+	)
+	val, ok := pathParams["namespace"]
+	if !ok {
+		return nil, metadata, status.Errorf(codes.InvalidArgument, "missing parameter %s", "namespace")
+	}
+	protoReq.Namespace, err = runtime.String(val)
+	if err != nil {
+		return nil, metadata, status.Errorf(codes.InvalidArgument, "type mismatch, parameter: %s, error: %v", "namespace", err)
+	}
+	val, ok = pathParams["name"]
+	if !ok {
+		return nil, metadata, status.Errorf(codes.InvalidArgument, "missing parameter %s", "name")
+	}
+	protoReq.Name, err = runtime.String(val)
+	if err != nil {
+		return nil, metadata, status.Errorf(codes.InvalidArgument, "type mismatch, parameter: %s, error: %v", "name", err)
+	}
+	msg, err := server.GetClaimTimeline(ctx, &protoReq)
+	return msg, metadata, err
+}
+
 // RegisterBinderServiceHandlerServer registers the http handlers for service BinderService to "mux".
 // UnaryRPC     :call BinderServiceServer directly.
 // StreamingRPC :currently unsupported pending https://github.com/grpc/grpc-go/issues/906.
@@ -761,6 +816,26 @@ func RegisterBinderServiceHandlerServer(ctx context.Context, mux *runtime.ServeM
 			return
 		}
 		forward_BinderService_MatchClaim_1(annotatedContext, mux, outboundMarshaler, w, req, resp, mux.GetForwardResponseOptions()...)
+	})
+	mux.Handle(http.MethodGet, pattern_BinderService_GetClaimTimeline_0, func(w http.ResponseWriter, req *http.Request, pathParams map[string]string) {
+		ctx, cancel := context.WithCancel(req.Context())
+		defer cancel()
+		var stream runtime.ServerTransportStream
+		ctx = grpc.NewContextWithServerTransportStream(ctx, &stream)
+		inboundMarshaler, outboundMarshaler := runtime.MarshalerForRequest(mux, req)
+		annotatedContext, err := runtime.AnnotateIncomingContext(ctx, mux, req, "/volplane.binder.v1.BinderService/GetClaimTimeline", runtime.WithHTTPPathPattern("/v1/namespaces/{namespace}/claims/{name}:timeline"))
+		if err != nil {
+			runtime.HTTPError(ctx, mux, outboundMarshaler, w, req, err)
+			return
+		}
+		resp, md, err := local_request_BinderService_GetClaimTimeline_0(annotatedContext, inboundMarshaler, server, req, pathParams)
+		md.HeaderMD, md.TrailerMD = metadata.Join(md.HeaderMD, stream.Header()), metadata.Join(md.TrailerMD, stream.Trailer())
+		annotatedContext = runtime.NewServerMetadataContext(annotatedContext, md)
+		if err != nil {
+			runtime.HTTPError(annotatedContext, mux, outboundMarshaler, w, req, err)
+			return
+		}
+		forward_BinderService_GetClaimTimeline_0(annotatedContext, mux, outboundMarshaler, w, req, resp, mux.GetForwardResponseOptions()...)
 	})
 
 	return nil
@@ -989,33 +1064,52 @@ func RegisterBinderServiceHandlerClient(ctx context.Context, mux *runtime.ServeM
 		}
 		forward_BinderService_MatchClaim_1(annotatedContext, mux, outboundMarshaler, w, req, resp, mux.GetForwardResponseOptions()...)
 	})
+	mux.Handle(http.MethodGet, pattern_BinderService_GetClaimTimeline_0, func(w http.ResponseWriter, req *http.Request, pathParams map[string]string) {
+		ctx, cancel := context.WithCancel(req.Context())
+		defer cancel()
+		inboundMarshaler, outboundMarshaler := runtime.MarshalerForRequest(mux, req)
+		annotatedContext, err := runtime.AnnotateContext(ctx, mux, req, "/volplane.binder.v1.BinderService/GetClaimTimeline", runtime.WithHTTPPathPattern("/v1/namespaces/{namespace}/claims/{name}:timeline"))
+		if err != nil {
+			runtime.HTTPError(ctx, mux, outboundMarshaler, w, req, err)
+			return
+		}
+		resp, md, err := request_BinderService_GetClaimTimeline_0(annotatedContext, inboundMarshaler, client, req, pathParams)
+		annotatedContext = runtime.NewServerMetadataContext(annotatedContext, md)
+		if err != nil {
+			runtime.HTTPError(annotatedContext, mux, outboundMarshaler, w, req, err)
+			return
+		}
+		forward_BinderService_GetClaimTimeline_0(annotatedContext, mux, outboundMarshaler, w, req, resp, mux.GetForwardResponseOptions()...)
+	})
 	return nil
 }
 
 var (
-	pattern_BinderService_ListClaims_0   = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1}, []string{"v1", "claims"}, ""))
-	pattern_BinderService_ListClaims_1   = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 1, 0, 4, 1, 5, 2, 2, 3}, []string{"v1", "namespaces", "namespace", "claims"}, ""))
-	pattern_BinderService_GetClaim_0     = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 1, 0, 4, 1, 5, 2, 2, 3, 1, 0, 4, 1, 5, 4}, []string{"v1", "namespaces", "namespace", "claims", "name"}, ""))
-	pattern_BinderService_ListVolumes_0  = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1}, []string{"v1", "volumes"}, ""))
-	pattern_BinderService_GetVolume_0    = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 1, 0, 4, 1, 5, 2}, []string{"v1", "volumes", "name"}, ""))
-	pattern_BinderService_SyncClaim_0    = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 1, 0, 4, 1, 5, 2, 2, 3, 1, 0, 4, 1, 5, 4}, []string{"v1", "namespaces", "namespace", "claims", "name"}, "sync"))
-	pattern_BinderService_SyncVolume_0   = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 1, 0, 4, 1, 5, 2}, []string{"v1", "volumes", "name"}, "sync"))
-	pattern_BinderService_GetStatus_0    = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 2, 2}, []string{"v1", "binder", "status"}, ""))
-	pattern_BinderService_ExplainClaim_0 = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 1, 0, 4, 1, 5, 2, 2, 3, 1, 0, 4, 1, 5, 4}, []string{"v1", "namespaces", "namespace", "claims", "name"}, "explain"))
-	pattern_BinderService_MatchClaim_0   = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1}, []string{"v1", "claims"}, "match"))
-	pattern_BinderService_MatchClaim_1   = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 1, 0, 4, 1, 5, 2, 2, 3}, []string{"v1", "namespaces", "namespace", "claims"}, "match"))
+	pattern_BinderService_ListClaims_0       = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1}, []string{"v1", "claims"}, ""))
+	pattern_BinderService_ListClaims_1       = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 1, 0, 4, 1, 5, 2, 2, 3}, []string{"v1", "namespaces", "namespace", "claims"}, ""))
+	pattern_BinderService_GetClaim_0         = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 1, 0, 4, 1, 5, 2, 2, 3, 1, 0, 4, 1, 5, 4}, []string{"v1", "namespaces", "namespace", "claims", "name"}, ""))
+	pattern_BinderService_ListVolumes_0      = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1}, []string{"v1", "volumes"}, ""))
+	pattern_BinderService_GetVolume_0        = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 1, 0, 4, 1, 5, 2}, []string{"v1", "volumes", "name"}, ""))
+	pattern_BinderService_SyncClaim_0        = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 1, 0, 4, 1, 5, 2, 2, 3, 1, 0, 4, 1, 5, 4}, []string{"v1", "namespaces", "namespace", "claims", "name"}, "sync"))
+	pattern_BinderService_SyncVolume_0       = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 1, 0, 4, 1, 5, 2}, []string{"v1", "volumes", "name"}, "sync"))
+	pattern_BinderService_GetStatus_0        = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 2, 2}, []string{"v1", "binder", "status"}, ""))
+	pattern_BinderService_ExplainClaim_0     = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 1, 0, 4, 1, 5, 2, 2, 3, 1, 0, 4, 1, 5, 4}, []string{"v1", "namespaces", "namespace", "claims", "name"}, "explain"))
+	pattern_BinderService_MatchClaim_0       = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1}, []string{"v1", "claims"}, "match"))
+	pattern_BinderService_MatchClaim_1       = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 1, 0, 4, 1, 5, 2, 2, 3}, []string{"v1", "namespaces", "namespace", "claims"}, "match"))
+	pattern_BinderService_GetClaimTimeline_0 = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 1, 0, 4, 1, 5, 2, 2, 3, 1, 0, 4, 1, 5, 4}, []string{"v1", "namespaces", "namespace", "claims", "name"}, "timeline"))
 )
 
 var (
-	forward_BinderService_ListClaims_0   = runtime.ForwardResponseMessage
-	forward_BinderService_ListClaims_1   = runtime.ForwardResponseMessage
-	forward_BinderService_GetClaim_0     = runtime.ForwardResponseMessage
-	forward_BinderService_ListVolumes_0  = runtime.ForwardResponseMessage
-	forward_BinderService_GetVolume_0    = runtime.ForwardResponseMessage
-	forward_BinderService_SyncClaim_0    = runtime.ForwardResponseMessage
-	forward_BinderService_SyncVolume_0   = runtime.ForwardResponseMessage
-	forward_BinderService_GetStatus_0    = runtime.ForwardResponseMessage
-	forward_BinderService_ExplainClaim_0 = runtime.ForwardResponseMessage
-	forward_BinderService_MatchClaim_0   = runtime.ForwardResponseMessage
-	forward_BinderService_MatchClaim_1   = runtime.ForwardResponseMessage
+	forward_BinderService_ListClaims_0       = runtime.ForwardResponseMessage
+	forward_BinderService_ListClaims_1       = runtime.ForwardResponseMessage
+	forward_BinderService_GetClaim_0         = runtime.ForwardResponseMessage
+	forward_BinderService_ListVolumes_0      = runtime.ForwardResponseMessage
+	forward_BinderService_GetVolume_0        = runtime.ForwardResponseMessage
+	forward_BinderService_SyncClaim_0        = runtime.ForwardResponseMessage
+	forward_BinderService_SyncVolume_0       = runtime.ForwardResponseMessage
+	forward_BinderService_GetStatus_0        = runtime.ForwardResponseMessage
+	forward_BinderService_ExplainClaim_0     = runtime.ForwardResponseMessage
+	forward_BinderService_MatchClaim_0       = runtime.ForwardResponseMessage
+	forward_BinderService_MatchClaim_1       = runtime.ForwardResponseMessage
+	forward_BinderService_GetClaimTimeline_0 = runtime.ForwardResponseMessage
 )

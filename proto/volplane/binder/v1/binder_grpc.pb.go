@@ -19,15 +19,16 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	BinderService_ListClaims_FullMethodName   = "/volplane.binder.v1.BinderService/ListClaims"
-	BinderService_GetClaim_FullMethodName     = "/volplane.binder.v1.BinderService/GetClaim"
-	BinderService_ListVolumes_FullMethodName  = "/volplane.binder.v1.BinderService/ListVolumes"
-	BinderService_GetVolume_FullMethodName    = "/volplane.binder.v1.BinderService/GetVolume"
-	BinderService_SyncClaim_FullMethodName    = "/volplane.binder.v1.BinderService/SyncClaim"
-	BinderService_SyncVolume_FullMethodName   = "/volplane.binder.v1.BinderService/SyncVolume"
-	BinderService_GetStatus_FullMethodName    = "/volplane.binder.v1.BinderService/GetStatus"
-	BinderService_ExplainClaim_FullMethodName = "/volplane.binder.v1.BinderService/ExplainClaim"
-	BinderService_MatchClaim_FullMethodName   = "/volplane.binder.v1.BinderService/MatchClaim"
+	BinderService_ListClaims_FullMethodName       = "/volplane.binder.v1.BinderService/ListClaims"
+	BinderService_GetClaim_FullMethodName         = "/volplane.binder.v1.BinderService/GetClaim"
+	BinderService_ListVolumes_FullMethodName      = "/volplane.binder.v1.BinderService/ListVolumes"
+	BinderService_GetVolume_FullMethodName        = "/volplane.binder.v1.BinderService/GetVolume"
+	BinderService_SyncClaim_FullMethodName        = "/volplane.binder.v1.BinderService/SyncClaim"
+	BinderService_SyncVolume_FullMethodName       = "/volplane.binder.v1.BinderService/SyncVolume"
+	BinderService_GetStatus_FullMethodName        = "/volplane.binder.v1.BinderService/GetStatus"
+	BinderService_ExplainClaim_FullMethodName     = "/volplane.binder.v1.BinderService/ExplainClaim"
+	BinderService_MatchClaim_FullMethodName       = "/volplane.binder.v1.BinderService/MatchClaim"
+	BinderService_GetClaimTimeline_FullMethodName = "/volplane.binder.v1.BinderService/GetClaimTimeline"
 )
 
 // BinderServiceClient is the client API for BinderService service.
@@ -67,6 +68,15 @@ type BinderServiceClient interface {
 	// server's validation and admission apply (a claim it would refuse is
 	// InvalidArgument naming the field); nothing is written anywhere.
 	MatchClaim(ctx context.Context, in *MatchClaimRequest, opts ...grpc.CallOption) (*MatchClaimResponse, error)
+	// GetClaimTimeline returns the steps volplane's services took for a
+	// claim, with their start and end: seen, queued, each sync and its
+	// decision, reserved, provisioning asked for, CreateVolume with its
+	// gRPC code, the PersistentVolume written, bound, each retry with its
+	// reason and backoff. Each service keeps them in a bounded memory store;
+	// the claim's owner merges its own with the provisioner's, by start
+	// time. An unknown claim is NotFound. Answered by the replica that owns
+	// the claim (passed on when another gets it).
+	GetClaimTimeline(ctx context.Context, in *GetClaimTimelineRequest, opts ...grpc.CallOption) (*GetClaimTimelineResponse, error)
 }
 
 type binderServiceClient struct {
@@ -167,6 +177,16 @@ func (c *binderServiceClient) MatchClaim(ctx context.Context, in *MatchClaimRequ
 	return out, nil
 }
 
+func (c *binderServiceClient) GetClaimTimeline(ctx context.Context, in *GetClaimTimelineRequest, opts ...grpc.CallOption) (*GetClaimTimelineResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(GetClaimTimelineResponse)
+	err := c.cc.Invoke(ctx, BinderService_GetClaimTimeline_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // BinderServiceServer is the server API for BinderService service.
 // All implementations must embed UnimplementedBinderServiceServer
 // for forward compatibility.
@@ -204,6 +224,15 @@ type BinderServiceServer interface {
 	// server's validation and admission apply (a claim it would refuse is
 	// InvalidArgument naming the field); nothing is written anywhere.
 	MatchClaim(context.Context, *MatchClaimRequest) (*MatchClaimResponse, error)
+	// GetClaimTimeline returns the steps volplane's services took for a
+	// claim, with their start and end: seen, queued, each sync and its
+	// decision, reserved, provisioning asked for, CreateVolume with its
+	// gRPC code, the PersistentVolume written, bound, each retry with its
+	// reason and backoff. Each service keeps them in a bounded memory store;
+	// the claim's owner merges its own with the provisioner's, by start
+	// time. An unknown claim is NotFound. Answered by the replica that owns
+	// the claim (passed on when another gets it).
+	GetClaimTimeline(context.Context, *GetClaimTimelineRequest) (*GetClaimTimelineResponse, error)
 	mustEmbedUnimplementedBinderServiceServer()
 }
 
@@ -240,6 +269,9 @@ func (UnimplementedBinderServiceServer) ExplainClaim(context.Context, *ExplainCl
 }
 func (UnimplementedBinderServiceServer) MatchClaim(context.Context, *MatchClaimRequest) (*MatchClaimResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method MatchClaim not implemented")
+}
+func (UnimplementedBinderServiceServer) GetClaimTimeline(context.Context, *GetClaimTimelineRequest) (*GetClaimTimelineResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method GetClaimTimeline not implemented")
 }
 func (UnimplementedBinderServiceServer) mustEmbedUnimplementedBinderServiceServer() {}
 func (UnimplementedBinderServiceServer) testEmbeddedByValue()                       {}
@@ -424,6 +456,24 @@ func _BinderService_MatchClaim_Handler(srv interface{}, ctx context.Context, dec
 	return interceptor(ctx, in, info, handler)
 }
 
+func _BinderService_GetClaimTimeline_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(GetClaimTimelineRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(BinderServiceServer).GetClaimTimeline(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: BinderService_GetClaimTimeline_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(BinderServiceServer).GetClaimTimeline(ctx, req.(*GetClaimTimelineRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // BinderService_ServiceDesc is the grpc.ServiceDesc for BinderService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -466,6 +516,10 @@ var BinderService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "MatchClaim",
 			Handler:    _BinderService_MatchClaim_Handler,
+		},
+		{
+			MethodName: "GetClaimTimeline",
+			Handler:    _BinderService_GetClaimTimeline_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

@@ -1933,6 +1933,219 @@ func (x *PlanVolumeResponse) GetPlan() *CreateVolumePlan {
 	return nil
 }
 
+// TimelineSpan is one step a service took for a claim.
+type TimelineSpan struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The service that took it: watcher, binder, provisioner or reclaimer.
+	Service string `protobuf:"bytes,1,opt,name=service,proto3" json:"service,omitempty"`
+	// The step: queued, sync, reserve, provision, CreateVolume, ...
+	Name string `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
+	// When it started.
+	StartTime *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=start_time,json=startTime,proto3" json:"start_time,omitempty"`
+	// When it ended (equal to start_time for an instant).
+	EndTime *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=end_time,json=endTime,proto3" json:"end_time,omitempty"`
+	// What happened, in words (a decision, an outcome, an error's message as
+	// explain shows it; never a Secret or a class parameter).
+	Detail string `protobuf:"bytes,5,opt,name=detail,proto3" json:"detail,omitempty"`
+	// The gRPC code or outcome of the step, when it has one (OK,
+	// DEADLINE_EXCEEDED, FINISHED, ...).
+	Code string `protobuf:"bytes,6,opt,name=code,proto3" json:"code,omitempty"`
+	// The OpenTelemetry trace the step belongs to, when tracing is on.
+	TraceId string `protobuf:"bytes,7,opt,name=trace_id,json=traceId,proto3" json:"trace_id,omitempty"`
+	// The replica that took it.
+	MemberId      string `protobuf:"bytes,8,opt,name=member_id,json=memberId,proto3" json:"member_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TimelineSpan) Reset() {
+	*x = TimelineSpan{}
+	mi := &file_volplane_provisioner_v1_provisioner_proto_msgTypes[24]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TimelineSpan) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TimelineSpan) ProtoMessage() {}
+
+func (x *TimelineSpan) ProtoReflect() protoreflect.Message {
+	mi := &file_volplane_provisioner_v1_provisioner_proto_msgTypes[24]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TimelineSpan.ProtoReflect.Descriptor instead.
+func (*TimelineSpan) Descriptor() ([]byte, []int) {
+	return file_volplane_provisioner_v1_provisioner_proto_rawDescGZIP(), []int{24}
+}
+
+func (x *TimelineSpan) GetService() string {
+	if x != nil {
+		return x.Service
+	}
+	return ""
+}
+
+func (x *TimelineSpan) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *TimelineSpan) GetStartTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.StartTime
+	}
+	return nil
+}
+
+func (x *TimelineSpan) GetEndTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.EndTime
+	}
+	return nil
+}
+
+func (x *TimelineSpan) GetDetail() string {
+	if x != nil {
+		return x.Detail
+	}
+	return ""
+}
+
+func (x *TimelineSpan) GetCode() string {
+	if x != nil {
+		return x.Code
+	}
+	return ""
+}
+
+func (x *TimelineSpan) GetTraceId() string {
+	if x != nil {
+		return x.TraceId
+	}
+	return ""
+}
+
+func (x *TimelineSpan) GetMemberId() string {
+	if x != nil {
+		return x.MemberId
+	}
+	return ""
+}
+
+// GetClaimTimelineRequest names a claim by UID.
+type GetClaimTimelineRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// metadata.uid of the claim.
+	ClaimUid      string `protobuf:"bytes,1,opt,name=claim_uid,json=claimUid,proto3" json:"claim_uid,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetClaimTimelineRequest) Reset() {
+	*x = GetClaimTimelineRequest{}
+	mi := &file_volplane_provisioner_v1_provisioner_proto_msgTypes[25]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetClaimTimelineRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetClaimTimelineRequest) ProtoMessage() {}
+
+func (x *GetClaimTimelineRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_volplane_provisioner_v1_provisioner_proto_msgTypes[25]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetClaimTimelineRequest.ProtoReflect.Descriptor instead.
+func (*GetClaimTimelineRequest) Descriptor() ([]byte, []int) {
+	return file_volplane_provisioner_v1_provisioner_proto_rawDescGZIP(), []int{25}
+}
+
+func (x *GetClaimTimelineRequest) GetClaimUid() string {
+	if x != nil {
+		return x.ClaimUid
+	}
+	return ""
+}
+
+// GetClaimTimelineResponse is what this replica recorded for the claim.
+type GetClaimTimelineResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The spans, by start time.
+	Spans []*TimelineSpan `protobuf:"bytes,1,rep,name=spans,proto3" json:"spans,omitempty"`
+	// Spans of the claim evicted from the bounded store (the oldest go
+	// first).
+	Dropped       int32 `protobuf:"varint,2,opt,name=dropped,proto3" json:"dropped,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetClaimTimelineResponse) Reset() {
+	*x = GetClaimTimelineResponse{}
+	mi := &file_volplane_provisioner_v1_provisioner_proto_msgTypes[26]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetClaimTimelineResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetClaimTimelineResponse) ProtoMessage() {}
+
+func (x *GetClaimTimelineResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_volplane_provisioner_v1_provisioner_proto_msgTypes[26]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetClaimTimelineResponse.ProtoReflect.Descriptor instead.
+func (*GetClaimTimelineResponse) Descriptor() ([]byte, []int) {
+	return file_volplane_provisioner_v1_provisioner_proto_rawDescGZIP(), []int{26}
+}
+
+func (x *GetClaimTimelineResponse) GetSpans() []*TimelineSpan {
+	if x != nil {
+		return x.Spans
+	}
+	return nil
+}
+
+func (x *GetClaimTimelineResponse) GetDropped() int32 {
+	if x != nil {
+		return x.Dropped
+	}
+	return 0
+}
+
 var File_volplane_provisioner_v1_provisioner_proto protoreflect.FileDescriptor
 
 const file_volplane_provisioner_v1_provisioner_proto_rawDesc = "" +
@@ -2102,7 +2315,22 @@ const file_volplane_provisioner_v1_provisioner_proto_rawDesc = "" +
 	"\x12PlanVolumeResponse\x12)\n" +
 	"\x10provisioner_name\x18\x01 \x01(\tR\x0fprovisionerName\x12!\n" +
 	"\fdriver_ready\x18\x02 \x01(\bR\vdriverReady\x12=\n" +
-	"\x04plan\x18\x03 \x01(\v2).volplane.provisioner.v1.CreateVolumePlanR\x04plan*\x82\x01\n" +
+	"\x04plan\x18\x03 \x01(\v2).volplane.provisioner.v1.CreateVolumePlanR\x04plan\"\x92\x02\n" +
+	"\fTimelineSpan\x12\x18\n" +
+	"\aservice\x18\x01 \x01(\tR\aservice\x12\x12\n" +
+	"\x04name\x18\x02 \x01(\tR\x04name\x129\n" +
+	"\n" +
+	"start_time\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\tstartTime\x125\n" +
+	"\bend_time\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\aendTime\x12\x16\n" +
+	"\x06detail\x18\x05 \x01(\tR\x06detail\x12\x12\n" +
+	"\x04code\x18\x06 \x01(\tR\x04code\x12\x19\n" +
+	"\btrace_id\x18\a \x01(\tR\atraceId\x12\x1b\n" +
+	"\tmember_id\x18\b \x01(\tR\bmemberId\"6\n" +
+	"\x17GetClaimTimelineRequest\x12\x1b\n" +
+	"\tclaim_uid\x18\x01 \x01(\tR\bclaimUid\"q\n" +
+	"\x18GetClaimTimelineResponse\x12;\n" +
+	"\x05spans\x18\x01 \x03(\v2%.volplane.provisioner.v1.TimelineSpanR\x05spans\x12\x18\n" +
+	"\adropped\x18\x02 \x01(\x05R\adropped*\x82\x01\n" +
 	"\aOutcome\x12\x17\n" +
 	"\x13OUTCOME_UNSPECIFIED\x10\x00\x12\x14\n" +
 	"\x10OUTCOME_FINISHED\x10\x01\x12\x19\n" +
@@ -2113,7 +2341,7 @@ const file_volplane_provisioner_v1_provisioner_proto_rawDesc = "" +
 	"OrphanKind\x12\x1b\n" +
 	"\x17ORPHAN_KIND_UNSPECIFIED\x10\x00\x12\x16\n" +
 	"\x12ORPHAN_KIND_VOLUME\x10\x01\x12!\n" +
-	"\x1dORPHAN_KIND_PERSISTENT_VOLUME\x10\x022\xea\x06\n" +
+	"\x1dORPHAN_KIND_PERSISTENT_VOLUME\x10\x022\xe3\a\n" +
 	"\x12ProvisionerService\x12b\n" +
 	"\tProvision\x12).volplane.provisioner.v1.ProvisionRequest\x1a*.volplane.provisioner.v1.ProvisionResponse\x12k\n" +
 	"\fDeleteVolume\x12,.volplane.provisioner.v1.DeleteVolumeRequest\x1a-.volplane.provisioner.v1.DeleteVolumeResponse\x12h\n" +
@@ -2123,7 +2351,8 @@ const file_volplane_provisioner_v1_provisioner_proto_rawDesc = "" +
 	"\vListOrphans\x12+.volplane.provisioner.v1.ListOrphansRequest\x1a,.volplane.provisioner.v1.ListOrphansResponse\x12k\n" +
 	"\fDeleteOrphan\x12,.volplane.provisioner.v1.DeleteOrphanRequest\x1a-.volplane.provisioner.v1.DeleteOrphanResponse\x12e\n" +
 	"\n" +
-	"PlanVolume\x12*.volplane.provisioner.v1.PlanVolumeRequest\x1a+.volplane.provisioner.v1.PlanVolumeResponseBJZHgithub.com/volplane/volplane/proto/volplane/provisioner/v1;provisionerv1b\x06proto3"
+	"PlanVolume\x12*.volplane.provisioner.v1.PlanVolumeRequest\x1a+.volplane.provisioner.v1.PlanVolumeResponse\x12w\n" +
+	"\x10GetClaimTimeline\x120.volplane.provisioner.v1.GetClaimTimelineRequest\x1a1.volplane.provisioner.v1.GetClaimTimelineResponseBJZHgithub.com/volplane/volplane/proto/volplane/provisioner/v1;provisionerv1b\x06proto3"
 
 var (
 	file_volplane_provisioner_v1_provisioner_proto_rawDescOnce sync.Once
@@ -2138,84 +2367,92 @@ func file_volplane_provisioner_v1_provisioner_proto_rawDescGZIP() []byte {
 }
 
 var file_volplane_provisioner_v1_provisioner_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_volplane_provisioner_v1_provisioner_proto_msgTypes = make([]protoimpl.MessageInfo, 28)
+var file_volplane_provisioner_v1_provisioner_proto_msgTypes = make([]protoimpl.MessageInfo, 31)
 var file_volplane_provisioner_v1_provisioner_proto_goTypes = []any{
-	(Outcome)(0),                   // 0: volplane.provisioner.v1.Outcome
-	(OrphanKind)(0),                // 1: volplane.provisioner.v1.OrphanKind
-	(*ProvisionRequest)(nil),       // 2: volplane.provisioner.v1.ProvisionRequest
-	(*ProvisionResponse)(nil),      // 3: volplane.provisioner.v1.ProvisionResponse
-	(*DeleteVolumeRequest)(nil),    // 4: volplane.provisioner.v1.DeleteVolumeRequest
-	(*DeleteVolumeResponse)(nil),   // 5: volplane.provisioner.v1.DeleteVolumeResponse
-	(*Driver)(nil),                 // 6: volplane.provisioner.v1.Driver
-	(*ListDriversRequest)(nil),     // 7: volplane.provisioner.v1.ListDriversRequest
-	(*ListDriversResponse)(nil),    // 8: volplane.provisioner.v1.ListDriversResponse
-	(*Operation)(nil),              // 9: volplane.provisioner.v1.Operation
-	(*ListOperationsRequest)(nil),  // 10: volplane.provisioner.v1.ListOperationsRequest
-	(*ListOperationsResponse)(nil), // 11: volplane.provisioner.v1.ListOperationsResponse
-	(*GetCapacityRequest)(nil),     // 12: volplane.provisioner.v1.GetCapacityRequest
-	(*Capacity)(nil),               // 13: volplane.provisioner.v1.Capacity
-	(*GetCapacityResponse)(nil),    // 14: volplane.provisioner.v1.GetCapacityResponse
-	(*ListOrphansRequest)(nil),     // 15: volplane.provisioner.v1.ListOrphansRequest
-	(*Orphan)(nil),                 // 16: volplane.provisioner.v1.Orphan
-	(*DriverOrphans)(nil),          // 17: volplane.provisioner.v1.DriverOrphans
-	(*ListOrphansResponse)(nil),    // 18: volplane.provisioner.v1.ListOrphansResponse
-	(*DeleteOrphanRequest)(nil),    // 19: volplane.provisioner.v1.DeleteOrphanRequest
-	(*DeleteOrphanResponse)(nil),   // 20: volplane.provisioner.v1.DeleteOrphanResponse
-	(*PlanVolumeRequest)(nil),      // 21: volplane.provisioner.v1.PlanVolumeRequest
-	(*VolumeCapability)(nil),       // 22: volplane.provisioner.v1.VolumeCapability
-	(*TopologySegment)(nil),        // 23: volplane.provisioner.v1.TopologySegment
-	(*CreateVolumePlan)(nil),       // 24: volplane.provisioner.v1.CreateVolumePlan
-	(*PlanVolumeResponse)(nil),     // 25: volplane.provisioner.v1.PlanVolumeResponse
-	nil,                            // 26: volplane.provisioner.v1.Capacity.SegmentEntry
-	nil,                            // 27: volplane.provisioner.v1.TopologySegment.SegmentsEntry
-	nil,                            // 28: volplane.provisioner.v1.CreateVolumePlan.ParametersEntry
-	nil,                            // 29: volplane.provisioner.v1.CreateVolumePlan.MutableParametersEntry
-	(*timestamppb.Timestamp)(nil),  // 30: google.protobuf.Timestamp
+	(Outcome)(0),                     // 0: volplane.provisioner.v1.Outcome
+	(OrphanKind)(0),                  // 1: volplane.provisioner.v1.OrphanKind
+	(*ProvisionRequest)(nil),         // 2: volplane.provisioner.v1.ProvisionRequest
+	(*ProvisionResponse)(nil),        // 3: volplane.provisioner.v1.ProvisionResponse
+	(*DeleteVolumeRequest)(nil),      // 4: volplane.provisioner.v1.DeleteVolumeRequest
+	(*DeleteVolumeResponse)(nil),     // 5: volplane.provisioner.v1.DeleteVolumeResponse
+	(*Driver)(nil),                   // 6: volplane.provisioner.v1.Driver
+	(*ListDriversRequest)(nil),       // 7: volplane.provisioner.v1.ListDriversRequest
+	(*ListDriversResponse)(nil),      // 8: volplane.provisioner.v1.ListDriversResponse
+	(*Operation)(nil),                // 9: volplane.provisioner.v1.Operation
+	(*ListOperationsRequest)(nil),    // 10: volplane.provisioner.v1.ListOperationsRequest
+	(*ListOperationsResponse)(nil),   // 11: volplane.provisioner.v1.ListOperationsResponse
+	(*GetCapacityRequest)(nil),       // 12: volplane.provisioner.v1.GetCapacityRequest
+	(*Capacity)(nil),                 // 13: volplane.provisioner.v1.Capacity
+	(*GetCapacityResponse)(nil),      // 14: volplane.provisioner.v1.GetCapacityResponse
+	(*ListOrphansRequest)(nil),       // 15: volplane.provisioner.v1.ListOrphansRequest
+	(*Orphan)(nil),                   // 16: volplane.provisioner.v1.Orphan
+	(*DriverOrphans)(nil),            // 17: volplane.provisioner.v1.DriverOrphans
+	(*ListOrphansResponse)(nil),      // 18: volplane.provisioner.v1.ListOrphansResponse
+	(*DeleteOrphanRequest)(nil),      // 19: volplane.provisioner.v1.DeleteOrphanRequest
+	(*DeleteOrphanResponse)(nil),     // 20: volplane.provisioner.v1.DeleteOrphanResponse
+	(*PlanVolumeRequest)(nil),        // 21: volplane.provisioner.v1.PlanVolumeRequest
+	(*VolumeCapability)(nil),         // 22: volplane.provisioner.v1.VolumeCapability
+	(*TopologySegment)(nil),          // 23: volplane.provisioner.v1.TopologySegment
+	(*CreateVolumePlan)(nil),         // 24: volplane.provisioner.v1.CreateVolumePlan
+	(*PlanVolumeResponse)(nil),       // 25: volplane.provisioner.v1.PlanVolumeResponse
+	(*TimelineSpan)(nil),             // 26: volplane.provisioner.v1.TimelineSpan
+	(*GetClaimTimelineRequest)(nil),  // 27: volplane.provisioner.v1.GetClaimTimelineRequest
+	(*GetClaimTimelineResponse)(nil), // 28: volplane.provisioner.v1.GetClaimTimelineResponse
+	nil,                              // 29: volplane.provisioner.v1.Capacity.SegmentEntry
+	nil,                              // 30: volplane.provisioner.v1.TopologySegment.SegmentsEntry
+	nil,                              // 31: volplane.provisioner.v1.CreateVolumePlan.ParametersEntry
+	nil,                              // 32: volplane.provisioner.v1.CreateVolumePlan.MutableParametersEntry
+	(*timestamppb.Timestamp)(nil),    // 33: google.protobuf.Timestamp
 }
 var file_volplane_provisioner_v1_provisioner_proto_depIdxs = []int32{
 	0,  // 0: volplane.provisioner.v1.ProvisionResponse.outcome:type_name -> volplane.provisioner.v1.Outcome
 	0,  // 1: volplane.provisioner.v1.DeleteVolumeResponse.outcome:type_name -> volplane.provisioner.v1.Outcome
 	6,  // 2: volplane.provisioner.v1.ListDriversResponse.drivers:type_name -> volplane.provisioner.v1.Driver
-	30, // 3: volplane.provisioner.v1.Operation.start_time:type_name -> google.protobuf.Timestamp
-	30, // 4: volplane.provisioner.v1.Operation.last_attempt_time:type_name -> google.protobuf.Timestamp
+	33, // 3: volplane.provisioner.v1.Operation.start_time:type_name -> google.protobuf.Timestamp
+	33, // 4: volplane.provisioner.v1.Operation.last_attempt_time:type_name -> google.protobuf.Timestamp
 	9,  // 5: volplane.provisioner.v1.ListOperationsResponse.operations:type_name -> volplane.provisioner.v1.Operation
-	26, // 6: volplane.provisioner.v1.Capacity.segment:type_name -> volplane.provisioner.v1.Capacity.SegmentEntry
-	30, // 7: volplane.provisioner.v1.Capacity.create_time:type_name -> google.protobuf.Timestamp
+	29, // 6: volplane.provisioner.v1.Capacity.segment:type_name -> volplane.provisioner.v1.Capacity.SegmentEntry
+	33, // 7: volplane.provisioner.v1.Capacity.create_time:type_name -> google.protobuf.Timestamp
 	13, // 8: volplane.provisioner.v1.GetCapacityResponse.capacities:type_name -> volplane.provisioner.v1.Capacity
 	1,  // 9: volplane.provisioner.v1.ListOrphansRequest.kind:type_name -> volplane.provisioner.v1.OrphanKind
 	1,  // 10: volplane.provisioner.v1.Orphan.kind:type_name -> volplane.provisioner.v1.OrphanKind
-	30, // 11: volplane.provisioner.v1.Orphan.create_time:type_name -> google.protobuf.Timestamp
+	33, // 11: volplane.provisioner.v1.Orphan.create_time:type_name -> google.protobuf.Timestamp
 	16, // 12: volplane.provisioner.v1.ListOrphansResponse.orphans:type_name -> volplane.provisioner.v1.Orphan
 	17, // 13: volplane.provisioner.v1.ListOrphansResponse.drivers:type_name -> volplane.provisioner.v1.DriverOrphans
 	16, // 14: volplane.provisioner.v1.DeleteOrphanResponse.orphan:type_name -> volplane.provisioner.v1.Orphan
-	27, // 15: volplane.provisioner.v1.TopologySegment.segments:type_name -> volplane.provisioner.v1.TopologySegment.SegmentsEntry
+	30, // 15: volplane.provisioner.v1.TopologySegment.segments:type_name -> volplane.provisioner.v1.TopologySegment.SegmentsEntry
 	22, // 16: volplane.provisioner.v1.CreateVolumePlan.volume_capabilities:type_name -> volplane.provisioner.v1.VolumeCapability
-	28, // 17: volplane.provisioner.v1.CreateVolumePlan.parameters:type_name -> volplane.provisioner.v1.CreateVolumePlan.ParametersEntry
-	29, // 18: volplane.provisioner.v1.CreateVolumePlan.mutable_parameters:type_name -> volplane.provisioner.v1.CreateVolumePlan.MutableParametersEntry
+	31, // 17: volplane.provisioner.v1.CreateVolumePlan.parameters:type_name -> volplane.provisioner.v1.CreateVolumePlan.ParametersEntry
+	32, // 18: volplane.provisioner.v1.CreateVolumePlan.mutable_parameters:type_name -> volplane.provisioner.v1.CreateVolumePlan.MutableParametersEntry
 	23, // 19: volplane.provisioner.v1.CreateVolumePlan.requisite_topology:type_name -> volplane.provisioner.v1.TopologySegment
 	23, // 20: volplane.provisioner.v1.CreateVolumePlan.preferred_topology:type_name -> volplane.provisioner.v1.TopologySegment
 	24, // 21: volplane.provisioner.v1.PlanVolumeResponse.plan:type_name -> volplane.provisioner.v1.CreateVolumePlan
-	2,  // 22: volplane.provisioner.v1.ProvisionerService.Provision:input_type -> volplane.provisioner.v1.ProvisionRequest
-	4,  // 23: volplane.provisioner.v1.ProvisionerService.DeleteVolume:input_type -> volplane.provisioner.v1.DeleteVolumeRequest
-	7,  // 24: volplane.provisioner.v1.ProvisionerService.ListDrivers:input_type -> volplane.provisioner.v1.ListDriversRequest
-	10, // 25: volplane.provisioner.v1.ProvisionerService.ListOperations:input_type -> volplane.provisioner.v1.ListOperationsRequest
-	12, // 26: volplane.provisioner.v1.ProvisionerService.GetCapacity:input_type -> volplane.provisioner.v1.GetCapacityRequest
-	15, // 27: volplane.provisioner.v1.ProvisionerService.ListOrphans:input_type -> volplane.provisioner.v1.ListOrphansRequest
-	19, // 28: volplane.provisioner.v1.ProvisionerService.DeleteOrphan:input_type -> volplane.provisioner.v1.DeleteOrphanRequest
-	21, // 29: volplane.provisioner.v1.ProvisionerService.PlanVolume:input_type -> volplane.provisioner.v1.PlanVolumeRequest
-	3,  // 30: volplane.provisioner.v1.ProvisionerService.Provision:output_type -> volplane.provisioner.v1.ProvisionResponse
-	5,  // 31: volplane.provisioner.v1.ProvisionerService.DeleteVolume:output_type -> volplane.provisioner.v1.DeleteVolumeResponse
-	8,  // 32: volplane.provisioner.v1.ProvisionerService.ListDrivers:output_type -> volplane.provisioner.v1.ListDriversResponse
-	11, // 33: volplane.provisioner.v1.ProvisionerService.ListOperations:output_type -> volplane.provisioner.v1.ListOperationsResponse
-	14, // 34: volplane.provisioner.v1.ProvisionerService.GetCapacity:output_type -> volplane.provisioner.v1.GetCapacityResponse
-	18, // 35: volplane.provisioner.v1.ProvisionerService.ListOrphans:output_type -> volplane.provisioner.v1.ListOrphansResponse
-	20, // 36: volplane.provisioner.v1.ProvisionerService.DeleteOrphan:output_type -> volplane.provisioner.v1.DeleteOrphanResponse
-	25, // 37: volplane.provisioner.v1.ProvisionerService.PlanVolume:output_type -> volplane.provisioner.v1.PlanVolumeResponse
-	30, // [30:38] is the sub-list for method output_type
-	22, // [22:30] is the sub-list for method input_type
-	22, // [22:22] is the sub-list for extension type_name
-	22, // [22:22] is the sub-list for extension extendee
-	0,  // [0:22] is the sub-list for field type_name
+	33, // 22: volplane.provisioner.v1.TimelineSpan.start_time:type_name -> google.protobuf.Timestamp
+	33, // 23: volplane.provisioner.v1.TimelineSpan.end_time:type_name -> google.protobuf.Timestamp
+	26, // 24: volplane.provisioner.v1.GetClaimTimelineResponse.spans:type_name -> volplane.provisioner.v1.TimelineSpan
+	2,  // 25: volplane.provisioner.v1.ProvisionerService.Provision:input_type -> volplane.provisioner.v1.ProvisionRequest
+	4,  // 26: volplane.provisioner.v1.ProvisionerService.DeleteVolume:input_type -> volplane.provisioner.v1.DeleteVolumeRequest
+	7,  // 27: volplane.provisioner.v1.ProvisionerService.ListDrivers:input_type -> volplane.provisioner.v1.ListDriversRequest
+	10, // 28: volplane.provisioner.v1.ProvisionerService.ListOperations:input_type -> volplane.provisioner.v1.ListOperationsRequest
+	12, // 29: volplane.provisioner.v1.ProvisionerService.GetCapacity:input_type -> volplane.provisioner.v1.GetCapacityRequest
+	15, // 30: volplane.provisioner.v1.ProvisionerService.ListOrphans:input_type -> volplane.provisioner.v1.ListOrphansRequest
+	19, // 31: volplane.provisioner.v1.ProvisionerService.DeleteOrphan:input_type -> volplane.provisioner.v1.DeleteOrphanRequest
+	21, // 32: volplane.provisioner.v1.ProvisionerService.PlanVolume:input_type -> volplane.provisioner.v1.PlanVolumeRequest
+	27, // 33: volplane.provisioner.v1.ProvisionerService.GetClaimTimeline:input_type -> volplane.provisioner.v1.GetClaimTimelineRequest
+	3,  // 34: volplane.provisioner.v1.ProvisionerService.Provision:output_type -> volplane.provisioner.v1.ProvisionResponse
+	5,  // 35: volplane.provisioner.v1.ProvisionerService.DeleteVolume:output_type -> volplane.provisioner.v1.DeleteVolumeResponse
+	8,  // 36: volplane.provisioner.v1.ProvisionerService.ListDrivers:output_type -> volplane.provisioner.v1.ListDriversResponse
+	11, // 37: volplane.provisioner.v1.ProvisionerService.ListOperations:output_type -> volplane.provisioner.v1.ListOperationsResponse
+	14, // 38: volplane.provisioner.v1.ProvisionerService.GetCapacity:output_type -> volplane.provisioner.v1.GetCapacityResponse
+	18, // 39: volplane.provisioner.v1.ProvisionerService.ListOrphans:output_type -> volplane.provisioner.v1.ListOrphansResponse
+	20, // 40: volplane.provisioner.v1.ProvisionerService.DeleteOrphan:output_type -> volplane.provisioner.v1.DeleteOrphanResponse
+	25, // 41: volplane.provisioner.v1.ProvisionerService.PlanVolume:output_type -> volplane.provisioner.v1.PlanVolumeResponse
+	28, // 42: volplane.provisioner.v1.ProvisionerService.GetClaimTimeline:output_type -> volplane.provisioner.v1.GetClaimTimelineResponse
+	34, // [34:43] is the sub-list for method output_type
+	25, // [25:34] is the sub-list for method input_type
+	25, // [25:25] is the sub-list for extension type_name
+	25, // [25:25] is the sub-list for extension extendee
+	0,  // [0:25] is the sub-list for field type_name
 }
 
 func init() { file_volplane_provisioner_v1_provisioner_proto_init() }
@@ -2229,7 +2466,7 @@ func file_volplane_provisioner_v1_provisioner_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_volplane_provisioner_v1_provisioner_proto_rawDesc), len(file_volplane_provisioner_v1_provisioner_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   28,
+			NumMessages:   31,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

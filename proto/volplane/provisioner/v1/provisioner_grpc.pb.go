@@ -19,14 +19,15 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	ProvisionerService_Provision_FullMethodName      = "/volplane.provisioner.v1.ProvisionerService/Provision"
-	ProvisionerService_DeleteVolume_FullMethodName   = "/volplane.provisioner.v1.ProvisionerService/DeleteVolume"
-	ProvisionerService_ListDrivers_FullMethodName    = "/volplane.provisioner.v1.ProvisionerService/ListDrivers"
-	ProvisionerService_ListOperations_FullMethodName = "/volplane.provisioner.v1.ProvisionerService/ListOperations"
-	ProvisionerService_GetCapacity_FullMethodName    = "/volplane.provisioner.v1.ProvisionerService/GetCapacity"
-	ProvisionerService_ListOrphans_FullMethodName    = "/volplane.provisioner.v1.ProvisionerService/ListOrphans"
-	ProvisionerService_DeleteOrphan_FullMethodName   = "/volplane.provisioner.v1.ProvisionerService/DeleteOrphan"
-	ProvisionerService_PlanVolume_FullMethodName     = "/volplane.provisioner.v1.ProvisionerService/PlanVolume"
+	ProvisionerService_Provision_FullMethodName        = "/volplane.provisioner.v1.ProvisionerService/Provision"
+	ProvisionerService_DeleteVolume_FullMethodName     = "/volplane.provisioner.v1.ProvisionerService/DeleteVolume"
+	ProvisionerService_ListDrivers_FullMethodName      = "/volplane.provisioner.v1.ProvisionerService/ListDrivers"
+	ProvisionerService_ListOperations_FullMethodName   = "/volplane.provisioner.v1.ProvisionerService/ListOperations"
+	ProvisionerService_GetCapacity_FullMethodName      = "/volplane.provisioner.v1.ProvisionerService/GetCapacity"
+	ProvisionerService_ListOrphans_FullMethodName      = "/volplane.provisioner.v1.ProvisionerService/ListOrphans"
+	ProvisionerService_DeleteOrphan_FullMethodName     = "/volplane.provisioner.v1.ProvisionerService/DeleteOrphan"
+	ProvisionerService_PlanVolume_FullMethodName       = "/volplane.provisioner.v1.ProvisionerService/PlanVolume"
+	ProvisionerService_GetClaimTimeline_FullMethodName = "/volplane.provisioner.v1.ProvisionerService/GetClaimTimeline"
 )
 
 // ProvisionerServiceClient is the client API for ProvisionerService service.
@@ -76,6 +77,12 @@ type ProvisionerServiceClient interface {
 	// which no request can be built FailedPrecondition saying why. Not routed
 	// by the gateway: MatchClaim is its REST face.
 	PlanVolume(ctx context.Context, in *PlanVolumeRequest, opts ...grpc.CallOption) (*PlanVolumeResponse, error)
+	// GetClaimTimeline returns the steps this provisioner replica took for a
+	// claim (by UID), oldest first, from its bounded in-memory timeline: the
+	// binder merges them into the claim's timeline (BinderService's
+	// GetClaimTimeline). An unknown claim has no spans (not an error). Not
+	// routed by the gateway.
+	GetClaimTimeline(ctx context.Context, in *GetClaimTimelineRequest, opts ...grpc.CallOption) (*GetClaimTimelineResponse, error)
 }
 
 type provisionerServiceClient struct {
@@ -166,6 +173,16 @@ func (c *provisionerServiceClient) PlanVolume(ctx context.Context, in *PlanVolum
 	return out, nil
 }
 
+func (c *provisionerServiceClient) GetClaimTimeline(ctx context.Context, in *GetClaimTimelineRequest, opts ...grpc.CallOption) (*GetClaimTimelineResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(GetClaimTimelineResponse)
+	err := c.cc.Invoke(ctx, ProvisionerService_GetClaimTimeline_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // ProvisionerServiceServer is the server API for ProvisionerService service.
 // All implementations must embed UnimplementedProvisionerServiceServer
 // for forward compatibility.
@@ -213,6 +230,12 @@ type ProvisionerServiceServer interface {
 	// which no request can be built FailedPrecondition saying why. Not routed
 	// by the gateway: MatchClaim is its REST face.
 	PlanVolume(context.Context, *PlanVolumeRequest) (*PlanVolumeResponse, error)
+	// GetClaimTimeline returns the steps this provisioner replica took for a
+	// claim (by UID), oldest first, from its bounded in-memory timeline: the
+	// binder merges them into the claim's timeline (BinderService's
+	// GetClaimTimeline). An unknown claim has no spans (not an error). Not
+	// routed by the gateway.
+	GetClaimTimeline(context.Context, *GetClaimTimelineRequest) (*GetClaimTimelineResponse, error)
 	mustEmbedUnimplementedProvisionerServiceServer()
 }
 
@@ -246,6 +269,9 @@ func (UnimplementedProvisionerServiceServer) DeleteOrphan(context.Context, *Dele
 }
 func (UnimplementedProvisionerServiceServer) PlanVolume(context.Context, *PlanVolumeRequest) (*PlanVolumeResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method PlanVolume not implemented")
+}
+func (UnimplementedProvisionerServiceServer) GetClaimTimeline(context.Context, *GetClaimTimelineRequest) (*GetClaimTimelineResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method GetClaimTimeline not implemented")
 }
 func (UnimplementedProvisionerServiceServer) mustEmbedUnimplementedProvisionerServiceServer() {}
 func (UnimplementedProvisionerServiceServer) testEmbeddedByValue()                            {}
@@ -412,6 +438,24 @@ func _ProvisionerService_PlanVolume_Handler(srv interface{}, ctx context.Context
 	return interceptor(ctx, in, info, handler)
 }
 
+func _ProvisionerService_GetClaimTimeline_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(GetClaimTimelineRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ProvisionerServiceServer).GetClaimTimeline(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: ProvisionerService_GetClaimTimeline_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ProvisionerServiceServer).GetClaimTimeline(ctx, req.(*GetClaimTimelineRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // ProvisionerService_ServiceDesc is the grpc.ServiceDesc for ProvisionerService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -450,6 +494,10 @@ var ProvisionerService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "PlanVolume",
 			Handler:    _ProvisionerService_PlanVolume_Handler,
+		},
+		{
+			MethodName: "GetClaimTimeline",
+			Handler:    _ProvisionerService_GetClaimTimeline_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},
