@@ -192,9 +192,8 @@ func TestRebindRefusedWhileReclaimJournaled(t *testing.T) {
 func TestRebindQuickRecreation(t *testing.T) {
 	ns, pv, _ := setUp(t, binder.RebindSameClaimName)
 	c := cluster.client
-	var last *corev1.PersistentVolumeClaim
 	for range 3 {
-		last = createClaim(t, ns)
+		createClaim(t, ns)
 		if err := c.CoreV1().PersistentVolumeClaims(ns).Delete(t.Context(), "data-web-0", metav1.DeleteOptions{}); err != nil {
 			t.Fatal(err)
 		}
@@ -206,7 +205,7 @@ func TestRebindQuickRecreation(t *testing.T) {
 			return "claim still there"
 		})
 	}
-	last = createClaim(t, ns)
+	last := createClaim(t, ns)
 	e2e.Eventually(t, timeout, func() string {
 		b, err := c.CoreV1().PersistentVolumeClaims(ns).Get(t.Context(), "data-web-0", metav1.GetOptions{})
 		if err != nil {
