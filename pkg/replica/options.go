@@ -128,6 +128,7 @@ func (o *Options) Config(service string) Config {
 		Service: service, RESTConfig: o.RESTConfig, Kube: kube.ClientOptions{Kubeconfig: o.Kubeconfig, QPS: o.KubeQPS, Burst: o.KubeBurst},
 		Etcd: coord.Options{Endpoints: o.EtcdEndpoints, Security: o.Etcd}, MemberID: o.MemberID, AdvertiseAddress: o.AdvertiseAddress,
 		Listen: o.Listen, DebugAddress: o.DebugAddress, Debug: metrics.Debug{Pprof: o.EnablePprof}, TLS: o.TLS, Reflection: o.GRPCReflection, Log: o.Logger,
+		Timeline: o.Timeline,
 	}
 }
 

@@ -22,6 +22,7 @@ import (
 	"github.com/volplane/volplane/pkg/health"
 	"github.com/volplane/volplane/pkg/kube"
 	"github.com/volplane/volplane/pkg/metrics"
+	"github.com/volplane/volplane/pkg/timeline"
 )
 
 // APIGrace is how long the API server may not answer before a replica is
@@ -78,6 +79,9 @@ type Config struct {
 	OwnAPICheck bool
 	// Readiness is how often readiness is judged and how it is reported.
 	Readiness Readiness
+	// Timeline bounds the claim timelines the service records into
+	// Replica.Timeline, and names the OTLP collector they go to.
+	Timeline timeline.Options
 }
 
 // Readiness is how a replica's readiness loop runs: every interval it
@@ -120,9 +124,13 @@ type Replica struct {
 	// the service adds its own (Health.AddReadiness), and Run evaluates
 	// them all in one loop (Readiness).
 	Health *health.Checks
+	// Timeline is the store of the steps the service takes per claim
+	// (mirrored to OpenTelemetry when Config.Timeline names a collector).
+	Timeline *timeline.Store
 
-	lis net.Listener
-	cfg Config
+	lis           net.Listener
+	cfg           Config
+	closeTimeline func(context.Context) error
 }
 
 // Start builds the replica's parts; nothing runs until Run. Close releases
@@ -150,6 +158,9 @@ func Start(ctx context.Context, c Config) (*Replica, error) {
 	// NOT_SERVING (not "unknown service") for probes by service name
 	// until the first verdict.
 	srv.SetServing(false, c.Readiness.Services...)
+	if r.Timeline, r.closeTimeline, err = c.Timeline.Open(ctx, c.Service, c.MemberID); err != nil {
+		return nil, err
+	}
 	r.Server, r.lis = srv, c.Listener
 	if r.lis == nil {
 		if r.lis, err = grpcutil.Listen(c.Listen); err != nil {
@@ -236,6 +247,14 @@ func (r *Replica) Addr() string { return r.lis.Addr().String() }
 func (r *Replica) Close() {
 	if r.Events != nil {
 		r.Events.Shutdown()
+	}
+	if r.closeTimeline != nil {
+		// Flush the spans still batched for the collector, for a while.
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if err := r.closeTimeline(ctx); err != nil {
+			r.Log.Warn("flush timeline spans", "error", err)
+		}
 	}
 	r.lis.Close()
 }

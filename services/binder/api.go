@@ -229,15 +229,10 @@ func (a *api) SyncClaim(ctx context.Context, req *binderv1.SyncClaimRequest) (*b
 	if a.c.store.claim(key) == nil {
 		return nil, status.Errorf(codes.NotFound, "claim %s not found", key)
 	}
-	if a.peers != nil {
-		owner, id, err := a.peers.owner(ctx, "pvc/"+key)
-		if err != nil {
-			return nil, err
-		}
-		if owner != nil {
-			resp, err := owner.SyncClaim(a.peers.forwardContext(ctx), req)
-			return resp, forwardErr(id, err)
-		}
+	if resp, forwarded, err := atOwner(ctx, a.peers, "pvc/"+key, func(owner binderv1.BinderServiceClient, ctx context.Context) (*binderv1.SyncClaimResponse, error) {
+		return owner.SyncClaim(ctx, req)
+	}); forwarded {
+		return resp, err
 	}
 	a.c.claimQueue.add(key)
 	return &binderv1.SyncClaimResponse{}, nil
@@ -254,15 +249,10 @@ func (a *api) SyncVolume(ctx context.Context, req *binderv1.SyncVolumeRequest) (
 	if a.c.store.volume(req.GetName()) == nil {
 		return nil, status.Errorf(codes.NotFound, "volume %s not found", req.GetName())
 	}
-	if a.peers != nil {
-		owner, id, err := a.peers.owner(ctx, "pv/"+req.GetName())
-		if err != nil {
-			return nil, err
-		}
-		if owner != nil {
-			resp, err := owner.SyncVolume(a.peers.forwardContext(ctx), req)
-			return resp, forwardErr(id, err)
-		}
+	if resp, forwarded, err := atOwner(ctx, a.peers, "pv/"+req.GetName(), func(owner binderv1.BinderServiceClient, ctx context.Context) (*binderv1.SyncVolumeResponse, error) {
+		return owner.SyncVolume(ctx, req)
+	}); forwarded {
+		return resp, err
 	}
 	a.c.volumeQueue.add(req.GetName())
 	return &binderv1.SyncVolumeResponse{}, nil

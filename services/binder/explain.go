@@ -401,16 +401,11 @@ func (a *api) ExplainClaim(ctx context.Context, req *binderv1.ExplainClaimReques
 	if claim == nil {
 		return nil, status.Errorf(codes.NotFound, "claim %s not found", key)
 	}
-	if a.peers != nil {
-		// The owner knows its reservations and its Provision calls.
-		owner, id, err := a.peers.owner(ctx, "pvc/"+key)
-		if err != nil {
-			return nil, err
-		}
-		if owner != nil {
-			resp, err := owner.ExplainClaim(a.peers.forwardContext(ctx), req)
-			return resp, forwardErr(id, err)
-		}
+	// The owner knows its reservations and its Provision calls.
+	if resp, forwarded, err := atOwner(ctx, a.peers, "pvc/"+key, func(owner binderv1.BinderServiceClient, ctx context.Context) (*binderv1.ExplainClaimResponse, error) {
+		return owner.ExplainClaim(ctx, req)
+	}); forwarded {
+		return resp, err
 	}
 	v, err := a.c.judge(ctx, claim, from, size)
 	if err != nil {

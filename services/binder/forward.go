@@ -100,3 +100,21 @@ func forwardErr(id string, err error) error {
 	}
 	return fmt.Errorf("forward to binder replica %s: %w", id, err)
 }
+
+// atOwner sends a request about the object with ring key to the replica
+// that owns it, with call; forwarded is false when this replica owns it
+// (or runs alone) and answers itself.
+func atOwner[Resp any](ctx context.Context, p *peers, key string, call func(binderv1.BinderServiceClient, context.Context) (Resp, error)) (resp Resp, forwarded bool, err error) {
+	if p == nil {
+		return resp, false, nil
+	}
+	owner, id, err := p.owner(ctx, key)
+	if err != nil {
+		return resp, true, err
+	}
+	if owner == nil {
+		return resp, false, nil
+	}
+	resp, err = call(owner, p.forwardContext(ctx))
+	return resp, true, forwardErr(id, err)
+}

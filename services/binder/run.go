@@ -183,12 +183,7 @@ func Run(ctx context.Context, o Options) error {
 	if err != nil {
 		return err
 	}
-	tl, closeTimeline, err := o.Timeline.Open(ctx, Service, o.MemberID)
-	if err != nil {
-		return err
-	}
-	defer closeTimeline(context.WithoutCancel(ctx))
-	c.timeline = tl
+	c.timeline = r.Timeline
 	ptl, _ := prov.(provisionerTimeline) // nil without a provisioner
 	// One binder per process in production; tests running several share
 	// the registry, and the first one reports.

@@ -106,15 +106,10 @@ func (a *api) GetClaimTimeline(ctx context.Context, req *binderv1.GetClaimTimeli
 	if claim == nil {
 		return nil, status.Errorf(codes.NotFound, "claim %s not found", key)
 	}
-	if a.peers != nil {
-		owner, id, err := a.peers.owner(ctx, "pvc/"+key)
-		if err != nil {
-			return nil, err
-		}
-		if owner != nil {
-			resp, err := owner.GetClaimTimeline(a.peers.forwardContext(ctx), req)
-			return resp, forwardErr(id, err)
-		}
+	if resp, forwarded, err := atOwner(ctx, a.peers, "pvc/"+key, func(owner binderv1.BinderServiceClient, ctx context.Context) (*binderv1.GetClaimTimelineResponse, error) {
+		return owner.GetClaimTimeline(ctx, req)
+	}); forwarded {
+		return resp, err
 	}
 	uid := string(claim.UID)
 	spans, dropped := a.c.timeline.Spans(uid)

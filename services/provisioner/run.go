@@ -228,12 +228,7 @@ func Run(ctx context.Context, o Options) error {
 	if err != nil {
 		return err
 	}
-	tl, closeTimeline, err := o.Timeline.Open(ctx, Service, o.MemberID)
-	if err != nil {
-		return err
-	}
-	defer closeTimeline(context.WithoutCancel(ctx))
-	p.timeline = tl
+	p.timeline = r.Timeline
 	api := newServer(p, objs)
 	api.capacity = capc
 	provisionerv1.RegisterProvisionerServiceServer(r.Server.Server, api)
