@@ -217,17 +217,29 @@ func (a *api) GetVolume(_ context.Context, req *binderv1.GetVolumeRequest) (*bin
 	return &binderv1.GetVolumeResponse{Volume: volumeToAPI(v)}, nil
 }
 
-// SyncClaim implements BinderService.
-func (a *api) SyncClaim(ctx context.Context, req *binderv1.SyncClaimRequest) (*binderv1.SyncClaimResponse, error) {
-	if err := checkNames(req.GetNamespace(), req.GetName(), guard.ClaimName); err != nil {
-		return nil, err
+// cachedClaim checks a request's claim names and that the replica is
+// ready, and returns the claim of the cache and its key; NotFound when the
+// cache has none.
+func (a *api) cachedClaim(namespace, name string) (*corev1.PersistentVolumeClaim, string, error) {
+	if err := checkNames(namespace, name, guard.ClaimName); err != nil {
+		return nil, "", err
 	}
 	if err := a.ready(); err != nil {
-		return nil, err
+		return nil, "", err
 	}
-	key := req.GetNamespace() + "/" + req.GetName()
-	if a.c.store.claim(key) == nil {
-		return nil, status.Errorf(codes.NotFound, "claim %s not found", key)
+	key := namespace + "/" + name
+	claim := a.c.store.claim(key)
+	if claim == nil {
+		return nil, "", status.Errorf(codes.NotFound, "claim %s not found", key)
+	}
+	return claim, key, nil
+}
+
+// SyncClaim implements BinderService.
+func (a *api) SyncClaim(ctx context.Context, req *binderv1.SyncClaimRequest) (*binderv1.SyncClaimResponse, error) {
+	_, key, err := a.cachedClaim(req.GetNamespace(), req.GetName())
+	if err != nil {
+		return nil, err
 	}
 	if resp, forwarded, err := atOwner(ctx, a.peers, "pvc/"+key, func(owner binderv1.BinderServiceClient, ctx context.Context) (*binderv1.SyncClaimResponse, error) {
 		return owner.SyncClaim(ctx, req)

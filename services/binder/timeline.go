@@ -7,12 +7,10 @@ import (
 	"strings"
 	"time"
 
-	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/volplane/volplane/pkg/guard"
 	"github.com/volplane/volplane/pkg/kube"
 	"github.com/volplane/volplane/pkg/timeline"
 	binderv1 "github.com/volplane/volplane/proto/volplane/binder/v1"
@@ -95,16 +93,9 @@ func (c *controller) noteRetry(ctx context.Context, key, reason, why string, del
 // GetClaimTimeline implements BinderService: the claim's owner answers
 // with its own spans and the provisioner's, by start time.
 func (a *api) GetClaimTimeline(ctx context.Context, req *binderv1.GetClaimTimelineRequest) (*binderv1.GetClaimTimelineResponse, error) {
-	if err := checkNames(req.GetNamespace(), req.GetName(), guard.ClaimName); err != nil {
+	claim, key, err := a.cachedClaim(req.GetNamespace(), req.GetName())
+	if err != nil {
 		return nil, err
-	}
-	if err := a.ready(); err != nil {
-		return nil, err
-	}
-	key := req.GetNamespace() + "/" + req.GetName()
-	claim := a.c.store.claim(key)
-	if claim == nil {
-		return nil, status.Errorf(codes.NotFound, "claim %s not found", key)
 	}
 	if resp, forwarded, err := atOwner(ctx, a.peers, "pvc/"+key, func(owner binderv1.BinderServiceClient, ctx context.Context) (*binderv1.GetClaimTimelineResponse, error) {
 		return owner.GetClaimTimeline(ctx, req)
