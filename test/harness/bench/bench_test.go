@@ -12,6 +12,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/volplane/volplane/pkg/kube"
+	"github.com/volplane/volplane/test/harness/devenv"
 )
 
 func TestPercentile(t *testing.T) {
@@ -310,6 +311,43 @@ func TestExistingPopulation(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			if tc.got < tc.set-4 || tc.got > tc.set+4 {
 				t.Fatalf("%.1f %%, want about %g %%", tc.got, tc.set)
+			}
+		})
+	}
+}
+
+func TestPlace(t *testing.T) {
+	two, four := devenv.CPUSet{0, 1}, devenv.CPUSet{0, 1, 2, 3}
+	for _, tc := range []struct {
+		name      string
+		o         Options
+		available devenv.CPUSet
+		cp, rest  string
+		want      string // substring of the error; "" for none
+	}{
+		{name: "shared by default", available: two, cp: "any", rest: "any"},
+		{name: "split halves", o: Options{Placement: PlacementSplit}, available: four, cp: "0-1", rest: "2-3"},
+		{name: "split two", o: Options{Placement: PlacementSplit}, available: two, cp: "0", rest: "1"},
+		{name: "split chosen", o: Options{Placement: PlacementSplit, ControlPlaneCPUs: devenv.CPUSet{3}}, available: four, cp: "3", rest: "0-2"},
+		{name: "split one cpu", o: Options{Placement: PlacementSplit}, available: devenv.CPUSet{0}, want: "needs at least 2 CPUs"},
+		{name: "split all to the control plane", o: Options{Placement: PlacementSplit, ControlPlaneCPUs: two}, available: two, want: "leaves no CPU"},
+		{name: "cpu not available", o: Options{Placement: PlacementSplit, ControlPlaneCPUs: devenv.CPUSet{7}}, available: two, want: "not one this process may use"},
+		{name: "cpus without split", o: Options{ControlPlaneCPUs: devenv.CPUSet{0}}, available: two, want: "goes with --placement split"},
+		{name: "unknown", o: Options{Placement: "spread"}, available: two, want: "want shared or split"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			err := tc.o.place(tc.available)
+			if tc.want != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.want) {
+					t.Fatalf("place: %v, want an error with %q", err, tc.want)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if cp, rest := tc.o.controlPlane.String(), tc.o.others.String(); cp != tc.cp || rest != tc.rest {
+				t.Fatalf("place: control plane %s, others %s; want %s, %s", cp, rest, tc.cp, tc.rest)
 			}
 		})
 	}

@@ -143,7 +143,11 @@ func (t *trial) failed(err error) {
 
 // startProcess starts a child whose unexpected exit fails the trial.
 func (t *trial) startProcess(name, bin string, args ...string) (*devenv.Process, error) {
-	p, err := devenv.StartProcess(t.dir, name, bin, args...)
+	cpus := t.o.others
+	if name == "etcd" {
+		cpus = t.o.controlPlane
+	}
+	p, err := devenv.StartProcessOn(t.dir, name, bin, cpus, nil, args...)
 	if err != nil {
 		return nil, err
 	}
@@ -183,7 +187,7 @@ func (t *trial) startControlPlane(ctx context.Context) error {
 		extra = append(extra, "--profiling=true") // /debug/pprof, for the profile of its CPU
 	}
 	if t.api, err = devenv.StartAPIServer(ctx, devenv.APIServerOptions{Dir: filepath.Join(t.dir, "apiserver"),
-		KubeAPIServer: t.o.KubeAPIServer, EtcdServers: []string{t.etcdURL}, ExtraArgs: extra}); err != nil {
+		KubeAPIServer: t.o.KubeAPIServer, EtcdServers: []string{t.etcdURL}, ExtraArgs: extra, CPUs: t.o.controlPlane}); err != nil {
 		return err
 	}
 	t.client = t.newClient("volplane-bench")
@@ -454,7 +458,7 @@ func (t *trial) prepare(ctx context.Context) error {
 func (t *trial) procList() []proc {
 	var out []proc
 	for _, p := range t.procs {
-		out = append(out, proc{name: p.Name, pid: p.PID})
+		out = append(out, proc{name: p.Name, pid: p.PID, binds: p.Name != "volplane-csi"})
 	}
 	out = append(out, proc{name: "kube-apiserver", pid: t.api.PID}, proc{name: "etcd", pid: t.etcd.PID},
 		proc{name: "volplane-bench", pid: os.Getpid})

@@ -6,9 +6,12 @@ import (
 	"io"
 	"math"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/volplane/volplane/test/harness/devenv"
 )
 
 // DefaultWorkers is the binder's --workers and the ceiling's worker count
@@ -82,8 +85,74 @@ type Options struct {
 	// start (most Bound to claims; a spread over classes, access modes
 	// and sizes), to measure at cluster scale. See existing.go.
 	Existing int
+	// Placement is where the processes run: PlacementShared (the
+	// default: every process on every CPU, as on one machine) or
+	// PlacementSplit (kube-apiserver and etcd on ControlPlaneCPUs, what
+	// binds, the CSI driver and the bench itself on the other CPUs, as
+	// in a cluster whose controllers run on other nodes than its control
+	// plane). The ceiling runs under the same placement.
+	Placement string
+	// ControlPlaneCPUs, with PlacementSplit, are the control plane's
+	// CPUs; nil means the first half of the CPUs the bench may use.
+	ControlPlaneCPUs devenv.CPUSet
 	// Out receives the report; Log the progress lines.
 	Out, Log io.Writer
+
+	// The placement validate resolved: nil sets mean any CPU.
+	controlPlane, others devenv.CPUSet
+}
+
+// The placements.
+const (
+	PlacementShared = "shared"
+	PlacementSplit  = "split"
+)
+
+// place resolves the placement into the two CPU sets; it needs at least
+// two CPUs to split.
+func (o *Options) place(available devenv.CPUSet) error {
+	switch o.Placement {
+	case "", PlacementShared:
+		if o.ControlPlaneCPUs != nil {
+			return errors.New("--control-plane-cpus goes with --placement split")
+		}
+		o.Placement = PlacementShared
+		return nil
+	case PlacementSplit:
+	default:
+		return fmt.Errorf("placement %q: want %s or %s", o.Placement, PlacementShared, PlacementSplit)
+	}
+	if len(available) < 2 {
+		return fmt.Errorf("--placement split needs at least 2 CPUs; this process may use %s", available)
+	}
+	cp := o.ControlPlaneCPUs
+	if cp == nil {
+		cp = available[:len(available)/2]
+	}
+	for _, c := range cp {
+		if !slices.Contains(available, c) {
+			return fmt.Errorf("control plane CPU %d is not one this process may use (%s)", c, available)
+		}
+	}
+	var rest devenv.CPUSet
+	for _, c := range available {
+		if !slices.Contains(cp, c) {
+			rest = append(rest, c)
+		}
+	}
+	if len(rest) == 0 {
+		return fmt.Errorf("--control-plane-cpus %s leaves no CPU for the rest (%s available)", cp, available)
+	}
+	o.controlPlane, o.others = cp, rest
+	return nil
+}
+
+// placement describes where the processes ran, for the report.
+func (o *Options) placement() string {
+	if o.Placement != PlacementSplit {
+		return "shared: every process on any CPU"
+	}
+	return fmt.Sprintf("split: kube-apiserver and etcd on CPU %s; what binds, the CSI driver and the load generator on CPU %s", o.controlPlane, o.others)
 }
 
 // DefaultDuration is how long claims arrive at each rate by default.
@@ -151,6 +220,11 @@ func (o *Options) validate() error {
 	}
 	if o.Log == nil {
 		o.Log = os.Stderr
+	}
+	if available, err := devenv.AvailableCPUs(); err != nil {
+		errs = append(errs, err)
+	} else if err := o.place(available); err != nil {
+		errs = append(errs, err)
 	}
 	if o.Dynamic && o.KCM != "" && o.ExternalProvisioner == "" {
 		errs = append(errs, errors.New("kube-controller-manager provisions nothing itself: compare dynamic provisioning with --external-provisioner too"))

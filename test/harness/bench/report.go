@@ -9,11 +9,13 @@ import (
 
 // Result is what one run measured.
 type Result struct {
-	System   string        // what bound: "volplane", "kube-controller-manager", "ceiling (bare client)", ...
-	Dynamic  bool          // claims were provisioned, not bound to existing volumes
-	Claims   int           // claims created in the measured phase
-	Rate     float64       // claims per second of open-loop arrivals; 0 for a burst
-	Duration time.Duration // how long claims arrived at Rate
+	System string // what bound: "volplane", "kube-controller-manager", "ceiling (bare client)", ...
+	// Placement is where the processes ran (Options.Placement).
+	Placement string
+	Dynamic   bool          // claims were provisioned, not bound to existing volumes
+	Claims    int           // claims created in the measured phase
+	Rate      float64       // claims per second of open-loop arrivals; 0 for a burst
+	Duration  time.Duration // how long claims arrived at Rate
 	// Elapsed runs from the first claim's create to the last claim seen
 	// Bound; PerSecond is the claims Bound over it.
 	Elapsed      time.Duration
@@ -53,6 +55,7 @@ func mib(b int64) string { return fmt.Sprintf("%.1f MiB", float64(b)/(1<<20)) }
 // process's cost and the requests per bind.
 func (r *Result) Print(w io.Writer) {
 	fmt.Fprintf(w, "binder:                %s\n", r.System)
+	fmt.Fprintf(w, "placement:             %s\n", r.Placement)
 	if r.Rate > 0 {
 		fmt.Fprintf(w, "mode:                  %s, open loop at %g claims/s for %s\n", r.mode(), r.Rate, r.Duration)
 	} else {
@@ -103,6 +106,28 @@ func (r *Result) printProcs(w io.Writer) {
 		fmt.Fprintf(w, "                       %-24s %10s %10s %12s %10s\n", p.Name, mib(p.PeakRSS), round(p.CPU), round(p.Measured),
 			(p.Measured / time.Duration(max(r.Claims, 1))).Round(time.Microsecond))
 	}
+	if cpu, rss, ok := r.bindersCost(); ok {
+		fmt.Fprintf(w, "                       %-24s %10s %10s %12s %10s\n", "(what binds, together)", mib(rss), "", round(cpu),
+			(cpu / time.Duration(max(r.Claims, 1))).Round(time.Microsecond))
+	}
+}
+
+// bindersCost is the measured CPU and the sum of the peak RSS of the
+// processes of what binds (volplane's services, or kube-controller-manager
+// and csi-provisioner); ok is false when none ran (the ceiling).
+func (r *Result) bindersCost() (cpu time.Duration, rss int64, ok bool) {
+	for _, p := range r.Procs {
+		if p.Binds {
+			cpu, rss, ok = cpu+p.Measured, rss+p.PeakRSS, true
+		}
+	}
+	return cpu, rss, ok
+}
+
+// CPUPerClaim is the measured CPU per claim of what binds together.
+func (r *Result) CPUPerClaim() time.Duration {
+	cpu, _, _ := r.bindersCost()
+	return cpu / time.Duration(max(r.Claims, 1))
 }
 
 // printRequests writes what the apiserver and etcd served in the measured

@@ -8,6 +8,8 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/volplane/volplane/test/harness/devenv"
 )
 
 // Run runs the benchmark o describes and writes its report to o.Out: one
@@ -16,6 +18,11 @@ import (
 // of Rates.
 func Run(ctx context.Context, o Options) error {
 	if err := o.validate(); err != nil {
+		return err
+	}
+	// The load generator (and the ceiling's client) is this process: it
+	// runs with what binds.
+	if err := devenv.PinSelf(o.others); err != nil {
 		return err
 	}
 	switch {
@@ -133,7 +140,7 @@ wait:
 		fmt.Fprintf(t.o.Log, "profile: %v\n", err)
 	}
 	r := &Result{
-		System: t.o.name(t.sys), Dynamic: t.o.Dynamic, Claims: n, Rate: l.rate, Duration: l.duration,
+		System: t.o.name(t.sys), Placement: t.o.placement(), Dynamic: t.o.Dynamic, Claims: n, Rate: l.rate, Duration: l.duration,
 		CreateWindow: window, Latency: summarize(lat), Unbound: unbound, Late: late,
 		Setup: t.setup, Procs: usage(procs, cpu, cpuAfter), Requests: after.since(before),
 	}

@@ -11,8 +11,9 @@ import (
 
 // proc names a process whose CPU time and peak memory a run reports.
 type proc struct {
-	name string
-	pid  func() int // 0 when it does not run
+	name  string
+	pid   func() int // 0 when it does not run
+	binds bool       // a process of what binds (not the control plane, the driver or the bench)
 }
 
 // procStat is what /proc says of a process at one moment.
@@ -24,6 +25,7 @@ type procStat struct {
 // ProcUsage is one process's cost in a run.
 type ProcUsage struct {
 	Name    string
+	Binds   bool  // a process of what binds (volplane's services, kube-controller-manager, csi-provisioner)
 	PeakRSS int64 // bytes, over the process's life
 	// CPU is user+system time over the process's life; Measured only
 	// over the measured phase (first claim created to the last request
@@ -99,7 +101,7 @@ func usage(procs []proc, before, after map[string]procStat) []ProcUsage {
 		if !ok {
 			continue
 		}
-		out = append(out, ProcUsage{Name: p.name, PeakRSS: a.peakRSS, CPU: a.cpu, Measured: a.cpu - before[p.name].cpu})
+		out = append(out, ProcUsage{Name: p.name, Binds: p.binds, PeakRSS: a.peakRSS, CPU: a.cpu, Measured: a.cpu - before[p.name].cpu})
 	}
 	return out
 }

@@ -37,6 +37,12 @@ func StartProcess(dir, name, bin string, args ...string) (*Process, error) {
 // StartProcessEnv is StartProcess with env (KEY=value) added to this
 // process's environment.
 func StartProcessEnv(dir, name, bin string, env []string, args ...string) (*Process, error) {
+	return StartProcessOn(dir, name, bin, nil, env, args...)
+}
+
+// StartProcessOn is StartProcessEnv with the process confined to cpus
+// (any CPU when empty).
+func StartProcessOn(dir, name, bin string, cpus CPUSet, env []string, args ...string) (*Process, error) {
 	logPath := filepath.Join(dir, name+".log")
 	lf, err := os.Create(logPath)
 	if err != nil {
@@ -48,12 +54,11 @@ func StartProcessEnv(dir, name, bin string, env []string, args ...string) (*Proc
 	}
 	cmd.Stdout, cmd.Stderr = lf, lf
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
+	p := &Process{Name: name, LogPath: logPath, cmd: cmd, done: make(chan struct{})}
+	if err := startOn(cpus, cmd, func() { lf.Close(); close(p.done) }); err != nil {
 		lf.Close()
 		return nil, fmt.Errorf("start %s (run `make build` first): %w", bin, err)
 	}
-	p := &Process{Name: name, LogPath: logPath, cmd: cmd, done: make(chan struct{})}
-	go func() { _ = cmd.Wait(); lf.Close(); close(p.done) }()
 	return p, nil
 }
 

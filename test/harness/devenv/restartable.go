@@ -34,6 +34,8 @@ type APIServerOptions struct {
 	Etcd coord.Security
 	// ExtraArgs are appended to kube-apiserver's command line.
 	ExtraArgs []string
+	// CPUs confines kube-apiserver to these CPUs; empty means any.
+	CPUs CPUSet
 }
 
 // APIServer is a kube-apiserver child process over an etcd it does not
@@ -52,6 +54,7 @@ type APIServer struct {
 
 	bin   string
 	args  []string
+	cpus  CPUSet
 	caPEM []byte
 	token string
 
@@ -93,7 +96,7 @@ func StartAPIServer(ctx context.Context, o APIServerOptions) (*APIServer, error)
 		return nil, err
 	}
 	a := &APIServer{URL: "https://127.0.0.1:" + strconv.Itoa(port), Kubeconfig: filepath.Join(o.Dir, "kubeconfig"),
-		LogPath: filepath.Join(o.Dir, "kube-apiserver.log"), bin: bin, caPEM: caPEM, token: token}
+		LogPath: filepath.Join(o.Dir, "kube-apiserver.log"), bin: bin, caPEM: caPEM, token: token, cpus: o.CPUs}
 	a.RESTConfig = &rest.Config{Host: a.URL, BearerToken: token, TLSClientConfig: rest.TLSClientConfig{CAData: caPEM}}
 	if err := writeKubeconfig(a.Kubeconfig, a.URL, caPEM, token); err != nil {
 		return nil, err
@@ -143,13 +146,12 @@ func (a *APIServer) Start(ctx context.Context) error {
 	cmd := exec.Command(a.bin, a.args...)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
+	done := make(chan struct{})
+	if err := startOn(a.cpus, cmd, func() { logf.Close(); close(done) }); err != nil {
 		logf.Close()
 		a.mu.Unlock()
 		return fmt.Errorf("start %s: %w", a.bin, err)
 	}
-	done := make(chan struct{})
-	go func() { _ = cmd.Wait(); logf.Close(); close(done) }()
 	a.cmd, a.done = cmd, done
 	a.mu.Unlock()
 	if err := a.waitReady(ctx, done, 3*time.Minute); err != nil {
