@@ -55,9 +55,16 @@ RATE_DURATION ?= 30s
 # Volumes that exist before the services start (`make bench-scale`; EXISTING=0 elsewhere unless set).
 EXISTING ?= 0
 SCALE_EXISTING ?= 100000
+# Where the bench's processes run: shared (any CPU) or split (kube-apiserver and etcd on
+# the first half of the CPUs; everything else on the others). See docs/benchmarks.md.
+PLACEMENT ?= shared
+# `make bench-replicas`: the binder replica counts measured.
+REPLICAS ?= 1 2 3
+# `make bench-compare`: burst sizes, each run static then dynamic.
+SIZES ?= 1000,10000
 # More volplane-bench flags for every bench target, e.g. BENCH_FLAGS=--workers=64.
 BENCH_FLAGS ?=
-VOLPLANE_BENCH = $(BIN)/volplane-bench --bin-dir $(BIN) --kube-apiserver $(KUBE_APISERVER) $(BENCH_FLAGS)
+VOLPLANE_BENCH = $(BIN)/volplane-bench --bin-dir $(BIN) --kube-apiserver $(KUBE_APISERVER) --placement $(PLACEMENT) $(BENCH_FLAGS)
 KCM_FLAGS = --kube-controller-manager $(KUBE_CONTROLLER_MANAGER) --kcm-qps $(KCM_QPS)
 
 .PHONY: help
@@ -214,8 +221,12 @@ bench-scale: build kube-apiserver kube-controller-manager ## N static binds on a
 	$(VOLPLANE_BENCH) -n $(N) --existing $(SCALE_EXISTING) $(KCM_FLAGS)
 
 .PHONY: bench-replicas
-bench-replicas: build kube-apiserver ## Static bursts of N with 1 binder replica, then 2, interleaved ROUNDS times (the check of docs/scaling.md's model).
-	for r in $$(seq $(ROUNDS)); do $(VOLPLANE_BENCH) -n $(N) --binders 1 && $(VOLPLANE_BENCH) -n $(N) --binders 2 || exit 1; done
+bench-replicas: build kube-apiserver ## Static bursts of N with each of REPLICAS binder replicas (1 2 3), interleaved ROUNDS times (the check of docs/scaling.md's model).
+	for r in $$(seq $(ROUNDS)); do for b in $(REPLICAS); do $(VOLPLANE_BENCH) -n $(N) --binders $$b || exit 1; done; done
+
+.PHONY: bench-compare
+bench-compare: build kube-apiserver kube-controller-manager external-provisioner ## volplane and kube-controller-manager (+ external-provisioner, dynamic) interleaved ROUNDS times at each of SIZES, static then dynamic: one table with their ratios.
+	$(VOLPLANE_BENCH) --compare $(ROUNDS) --sizes $(SIZES) --existing $(EXISTING) $(KCM_FLAGS) --external-provisioner $(CSI_PROVISIONER)
 
 .PHONY: bench-external-provisioner
 bench-external-provisioner: build kube-apiserver kube-controller-manager external-provisioner ## Dynamic provisioning with kube-controller-manager's PV binder and the upstream external-provisioner, same dev CSI driver (KCM_QPS for both).

@@ -96,6 +96,14 @@ func TestValidate(t *testing.T) {
 		{"binders and ceiling", Options{N: 1, Binders: 2, Ceiling: true}, "does not go with --kube-controller-manager or --ceiling"},
 		{"two binders vs ceiling", Options{N: 1, Binders: 2, VsCeiling: 1}, ""},
 		{"rate with existing", Options{N: 1, Rates: Rates{10}, Duration: time.Second, Existing: 5}, ""},
+		{"compare", Options{N: 1, Compare: 1, Sizes: Sizes{1000, 10000}, KCM: "kcm", ExternalProvisioner: "p"}, ""},
+		{"compare without kcm", Options{N: 1, Compare: 1}, "needs --kube-controller-manager and --external-provisioner"},
+		{"compare without external provisioner", Options{N: 1, Compare: 1, KCM: "kcm"}, "needs --kube-controller-manager and --external-provisioner"},
+		{"compare with vs-ceiling", Options{N: 1, Compare: 1, VsCeiling: 1, KCM: "kcm", ExternalProvisioner: "p"}, "does not go with --ceiling, --vs-ceiling"},
+		{"compare with binders", Options{N: 1, Compare: 1, Binders: 2, KCM: "kcm", ExternalProvisioner: "p"}, "does not go with"},
+		{"negative compare", Options{N: 1, Compare: -1}, "compare must not be negative"},
+		{"sizes without compare", Options{N: 1, Sizes: Sizes{10}}, "--sizes goes with --compare"},
+		{"bad size", Options{N: 1, Compare: 1, Sizes: Sizes{0}, KCM: "kcm", ExternalProvisioner: "p"}, "sizes must be positive"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			err := tc.o.validate()
@@ -350,5 +358,43 @@ func TestPlace(t *testing.T) {
 				t.Fatalf("place: control plane %s, others %s; want %s, %s", cp, rest, tc.cp, tc.rest)
 			}
 		})
+	}
+}
+
+func TestSizesFlag(t *testing.T) {
+	var s Sizes
+	if err := s.Set("1000, 10000,"); err != nil {
+		t.Fatal(err)
+	}
+	if s.String() != "1000,10000" {
+		t.Fatalf("sizes %s, want 1000,10000", s.String())
+	}
+	for _, bad := range []string{"0", "-3", "many"} {
+		if err := new(Sizes).Set(bad); err == nil {
+			t.Errorf("Set(%q) took it", bad)
+		}
+	}
+}
+
+// The comparison's table shows both systems' means and their ratio.
+func TestPrintCompare(t *testing.T) {
+	run := func(perSecond float64, cpu time.Duration, api float64) *Result {
+		return &Result{Claims: 100, PerSecond: perSecond, Latency: Latency{P50: time.Second, P99: 2 * time.Second},
+			Procs:    []ProcUsage{{Name: "b", Binds: true, Measured: 100 * cpu, PeakRSS: 1 << 20}, {Name: "kube-apiserver", Measured: 100 * time.Millisecond}},
+			Requests: &Requests{API: counts{"PUT persistentvolumes": api * 100}}}
+	}
+	v := &cell{system: "volplane", claims: 100, runs: []*Result{run(200, time.Millisecond, 5), run(100, 3*time.Millisecond, 5)}}
+	k := &cell{system: "kube-controller-manager", claims: 100, runs: []*Result{run(50, 6*time.Millisecond, 6)}}
+	var b strings.Builder
+	printCompare(&b, &Options{Compare: 2, Placement: PlacementShared}, [][2]*cell{{v, k}})
+	out := b.String()
+	for _, want := range []string{
+		"| 100 | static | volplane | 150.0 | 1.00 s | 2.00 s | 2.00 ms | 1.0 MiB | 5.00 (5.00) | 1.00 ms |",
+		"| 100 | static | kube-controller-manager | 50.0 |",
+		"| 100 | static | volplane ÷ kcm | 3.00× | 1.00× | 1.00× | 0.33× | 1.00× | 0.83× | 1.00× |",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("table lacks %q:\n%s", want, out)
+		}
 	}
 }

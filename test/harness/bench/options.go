@@ -85,6 +85,13 @@ type Options struct {
 	// start (most Bound to claims; a spread over classes, access modes
 	// and sizes), to measure at cluster scale. See existing.go.
 	Existing int
+	// Compare, when positive, runs that many rounds of volplane and of
+	// kube-controller-manager (KCM; with ExternalProvisioner for dynamic
+	// provisioning) interleaved A/B, static then dynamic, at each of
+	// Sizes, and prints one table of both and their ratios.
+	Compare int
+	// Sizes are the burst sizes of Compare; empty means N.
+	Sizes Sizes
 	// Placement is where the processes run: PlacementShared (the
 	// default: every process on every CPU, as on one machine) or
 	// PlacementSplit (kube-apiserver and etcd on ControlPlaneCPUs, what
@@ -229,7 +236,7 @@ func (o *Options) validate() error {
 	if o.Dynamic && o.KCM != "" && o.ExternalProvisioner == "" {
 		errs = append(errs, errors.New("kube-controller-manager provisions nothing itself: compare dynamic provisioning with --external-provisioner too"))
 	}
-	if o.ExternalProvisioner != "" && (!o.Dynamic || o.KCM == "") {
+	if o.ExternalProvisioner != "" && (!o.Dynamic || o.KCM == "") && o.Compare == 0 {
 		errs = append(errs, errors.New("--external-provisioner goes with --dynamic and --kube-controller-manager"))
 	}
 	if o.Ceiling && o.KCM != "" {
@@ -240,6 +247,24 @@ func (o *Options) validate() error {
 	}
 	if o.VsCeiling < 0 {
 		errs = append(errs, fmt.Errorf("vs-ceiling must not be negative, got %d", o.VsCeiling))
+	}
+	if o.Compare < 0 {
+		errs = append(errs, fmt.Errorf("compare must not be negative, got %d", o.Compare))
+	}
+	if o.Compare > 0 {
+		if o.KCM == "" || o.ExternalProvisioner == "" {
+			errs = append(errs, errors.New("--compare needs --kube-controller-manager and --external-provisioner (make bench-compare builds them)"))
+		}
+		if o.Ceiling || o.VsCeiling > 0 || len(o.Rates) > 0 || o.Binders > 1 {
+			errs = append(errs, errors.New("--compare runs bursts of one volplane binder and of kube-controller-manager: it does not go with --ceiling, --vs-ceiling, --rate or --binders"))
+		}
+	} else if len(o.Sizes) > 0 {
+		errs = append(errs, errors.New("--sizes goes with --compare (use -n for one burst)"))
+	}
+	for _, n := range o.Sizes {
+		if n <= 0 {
+			errs = append(errs, fmt.Errorf("sizes must be positive, got %d", n))
+		}
 	}
 	if len(o.Rates) > 0 {
 		if o.VsCeiling > 0 {

@@ -26,6 +26,8 @@ func Run(ctx context.Context, o Options) error {
 		return err
 	}
 	switch {
+	case o.Compare > 0:
+		return runCompare(ctx, &o)
 	case o.VsCeiling > 0:
 		return runVsCeiling(ctx, &o)
 	case len(o.Rates) > 0:
