@@ -4,10 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/spf13/pflag"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"google.golang.org/grpc/codes"
@@ -243,6 +245,8 @@ func TestOptions(t *testing.T) {
 		"empty host":        {Options{OTLPEndpoint: "http://"}, 1},
 		"not a url at all":  {Options{OTLPEndpoint: "::"}, 1},
 		"https with a port": {Options{OTLPEndpoint: "https://10.0.0.1:4317/"}, 0},
+		"off":               {Options{Off: true}, 0},
+		"off but exporting": {Options{Off: true, OTLPEndpoint: "http://collector:4317"}, 1},
 	} {
 		t.Run(name, func(t *testing.T) {
 			if errs := tc.o.Validate(); len(errs) != tc.errs {
@@ -250,6 +254,41 @@ func TestOptions(t *testing.T) {
 			}
 		})
 	}
+	t.Run("--timeline=false: no store", func(t *testing.T) {
+		var o Options
+		fs := pflag.NewFlagSet("t", pflag.ContinueOnError)
+		o.AddFlags(fs)
+		if err := fs.Parse([]string{"--timeline=false"}); err != nil {
+			t.Fatal(err)
+		}
+		if !o.Off {
+			t.Fatal("--timeline=false left the timeline on")
+		}
+		s, shutdown, err := o.Open(t.Context(), "binder", "m")
+		if err != nil || s != nil {
+			t.Fatalf("Open = %v, %v; want no store", s, err)
+		}
+		if err := shutdown(t.Context()); err != nil {
+			t.Error(err)
+		}
+		for _, args := range [][]string{{"--timeline"}, {"--timeline=true"}, {}} {
+			o := Options{Off: true}
+			fs := pflag.NewFlagSet("t", pflag.ContinueOnError)
+			o.AddFlags(fs)
+			if err := fs.Parse(args); err != nil {
+				t.Fatal(err)
+			}
+			if o.Off != (len(args) == 0) {
+				t.Errorf("%v: Off = %v", args, o.Off)
+			}
+		}
+		bad := pflag.NewFlagSet("t", pflag.ContinueOnError)
+		bad.SetOutput(io.Discard)
+		new(Options).AddFlags(bad)
+		if err := bad.Parse([]string{"--timeline=maybe"}); err == nil {
+			t.Error("--timeline=maybe accepted")
+		}
+	})
 	t.Run("no endpoint: no tracing", func(t *testing.T) {
 		s, shutdown, err := Options{}.Open(t.Context(), "binder", "m")
 		if err != nil {

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -101,6 +102,9 @@ func (a *api) GetClaimTimeline(ctx context.Context, req *binderv1.GetClaimTimeli
 		return owner.GetClaimTimeline(ctx, req)
 	}); forwarded {
 		return resp, err
+	}
+	if a.c.timeline == nil {
+		return nil, status.Error(codes.FailedPrecondition, "this binder records no timeline (started with --timeline=false)")
 	}
 	uid := string(claim.UID)
 	spans, dropped := a.c.timeline.Spans(uid)

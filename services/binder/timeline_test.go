@@ -4,6 +4,7 @@ import (
 	"context"
 	"io"
 	"log/slog"
+	"strings"
 	"testing"
 	"time"
 
@@ -107,6 +108,18 @@ func TestGetClaimTimeline(t *testing.T) {
 	resp, err = a.GetClaimTimeline(ctx, &binderv1.GetClaimTimelineRequest{Namespace: "ns", Name: "waiting"})
 	if err != nil || len(resp.GetMissing()) != 1 || len(resp.GetSpans()) != 3 {
 		t.Errorf("provisioner down: %v, missing %v, %d spans", err, resp.GetMissing(), len(resp.GetSpans()))
+	}
+
+	off := &api{c: newController(slog.New(slog.NewTextHandler(io.Discard, nil)), client, record.NewFakeRecorder(1)), memberID: "m",
+		members: func() []string { return []string{"m"} }, workers: 1, ptl: ptl}
+	off.c.Reset()
+	if err := off.c.Event(event(watcherv1.EventType_EVENT_TYPE_ADDED, watcherv1.Kind_KIND_PERSISTENT_VOLUME_CLAIM, "ns/waiting", waiting)); err != nil {
+		t.Fatal(err)
+	}
+	off.c.Synced()
+	if _, err := off.GetClaimTimeline(ctx, &binderv1.GetClaimTimelineRequest{Namespace: "ns", Name: "waiting"}); status.Code(err) != codes.FailedPrecondition ||
+		!strings.Contains(err.Error(), "--timeline=false") {
+		t.Errorf("timeline off: %v, want FailedPrecondition naming --timeline=false", err)
 	}
 
 	for name, tc := range map[string]struct {

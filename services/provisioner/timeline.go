@@ -18,6 +18,9 @@ func (s *server) GetClaimTimeline(_ context.Context, req *provisionerv1.GetClaim
 	if uid == "" || len(uid) > 128 || len(validation.IsValidLabelValue(uid)) > 0 {
 		return nil, status.Errorf(codes.InvalidArgument, "claim_uid %q is not a claim UID", truncateUID(uid))
 	}
+	if s.p.timeline == nil {
+		return nil, status.Error(codes.FailedPrecondition, "this provisioner records no timeline (started with --timeline=false)")
+	}
 	spans, dropped := s.p.timeline.Spans(uid)
 	return &provisionerv1.GetClaimTimelineResponse{Spans: timeline.ToAPI(spans, Service, s.p.member), Dropped: int32(dropped)}, nil
 }

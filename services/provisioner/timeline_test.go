@@ -34,6 +34,10 @@ func TestGetClaimTimeline(t *testing.T) {
 	if resp, err := s.GetClaimTimeline(t.Context(), &provisionerv1.GetClaimTimelineRequest{ClaimUid: "unknown"}); err != nil || len(resp.GetSpans()) != 0 {
 		t.Errorf("unknown claim: %v %v", resp, err)
 	}
+	off := &server{p: &provisioner{member: "p-1"}}
+	if _, err := off.GetClaimTimeline(t.Context(), &provisionerv1.GetClaimTimelineRequest{ClaimUid: "3f2c1e0a-1111-4000-8000-000000000001"}); status.Code(err) != codes.FailedPrecondition {
+		t.Errorf("timeline off: %v, want FailedPrecondition", err)
+	}
 	for name, uid := range map[string]string{
 		"empty":       "",
 		"a path":      "../../etc",

@@ -101,6 +101,8 @@ func TestValidate(t *testing.T) {
 		{"compare without external provisioner", Options{N: 1, Compare: 1, KCM: "kcm"}, "needs --kube-controller-manager and --external-provisioner"},
 		{"compare with vs-ceiling", Options{N: 1, Compare: 1, VsCeiling: 1, KCM: "kcm", ExternalProvisioner: "p"}, "does not go with --ceiling, --vs-ceiling"},
 		{"compare with binders", Options{N: 1, Compare: 1, Binders: 2, KCM: "kcm", ExternalProvisioner: "p"}, "does not go with"},
+		{"service flag", Options{N: 1, ServiceFlags: []string{"--timeline=false"}}, ""},
+		{"service flag without dashes", Options{N: 1, ServiceFlags: []string{"timeline=false"}}, "want --name or --name=value"},
 		{"negative compare", Options{N: 1, Compare: -1}, "compare must not be negative"},
 		{"sizes without compare", Options{N: 1, Sizes: Sizes{10}}, "--sizes goes with --compare"},
 		{"bad size", Options{N: 1, Compare: 1, Sizes: Sizes{0}, KCM: "kcm", ExternalProvisioner: "p"}, "sizes must be positive"},

@@ -342,6 +342,7 @@ func (t *trial) startVolplane(ctx context.Context) error {
 		}
 		args := append([]string{"--kubeconfig", t.api.Kubeconfig, "--etcd-endpoints", etcd,
 			"--listen", provisionerAddr, "--csi-endpoint", "unix://" + t.csiSock, "--watcher-address", watcherAddr, "--log-level", "warn"}, devenv.TLSArgs(t.certs["provisioner"])...)
+		args = append(args, t.o.ServiceFlags...)
 		if t.o.ProfileDir != "" {
 			if t.debug["provisioner"], err = devenv.FreeAddr(); err != nil {
 				return err
@@ -371,6 +372,7 @@ func (t *trial) startVolplane(ctx context.Context) error {
 		binderArgs := append([]string{"--kubeconfig", t.api.Kubeconfig, "--etcd-endpoints", etcd,
 			"--listen", binderAddr, "--watcher-address", watcherAddr, "--member-id", name, "--log-level", "warn"}, devenv.TLSArgs(t.certs["binder"])...)
 		binderArgs = append(binderArgs, "--workers", strconv.Itoa(t.o.workers()))
+		binderArgs = append(binderArgs, t.o.ServiceFlags...)
 		if provisionerAddr != "" {
 			binderArgs = append(binderArgs, "--provisioner-address", provisionerAddr)
 		}

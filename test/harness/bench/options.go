@@ -85,6 +85,10 @@ type Options struct {
 	// start (most Bound to claims; a spread over classes, access modes
 	// and sizes), to measure at cluster scale. See existing.go.
 	Existing int
+	// ServiceFlags are added to the command lines of volplane's binder
+	// and provisioner (e.g. --timeline=false, to measure what the
+	// timeline costs).
+	ServiceFlags []string
 	// Compare, when positive, runs that many rounds of volplane and of
 	// kube-controller-manager (KCM; with ExternalProvisioner for dynamic
 	// provisioning) interleaved A/B, static then dynamic, at each of
@@ -247,6 +251,11 @@ func (o *Options) validate() error {
 	}
 	if o.VsCeiling < 0 {
 		errs = append(errs, fmt.Errorf("vs-ceiling must not be negative, got %d", o.VsCeiling))
+	}
+	for _, f := range o.ServiceFlags {
+		if !strings.HasPrefix(f, "--") {
+			errs = append(errs, fmt.Errorf("service flag %q: want --name or --name=value", f))
+		}
 	}
 	if o.Compare < 0 {
 		errs = append(errs, fmt.Errorf("compare must not be negative, got %d", o.Compare))
