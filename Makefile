@@ -62,6 +62,8 @@ PLACEMENT ?= shared
 REPLICAS ?= 1 2 3
 # `make bench-compare`: burst sizes, each run static then dynamic.
 SIZES ?= 1000,10000
+# More volplane-dev flags for `make up`, e.g. DEV_FLAGS=--driver-fault=CreateVolume=delay:3s.
+DEV_FLAGS ?=
 # More volplane-bench flags for every bench target, e.g. BENCH_FLAGS=--workers=64.
 BENCH_FLAGS ?=
 VOLPLANE_BENCH = $(BIN)/volplane-bench --bin-dir $(BIN) --kube-apiserver $(KUBE_APISERVER) --placement $(PLACEMENT) $(BENCH_FLAGS)
@@ -75,7 +77,7 @@ help: ## Show this help.
 
 .PHONY: up
 up: build kube-apiserver ## Start etcd, kube-apiserver, every service and the gateway on loopback (Ctrl-C stops).
-	$(BIN)/volplane-dev --bin-dir $(BIN) --kube-apiserver $(KUBE_APISERVER)
+	$(BIN)/volplane-dev --bin-dir $(BIN) --kube-apiserver $(KUBE_APISERVER) $(DEV_FLAGS)
 
 .PHONY: images
 images: kube-apiserver ## Build the images FROM scratch with no registry (volplane:VERSION, volplane-etcd, volplane-kube-apiserver); needs a Docker daemon.

@@ -52,8 +52,10 @@ func main() {
 		workers      = fs.Int("workers", 0, "binder --workers; 0 keeps the binder's default")
 		logLevel     = fs.String("log-level", "info", "services' log level: debug, info, warn or error")
 		roles        = fs.String("roles", filepath.Join("deploy", "kubernetes", "roles.yaml"), "ClusterRoles to apply (volplane-viewer, volplane-operator); when the file is missing, the same two roles are made in code")
+		driverFaults []string
 		writeCompose = fs.String("write-compose", "", "only write what docker-compose.yaml mounts into this directory (a CA, a certificate for etcd, kube-apiserver and each service, the service-account keys, an admin token and the services' kubeconfig), then exit")
 	)
+	cmdutil.ListFlag(fs, &driverFaults, "driver-fault", "a fault for the dev CSI driver, METHOD=ACTION (its --fault), e.g. CreateVolume=delay:3s to watch a slow provisioning in `kubectl volplane timeline`; repeatable")
 	if code, done := cmd.Parse(os.Args[1:]); done {
 		os.Exit(code)
 	}
@@ -78,7 +80,8 @@ func main() {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	if err := run(ctx, *binDir, *apiserver, *dir, *gatewayURL, *workers, *logLevel, *roles); err != nil {
+	if err := run(ctx, devOptions{binDir: *binDir, apiserver: *apiserver, dir: *dir, gatewayListen: *gatewayURL, workers: *workers,
+		logLevel: *logLevel, roles: *roles, driverFaults: driverFaults}); err != nil {
 		fmt.Fprintln(os.Stderr, "volplane-dev:", err)
 		os.Exit(1)
 	}
@@ -107,8 +110,17 @@ func (s *service) binary() string {
 	return s.name
 }
 
-func run(ctx context.Context, binDir, apiserver, dir, gatewayListen string, workers int, logLevel, roles string) error {
-	dir, err := filepath.Abs(dir)
+// devOptions are volplane-dev's flags.
+type devOptions struct {
+	binDir, apiserver, dir, gatewayListen string
+	workers                               int
+	logLevel, roles                       string
+	driverFaults                          []string
+}
+
+func run(ctx context.Context, o devOptions) error {
+	binDir, apiserver, gatewayListen, workers, logLevel, roles := o.binDir, o.apiserver, o.gatewayListen, o.workers, o.logLevel, o.roles
+	dir, err := filepath.Abs(o.dir)
 	if err != nil {
 		return err
 	}
@@ -209,6 +221,9 @@ func run(ctx context.Context, binDir, apiserver, dir, gatewayListen string, work
 			"--provisioner-address", provisioner, "--reclaimer-address", reclaimer, "--kubeconfig", kc,
 			"--client-ca-file", users.CertFile,
 			"--tls-serving-cert-file", certs["gateway"].CertFile, "--tls-serving-key-file", certs["gateway"].KeyFile}},
+	}
+	for _, f := range o.driverFaults {
+		services[0].args = append(services[0].args, "--fault", f)
 	}
 	for _, s := range services {
 		if f, ok := certs[s.binary()]; ok {
