@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"google.golang.org/grpc/status"
@@ -104,8 +105,10 @@ const waitingCode = "WAITING"
 // first consumer: from this replica's first sync that decided
 // WAIT_FOR_FIRST_CONSUMER (a replica that takes the claim over starts
 // counting at its own first such sync). An entry lives until a sync
-// decides otherwise or the claim is deleted. Safe for concurrent use.
+// decides otherwise or the claim is deleted. Safe for concurrent use; a
+// replica with no claim waiting pays one atomic load per sync.
 type consumerWaits struct {
+	n     atomic.Int64 // len(since)
 	mu    sync.Mutex
 	since map[types.UID]time.Time
 }
@@ -121,14 +124,21 @@ func (w *consumerWaits) begin(uid types.UID, now time.Time) {
 		w.since = map[types.UID]time.Time{}
 	}
 	w.since[uid] = now
+	w.n.Add(1)
 }
 
 // end forgets uid's wait and says since when it waited.
 func (w *consumerWaits) end(uid types.UID) (time.Time, bool) {
+	if w.n.Load() == 0 {
+		return time.Time{}, false
+	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	t, ok := w.since[uid]
-	delete(w.since, uid)
+	if ok {
+		delete(w.since, uid)
+		w.n.Add(-1)
+	}
 	return t, ok
 }
 
@@ -141,18 +151,19 @@ func (w *consumerWaits) waiting(uid types.UID) (time.Time, bool) {
 }
 
 // noteWait follows a claim's wait for its first consumer: a sync that
-// decides WAIT_FOR_FIRST_CONSUMER starts it (once); the first sync that
-// decides anything else records it as one span, from its start to now,
-// naming the node the scheduler selected. The syncs in between record
-// only themselves: the wait is the span that says where the time went.
+// decides WAIT_FOR_FIRST_CONSUMER starts it (once; not for a claim the
+// cache no longer holds, whose deletion already forgot its wait); the
+// first sync that decides anything else records it as one span, from its
+// start to now, naming the node the scheduler selected. The syncs in
+// between record only themselves: the wait is the span that says where
+// the time went.
 func (c *controller) noteWait(ctx context.Context, claim *corev1.PersistentVolumeClaim, what binderv1.Decision) {
 	if c.timeline == nil {
 		return
 	}
-	now := time.Now()
 	if what == binderv1.Decision_DECISION_WAIT_FOR_FIRST_CONSUMER {
-		if tracked(claim) {
-			c.waits.begin(claim.UID, now)
+		if cur := c.store.claim(claimKey(claim)); tracked(claim) && cur != nil && cur.UID == claim.UID {
+			c.waits.begin(claim.UID, time.Now())
 		}
 		return
 	}
@@ -164,7 +175,7 @@ func (c *controller) noteWait(ctx context.Context, claim *corev1.PersistentVolum
 	if node := claim.Annotations[kube.AnnSelectedNode]; node != "" {
 		detail = fmt.Sprintf("until a pod using the claim was scheduled: node %q selected", node)
 	}
-	c.timeline.Add(ctx, string(claim.UID), waitSpan, since, now, "", detail)
+	c.timeline.Add(ctx, string(claim.UID), waitSpan, since, time.Now(), "", detail)
 }
 
 // GetClaimTimeline implements BinderService: the claim's owner answers

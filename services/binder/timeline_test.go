@@ -228,4 +228,10 @@ func TestTimelineWaitForFirstConsumer(t *testing.T) {
 	if _, ok := c.waits.waiting(other.UID); ok {
 		t.Error("a deleted claim's wait is still noted")
 	}
+	// A sync that was running when the claim was deleted starts no wait
+	// that nothing would end.
+	c.noteWait(ctx, other, binderv1.Decision_DECISION_WAIT_FOR_FIRST_CONSUMER)
+	if _, ok := c.waits.waiting(other.UID); ok || c.waits.n.Load() != 0 {
+		t.Errorf("a wait was started for a claim gone from the cache (%d noted)", c.waits.n.Load())
+	}
 }
