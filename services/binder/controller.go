@@ -103,6 +103,9 @@ type controller struct {
 	// timeline records the steps taken for each claim (timeline.go); nil
 	// records nothing.
 	timeline *timeline.Store
+	// waits: the claims waiting for their first consumer, since when
+	// (timeline.go).
+	waits consumerWaits
 
 	// stream turns the watcher stream into the events Apply takes
 	// (stream.go).
@@ -249,6 +252,9 @@ func (c *controller) volumeDeleted(name string, uid types.UID) {
 func (c *controller) claimDeleted(key string, uid types.UID) {
 	c.provisions.forget(key)
 	old := c.store.deleteClaim(key, uid)
+	if old != nil {
+		c.waits.end(old.UID)
+	}
 	if old != nil && old.Spec.VolumeName != "" {
 		// The volume is Released now rather than at the next resync.
 		c.volumeQueue.add(old.Spec.VolumeName)

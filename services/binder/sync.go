@@ -34,6 +34,7 @@ func (c *controller) syncClaim(ctx context.Context, claim *corev1.PersistentVolu
 	if err != nil {
 		return err
 	}
+	c.noteWait(ctx, claim, d.what)
 	if c.timeline == nil || !tracked(claim) {
 		return c.act(ctx, claim, d)
 	}

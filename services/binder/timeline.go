@@ -5,12 +5,15 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/volplane/volplane/pkg/kube"
 	"github.com/volplane/volplane/pkg/timeline"
@@ -91,6 +94,91 @@ func (c *controller) noteRetry(ctx context.Context, key, reason, why string, del
 	c.timeline.Add(ctx, string(claim.UID), "backoff", now, now.Add(delay), reason, why)
 }
 
+// waitSpan is the span of a claim's wait for a pod using it to be
+// scheduled (WaitForFirstConsumer).
+const waitSpan = "wait for first consumer"
+
+// waitingCode marks the span of a wait still going on when the timeline
+// is read: its end is the time of the answer.
+const waitingCode = "WAITING"
+
+// consumerWaits holds, per claim UID, since when a claim waits for its
+// first consumer: from this replica's first sync that decided
+// WAIT_FOR_FIRST_CONSUMER (a replica that takes the claim over starts
+// counting at its own first such sync). An entry lives until a sync
+// decides otherwise or the claim is deleted. Safe for concurrent use; a
+// replica with no claim waiting pays one atomic load per sync.
+type consumerWaits struct {
+	n     atomic.Int64 // len(since)
+	mu    sync.Mutex
+	since map[types.UID]time.Time
+}
+
+// begin notes that uid waits from now, unless it already did.
+func (w *consumerWaits) begin(uid types.UID, now time.Time) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if _, ok := w.since[uid]; ok {
+		return
+	}
+	if w.since == nil {
+		w.since = map[types.UID]time.Time{}
+	}
+	w.since[uid] = now
+	w.n.Add(1)
+}
+
+// end forgets uid's wait and says since when it waited.
+func (w *consumerWaits) end(uid types.UID) (time.Time, bool) {
+	if w.n.Load() == 0 {
+		return time.Time{}, false
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	t, ok := w.since[uid]
+	if ok {
+		delete(w.since, uid)
+		w.n.Add(-1)
+	}
+	return t, ok
+}
+
+// waiting says since when uid waits, if it does.
+func (w *consumerWaits) waiting(uid types.UID) (time.Time, bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	t, ok := w.since[uid]
+	return t, ok
+}
+
+// noteWait follows a claim's wait for its first consumer: a sync that
+// decides WAIT_FOR_FIRST_CONSUMER starts it (once; not for a claim the
+// cache no longer holds, whose deletion already forgot its wait); the
+// first sync that decides anything else records it as one span, from its
+// start to now, naming the node the scheduler selected. The syncs in
+// between record only themselves: the wait is the span that says where
+// the time went.
+func (c *controller) noteWait(ctx context.Context, claim *corev1.PersistentVolumeClaim, what binderv1.Decision) {
+	if c.timeline == nil {
+		return
+	}
+	if what == binderv1.Decision_DECISION_WAIT_FOR_FIRST_CONSUMER {
+		if cur := c.store.claim(claimKey(claim)); tracked(claim) && cur != nil && cur.UID == claim.UID {
+			c.waits.begin(claim.UID, time.Now())
+		}
+		return
+	}
+	since, ok := c.waits.end(claim.UID)
+	if !ok {
+		return
+	}
+	detail := "until the claim's sync decided " + decisionName(what)
+	if node := claim.Annotations[kube.AnnSelectedNode]; node != "" {
+		detail = fmt.Sprintf("until a pod using the claim was scheduled: node %q selected", node)
+	}
+	c.timeline.Add(ctx, string(claim.UID), waitSpan, since, time.Now(), "", detail)
+}
+
 // GetClaimTimeline implements BinderService: the claim's owner answers
 // with its own spans and the provisioner's, by start time.
 func (a *api) GetClaimTimeline(ctx context.Context, req *binderv1.GetClaimTimelineRequest) (*binderv1.GetClaimTimelineResponse, error) {
@@ -109,6 +197,11 @@ func (a *api) GetClaimTimeline(ctx context.Context, req *binderv1.GetClaimTimeli
 	uid := string(claim.UID)
 	spans, dropped := a.c.timeline.Spans(uid)
 	resp := &binderv1.GetClaimTimelineResponse{Claim: claimToAPI(claim), MemberId: a.memberID, Dropped: int32(dropped)}
+	if since, ok := a.c.waits.waiting(claim.UID); ok {
+		// Still waiting: the span so far, open.
+		spans = append(spans, timeline.Span{Name: waitSpan, Code: waitingCode, Start: since.UnixNano(), End: time.Now().UnixNano(),
+			Detail: "no pod using the claim has been scheduled yet (no " + kube.AnnSelectedNode + " annotation): the claim binds or is provisioned once one is"})
+	}
 	resp.Spans = timeline.ToAPI(spans, Service, a.memberID)
 	if a.ptl != nil {
 		actx, cancel := context.WithTimeout(ctx, askTimeout)

@@ -11,10 +11,12 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/timestamppb"
+	storagev1 "k8s.io/api/storage/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/client-go/tools/record"
 
+	"github.com/volplane/volplane/pkg/kube"
 	"github.com/volplane/volplane/pkg/timeline"
 	binderv1 "github.com/volplane/volplane/proto/volplane/binder/v1"
 	provisionerv1 "github.com/volplane/volplane/proto/volplane/provisioner/v1"
@@ -136,5 +138,112 @@ func TestGetClaimTimeline(t *testing.T) {
 				t.Errorf("%v, want %v", err, tc.code)
 			}
 		})
+	}
+}
+
+// TestTimelineWaitForFirstConsumer: a claim of a WaitForFirstConsumer
+// class shows its wait for a pod as one span: open (WAITING, ending at
+// the answer) while it waits, however many syncs it takes, then closed by
+// the sync that sees the selected node, naming it. A deleted claim's wait
+// is forgotten.
+func TestTimelineWaitForFirstConsumer(t *testing.T) {
+	ctx := t.Context()
+	client := fake.NewClientset()
+	c := newController(slog.New(slog.NewTextHandler(io.Discard, nil)), client, record.NewFakeRecorder(100))
+	c.timeline = timeline.New(100, 32, nil)
+	c.Reset()
+	add, mod := watcherv1.EventType_EVENT_TYPE_ADDED, watcherv1.EventType_EVENT_TYPE_UPDATED
+	pvc := watcherv1.Kind_KIND_PERSISTENT_VOLUME_CLAIM
+	if err := c.Event(event(add, watcherv1.Kind_KIND_STORAGE_CLASS, "c", class("c", "p", storagev1.VolumeBindingWaitForFirstConsumer, false))); err != nil {
+		t.Fatal(err)
+	}
+	cl := testClaim("data")
+	cl.CreationTimestamp = metav1.NewTime(time.Now().Add(-time.Second))
+	if _, err := client.CoreV1().PersistentVolumeClaims("ns").Create(ctx, cl, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Event(event(add, pvc, "ns/data", cl)); err != nil {
+		t.Fatal(err)
+	}
+	c.Synced()
+	a := &api{c: c, memberID: "m", members: func() []string { return []string{"m"} }, workers: 1}
+	waits := func() (open, closed []*provisionerv1.TimelineSpan) {
+		t.Helper()
+		resp, err := a.GetClaimTimeline(ctx, &binderv1.GetClaimTimelineRequest{Namespace: "ns", Name: "data"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, s := range resp.GetSpans() {
+			if s.GetName() != waitSpan {
+				continue
+			}
+			if s.GetCode() == waitingCode {
+				open = append(open, s)
+			} else {
+				closed = append(closed, s)
+			}
+		}
+		return open, closed
+	}
+	for range 3 { // the first sync, then resyncs: one wait
+		if err := c.syncClaimKey(ctx, "ns/data"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	began, ok := c.waits.waiting(cl.UID)
+	if !ok {
+		t.Fatal("no wait noted after a WAIT_FOR_FIRST_CONSUMER sync")
+	}
+	open, closed := waits()
+	if len(open) != 1 || len(closed) != 0 || !open[0].GetStartTime().AsTime().Equal(began) || open[0].GetEndTime().AsTime().Before(began) {
+		t.Fatalf("while waiting: open %v, closed %v (began %s)", open, closed, began)
+	}
+
+	// The scheduler selects a node: the next sync ends the wait.
+	cl = cl.DeepCopy()
+	cl.ResourceVersion = "2"
+	cl.Annotations = map[string]string{kube.AnnSelectedNode: "node-1"}
+	if _, err := client.CoreV1().PersistentVolumeClaims("ns").Update(ctx, cl, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Event(event(mod, pvc, "ns/data", cl)); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.syncClaimKey(ctx, "ns/data"); err != nil {
+		t.Fatal(err)
+	}
+	open, closed = waits()
+	if len(open) != 0 || len(closed) != 1 || !closed[0].GetStartTime().AsTime().Equal(began) || !strings.Contains(closed[0].GetDetail(), `"node-1"`) {
+		t.Fatalf("after the node was selected: open %v, closed %v", open, closed)
+	}
+	if _, ok := c.waits.waiting(cl.UID); ok {
+		t.Error("the wait is still noted after it ended")
+	}
+
+	// A claim deleted while it waits: its wait is forgotten.
+	other := testClaim("other")
+	if _, err := client.CoreV1().PersistentVolumeClaims("ns").Create(ctx, other, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Event(event(add, pvc, "ns/other", other)); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.syncClaimKey(ctx, "ns/other"); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := c.waits.waiting(other.UID); !ok {
+		t.Fatal("no wait noted for the second claim")
+	}
+	if err := c.Event(event(watcherv1.EventType_EVENT_TYPE_DELETED, pvc, "ns/other", other)); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := c.waits.waiting(other.UID); ok {
+		t.Error("a deleted claim's wait is still noted")
+	}
+	// A sync that was running when the claim was deleted starts no wait
+	// that nothing would end.
+	c.noteWait(ctx, other, binderv1.Decision_DECISION_WAIT_FOR_FIRST_CONSUMER)
+	if _, ok := c.waits.waiting(other.UID); ok || c.waits.n.Load() != 0 {
+		t.Errorf("a wait was started for a claim gone from the cache (%d noted)", c.waits.n.Load())
 	}
 }

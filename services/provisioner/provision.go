@@ -183,6 +183,10 @@ type attempt struct {
 	spec  volumeSpec
 }
 
+// msgFinishedMeanwhile is the message of a recovery that found its
+// operation finished by the time it held the lock: it did nothing.
+const msgFinishedMeanwhile = "finished meanwhile"
+
 // lock takes the operation's lock and reads an earlier attempt's record.
 // done says the attempt ends here, with res and err: another replica
 // holds the operation, or a recovery (journaledOnly) finds it finished.
@@ -198,7 +202,7 @@ func (p *provisioner) lock(ctx context.Context, a *attempt, journaledOnly bool) 
 		if err := p.journal.Unlock(ctx, kindProvision, a.name, p.member); err != nil {
 			p.log.Warn("unlock provisioning", logging.Claim(a.claim), "volume", a.name, "error", err)
 		}
-		return result{outcome: provisionerv1.Outcome_OUTCOME_NO_CHANGE, message: "finished meanwhile"}, true, nil
+		return result{outcome: provisionerv1.Outcome_OUTCOME_NO_CHANGE, message: msgFinishedMeanwhile}, true, nil
 	}
 	if !found {
 		return result{}, false, nil

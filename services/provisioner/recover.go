@@ -5,6 +5,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
+	"time"
+
+	"google.golang.org/grpc/status"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -12,6 +16,7 @@ import (
 
 	"github.com/volplane/volplane/pkg/coord"
 	"github.com/volplane/volplane/pkg/logging"
+	provisionerv1 "github.com/volplane/volplane/proto/volplane/provisioner/v1"
 )
 
 // recoverAll goes through the journal once: provisionings of this replica
@@ -65,7 +70,9 @@ func (p *provisioner) recoverProvision(ctx context.Context, r coord.Record) erro
 		if err != nil {
 			return fmt.Errorf("class %q of claim %s/%s: %w", op.Class, op.ClaimNamespace, op.ClaimName, err)
 		}
+		began := p.now()
 		res, err := p.provision(ctx, claim, class, true)
+		p.noteRecovery(ctx, op.ClaimUID, r.Holder, began, res, err)
 		if err != nil {
 			return err
 		}
@@ -97,4 +104,27 @@ func (p *provisioner) recoverProvision(ctx context.Context, r coord.Record) erro
 		return fmt.Errorf("CSI driver %q is not ready to undo provisioning %s", op.Provisioner, r.Name)
 	}
 	return p.undo(ctx, d, r.Name, op, why)
+}
+
+// noteRecovery records on the claim's timeline a recovery that took a
+// step (its CreateVolume and write PV are recorded by provision): the
+// Provision call that began the operation returned before the volume or
+// its PV was made, or its replica stopped, and this replica carries it
+// on from the journal. A recovery that found the operation finished
+// meanwhile did nothing and records nothing (the loop looks every period).
+func (p *provisioner) noteRecovery(ctx context.Context, uid, holder string, began time.Time, res result, err error) {
+	if p.timeline == nil || (err == nil && res.outcome == provisionerv1.Outcome_OUTCOME_NO_CHANGE && res.message == msgFinishedMeanwhile) {
+		return
+	}
+	by := "this replica"
+	if holder == "" {
+		by = "a replica that stopped"
+	}
+	if err != nil {
+		p.timeline.Add(ctx, uid, "recover", began, p.now(), status.Code(err).String(),
+			fmt.Sprintf("carrying on a provisioning journaled by %s: %v", by, err))
+		return
+	}
+	p.timeline.Add(ctx, uid, "recover", began, p.now(), strings.TrimPrefix(res.outcome.String(), "OUTCOME_"),
+		fmt.Sprintf("carried on a provisioning journaled by %s: %s", by, res.message))
 }

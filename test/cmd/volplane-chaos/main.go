@@ -40,6 +40,7 @@ func main() {
 	fs.IntVar(&o.Deletions, "deletions", 300, "claims deleted during the storm, most while they bind or provision")
 	fs.DurationVar(&o.KillEvery, "kill-every", chaos.DefaultKillEvery, "mean time between two SIGKILLs of a random replica")
 	fs.DurationVar(&o.Converge, "converge-timeout", chaos.DefaultConverge, "longest wait for the cluster to converge after the last fault")
+	fs.BoolVar(&o.RebindReleased, "rebind-released", false, "put the rebind policy volplane.io/rebind-released: SameClaimName on the classes and most static PVs, and create half the deleted claims again under their name (docs/rebind.md)")
 	fs.IntVar(&o.Cluster.EtcdMembers, "etcd-members", 1, "1, or 3 to run etcd as a cluster and kill one member at a time")
 	fs.StringVar(&o.Cluster.LogLevel, "log-level", "info", "the services' log level")
 	if code, done := cmd.Parse(os.Args[1:]); done {

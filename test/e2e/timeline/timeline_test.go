@@ -281,3 +281,79 @@ func saToken(t *testing.T, ns, name string) string {
 	}
 	return tr.Status.Token
 }
+
+// TestTimelineOfAWaitForFirstConsumer: a claim of a WaitForFirstConsumer
+// class shows its wait for a pod as one span, open (WAITING) while no
+// node is selected, then closed by the sync that sees the scheduler's
+// choice, naming the node, and at least as long as the claim waited.
+func TestTimelineOfAWaitForFirstConsumer(t *testing.T) {
+	ns := e2e.Namespace(t, cluster.client)
+	policy := corev1.PersistentVolumeReclaimDelete
+	wffc := storagev1.VolumeBindingWaitForFirstConsumer
+	sc := e2e.CreateClass(t, cluster.client, &storagev1.StorageClass{
+		ObjectMeta: metav1.ObjectMeta{Name: "wffc-" + ns}, Provisioner: devcsi.DefaultName, ReclaimPolicy: &policy, VolumeBindingMode: &wffc,
+	})
+	if _, err := cluster.client.CoreV1().PersistentVolumeClaims(ns).Create(t.Context(), e2e.Claim(ns, "late", "1Gi", sc.Name), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	g := startGateway(t, ns)
+	path := "/v1/namespaces/" + ns + "/claims/late:timeline"
+	read := func() (*binderv1.GetClaimTimelineResponse, string) {
+		code, body := g.get(t, path, g.viewer)
+		if code != http.StatusOK {
+			return nil, body
+		}
+		var tl binderv1.GetClaimTimelineResponse
+		if err := (protojson.UnmarshalOptions{DiscardUnknown: true}).Unmarshal([]byte(body), &tl); err != nil {
+			return nil, err.Error()
+		}
+		return &tl, body
+	}
+	var open *provisionerv1.TimelineSpan
+	e2e.Eventually(t, 20*time.Second, func() string {
+		tl, body := read()
+		if tl == nil {
+			return body
+		}
+		if open = span(tl, "binder", "wait for first consumer"); open == nil || open.GetCode() != "WAITING" {
+			return "no open wait span yet: " + body
+		}
+		return ""
+	})
+	// Wait a little more, as a pod would, then the scheduler's choice.
+	waited := time.Now()
+	e2e.Eventually(t, 10*time.Second, func() string {
+		if tl, _ := read(); tl != nil {
+			if s := span(tl, "binder", "wait for first consumer"); s != nil && duration(s) >= time.Second {
+				return ""
+			}
+		}
+		return "the open wait span does not grow"
+	})
+	claim, err := cluster.client.CoreV1().PersistentVolumeClaims(ns).Get(t.Context(), "late", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	metav1.SetMetaDataAnnotation(&claim.ObjectMeta, "volume.kubernetes.io/selected-node", "node-a")
+	if _, err := cluster.client.CoreV1().PersistentVolumeClaims(ns).Update(t.Context(), claim, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	selected := time.Now()
+	e2e.ClaimPhase(t, cluster.client, ns, "late", corev1.ClaimBound, 60*time.Second)
+	var closed *provisionerv1.TimelineSpan
+	e2e.Eventually(t, 20*time.Second, func() string {
+		tl, body := read()
+		if tl == nil {
+			return body
+		}
+		if closed = span(tl, "binder", "wait for first consumer"); closed == nil || closed.GetCode() == "WAITING" {
+			return "the wait span is not closed: " + body
+		}
+		return ""
+	})
+	t.Logf("wait span: %v", closed)
+	if !strings.Contains(closed.GetDetail(), `"node-a"`) || !closed.GetStartTime().AsTime().Equal(open.GetStartTime().AsTime()) ||
+		closed.GetEndTime().AsTime().Before(waited) || duration(closed) < selected.Sub(open.GetStartTime().AsTime())-time.Second {
+		t.Errorf("closed wait span %v (open one began %s, node selected at %s)", closed, open.GetStartTime().AsTime(), selected)
+	}
+}

@@ -35,6 +35,9 @@ type Book struct {
 	dynamic map[types.UID]string
 	deleted map[types.UID]string
 	markers map[types.UID]marker
+	// recreated: a claim made under the name of a deleted one, by UID,
+	// to the deleted one's UID.
+	recreated map[types.UID]types.UID
 }
 
 // marker is a file written into a claim's volume while the claim was
@@ -47,11 +50,13 @@ type marker struct {
 
 // NewBook returns an empty Book.
 func NewBook() *Book {
-	return &Book{static: map[types.UID]string{}, dynamic: map[types.UID]string{}, deleted: map[types.UID]string{}, markers: map[types.UID]marker{}}
+	return &Book{static: map[types.UID]string{}, dynamic: map[types.UID]string{}, deleted: map[types.UID]string{}, markers: map[types.UID]marker{},
+		recreated: map[types.UID]types.UID{}}
 }
 
 // Created records a claim the run made; dynamic says it asks for a
-// provisioned volume.
+// provisioned volume (of DynamicClass, whose volumes are deleted with
+// their claims, or of RetainClass).
 func (b *Book) Created(c *corev1.PersistentVolumeClaim, dynamic bool) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -67,6 +72,21 @@ func (b *Book) Deleted(uid types.UID, key string) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.deleted[uid] = key
+}
+
+// Recreated records that claim uid was made under the name of the
+// deleted claim old.
+func (b *Book) Recreated(uid, old types.UID) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.recreated[uid] = old
+}
+
+// Recreations is how many claims were made under a deleted one's name.
+func (b *Book) Recreations() int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return len(b.recreated)
 }
 
 // Counts says how many claims the run made and deleted.
@@ -288,6 +308,9 @@ func Check(ctx context.Context, c *Cluster, b *Book) (Result, error) {
 	for uid, key := range b.deleted {
 		if _, dyn := b.dynamic[uid]; !dyn {
 			continue
+		}
+		if pv := pvs[provisionedNamePrefix+string(uid)]; pv != nil && pv.Spec.StorageClassName == RetainClass {
+			continue // Retain: kept, for a rebind or an administrator
 		}
 		if _, live := claims[uid]; live {
 			continue // its deletion is not over (a finalizer)

@@ -24,6 +24,13 @@
 //   - no replica exiting on its own, and the time to converge after the
 //     last fault.
 //
+// With Options.RebindReleased the binder's rebind of Released volumes is
+// on for the run (docs/rebind.md), deleted claims are created again under
+// their name, and every rebind a watch sees is checked against its rules
+// (the same namespace/name, the policy, Retain and Released, no reclaim
+// journaled before, the earlier claim's data kept, one claim per volume)
+// and counted.
+//
 // StartCluster alone is the process-level cluster the crash tests use
 // (with a fault point armed in one replica's environment, pkg/faultpoint).
 // test/cmd/volplane-chaos (`make chaos`) and test/chaos (a short seeded run in

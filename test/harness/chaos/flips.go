@@ -3,6 +3,7 @@ package chaos
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sort"
 	"sync"
 	"time"
@@ -20,16 +21,45 @@ import (
 // Available first if Recycle scrubbed it). The watch resumes from its
 // last resourceVersion across apiserver restarts; a resume the server
 // refuses (compacted) relists, and the gap is reported.
+//
+// The same watch records every rebind: a volume whose claimRef moves
+// from one claim UID to another without being cleared in between (the
+// binder's opt-in rebind of a Released volume, docs/rebind.md; nothing
+// else in Kubernetes or volplane does that). A rebind's Released->Bound is
+// not a flip: CheckRebinds judges it.
 type Flips struct {
-	mu    sync.Mutex
-	phase map[string]corev1.PersistentVolumePhase
-	flips map[string]int
-	gaps  int
+	mu      sync.Mutex
+	phase   map[string]corev1.PersistentVolumePhase
+	ref     map[string]corev1.ObjectReference // last claimRef with a UID
+	flips   map[string]int
+	rebinds []Rebind
+	rebound map[string]bool // a rebind seen since the volume was last Bound
+	gaps    int
+}
+
+// Rebind is a volume's claimRef seen moving from one claim to another.
+type Rebind struct {
+	// Volume is the PV's name.
+	Volume string
+	// From and To are the claimRefs before and after.
+	From, To corev1.ObjectReference
+	// Phase is the volume's phase in the last event before the move.
+	Phase corev1.PersistentVolumePhase
+	// Policy is the volume's own rebind annotation and HasPolicy whether
+	// it has one; Class is its StorageClass.
+	Policy    string
+	HasPolicy bool
+	Class     string
+	// Reclaim is the volume's reclaim policy.
+	Reclaim corev1.PersistentVolumeReclaimPolicy
+	// At is when the watch saw the move.
+	At time.Time
 }
 
 // WatchFlips starts watching until ctx ends.
 func WatchFlips(ctx context.Context, client kubernetes.Interface) *Flips {
-	f := &Flips{phase: map[string]corev1.PersistentVolumePhase{}, flips: map[string]int{}}
+	f := &Flips{phase: map[string]corev1.PersistentVolumePhase{}, ref: map[string]corev1.ObjectReference{},
+		flips: map[string]int{}, rebound: map[string]bool{}}
 	go f.run(ctx, client)
 	return f
 }
@@ -68,6 +98,8 @@ func (f *Flips) run(ctx context.Context, client kubernetes.Interface) {
 				if pv, ok := ev.Object.(*corev1.PersistentVolume); ok {
 					f.mu.Lock()
 					delete(f.phase, pv.Name)
+					delete(f.ref, pv.Name)
+					delete(f.rebound, pv.Name)
 					f.mu.Unlock()
 					rv = pv.ResourceVersion
 				}
@@ -104,10 +136,33 @@ func (f *Flips) see(pv *corev1.PersistentVolume) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	prev, now := f.phase[pv.Name], pv.Status.Phase
-	if now == corev1.VolumeBound && (prev == corev1.VolumeReleased || prev == corev1.VolumeFailed) {
+	old, had := f.ref[pv.Name]
+	switch ref := pv.Spec.ClaimRef; {
+	case ref == nil || ref.UID == "":
+		delete(f.ref, pv.Name)
+	default:
+		if had && ref.UID != old.UID {
+			policy, has := pv.Annotations[annRebindReleased]
+			f.rebinds = append(f.rebinds, Rebind{Volume: pv.Name, From: old, To: *ref, Phase: prev,
+				Policy: policy, HasPolicy: has, Class: pv.Spec.StorageClassName, Reclaim: pv.Spec.PersistentVolumeReclaimPolicy, At: time.Now()})
+			f.rebound[pv.Name] = true
+		}
+		f.ref[pv.Name] = *ref
+	}
+	if now == corev1.VolumeBound && (prev == corev1.VolumeReleased || prev == corev1.VolumeFailed) && !f.rebound[pv.Name] {
 		f.flips[pv.Name]++
 	}
+	if now == corev1.VolumeBound {
+		delete(f.rebound, pv.Name)
+	}
 	f.phase[pv.Name] = now
+}
+
+// Rebinds lists the rebinds seen, in order.
+func (f *Flips) Rebinds() []Rebind {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return slices.Clone(f.rebinds)
 }
 
 // Result lists the volumes that flipped, with their counts, and how many

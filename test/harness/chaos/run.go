@@ -41,6 +41,14 @@ type Options struct {
 	// Converge bounds the wait for the cluster to converge after the last
 	// fault; default DefaultConverge.
 	Converge time.Duration
+	// RebindReleased turns the binder's rebind of Released volumes on for
+	// the run (docs/rebind.md): the classes and most static PVs carry the
+	// policy, a third of the dynamic claims are of a Retain class, and half
+	// the deleted claims are created again under their old name, so
+	// volumes are rebound while replicas are killed. The rebinds are
+	// counted and judged (InvRebindRules); a run with none is a
+	// violation, for it proves nothing.
+	RebindReleased bool
 	// Out receives progress and the report; nil discards.
 	Out io.Writer
 }
@@ -54,6 +62,8 @@ type Report struct {
 	// Converged is the time from the end of the last fault until every
 	// check held, or 0 if they never did within Options.Converge.
 	Converged time.Duration
+	// Rebinds are the rebinds the watch saw.
+	Rebinds []Rebind
 }
 
 // Run starts a cluster, storms it while killing its parts, waits for it
@@ -85,8 +95,12 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 		co.Watchers, co.Binders, co.Provisioners, co.Reclaimers, co.Gateway = 2, 3, 2, 2, true
 	}
 	co.Logf = logf
-	logf("seed %d: %d static pairs, %d dynamic claims, %d deletions over %s; a SIGKILL every ~%s; %d etcd member(s)",
-		o.Seed, o.StaticPairs, o.DynamicClaims, o.Deletions, o.Duration, o.KillEvery, max(co.EtcdMembers, 1))
+	rebindNote := ""
+	if o.RebindReleased {
+		rebindNote = "; rebind of Released volumes on"
+	}
+	logf("seed %d: %d static pairs, %d dynamic claims, %d deletions over %s; a SIGKILL every ~%s; %d etcd member(s)%s",
+		o.Seed, o.StaticPairs, o.DynamicClaims, o.Deletions, o.Duration, o.KillEvery, max(co.EtcdMembers, 1), rebindNote)
 	c, err := StartCluster(ctx, co)
 	if err != nil {
 		return nil, err
@@ -96,13 +110,14 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	rep := &Report{}
 	book := NewBook()
 	rng := rand.New(rand.NewPCG(o.Seed, o.Seed^0x9e3779b97f4a7c15))
-	s := &storm{c: c, b: book, rng: rand.New(rand.NewPCG(rng.Uint64(), rng.Uint64())), logf: logf}
+	s := &storm{c: c, b: book, rng: rand.New(rand.NewPCG(rng.Uint64(), rng.Uint64())), logf: logf, rebind: o.RebindReleased}
 	if err := s.setup(ctx); err != nil {
 		return nil, fmt.Errorf("storm setup: %w", err)
 	}
 	runCtx, stopRun := context.WithCancel(ctx)
 	defer stopRun()
 	flips := WatchFlips(runCtx, c.Client)
+	journaled := WatchJournal(runCtx, c)
 	go func() {
 		for sleep(runCtx, time.Second) {
 			_ = book.MarkBound(runCtx, c)
@@ -130,7 +145,8 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 		return nil, ctx.Err()
 	}
 	st, dy, del, _ := book.Counts()
-	logf("storm over: %d static and %d dynamic claims made, %d deleted; %d faults; waiting for convergence (up to %s)", st, dy, del, len(f.done), o.Converge)
+	logf("storm over: %d static and %d dynamic claims made, %d deleted, %d made again under a deleted one's name; %d faults; waiting for convergence (up to %s)",
+		st, dy, del, book.Recreations(), len(f.done), o.Converge)
 
 	// Converge: every check holds.
 	deadline := time.Now().Add(o.Converge)
@@ -162,6 +178,20 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	if gaps > 0 {
 		res.Rows[len(res.Rows)-1].Examples = append(res.Rows[len(res.Rows)-1].Examples, fmt.Sprintf("(the watch relisted %d times)", gaps))
 	}
+	rep.Rebinds = flips.Rebinds()
+	broken, err := CheckRebinds(ctx, c, book, rep.Rebinds, journaled, ClassPolicies(o.RebindReleased))
+	if err != nil {
+		return nil, fmt.Errorf("check rebinds: %w", err)
+	}
+	res.add(InvRebindRules, broken)
+	if g := journaled.Gaps(); g > 0 {
+		res.Rows[len(res.Rows)-1].Examples = append(res.Rows[len(res.Rows)-1].Examples, fmt.Sprintf("(the journal watch read afresh %d times)", g))
+	}
+	rebound := Row{Invariant: InvRebinds, Info: fmt.Sprint(len(rep.Rebinds))}
+	if o.RebindReleased && len(rep.Rebinds) == 0 {
+		rebound = Row{Invariant: InvRebinds, Count: 1, Examples: []string{"none with the policy on: the run proves nothing about rebinding"}}
+	}
+	res.Rows = append(res.Rows, rebound)
 	var crashed []string
 	for _, r := range append(append([]*Replica{c.CSI}, c.Etcd...), c.Services...) {
 		if n := r.Crashes(); n > 0 {
@@ -178,8 +208,8 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 
 	st, dy, del, marks := book.Counts()
 	outMu.Lock()
-	fmt.Fprintf(out, "\nchaos run, seed %d, %s: %d static and %d dynamic claims, %d deleted, %d markers written; %d faults: %s\n\n",
-		o.Seed, o.Duration, st, dy, del, marks, len(rep.Faults), summarize(rep.Faults))
+	fmt.Fprintf(out, "\nchaos run, seed %d, %s: %d static and %d dynamic claims, %d deleted, %d made again under their name, %d rebinds, %d markers written; %d faults: %s\n\n",
+		o.Seed, o.Duration, st, dy, del, book.Recreations(), len(rep.Rebinds), marks, len(rep.Faults), summarize(rep.Faults))
 	res.Print(out)
 	fmt.Fprintf(out, "\n%d violated invariant(s)\n", res.Violations())
 	outMu.Unlock()

@@ -24,7 +24,15 @@ const (
 	Namespace = "chaos"
 	// DynamicClass is the dev CSI driver's class, policy Delete.
 	DynamicClass = "chaos-dynamic"
-	size         = "1Gi"
+	// RetainClass is the dev CSI driver's class with policy Retain and the
+	// rebind policy on, made only with Options.RebindReleased.
+	RetainClass = "chaos-retain"
+	// annRebindReleased and rebindSameClaimName are the binder's rebind
+	// policy (services/binder, docs/rebind.md), spelled out here: the
+	// harness checks the binder, it does not share its constants.
+	annRebindReleased   = "volplane.io/rebind-released"
+	rebindSameClaimName = "SameClaimName"
+	size                = "1Gi"
 )
 
 // storm makes the run's objects: static hostPath PVs (half Recycle, half
@@ -32,12 +40,21 @@ const (
 // a seeded random order over the given time; and deletes the chosen
 // claims, most of them right after they are made (while they bind or
 // provision), some later.
+//
+// With rebind (Options.RebindReleased) the classes and most static PVs
+// carry the rebind policy (docs/rebind.md), every third dynamic claim
+// is of RetainClass, and half the deleted claims are deleted once they
+// have had time to bind and then created again under the same name, so
+// that the binder gives their Released volumes back while replicas are
+// killed. One spare static PV per recreated static claim keeps a PV free
+// for every live static claim whatever is rebound.
 type storm struct {
-	c    *Cluster
-	b    *Book
-	rng  *rand.Rand
-	mu   sync.Mutex // rng
-	logf func(string, ...any)
+	c      *Cluster
+	b      *Book
+	rng    *rand.Rand
+	mu     sync.Mutex // rng
+	logf   func(string, ...any)
+	rebind bool
 }
 
 type task struct {
@@ -47,6 +64,41 @@ type task struct {
 	dyn    int // dynamic claim index, or -1
 	del    time.Duration
 	delete bool
+	// recreate: again after the deletion, a claim of the same namespace,
+	// name and spec is created.
+	recreate bool
+	again    time.Duration
+}
+
+// ClassPolicies are the rebind policies the run puts on its classes (by
+// class name; "" for none).
+func ClassPolicies(rebind bool) map[string]string {
+	if !rebind {
+		return map[string]string{}
+	}
+	return map[string]string{DynamicClass: rebindSameClaimName, RetainClass: rebindSameClaimName}
+}
+
+// staticPolicy is the rebind policy annotation of static PV i (odd ones
+// Retain, even ones Recycle), with rebind: SameClaimName on three Retain
+// PVs in four (the fourth says Never) and on half the Recycle ones (which
+// must never be rebound); none on the other Recycle ones.
+func staticPolicy(rebind bool, i int) string {
+	switch {
+	case !rebind || i%4 == 2:
+		return ""
+	case i%8 == 7:
+		return "Never"
+	}
+	return rebindSameClaimName
+}
+
+// dynamicClass is the class of dynamic claim i.
+func (s *storm) dynamicClass(i int) string {
+	if s.rebind && i%3 == 2 {
+		return RetainClass
+	}
+	return DynamicClass
 }
 
 func (s *storm) intn(n int) int {
@@ -60,12 +112,26 @@ func (s *storm) setup(ctx context.Context) error {
 	if _, err := s.c.Client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: Namespace}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 		return err
 	}
-	del := corev1.PersistentVolumeReclaimDelete
+	classes := []struct {
+		name   string
+		policy corev1.PersistentVolumeReclaimPolicy
+	}{{DynamicClass, corev1.PersistentVolumeReclaimDelete}}
+	if s.rebind {
+		classes = append(classes, struct {
+			name   string
+			policy corev1.PersistentVolumeReclaimPolicy
+		}{RetainClass, corev1.PersistentVolumeReclaimRetain})
+	}
 	mode := storagev1.VolumeBindingImmediate
-	_, err := s.c.Client.StorageV1().StorageClasses().Create(ctx, &storagev1.StorageClass{ObjectMeta: metav1.ObjectMeta{Name: DynamicClass},
-		Provisioner: devcsi.DefaultName, ReclaimPolicy: &del, VolumeBindingMode: &mode}, metav1.CreateOptions{})
-	if err != nil && !apierrors.IsAlreadyExists(err) {
-		return err
+	for _, cl := range classes {
+		sc := &storagev1.StorageClass{ObjectMeta: metav1.ObjectMeta{Name: cl.name},
+			Provisioner: devcsi.DefaultName, ReclaimPolicy: &cl.policy, VolumeBindingMode: &mode}
+		if p := ClassPolicies(s.rebind)[cl.name]; p != "" {
+			sc.Annotations = map[string]string{annRebindReleased: p}
+		}
+		if _, err := s.c.Client.StorageV1().StorageClasses().Create(ctx, sc, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+			return err
+		}
 	}
 	return nil
 }
@@ -88,16 +154,32 @@ func (s *storm) plan(statics, dynamics, deletions int, span time.Duration) []tas
 			claims = append(claims, i)
 		}
 	}
+	spares := 0
 	for n := 0; n < deletions && len(claims) > 0; n++ {
 		k := s.intn(len(claims))
 		i := claims[k]
 		claims = append(claims[:k], claims[k+1:]...)
 		ts[i].delete = true
+		if s.rebind && s.intn(2) == 0 {
+			// Deleted once it has likely bound (its volume is then
+			// Released), and created again 0.3-4.3s later: some before
+			// the binder has seen the volume Released, most after.
+			ts[i].recreate = true
+			ts[i].del = time.Duration(3000+s.intn(5000)) * time.Millisecond
+			ts[i].again = time.Duration(300+s.intn(4000)) * time.Millisecond
+			if ts[i].static >= 0 {
+				spares++
+			}
+			continue
+		}
 		if s.intn(4) < 3 {
 			ts[i].del = time.Duration(s.intn(2000)) * time.Millisecond
 		} else {
 			ts[i].del = time.Duration(s.intn(int(span/time.Millisecond)/2+1)) * time.Millisecond
 		}
+	}
+	for k := range spares {
+		ts = append(ts, task{at: at(), static: statics + k, pv: true, dyn: -1})
 	}
 	return ts
 }
@@ -122,6 +204,11 @@ func (s *storm) run(ctx context.Context, ts []task) {
 				sem <- struct{}{}
 				err = s.remove(ctx, made)
 				<-sem
+				if err == nil && t.recreate && sleep(ctx, t.again) {
+					sem <- struct{}{}
+					err = s.recreate(ctx, made, t.dyn >= 0)
+					<-sem
+				}
 			}
 			if err != nil && ctx.Err() == nil {
 				s.logf("storm: %v", err)
@@ -143,7 +230,7 @@ func (s *storm) do(ctx context.Context, t task) (*corev1.PersistentVolumeClaim, 
 		return s.claim(ctx, cl, false)
 	default:
 		cl := &corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Namespace: Namespace, Name: fmt.Sprintf("dynamic-%d", t.dyn)},
-			Spec: claimSpec(DynamicClass)}
+			Spec: claimSpec(s.dynamicClass(t.dyn))}
 		return s.claim(ctx, cl, true)
 	}
 }
@@ -176,6 +263,9 @@ func (s *storm) volume(ctx context.Context, i int) error {
 			PersistentVolumeSource:        corev1.PersistentVolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: dir}},
 		},
 	}
+	if p := staticPolicy(s.rebind, i); p != "" {
+		pv.Annotations = map[string]string{annRebindReleased: p}
+	}
 	return retry(ctx, func() error {
 		_, err := s.c.Client.CoreV1().PersistentVolumes().Create(ctx, pv, metav1.CreateOptions{})
 		if apierrors.IsAlreadyExists(err) {
@@ -202,6 +292,38 @@ func (s *storm) claim(ctx context.Context, cl *corev1.PersistentVolumeClaim, dyn
 	}
 	s.b.Created(made, dynamic)
 	return made, nil
+}
+
+// recreate makes a claim of the namespace, name and spec of the deleted
+// claim old, once old is gone, and records it.
+func (s *storm) recreate(ctx context.Context, old *corev1.PersistentVolumeClaim, dynamic bool) error {
+	cl := &corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Namespace: old.Namespace, Name: old.Name},
+		Spec: claimSpec(*old.Spec.StorageClassName)}
+	claims := s.c.Client.CoreV1().PersistentVolumeClaims(old.Namespace)
+	var made *corev1.PersistentVolumeClaim
+	err := retry(ctx, func() error {
+		var err error
+		made, err = claims.Create(ctx, cl, metav1.CreateOptions{})
+		if apierrors.IsAlreadyExists(err) {
+			// The old claim not gone yet, or an earlier try whose
+			// answer was lost.
+			got, gerr := claims.Get(ctx, cl.Name, metav1.GetOptions{})
+			if gerr != nil {
+				return gerr
+			}
+			if got.UID == old.UID || got.DeletionTimestamp != nil {
+				return err
+			}
+			made, err = got, nil
+		}
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("recreate claim %s: %w", cl.Name, err)
+	}
+	s.b.Created(made, dynamic)
+	s.b.Recreated(made.UID, old.UID)
+	return nil
 }
 
 // remove deletes the claim made (that very UID) and records it.
