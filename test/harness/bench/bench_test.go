@@ -95,6 +95,13 @@ func TestValidate(t *testing.T) {
 		{"binders and ceiling", Options{N: 1, Binders: 2, Ceiling: true}, "does not go with --kube-controller-manager or --ceiling"},
 		{"two binders vs ceiling", Options{N: 1, Binders: 2, VsCeiling: 1}, ""},
 		{"rate with existing", Options{N: 1, Rates: Rates{10}, Duration: time.Second, Existing: 5}, ""},
+		{"delete", Options{N: 1, Dynamic: true, Delete: true}, ""},
+		{"delete with kcm", Options{N: 1, Dynamic: true, Delete: true, KCM: "kcm", ExternalProvisioner: "p"}, ""},
+		{"delete with kcm alone", Options{N: 1, Dynamic: true, Delete: true, KCM: "kcm"}, "--external-provisioner"},
+		{"delete static", Options{N: 1, Delete: true}, "goes with --dynamic"},
+		{"delete ceiling", Options{N: 1, Dynamic: true, Delete: true, Ceiling: true}, "does not go with --ceiling or --vs-ceiling"},
+		{"delete vs-ceiling", Options{N: 1, Dynamic: true, Delete: true, VsCeiling: 2}, "does not go with --ceiling or --vs-ceiling"},
+		{"delete with rates", Options{N: 1, Dynamic: true, Delete: true, Rates: Rates{10}, Duration: time.Second}, "burst of deletions"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			err := tc.o.validate()
