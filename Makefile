@@ -234,6 +234,11 @@ bench-compare: build kube-apiserver kube-controller-manager external-provisioner
 bench-external-provisioner: build kube-apiserver kube-controller-manager external-provisioner ## Dynamic provisioning with kube-controller-manager's PV binder and the upstream external-provisioner, same dev CSI driver (KCM_QPS for both).
 	$(VOLPLANE_BENCH) -n $(N) --existing $(EXISTING) --dynamic $(KCM_FLAGS) --external-provisioner $(CSI_PROVISIONER)
 
+.PHONY: bench-delete
+bench-delete: build kube-apiserver kube-controller-manager external-provisioner ## Deletion burst: N provisioned volumes' claims deleted at once, until every PV and backing volume is gone; volplane, then kube-controller-manager + external-provisioner.
+	$(VOLPLANE_BENCH) -n $(N) --existing $(EXISTING) --dynamic --delete
+	$(VOLPLANE_BENCH) -n $(N) --existing $(EXISTING) --dynamic --delete $(KCM_FLAGS) --external-provisioner $(CSI_PROVISIONER)
+
 .PHONY: bench-dynamic
 bench-dynamic: build kube-apiserver ## Measure dynamic provisioning only (volumes/s through the dev CSI driver), one burst of N.
 	$(VOLPLANE_BENCH) -n $(N) --existing $(EXISTING) --dynamic

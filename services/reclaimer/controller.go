@@ -76,6 +76,10 @@ type controller struct {
 	lost  <-chan struct{}
 	scrub func(dir string) error
 
+	// volumes serializes the journal writes and entry changes of one
+	// volume's held reclaim (hold, save, finish); always taken before mu.
+	volumes volumeLocks
+	// mu guards entries; never held across I/O.
 	mu      sync.Mutex
 	entries map[string]*entry
 }
@@ -222,7 +226,8 @@ func (c *controller) remember(r *reclaimerv1.Reclaim) {
 func (c *controller) own(ctx context.Context, v *corev1.PersistentVolume, p plan) (*reclaimerv1.Reclaim, error) {
 	jctx, cancel := context.WithTimeout(ctx, journalTimeout)
 	defer cancel()
-	err := c.journal.Acquire(jctx, reclaimjournal.Kind, v.Name, c.member)
+	// The lock and any record left under it, in one etcd transaction.
+	old, ok, err := c.journal.AcquireGet(jctx, reclaimjournal.Kind, v.Name, c.member)
 	if errors.Is(err, coord.ErrReserved) {
 		return c.othersReclaim(jctx, v, p)
 	}
@@ -230,7 +235,7 @@ func (c *controller) own(ctx context.Context, v *corev1.PersistentVolume, p plan
 		return nil, fmt.Errorf("%w: lock the reclaim of %s: %w", errJournal, v.Name, err)
 	}
 	var r *reclaimerv1.Reclaim
-	if old, ok, err := c.journal.Get(jctx, reclaimjournal.Kind, v.Name); err == nil && ok {
+	if ok {
 		// A record left by a replica that stopped: resume it when it is
 		// this very release, so no step is done twice.
 		if d, err := reclaimjournal.Decode(old); err == nil && d.VolumeUid == string(v.UID) && d.ClaimUid == claimUID(v) {
@@ -252,13 +257,16 @@ func (c *controller) own(ctx context.Context, v *corev1.PersistentVolume, p plan
 // (whose lock the caller holds), kept in memory, queued. A reclaim of the
 // same release already held is kept instead.
 func (c *controller) hold(ctx context.Context, r *reclaimerv1.Reclaim) error {
+	unlock := c.volumes.lock(r.VolumeName)
+	defer unlock()
 	c.mu.Lock()
-	defer c.mu.Unlock()
 	if e := c.entries[r.VolumeName]; e != nil && e.held && e.rec.VolumeUid == r.VolumeUid && e.rec.ClaimUid == r.ClaimUid {
 		proto.Reset(r)
 		proto.Merge(r, e.rec)
+		c.mu.Unlock()
 		return nil
 	}
+	c.mu.Unlock()
 	r.Owner, r.UpdateTime = c.member, timestamppb.New(c.now())
 	b, err := reclaimjournal.Encode(r)
 	if err != nil {
@@ -267,9 +275,32 @@ func (c *controller) hold(ctx context.Context, r *reclaimerv1.Reclaim) error {
 	if err := c.journal.Put(ctx, reclaimjournal.Kind, r.VolumeName, c.member, b); err != nil {
 		return fmt.Errorf("%w: record the reclaim of %s: %w", errJournal, r.VolumeName, err)
 	}
+	c.mu.Lock()
 	c.entries[r.VolumeName] = &entry{rec: clone(r), held: true}
+	c.mu.Unlock()
 	c.queue.Add(r.VolumeName)
 	return nil
+}
+
+// heldEntry returns the entry of the reclaim r when this replica holds
+// it, nil otherwise. The caller holds the volume's lock, so that only a
+// new etcd session (which drops every held entry) may change it.
+func (c *controller) heldEntry(r *reclaimerv1.Reclaim) *entry {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if e := c.entries[r.VolumeName]; e != nil && e.held && sameReclaim(e.rec, r) {
+		return e
+	}
+	return nil
+}
+
+// dropHeld forgets e, a held reclaim whose lock this replica lost.
+func (c *controller) dropHeld(name string, e *entry) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.entries[name] == e {
+		delete(c.entries, name)
+	}
 }
 
 // othersReclaim is the answer for a volume another replica holds: its
@@ -311,10 +342,10 @@ func (c *controller) heldRecord(name string) *reclaimerv1.Reclaim {
 // save writes a held reclaim's new state to the journal (fenced on its
 // lock: a replica that lost the lock writes nothing) and to memory.
 func (c *controller) save(ctx context.Context, r *reclaimerv1.Reclaim) error {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	e := c.entries[r.VolumeName]
-	if e == nil || !e.held || !sameReclaim(e.rec, r) {
+	unlock := c.volumes.lock(r.VolumeName)
+	defer unlock()
+	e := c.heldEntry(r)
+	if e == nil {
 		return errSuperseded
 	}
 	r.Owner, r.UpdateTime = c.member, timestamppb.New(c.now())
@@ -326,10 +357,15 @@ func (c *controller) save(ctx context.Context, r *reclaimerv1.Reclaim) error {
 	defer cancel()
 	if err := c.journal.Put(jctx, reclaimjournal.Kind, r.VolumeName, c.member, b); err != nil {
 		if errors.Is(err, coord.ErrNotOwner) {
-			delete(c.entries, r.VolumeName)
+			c.dropHeld(r.VolumeName, e)
 			return fmt.Errorf("%w: %w", errSuperseded, err)
 		}
 		return fmt.Errorf("%w: %w", errJournal, err)
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.entries[r.VolumeName] != e {
+		return errSuperseded // dropped by a new etcd session meanwhile
 	}
 	e.rec = clone(r)
 	return nil
@@ -338,17 +374,17 @@ func (c *controller) save(ctx context.Context, r *reclaimerv1.Reclaim) error {
 // finish ends a held reclaim: its journal record and lock go in one
 // transaction, and its final state stays visible in memory for RecordTTL.
 func (c *controller) finish(ctx context.Context, r *reclaimerv1.Reclaim, state reclaimerv1.State, msg string) error {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	e := c.entries[r.VolumeName]
-	if e == nil || !e.held || !sameReclaim(e.rec, r) {
+	unlock := c.volumes.lock(r.VolumeName)
+	defer unlock()
+	e := c.heldEntry(r)
+	if e == nil {
 		return errSuperseded
 	}
 	jctx, cancel := context.WithTimeout(ctx, journalTimeout)
 	defer cancel()
 	if err := c.journal.Finish(jctx, reclaimjournal.Kind, r.VolumeName, c.member); err != nil {
 		if errors.Is(err, coord.ErrNotOwner) {
-			delete(c.entries, r.VolumeName)
+			c.dropHeld(r.VolumeName, e)
 			return fmt.Errorf("%w: %w", errSuperseded, err)
 		}
 		return fmt.Errorf("%w: %w", errJournal, err)
@@ -356,7 +392,11 @@ func (c *controller) finish(ctx context.Context, r *reclaimerv1.Reclaim, state r
 	r.State, r.Message, r.NextAttemptTime = state, msg, nil
 	r.RecyclerPod, r.RecyclerPodUid, r.DeletingVolume = "", "", nil
 	r.Owner, r.UpdateTime = c.member, timestamppb.New(c.now())
-	*e = entry{rec: clone(r), expires: c.now().Add(c.cfg.ttl)}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if cur := c.entries[r.VolumeName]; cur == nil || cur == e || !cur.held {
+		c.entries[r.VolumeName] = &entry{rec: clone(r), expires: c.now().Add(c.cfg.ttl)}
+	}
 	ended(r, state, c.now())
 	c.log.Info("reclaim finished", "volume", r.VolumeName, logging.ClaimRef(r.ClaimNamespace, r.ClaimName, r.ClaimUid), "policy", r.Policy, "state", state, "message", msg, "attempts", r.Attempts)
 	return nil

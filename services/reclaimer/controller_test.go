@@ -632,3 +632,48 @@ func TestBackoffIsKept(t *testing.T) {
 		t.Fatalf("after RetryReclaim: %v", rec)
 	}
 }
+
+// TestDropFinalizer: the finalizer is removed from the volume as read; a
+// copy that is out of date is read again, and a volume recreated under
+// the same name keeps its finalizer.
+func TestDropFinalizer(t *testing.T) {
+	withFinalizer := func(v *corev1.PersistentVolume) {
+		v.Finalizers = []string{"kubernetes.io/pv-protection", kube.FinalizerExternalProvisioner}
+	}
+	for _, tc := range []struct {
+		name  string
+		stale bool // the copy predates a change of the volume
+		other bool // the volume was recreated with another UID
+		want  []string
+	}{
+		{"as read", false, false, []string{"kubernetes.io/pv-protection"}},
+		{"stale copy", true, false, []string{"kubernetes.io/pv-protection"}},
+		{"recreated", true, true, []string{"kubernetes.io/pv-protection", kube.FinalizerExternalProvisioner}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			kc := newFakeCluster()
+			c := newReplica(t, "me", kc, newFakeJournal(), nil, config{}).controller
+			kc.addPV(releasedPV("v", corev1.PersistentVolumeReclaimDelete, withCSI("csi.example.com"), withFinalizer))
+			read := kc.pv("v")
+			if tc.stale {
+				cur := kc.pv("v")
+				cur.Labels = map[string]string{"changed": "yes"}
+				if tc.other {
+					kc.mu.Lock()
+					delete(kc.pvs, "v")
+					kc.mu.Unlock()
+					cur.UID = "uid-recreated"
+					kc.addPV(cur)
+				} else if _, err := kc.UpdateVolume(t.Context(), cur); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if err := c.dropFinalizer(t.Context(), read); err != nil {
+				t.Fatal(err)
+			}
+			if got := kc.pv("v"); got == nil || !slices.Equal(got.Finalizers, tc.want) {
+				t.Fatalf("finalizers %v, want %v", got.GetFinalizers(), tc.want)
+			}
+		})
+	}
+}

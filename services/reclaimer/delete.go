@@ -10,7 +10,6 @@ import (
 	"google.golang.org/grpc/status"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/volplane/volplane/pkg/faultpoint"
 	"github.com/volplane/volplane/pkg/kube"
@@ -64,12 +63,16 @@ func (c *controller) deleteBacking(ctx context.Context, r *reclaimerv1.Reclaim, 
 		}
 		v = live
 	}
-	// The backing volume is gone: nothing is left to protect.
+	// The backing volume is gone (and the journal says so): nothing is
+	// left to protect. The finalizer goes first, from the volume as last
+	// read, so that the delete removes the object at once: two writes and
+	// no read, where deleting first needs a read of the Terminating
+	// volume to update it.
+	if err := c.dropFinalizer(ctx, v); err != nil {
+		return c.transient(ctx, r, fmt.Errorf("remove finalizer %s from PersistentVolume %s: %w", kube.FinalizerExternalProvisioner, v.Name, err))
+	}
 	if err := c.kube.DeleteVolume(ctx, v.Name, v.UID); err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
 		return c.transient(ctx, r, fmt.Errorf("delete PersistentVolume %s: %w", v.Name, err))
-	}
-	if err := c.dropFinalizer(ctx, v.Name, v.UID); err != nil {
-		return c.transient(ctx, r, fmt.Errorf("remove finalizer %s from PersistentVolume %s: %w", kube.FinalizerExternalProvisioner, v.Name, err))
 	}
 	return c.finish(ctx, r, reclaimerv1.State_STATE_SUCCEEDED, "the backing volume and the PersistentVolume are deleted")
 }
@@ -132,30 +135,29 @@ func (c *controller) askDelete(ctx context.Context, r *reclaimerv1.Reclaim, b []
 }
 
 // dropFinalizer removes the external-provisioner finalizer from the
-// volume, if it is still there with uid.
-func (c *controller) dropFinalizer(ctx context.Context, name string, uid types.UID) error {
+// volume v (as read), if it is still there with v's UID: an update of v as
+// read, and only when that conflicts, a read and an update again.
+func (c *controller) dropFinalizer(ctx context.Context, v *corev1.PersistentVolume) error {
+	name, uid := v.Name, v.UID
 	for range 5 {
-		v, err := c.kube.GetVolume(ctx, name)
-		if apierrors.IsNotFound(err) {
-			return nil
-		}
-		if err != nil {
-			return err
-		}
 		i := slices.Index(v.Finalizers, kube.FinalizerExternalProvisioner)
 		if v.UID != uid || i < 0 {
 			return nil
 		}
 		clone := v.DeepCopy()
 		clone.Finalizers = slices.Delete(clone.Finalizers, i, i+1)
-		_, err = c.kube.UpdateVolume(ctx, clone)
+		_, err := c.kube.UpdateVolume(ctx, clone)
 		switch {
-		case apierrors.IsConflict(err):
-			continue
-		case apierrors.IsNotFound(err):
+		case err == nil, apierrors.IsNotFound(err):
 			return nil
+		case !apierrors.IsConflict(err):
+			return err
 		}
-		return err
+		if v, err = c.kube.GetVolume(ctx, name); apierrors.IsNotFound(err) {
+			return nil
+		} else if err != nil {
+			return err
+		}
 	}
 	return fmt.Errorf("volume %s changed under every update", name)
 }

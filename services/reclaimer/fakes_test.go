@@ -273,6 +273,13 @@ func (j *fakeJournal) Acquire(_ context.Context, kind, name, holder string) erro
 	return nil
 }
 
+func (j *fakeJournal) AcquireGet(ctx context.Context, kind, name, holder string) (coord.Record, bool, error) {
+	if err := j.Acquire(ctx, kind, name, holder); err != nil {
+		return coord.Record{}, false, err
+	}
+	return j.Get(ctx, kind, name)
+}
+
 func (j *fakeJournal) Put(_ context.Context, kind, name, holder string, value []byte) error {
 	j.mu.Lock()
 	defer j.mu.Unlock()

@@ -11,6 +11,7 @@ import (
 // (pkg/reclaimjournal).
 type journal interface {
 	Acquire(ctx context.Context, kind, name, holder string) error
+	AcquireGet(ctx context.Context, kind, name, holder string) (coord.Record, bool, error)
 	Put(ctx context.Context, kind, name, holder string, value []byte) error
 	Finish(ctx context.Context, kind, name, holder string) error
 	Unlock(ctx context.Context, kind, name, holder string) error

@@ -38,7 +38,7 @@ const (
 	DefaultRecyclerNamespace        = "default"
 	DefaultRecyclerMinimumTimeout   = 60 * time.Second
 	DefaultRecyclerTimeoutIncrement = 30 * time.Second
-	DefaultWorkers                  = 4
+	DefaultWorkers                  = 100
 	DefaultRetryIntervalStart       = time.Second
 	DefaultRetryIntervalMax         = 5 * time.Minute
 	DefaultDriversRefreshPeriod     = time.Minute
@@ -90,7 +90,10 @@ type Options struct {
 	// of the volume's capacity, when that exceeds the minimum; default 30s
 	// (--pv-recycler-increment-timeout-hostpath).
 	RecyclerTimeoutIncrement time.Duration
-	// Workers is the number of reclaims carried out at once; default 4.
+	// Workers is the number of reclaims carried out at once; default 100,
+	// external-provisioner's --worker-threads: a Delete is a dozen
+	// sequential round trips (API server, etcd, provisioner, driver), so
+	// deleting many volumes at once is bound by how many are in flight.
 	Workers int
 	// RetryIntervalStart is the first delay before a failed step is retried;
 	// it doubles per failure of the same volume; default 1s.

@@ -9,6 +9,7 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/timestamppb"
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 
 	"github.com/volplane/volplane/pkg/auth"
@@ -85,6 +86,9 @@ func (s *server) Reclaim(ctx context.Context, req *reclaimerv1.ReclaimRequest) (
 	if uid == "" && sent != nil {
 		uid = string(sent.UID)
 	}
+	if r := s.c.heldRelease(sent, uid); r != nil {
+		return &reclaimerv1.ReclaimResponse{Reclaim: answer(r)}, nil
+	}
 	v, err := s.c.kube.GetVolume(ctx, req.GetVolumeName())
 	switch {
 	case apierrors.IsNotFound(err):
@@ -110,6 +114,33 @@ func (s *server) Reclaim(ctx context.Context, req *reclaimerv1.ReclaimRequest) (
 		return nil, grpcError(err)
 	}
 	return &reclaimerv1.ReclaimResponse{Reclaim: answer(r)}, nil
+}
+
+// heldRelease answers a Reclaim of a release this replica already holds
+// from memory: the volume sent (with uid) is Released or Failed with the
+// claimRef UID and the policy of the held reclaim. The binder hands a
+// volume over on every change of it (Released, Terminating, ...): reading
+// it and its claim from the API server again for each would cost two reads
+// that decide nothing, as the answer starts nothing. The held reclaim's
+// worker re-reads the volume and the claims before every step, whatever
+// the request said. nil: the request takes the full path.
+func (c *controller) heldRelease(sent *corev1.PersistentVolume, uid string) *reclaimerv1.Reclaim {
+	if sent == nil || uid == "" || string(sent.UID) != uid {
+		return nil
+	}
+	switch sent.Status.Phase {
+	case corev1.VolumeReleased, corev1.VolumeFailed:
+	default:
+		return nil
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	e := c.entries[sent.Name]
+	if e == nil || !e.held || e.rec.VolumeUid != uid || e.rec.ClaimUid != claimUID(sent) || claimUID(sent) == "" ||
+		e.rec.Policy != string(sent.Spec.PersistentVolumeReclaimPolicy) {
+		return nil
+	}
+	return clone(e.rec)
 }
 
 // lookup finds a volume's reclaim: in the journal (an active reclaim,

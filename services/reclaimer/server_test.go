@@ -158,3 +158,51 @@ func serve(t *testing.T, s reclaimerv1.ReclaimerServiceServer) string {
 	t.Cleanup(g.Stop)
 	return lis.Addr().String()
 }
+
+// TestReclaimOfAHeldRelease: a Reclaim of the very release this replica
+// holds is answered from memory, without reading the API server; any
+// other request (another claim UID, policy, phase or volume UID, or no
+// volume sent) takes the full path, which reads the volume: here it is
+// Bound, so the full path refuses where the shortcut would answer.
+func TestReclaimOfAHeldRelease(t *testing.T) {
+	kc, j := newFakeCluster(), newFakeJournal()
+	s := &server{c: newReplica(t, "me", kc, j, nil, config{}).controller}
+	kc.addPV(releasedPV("held", corev1.PersistentVolumeReclaimDelete, withCSI("csi.example.com"),
+		func(v *corev1.PersistentVolume) { v.Status.Phase = corev1.VolumeBound }))
+	s.c.entries["held"] = &entry{held: true, rec: &reclaimerv1.Reclaim{VolumeName: "held", VolumeUid: "uid-held", ClaimUid: "claim-uid",
+		Policy: string(corev1.PersistentVolumeReclaimDelete), Owner: "me", State: reclaimerv1.State_STATE_RUNNING}}
+	same := releasedPV("held", corev1.PersistentVolumeReclaimDelete, withCSI("csi.example.com"))
+	for _, tc := range []struct {
+		name string
+		req  *reclaimerv1.ReclaimRequest
+		ok   bool
+		msg  string // of the full path's refusal; `volume "held" is Bound` when empty
+	}{
+		{"the held release", &reclaimerv1.ReclaimRequest{VolumeName: "held", VolumeUid: "uid-held", Volume: encoded(t, same)}, true, ""},
+		{"the held release, uid from the volume", &reclaimerv1.ReclaimRequest{VolumeName: "held", Volume: encoded(t, same)}, true, ""},
+		{"another claim", &reclaimerv1.ReclaimRequest{VolumeName: "held", Volume: encoded(t, releasedPV("held", corev1.PersistentVolumeReclaimDelete,
+			func(v *corev1.PersistentVolume) { v.Spec.ClaimRef.UID = "other" }))}, false, ""},
+		{"no claim UID", &reclaimerv1.ReclaimRequest{VolumeName: "held", Volume: encoded(t, releasedPV("held", corev1.PersistentVolumeReclaimDelete,
+			func(v *corev1.PersistentVolume) { v.Spec.ClaimRef.UID = "" }))}, false, ""},
+		{"another policy", &reclaimerv1.ReclaimRequest{VolumeName: "held", Volume: encoded(t, releasedPV("held", corev1.PersistentVolumeReclaimRecycle))}, false, ""},
+		{"sent Bound", &reclaimerv1.ReclaimRequest{VolumeName: "held", Volume: encoded(t, releasedPV("held", corev1.PersistentVolumeReclaimDelete,
+			func(v *corev1.PersistentVolume) { v.Status.Phase = corev1.VolumeBound }))}, false, ""},
+		{"another volume UID", &reclaimerv1.ReclaimRequest{VolumeName: "held", Volume: encoded(t, releasedPV("held", corev1.PersistentVolumeReclaimDelete,
+			func(v *corev1.PersistentVolume) { v.UID = "uid-other" }))}, false, "it was recreated"},
+		{"no volume sent", &reclaimerv1.ReclaimRequest{VolumeName: "held", VolumeUid: "uid-held"}, false, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			resp, err := s.Reclaim(t.Context(), tc.req)
+			if !tc.ok {
+				if tc.msg == "" {
+					tc.msg = `volume "held" is Bound`
+				}
+				wantCode(t, "Reclaim", err, codes.FailedPrecondition, tc.msg)
+				return
+			}
+			if err != nil || resp.GetReclaim().GetOwner() != "me" || resp.GetReclaim().GetState() != reclaimerv1.State_STATE_RUNNING {
+				t.Fatalf("Reclaim = %v, %v; want the held record", resp, err)
+			}
+		})
+	}
+}

@@ -3,7 +3,8 @@
 // create-to-Bound latency), the same bound by a bare client doing only a
 // bind's API writes (--ceiling, or interleaved with --vs-ceiling), or
 // claims arriving at fixed rates (--rate). --dynamic measures dynamic
-// provisioning through the dev CSI driver instead; --existing runs on a
+// provisioning through the dev CSI driver instead, --dynamic --delete the
+// deletion of N provisioned volumes at once; --existing runs on a
 // cluster already holding that many volumes. Every run prints each
 // process's peak RSS and CPU time and the apiserver's and etcd's requests
 // per claim. `make bench`, `make bench-rate` and `make help` show the
@@ -25,7 +26,8 @@ const description = `volplane-bench measures how fast volplane binds, each run o
 and kube-apiserver: a burst of N claims (binds/s and create-to-Bound latency), the same bound by
 a bare client doing only a bind's API writes (--ceiling, or interleaved with --vs-ceiling), or
 claims arriving at fixed rates (--rate). --dynamic measures dynamic provisioning through the dev
-CSI driver instead; --existing runs on a cluster already holding that many volumes. Every run
+CSI driver instead, --dynamic --delete the deletion of N provisioned volumes at once; --existing
+runs on a cluster already holding that many volumes. Every run
 prints each process's peak RSS and CPU time and the API server's and etcd's requests per claim.`
 
 func main() {
@@ -43,6 +45,7 @@ func main() {
 	fs.IntVar(&o.KCMQPS, "kcm-qps", 20, "kube-controller-manager's (and csi-provisioner's) --kube-api-qps and burst (its default is 20)")
 	fs.StringVar(&o.ExternalProvisioner, "external-provisioner", "", "compare dynamic provisioning: with --dynamic and --kube-controller-manager, provision with this csi-provisioner binary (make external-provisioner) through the same dev CSI driver")
 	fs.BoolVar(&o.Dynamic, "dynamic", false, "measure dynamic provisioning: claims of a class of the dev CSI driver, no volumes up front (volumes/s)")
+	fs.BoolVar(&o.Delete, "delete", false, "with --dynamic, measure a deletion burst: provision the claims (reclaim policy Delete), then delete them all at once and time each until its volume is gone and the dev CSI driver holds none (volumes deleted/s)")
 	fs.BoolVar(&o.Ceiling, "ceiling", false, "bind with the bare client instead: only the API writes (and, with --dynamic, Events and CreateVolume) of a bind, from as many workers as the binder")
 	fs.IntVar(&o.VsCeiling, "vs-ceiling", 0, "interleave this many bursts of the binder with as many of --ceiling (A/B/A/B, fresh control plane each) and print their ratio")
 	fs.Var(&o.Rates, "rate", "open-loop arrivals instead of a burst: claims per second, comma separated (e.g. 25,50,100,150,200), each for --duration on a fresh control plane")

@@ -106,6 +106,13 @@ func TestValidate(t *testing.T) {
 		{"negative compare", Options{N: 1, Compare: -1}, "compare must not be negative"},
 		{"sizes without compare", Options{N: 1, Sizes: Sizes{10}}, "--sizes goes with --compare"},
 		{"bad size", Options{N: 1, Compare: 1, Sizes: Sizes{0}, KCM: "kcm", ExternalProvisioner: "p"}, "sizes must be positive"},
+		{"delete", Options{N: 1, Dynamic: true, Delete: true}, ""},
+		{"delete with kcm", Options{N: 1, Dynamic: true, Delete: true, KCM: "kcm", ExternalProvisioner: "p"}, ""},
+		{"delete with kcm alone", Options{N: 1, Dynamic: true, Delete: true, KCM: "kcm"}, "--external-provisioner"},
+		{"delete static", Options{N: 1, Delete: true}, "goes with --dynamic"},
+		{"delete ceiling", Options{N: 1, Dynamic: true, Delete: true, Ceiling: true}, "does not go with --ceiling or --vs-ceiling"},
+		{"delete vs-ceiling", Options{N: 1, Dynamic: true, Delete: true, VsCeiling: 2}, "does not go with --ceiling or --vs-ceiling"},
+		{"delete with rates", Options{N: 1, Dynamic: true, Delete: true, Rates: Rates{10}, Duration: time.Second}, "burst of deletions"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			err := tc.o.validate()

@@ -48,7 +48,7 @@ func boundWait(n int) time.Duration { return 2*time.Minute + time.Duration(n)*50
 // ProfileDir/rate-<R>); the function it returns waits for them and saves
 // heap profiles.
 func (t *trial) startProfiles(ctx context.Context, l load, n int) func() error {
-	if t.o.ProfileDir == "" || t.sys != sysVolplane {
+	if t.o.ProfileDir == "" || t.sys != sysVolplane || t.noProfiles {
 		return func() error { return nil }
 	}
 	dir, seconds := t.o.ProfileDir, max(2, n/300)

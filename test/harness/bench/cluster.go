@@ -47,8 +47,11 @@ type trial struct {
 	// else runs.
 	baseWatches counts
 	debug       map[string]string // service → debug address (ProfileDir)
-	certs       map[string]grpcutil.TLSFiles
-	setup       Setup
+	// noProfiles: the phase measured now is not profiled (the
+	// provisioning before a deletion burst).
+	noProfiles bool
+	certs      map[string]grpcutil.TLSFiles
+	setup      Setup
 
 	fail     chan error    // a child exited, or the ceiling failed
 	stopping chan struct{} // closed by stop
@@ -310,8 +313,8 @@ func (t *trial) startDriver(ctx context.Context) error {
 }
 
 // startVolplane runs the watcher and the binder, and the provisioner when
-// dynamic (fed by the watcher's stream, as deployed), with mutual TLS
-// between them as in production.
+// dynamic (fed by the watcher's stream, as deployed) and the reclaimer for
+// a deletion burst, with mutual TLS between them as in production.
 func (t *trial) startVolplane(ctx context.Context) error {
 	var err error
 	if t.certs, err = pki.Generate(filepath.Join(t.dir, "tls"), append(pki.Services, "bench")...); err != nil {
@@ -358,6 +361,31 @@ func (t *trial) startVolplane(ctx context.Context) error {
 			return fmt.Errorf("provisioner: %w (log: %s)", err, p.LogPath)
 		}
 	}
+	// The reclaimer, for deletion bursts: the binder hands it the volumes
+	// Released by the deleted claims, and it deletes them through the
+	// provisioner, as deployed.
+	var reclaimerAddr string
+	if t.o.Delete {
+		if reclaimerAddr, err = devenv.FreeAddr(); err != nil {
+			return err
+		}
+		args := append([]string{"--kubeconfig", t.api.Kubeconfig, "--etcd-endpoints", etcd, "--listen", reclaimerAddr,
+			"--provisioner-address", provisionerAddr, "--member-id", "reclaimer", "--log-level", "warn"}, devenv.TLSArgs(t.certs["reclaimer"])...)
+		if t.o.ProfileDir != "" {
+			if t.debug["reclaimer"], err = devenv.FreeAddr(); err != nil {
+				return err
+			}
+			args = append(args, "--debug-address", t.debug["reclaimer"], "--enable-pprof")
+		}
+		r, err := t.startProcess("reclaimer", filepath.Join(t.o.BinDir, "reclaimer"), args...)
+		if err != nil {
+			return err
+		}
+		t.procs = append(t.procs, r)
+		if err := devenv.WaitServing(ctx, reclaimerAddr, "", t.certs["bench"], 2*time.Minute); err != nil {
+			return fmt.Errorf("reclaimer: %w (log: %s)", err, r.LogPath)
+		}
+	}
 	// Every binder replica streams from the one watcher; the first is the
 	// one whose log a stuck run names and, with ProfileDir, is profiled.
 	for i := range max(t.o.Binders, 1) {
@@ -375,6 +403,9 @@ func (t *trial) startVolplane(ctx context.Context) error {
 		binderArgs = append(binderArgs, t.o.ServiceFlags...)
 		if provisionerAddr != "" {
 			binderArgs = append(binderArgs, "--provisioner-address", provisionerAddr)
+		}
+		if reclaimerAddr != "" {
+			binderArgs = append(binderArgs, "--reclaimer-address", reclaimerAddr)
 		}
 		if t.o.ProfileDir != "" && i == 0 {
 			if t.debug["binder"], err = devenv.FreeAddr(); err != nil {

@@ -13,7 +13,10 @@
 // whatever the binds do (latency per rate; rate.go). compare.go
 // interleaves bursts of the binder and of the ceiling, A/B/A/B on fresh
 // control planes. existing.go pre-creates a large population of Bound and
-// Available volumes before the services start.
+// Available volumes before the services start. delete.go measures a burst
+// of deletions instead (--dynamic --delete): the claims of N provisioned
+// volumes deleted at once, each timed until its PersistentVolume is gone,
+// the run until the dev CSI driver holds no volume.
 //
 // Every run reports each process's peak RSS and CPU time (usage.go, from
 // /proc) and what the apiserver and etcd served per claim, from their

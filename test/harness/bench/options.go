@@ -65,6 +65,12 @@ type Options struct {
 	// volumes are made up front; the claims are of a class of volplane's
 	// dev CSI driver.
 	Dynamic bool
+	// Delete, with Dynamic, measures a deletion burst instead: the N
+	// claims are provisioned (class reclaimPolicy Delete) and, once all
+	// are Bound, deleted at once by Clients goroutines; the run ends when
+	// every PersistentVolume is gone and the dev CSI driver holds no
+	// volume (delete.go). volplane runs its reclaimer for it.
+	Delete bool
 	// Ceiling binds with the bare client instead of volplane: exactly the
 	// API writes (and, with Dynamic, the Events and the dev driver's
 	// CreateVolume) of a bind, from Workers goroutines, handed each claim
@@ -242,6 +248,17 @@ func (o *Options) validate() error {
 	}
 	if o.ExternalProvisioner != "" && (!o.Dynamic || o.KCM == "") && o.Compare == 0 {
 		errs = append(errs, errors.New("--external-provisioner goes with --dynamic and --kube-controller-manager"))
+	}
+	if o.Delete {
+		if !o.Dynamic {
+			errs = append(errs, errors.New("--delete deletes dynamically provisioned volumes: it goes with --dynamic"))
+		}
+		if o.Ceiling || o.VsCeiling > 0 {
+			errs = append(errs, errors.New("--delete has no ceiling to compare with: it does not go with --ceiling or --vs-ceiling"))
+		}
+		if len(o.Rates) > 0 {
+			errs = append(errs, errors.New("--delete measures a burst of deletions: it does not go with --rate"))
+		}
 	}
 	if o.Ceiling && o.KCM != "" {
 		errs = append(errs, errors.New("--ceiling binds with the bare client: it does not go with --kube-controller-manager (use --vs-ceiling to compare them)"))

@@ -22,16 +22,19 @@ type progress struct {
 	start  time.Time // when the first create was sent
 	bound  int       // claims Bound at the previous line
 	lastAt time.Time // when the previous line was made, start before the first
+	// done and sent say what is counted: "claims Bound" of those
+	// "created", or (a deletion burst) "volumes gone" of those "deleted".
+	done, sent string
 }
 
 func newProgress(n int, start time.Time) *progress {
-	return &progress{n: n, start: start, lastAt: start}
+	return &progress{n: n, start: start, lastAt: start, done: "claims Bound", sent: "created"}
 }
 
 // line is the progress line at now, bound claims being Bound and created
 // sent; it remembers bound for the next line's rate.
 func (p *progress) line(bound, created int, now time.Time) string {
-	s := fmt.Sprintf("  %d/%d claims Bound, %d created, %s elapsed", bound, p.n, min(created, p.n), now.Sub(p.start).Round(time.Second))
+	s := fmt.Sprintf("  %d/%d %s, %d %s, %s elapsed", bound, p.n, p.done, min(created, p.n), p.sent, now.Sub(p.start).Round(time.Second))
 	if d := now.Sub(p.lastAt); d > 0 {
 		s += fmt.Sprintf(", %.0f/s in the last %s", float64(bound-p.bound)/d.Seconds(), d.Round(time.Second))
 	}

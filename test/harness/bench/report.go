@@ -12,10 +12,14 @@ type Result struct {
 	System string // what bound: "volplane", "kube-controller-manager", "ceiling (bare client)", ...
 	// Placement is where the processes ran (Options.Placement).
 	Placement string
-	Dynamic   bool          // claims were provisioned, not bound to existing volumes
-	Claims    int           // claims created in the measured phase
-	Rate      float64       // claims per second of open-loop arrivals; 0 for a burst
-	Duration  time.Duration // how long claims arrived at Rate
+	Dynamic   bool // claims were provisioned, not bound to existing volumes
+	// Deletion: the measured phase deleted the claims of provisioned
+	// volumes; Elapsed and Latency run from a claim's delete to its
+	// PersistentVolume (and the driver's volumes) gone.
+	Deletion bool
+	Claims   int           // claims created in the measured phase
+	Rate     float64       // claims per second of open-loop arrivals; 0 for a burst
+	Duration time.Duration // how long claims arrived at Rate
 	// Elapsed runs from the first claim's create to the last claim seen
 	// Bound; PerSecond is the claims Bound over it.
 	Elapsed      time.Duration
@@ -34,6 +38,9 @@ type Result struct {
 }
 
 func (r *Result) mode() string {
+	if r.Deletion {
+		return "deletion of dynamically provisioned volumes (reclaim policy Delete, dev CSI driver)"
+	}
 	if r.Dynamic {
 		return "dynamic provisioning (dev CSI driver)"
 	}
@@ -41,10 +48,21 @@ func (r *Result) mode() string {
 }
 
 func (r *Result) unit() string {
+	if r.Deletion {
+		return "volumes deleted/s"
+	}
 	if r.Dynamic {
 		return "volumes/s"
 	}
 	return "binds/s"
+}
+
+// latencyName is what Latency times.
+func (r *Result) latencyName() string {
+	if r.Deletion {
+		return "delete-to-gone"
+	}
+	return "create-to-Bound"
 }
 
 func round(d time.Duration) string { return d.Round(time.Millisecond).String() }
@@ -83,12 +101,18 @@ func (r *Result) Print(w io.Writer) {
 		}
 	}
 	fmt.Fprintln(w)
-	fmt.Fprintf(w, "elapsed:               %s (claims created within %s)\n", round(r.Elapsed), round(r.CreateWindow))
+	verb := "created"
+	if r.Deletion {
+		verb = "deleted"
+	}
+	fmt.Fprintf(w, "elapsed:               %s (claims %s within %s)\n", round(r.Elapsed), verb, round(r.CreateWindow))
 	fmt.Fprintf(w, "%-22s %.1f\n", r.unit()+":", r.PerSecond)
-	fmt.Fprintf(w, "create-to-Bound p50:   %s\n", round(r.Latency.P50))
-	fmt.Fprintf(w, "create-to-Bound p90:   %s\n", round(r.Latency.P90))
-	fmt.Fprintf(w, "create-to-Bound p99:   %s\n", round(r.Latency.P99))
-	fmt.Fprintf(w, "create-to-Bound max:   %s\n", round(r.Latency.Max))
+	for _, q := range []struct {
+		name string
+		d    time.Duration
+	}{{"p50", r.Latency.P50}, {"p90", r.Latency.P90}, {"p99", r.Latency.P99}, {"max", r.Latency.Max}} {
+		fmt.Fprintf(w, "%-22s %s\n", r.latencyName()+" "+q.name+":", round(q.d))
+	}
 	if r.Rate > 0 {
 		fmt.Fprintf(w, "behind schedule:       %d of %d creations sent more than %s late (max %s)\n", r.Late.Count, r.Claims, lateAfter, round(r.Late.Max))
 		fmt.Fprintf(w, "not Bound:             %d (within %s of the last create)\n", r.Unbound, boundWait(r.Claims))

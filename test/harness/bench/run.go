@@ -32,6 +32,8 @@ func Run(ctx context.Context, o Options) error {
 		return runVsCeiling(ctx, &o)
 	case len(o.Rates) > 0:
 		return runRates(ctx, &o)
+	case o.Delete:
+		return runDelete(ctx, &o)
 	default:
 		r, err := once(ctx, &o, o.system(), load{n: o.N, clients: o.Clients})
 		if err != nil {
