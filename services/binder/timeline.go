@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -93,7 +94,7 @@ func (c *controller) noteRetry(ctx context.Context, key, reason, why string, del
 // GetClaimTimeline implements BinderService: the claim's owner answers
 // with its own spans and the provisioner's, by start time.
 func (a *api) GetClaimTimeline(ctx context.Context, req *binderv1.GetClaimTimelineRequest) (*binderv1.GetClaimTimelineResponse, error) {
-	claim, key, err := a.cachedClaim(req.GetNamespace(), req.GetName())
+	key, err := a.claimRequest(req.GetNamespace(), req.GetName())
 	if err != nil {
 		return nil, err
 	}
@@ -101,6 +102,10 @@ func (a *api) GetClaimTimeline(ctx context.Context, req *binderv1.GetClaimTimeli
 		return owner.GetClaimTimeline(ctx, req)
 	}); forwarded {
 		return resp, err
+	}
+	claim := a.c.store.claim(key)
+	if claim == nil {
+		return nil, status.Errorf(codes.NotFound, "claim %s not found", key)
 	}
 	uid := string(claim.UID)
 	spans, dropped := a.c.timeline.Spans(uid)
