@@ -22,6 +22,8 @@ type Shard struct {
 	changed chan struct{}         // closed and replaced by a Set that changes want
 	listed  *listedShard          // the shard of the last full list delivered
 	stream  *listedShard          // the shard of the stream under way
+	// onListed is called after each full list delivered; nil: nothing.
+	onListed func()
 }
 
 // listedShard is a shard a full list was delivered for.
@@ -67,13 +69,26 @@ func (s *Shard) opened(want *watcherv1.ClaimShard) {
 	s.stream = l
 }
 
+// OnListed sets fn to be called after each full list delivered, once
+// Holds answers from it: a subscriber that acts only on what Holds allows
+// looks again at what it gained.
+func (s *Shard) OnListed(fn func()) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.onListed = fn
+}
+
 // delivered records that the handler has applied a full list of shard
 // want.
 func (s *Shard) delivered(want *watcherv1.ClaimShard) {
 	l := &listedShard{ring: coord.NewRing(want.GetMembers()), member: want.GetMember()}
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	s.listed = l
+	fn := s.onListed
+	s.mu.Unlock()
+	if fn != nil {
+		fn()
+	}
 }
 
 // Holds reports whether the handler's view holds the claim key

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -64,6 +65,13 @@ func TestShardAsksForTheClaimsAndRelistsWhenItChanges(t *testing.T) {
 	s := &script{streams: [][]*watcherv1.WatchResponse{list(5, ka)}}
 	cc := serve(t, s)
 	shard := watchclient.NewShard()
+	var listed atomic.Int32
+	shard.OnListed(func() {
+		if !shard.Holds(ka) {
+			t.Error("OnListed called before Holds answers from the list")
+		}
+		listed.Add(1)
+	})
 	ctx, cancel := context.WithCancel(t.Context())
 	done := make(chan error)
 	go func() {
@@ -103,6 +111,7 @@ func TestShardAsksForTheClaimsAndRelistsWhenItChanges(t *testing.T) {
 	if req := reqs[2]; req.GetResumeAfter() != nil || !slices.Equal(req.GetClaimShard().GetMembers(), []string{"a"}) {
 		t.Fatalf("third request %v, want the new shard and no cursor", req)
 	}
+	waitFor(t, "OnListed after the second list", func() bool { return listed.Load() == 2 })
 	if ms, m := shard.Listed(); !slices.Equal(ms, []string{"a"}) || m != "a" {
 		t.Fatalf("Listed = %v %q", ms, m)
 	}
