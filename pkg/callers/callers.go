@@ -51,10 +51,10 @@ var services = Table{
 	watcherv1.WatcherService_Watch_FullMethodName:     {Binder, Provisioner, Gateway},
 	watcherv1.WatcherService_GetStatus_FullMethodName: {Binder, Provisioner, Gateway},
 
-	// The binder forwards syncs and explanations to the replica that owns
-	// the object.
+	// The binder forwards syncs, explanations and claim reads to the
+	// replica that owns the object (only its cache holds the claim).
 	binderv1.BinderService_ListClaims_FullMethodName:   {Gateway},
-	binderv1.BinderService_GetClaim_FullMethodName:     {Gateway},
+	binderv1.BinderService_GetClaim_FullMethodName:     {Gateway, Binder},
 	binderv1.BinderService_ListVolumes_FullMethodName:  {Gateway},
 	binderv1.BinderService_GetVolume_FullMethodName:    {Gateway},
 	binderv1.BinderService_SyncClaim_FullMethodName:    {Gateway, Binder},

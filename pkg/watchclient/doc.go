@@ -29,6 +29,16 @@
 // another epoch answers with a full list (RESET … SYNCED), which a Feed
 // applies as a replace (objects the list does not mention are gone). A cursor is therefore resumed only on the replica that issued it.
 //
+// # A shard of the claims
+//
+// Options.Shard asks for the claims of one shard only
+// (WatchRequest.claim_shard). No stream opens before its first Set; a Set
+// that changes it ends the stream, and the next opens without a cursor, so
+// its full list replaces the view. Shard.Holds says whether the last full
+// list delivered (after the handler's Synced) was of a shard that
+// includes a claim; Shard.Streams whether the stream under way is, so that
+// a claim a list leaves out can be told apart: left the shard, or deleted.
+//
 // # Staleness, per subscription
 //
 // The client asks for progress marks (WatchRequest.progress_marks): the

@@ -75,6 +75,9 @@ type Options struct {
 	ProbeInterval time.Duration
 	// Status, when set, is kept up to date with the stream's freshness.
 	Status *Status
+	// Shard, when set, asks for the claims of one shard only (see Shard);
+	// no stream opens before its first Set. Nil asks for every claim.
+	Shard *Shard
 }
 
 // Status is how current the handler's view is; safe for concurrent use.
@@ -183,6 +186,12 @@ func RunFailover(ctx context.Context, watchers []Watcher, o Options, h Handler) 
 			o.Status.watcher.Store(nil)
 			return ctx.Err()
 		}
+		if errors.Is(err, errReshard) {
+			// Not a failure: the same replica lists the new shard at once.
+			o.Logger.Info("claim shard changed; listing again", "watcher", s.watchers[w].name)
+			next = w
+			continue
+		}
 		if progressed {
 			backoff, failed = o.MinBackoff, 0
 		} else {
@@ -221,6 +230,9 @@ type subscription struct {
 	// next stream must start with a full list. It is sent to whichever
 	// replica is next: only the replica of its epoch resumes it.
 	cursor *watcherv1.Cursor
+	// shard is the claim shard of the stream under way or last opened
+	// (with Options.Shard).
+	shard *watcherv1.ClaimShard
 }
 
 // serviceName is the watcher's service in gRPC health.
@@ -331,8 +343,33 @@ func (s *subscription) stream(ctx context.Context, w int) (progressed bool, err 
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	rep := s.watchers[w]
-	s.o.Status.watcher.Store(&rep.name)
 	req := &watcherv1.WatchRequest{Kinds: s.o.Kinds, Encoding: s.o.Encoding, ProgressMarks: true}
+	if s.o.Shard != nil {
+		shard, changed := s.o.Shard.wanted()
+		for shard == nil {
+			select {
+			case <-changed:
+			case <-ctx.Done():
+				return false, ctx.Err()
+			}
+			shard, changed = s.o.Shard.wanted()
+		}
+		if s.shard != nil && !proto.Equal(s.shard, shard) {
+			// A resumed stream would never send the claims gained.
+			s.cursor = nil
+		}
+		s.shard = shard
+		s.o.Shard.opened(shard)
+		req.ClaimShard = shard
+		go func() {
+			select {
+			case <-changed:
+				cancel(errReshard)
+			case <-ctx.Done():
+			}
+		}()
+	}
+	s.o.Status.watcher.Store(&rep.name)
 	if s.cursor != nil {
 		req.ResumeAfter = proto.Clone(s.cursor).(*watcherv1.Cursor)
 	}
@@ -360,7 +397,7 @@ func (s *subscription) stream(ctx context.Context, w int) (progressed bool, err 
 	for {
 		ev, err := st.Recv()
 		if err != nil {
-			if c := context.Cause(ctx); errors.Is(c, errStalled) {
+			if c := context.Cause(ctx); errors.Is(c, errStalled) || errors.Is(c, errReshard) {
 				err = c
 			}
 			if errors.Is(err, io.EOF) {
@@ -399,6 +436,10 @@ func (s *subscription) stream(ctx context.Context, w int) (progressed bool, err 
 			synced = true
 			s.cursor = ev.Cursor
 			s.h.Synced()
+			if s.shard != nil {
+				// After Synced: the view holds the shard's claims now.
+				s.o.Shard.delivered(s.shard)
+			}
 			p.listing.Store(false)
 			// The list holds every event the watcher had when the stream
 			// was opened (or, mid-stream, when RESET came).

@@ -137,14 +137,18 @@ func (a *api) ListClaims(_ context.Context, req *binderv1.ListClaimsRequest) (*b
 }
 
 // GetClaim implements BinderService.
-func (a *api) GetClaim(_ context.Context, req *binderv1.GetClaimRequest) (*binderv1.GetClaimResponse, error) {
-	if err := checkNames(req.GetNamespace(), req.GetName(), guard.ClaimName); err != nil {
+// The claim's owner answers: its cache holds the claim's shard.
+func (a *api) GetClaim(ctx context.Context, req *binderv1.GetClaimRequest) (*binderv1.GetClaimResponse, error) {
+	key, err := a.claimRequest(req.GetNamespace(), req.GetName())
+	if err != nil {
 		return nil, err
 	}
-	if err := a.ready(); err != nil {
-		return nil, err
+	if resp, forwarded, err := atOwner(ctx, a.peers, "pvc/"+key, func(owner binderv1.BinderServiceClient, ctx context.Context) (*binderv1.GetClaimResponse, error) {
+		return owner.GetClaim(ctx, req)
+	}); forwarded {
+		return resp, err
 	}
-	cl := a.c.store.claim(req.GetNamespace() + "/" + req.GetName())
+	cl := a.c.store.claim(key)
 	if cl == nil {
 		return nil, status.Errorf(codes.NotFound, "claim %s/%s not found", req.GetNamespace(), req.GetName())
 	}
@@ -217,27 +221,22 @@ func (a *api) GetVolume(_ context.Context, req *binderv1.GetVolumeRequest) (*bin
 	return &binderv1.GetVolumeResponse{Volume: volumeToAPI(v)}, nil
 }
 
-// cachedClaim checks a request's claim names and that the replica is
-// ready, and returns the claim of the cache and its key; NotFound when the
-// cache has none.
-func (a *api) cachedClaim(namespace, name string) (*corev1.PersistentVolumeClaim, string, error) {
+// claimRequest checks a request's claim names and that the replica is
+// ready, and returns the claim's key. The claim's owner answers such a
+// request: only its cache holds the claim's shard.
+func (a *api) claimRequest(namespace, name string) (string, error) {
 	if err := checkNames(namespace, name, guard.ClaimName); err != nil {
-		return nil, "", err
+		return "", err
 	}
 	if err := a.ready(); err != nil {
-		return nil, "", err
+		return "", err
 	}
-	key := namespace + "/" + name
-	claim := a.c.store.claim(key)
-	if claim == nil {
-		return nil, "", status.Errorf(codes.NotFound, "claim %s not found", key)
-	}
-	return claim, key, nil
+	return namespace + "/" + name, nil
 }
 
 // SyncClaim implements BinderService.
 func (a *api) SyncClaim(ctx context.Context, req *binderv1.SyncClaimRequest) (*binderv1.SyncClaimResponse, error) {
-	_, key, err := a.cachedClaim(req.GetNamespace(), req.GetName())
+	key, err := a.claimRequest(req.GetNamespace(), req.GetName())
 	if err != nil {
 		return nil, err
 	}
@@ -245,6 +244,9 @@ func (a *api) SyncClaim(ctx context.Context, req *binderv1.SyncClaimRequest) (*b
 		return owner.SyncClaim(ctx, req)
 	}); forwarded {
 		return resp, err
+	}
+	if a.c.store.claim(key) == nil {
+		return nil, status.Errorf(codes.NotFound, "claim %s not found", key)
 	}
 	a.c.claimQueue.add(key)
 	return &binderv1.SyncClaimResponse{}, nil
@@ -258,10 +260,11 @@ func (a *api) SyncVolume(ctx context.Context, req *binderv1.SyncVolumeRequest) (
 	if err := a.ready(); err != nil {
 		return nil, err
 	}
-	if a.c.store.volume(req.GetName()) == nil {
+	v := a.c.store.volume(req.GetName())
+	if v == nil {
 		return nil, status.Errorf(codes.NotFound, "volume %s not found", req.GetName())
 	}
-	if resp, forwarded, err := atOwner(ctx, a.peers, "pv/"+req.GetName(), func(owner binderv1.BinderServiceClient, ctx context.Context) (*binderv1.SyncVolumeResponse, error) {
+	if resp, forwarded, err := atOwner(ctx, a.peers, volumeOwnerKey(v), func(owner binderv1.BinderServiceClient, ctx context.Context) (*binderv1.SyncVolumeResponse, error) {
 		return owner.SyncVolume(ctx, req)
 	}); forwarded {
 		return resp, err

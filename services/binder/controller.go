@@ -110,6 +110,12 @@ type controller struct {
 	// stream turns the watcher stream into the events Apply takes
 	// (stream.go).
 	stream *watchclient.Feed
+	// shard is the claim shard the stream asks for (ownership.shard); nil:
+	// every claim.
+	shard *watchclient.Shard
+	// streams says whether the stream under way carries a claim ("ns/name"):
+	// the shard's Streams; nil: every claim.
+	streams func(claimKey string) bool
 
 	releases chan queuedRelease
 	linger   time.Duration // releaseLinger; shorter in tests
@@ -163,6 +169,12 @@ func (c *controller) Apply(ev watchclient.Event) error {
 		case watcherv1.Kind_KIND_PERSISTENT_VOLUME:
 			c.volumeDeleted(ev.Key, ev.UID())
 		case watcherv1.Kind_KIND_PERSISTENT_VOLUME_CLAIM:
+			if ev.Vanished && c.streams != nil && !c.streams(ev.Key) {
+				// Left this replica's shard (a ring change): not deleted.
+				// Its owner decides about it and its volumes.
+				c.claimLeftShard(ev.Key)
+				return nil
+			}
 			c.claimDeleted(ev.Key, ev.UID())
 		case watcherv1.Kind_KIND_STORAGE_CLASS:
 			c.store.deleteClass(ev.Key)
@@ -178,7 +190,7 @@ func (c *controller) Apply(ev watchclient.Event) error {
 	case *corev1.PersistentVolume:
 		old := c.store.volume(ev.Key)
 		if v := c.store.putVolume(o); v != nil {
-			if c.foreign != nil && old != nil && old != v && old.UID == v.UID && c.owns("pv/"+v.Name) {
+			if c.foreign != nil && old != nil && old != v && old.UID == v.UID && c.owns(volumeOwnerKey(v)) {
 				c.foreign.observe(foreignChange{kind: "volume", name: v.Name, uid: v.UID, fields: volumeBindingChanges(old, v)})
 			}
 			c.volumeChanged(v)
@@ -262,6 +274,17 @@ func (c *controller) claimDeleted(key string, uid types.UID) {
 	for _, n := range c.store.volumesClaimedBy(key) {
 		c.volumeQueue.add(n)
 	}
+}
+
+// claimLeftShard forgets a claim that the watcher stream no longer
+// carries because it is another replica's now. Unlike claimDeleted it
+// queues nothing and leaves no tombstone: the claim lives, and this
+// replica must never release, fail or recycle a volume because it no
+// longer holds the claim (its volumes are owned, by volumeOwnerKey, by the
+// replica that does).
+func (c *controller) claimLeftShard(key string) {
+	c.provisions.forget(key)
+	c.store.forgetClaim(key)
 }
 
 // enqueueAll queues every object (periodic resync, membership change).
@@ -395,11 +418,8 @@ func (c *controller) syncClaimKey(ctx context.Context, key string) error {
 }
 
 func (c *controller) syncVolumeKey(ctx context.Context, name string) error {
-	if !c.owns("pv/" + name) {
-		return nil
-	}
 	v := c.store.volume(name)
-	if v == nil {
+	if v == nil || !c.owns(volumeOwnerKey(v)) {
 		return nil
 	}
 	return c.syncVolume(ctx, v)

@@ -397,15 +397,16 @@ func (a *api) ExplainClaim(ctx context.Context, req *binderv1.ExplainClaimReques
 		return nil, err
 	}
 	key := req.GetNamespace() + "/" + req.GetName()
-	claim := a.c.store.claim(key)
-	if claim == nil {
-		return nil, status.Errorf(codes.NotFound, "claim %s not found", key)
-	}
-	// The owner knows its reservations and its Provision calls.
+	// The owner holds the claim's shard, and knows its reservations and
+	// its Provision calls.
 	if resp, forwarded, err := atOwner(ctx, a.peers, "pvc/"+key, func(owner binderv1.BinderServiceClient, ctx context.Context) (*binderv1.ExplainClaimResponse, error) {
 		return owner.ExplainClaim(ctx, req)
 	}); forwarded {
 		return resp, err
+	}
+	claim := a.c.store.claim(key)
+	if claim == nil {
+		return nil, status.Errorf(codes.NotFound, "claim %s not found", key)
 	}
 	v, err := a.c.judge(ctx, claim, from, size)
 	if err != nil {

@@ -123,7 +123,7 @@ func (collector) Collect(ch chan<- prometheus.Metric) {
 	s := c.store
 	s.mu.RLock()
 	for _, v := range s.volumes {
-		if !c.owns("pv/" + v.Name) {
+		if !c.owns(volumeOwnerKey(v)) {
 			continue
 		}
 		mode := corev1.PersistentVolumeFilesystem

@@ -4,10 +4,14 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+
 	"github.com/volplane/volplane/pkg/coord"
+	"github.com/volplane/volplane/pkg/watchclient"
 )
 
 // DefaultOwnershipSettle is how long a replica waits before acting on an
@@ -36,6 +40,15 @@ type ownership struct {
 	// etcd session is live now. Without one nothing is owned, from the
 	// moment it is lost, not only once the member watch has noticed.
 	live func() bool
+	// shard, when set, is the claim shard the watcher stream carries: a
+	// ring that lists this replica asks the stream for the claims it gives
+	// this replica (a new stream, listing them).
+	shard *watchclient.Shard
+	// holds, when set (the shard's Holds), says whether the cache holds a
+	// claim ("ns/name") by the last full list of the stream: a claim, and
+	// the volumes it names, are owned only once it does. Nil: the cache
+	// holds every claim.
+	holds func(claimKey string) bool
 }
 
 // ringSpan is a ring in force from a time on; a nil ring owns nothing.
@@ -54,6 +67,11 @@ func (o *ownership) set(ids []string) {
 	s := ringSpan{members: slices.Clone(ids), from: time.Now()}
 	if slices.Contains(ids, o.self) {
 		s.ring = coord.NewRing(ids)
+		if o.shard != nil {
+			// Without the replica in the ring (no session) the stream keeps
+			// the last shard: nothing is owned meanwhile anyway.
+			o.shard.Set(ids, o.self)
+		}
 	}
 	o.push(s)
 }
@@ -81,8 +99,13 @@ func (o *ownership) push(s ringSpan) {
 }
 
 // owns reports whether key ("pvc/ns/name", "pv/name") is this replica's
-// now.
+// now. A claim key is owned only while the cache holds the claim's shard
+// (a full list of it came in): a replica that gains claims in a ring
+// change does nothing for them until it has them all.
 func (o *ownership) owns(key string) bool {
+	if o.holds != nil && strings.HasPrefix(key, "pvc/") && !o.holds(key[len("pvc/"):]) {
+		return false
+	}
 	cut := time.Now().Add(-o.settle)
 	o.mu.Lock()
 	defer o.mu.Unlock()
@@ -127,6 +150,18 @@ func (o *ownership) check() error {
 		return fmt.Errorf("listed; waiting %s for the previous owners of its objects to stop", o.settle)
 	}
 	return nil
+}
+
+// volumeOwnerKey is the ownership key of a volume: its claim's
+// ("pvc/ns/name") when its claimRef names one, so that the replica that
+// decides about a bound or pre-bound volume (Released when its claim is
+// gone) is the one whose cache holds that claim's shard; "pv/name" for a
+// volume no claim names, which every replica's cache holds.
+func volumeOwnerKey(v *corev1.PersistentVolume) string {
+	if r := v.Spec.ClaimRef; r != nil && r.Name != "" {
+		return "pvc/" + refKey(r)
+	}
+	return "pv/" + v.Name
 }
 
 // follow makes live decide, with the member list, what is owned.

@@ -191,6 +191,15 @@ func Run(ctx context.Context, o Options) error {
 		defer reporting.CompareAndSwap(c, nil)
 	}
 	own := newOwnership(o.MemberID, o.OwnershipSettle)
+	// The watcher sends this replica the claims of its shard only.
+	c.shard = watchclient.NewShard()
+	c.streams = c.shard.Streams
+	own.shard, own.holds = c.shard, c.shard.Holds
+	// The claims a full list brings were queued before they were owned
+	// (Holds answers only once the list is in): queue them again. The
+	// resync after the settle period (followMembers) covers a list that
+	// comes in first.
+	c.shard.OnListed(c.enqueueAll)
 	c.owns = own.owns
 	c.canAct = func() bool {
 		ok, _ := r.API.Healthy(3 * time.Second)

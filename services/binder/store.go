@@ -323,6 +323,18 @@ func (s *store) deleteClaim(key string, uid types.UID) *corev1.PersistentVolumeC
 	return old
 }
 
+// forgetClaim removes a claim the cache stops holding although it lives
+// (it left the replica's shard): no tombstone, nothing marked gone, so it
+// enters again when the shard gives it back.
+func (s *store) forgetClaim(key string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if old := s.claims[key]; old != nil {
+		s.unindexClaim(old)
+		delete(s.claims, key)
+	}
+}
+
 func (s *store) claim(key string) *corev1.PersistentVolumeClaim {
 	s.mu.RLock()
 	defer s.mu.RUnlock()

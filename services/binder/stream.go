@@ -53,7 +53,7 @@ func (c *controller) streamHealthy() bool {
 // subscribe feeds c from one of the watchers at a time, failing over
 // between them (see pkg/watchclient), until ctx ends.
 func (c *controller) subscribe(ctx context.Context, addrs []string, tls grpcutil.TLSFiles, log *slog.Logger) error {
-	return c.stream.Dial(ctx, addrs, tls, watchclient.Options{Logger: log.With("peer", "watcher"), StallTimeout: c.feed.staleAfter})
+	return c.stream.Dial(ctx, addrs, tls, watchclient.Options{Logger: log.With("peer", "watcher"), StallTimeout: c.feed.staleAfter, Shard: c.shard})
 }
 
 // Reset, Event and Synced make the controller a watchclient.Handler: its

@@ -82,7 +82,7 @@ func (c *controller) act(ctx context.Context, claim *corev1.PersistentVolumeClai
 
 // syncVolume brings one volume's phase in line with its claim.
 func (c *controller) syncVolume(ctx context.Context, volume *corev1.PersistentVolume) error {
-	ctx = forObject(ctx, "pv/"+volume.Name)
+	ctx = forObject(ctx, volumeOwnerKey(volume))
 	volume, err := c.annealVolume(ctx, volume)
 	if err != nil {
 		return err

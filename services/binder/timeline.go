@@ -182,7 +182,7 @@ func (c *controller) noteWait(ctx context.Context, claim *corev1.PersistentVolum
 // GetClaimTimeline implements BinderService: the claim's owner answers
 // with its own spans and the provisioner's, by start time.
 func (a *api) GetClaimTimeline(ctx context.Context, req *binderv1.GetClaimTimelineRequest) (*binderv1.GetClaimTimelineResponse, error) {
-	claim, key, err := a.cachedClaim(req.GetNamespace(), req.GetName())
+	key, err := a.claimRequest(req.GetNamespace(), req.GetName())
 	if err != nil {
 		return nil, err
 	}
@@ -190,6 +190,10 @@ func (a *api) GetClaimTimeline(ctx context.Context, req *binderv1.GetClaimTimeli
 		return owner.GetClaimTimeline(ctx, req)
 	}); forwarded {
 		return resp, err
+	}
+	claim := a.c.store.claim(key)
+	if claim == nil {
+		return nil, status.Errorf(codes.NotFound, "claim %s not found", key)
 	}
 	if a.c.timeline == nil {
 		return nil, status.Error(codes.FailedPrecondition, "this binder records no timeline (started with --timeline=false)")

@@ -81,6 +81,10 @@ func (s *server) Watch(req *watcherv1.WatchRequest, st grpc.ServerStreamingServe
 	default:
 		return status.Errorf(codes.InvalidArgument, "encoding: %v is unknown; use ENCODING_PROTOBUF (default) or ENCODING_JSON", enc)
 	}
+	shard, err := parseShard(req.GetClaimShard())
+	if err != nil {
+		return err
+	}
 	ctx := st.Context()
 	h := s.hub
 	select {
@@ -101,8 +105,8 @@ func (s *server) Watch(req *watcherv1.WatchRequest, st grpc.ServerStreamingServe
 	if resync && c != nil {
 		log.Info("subscriber cannot resume; sending a full list", "cursor_epoch", c.GetEpoch(), "cursor_sequence", c.GetSequence(), "epoch", h.epoch)
 	}
-	log.Info("subscriber connected", "kinds", kindNames(kinds), "encoding", enc, "resume", !resync, "after", next)
-	w := &subscription{s: s, st: st, log: log, kinds: kinds, enc: enc, next: next, cursor: next, resync: resync,
+	log.Info("subscriber connected", "kinds", kindNames(kinds), "claims", shard, "encoding", enc, "resume", !resync, "after", next)
+	w := &subscription{s: s, st: st, log: log, kinds: kinds, shard: shard, enc: enc, next: next, cursor: next, resync: resync,
 		marks: req.GetProgressMarks(), timing: s.markTiming()}
 	if w.marks {
 		w.due = time.NewTimer(w.timing.idle)
@@ -138,6 +142,7 @@ type subscription struct {
 	st    grpc.ServerStreamingServer[watcherv1.WatchResponse]
 	log   *slog.Logger
 	kinds kindSet
+	shard *claimShard // nil: every claim
 	enc   watcherv1.Encoding
 
 	next     uint64    // the last sequence sent or skipped
@@ -202,6 +207,16 @@ func (w *subscription) sendList() error {
 	h.mu.Lock()
 	objs, seq := h.snapshot(w.kinds)
 	h.mu.Unlock()
+	if w.shard != nil {
+		// Outside the lock: hashing every claim takes a while.
+		kept := objs[:0]
+		for _, e := range objs {
+			if w.shard.sends(e.kind, e.key) {
+				kept = append(kept, e)
+			}
+		}
+		objs = kept
+	}
 	if err := w.s.sendList(w.st, objs, seq, w.enc); err != nil {
 		return err
 	}
@@ -215,7 +230,7 @@ func (w *subscription) sendList() error {
 func (w *subscription) sendEvents(evs []*event) error {
 	for _, e := range evs {
 		w.next = e.seq
-		if !w.kinds.has(e.kind) {
+		if !w.kinds.has(e.kind) || !w.shard.sends(e.kind, e.key) {
 			continue
 		}
 		if err := w.s.send(w.st, e, e.typ, e.seq, w.enc); err != nil {

@@ -283,6 +283,14 @@ type WatchRequest struct {
 	// that the stream is alive. Watchers that predate marks ignore the field
 	// and send none.
 	ProgressMarks bool `protobuf:"varint,4,opt,name=progress_marks,json=progressMarks,proto3" json:"progress_marks,omitempty"`
+	// Receive only the claims of one shard (KIND_PERSISTENT_VOLUME_CLAIM
+	// events and list entries); the other kinds are not filtered. Unset means
+	// every claim, as from watchers that predate the field, which ignore it
+	// (so a subscriber must expect more claims than it asked for). A
+	// subscriber whose shard changes opens a new stream without resume_after:
+	// a resumed stream only filters the events after the cursor with the new
+	// shard, so it would never send the claims the subscriber just gained.
+	ClaimShard    *ClaimShard `protobuf:"bytes,5,opt,name=claim_shard,json=claimShard,proto3" json:"claim_shard,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -345,6 +353,77 @@ func (x *WatchRequest) GetProgressMarks() bool {
 	return false
 }
 
+func (x *WatchRequest) GetClaimShard() *ClaimShard {
+	if x != nil {
+		return x.ClaimShard
+	}
+	return nil
+}
+
+// ClaimShard selects the claims one member of a group keeps, by rendezvous
+// (highest random weight) hashing, the way volplane's binder replicas
+// divide claims among their etcd members: a claim belongs to the member m
+// of members for which mix(fnv64a(key) XOR fnv64a(m)) is highest, where
+// key is "pvc/<namespace>/<name>", fnv64a is 64-bit FNV-1a of the bytes,
+// and mix is the splitmix64 finalizer (x ^= x>>30; x *= 0xbf58476d1ce4e5b9;
+// x ^= x>>27; x *= 0x94d049bb133111eb; x ^= x>>31). Members are compared
+// sorted by ID; on equal weights the first sorted wins. A group of one
+// member keeps every claim.
+type ClaimShard struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The IDs of the group's members: 1 to 1024 of them, each 1 to 253
+	// bytes, no ID twice.
+	Members []string `protobuf:"bytes,1,rep,name=members,proto3" json:"members,omitempty"`
+	// The member whose claims are sent; one of members.
+	Member        string `protobuf:"bytes,2,opt,name=member,proto3" json:"member,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ClaimShard) Reset() {
+	*x = ClaimShard{}
+	mi := &file_volplane_watcher_v1_watcher_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ClaimShard) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ClaimShard) ProtoMessage() {}
+
+func (x *ClaimShard) ProtoReflect() protoreflect.Message {
+	mi := &file_volplane_watcher_v1_watcher_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ClaimShard.ProtoReflect.Descriptor instead.
+func (*ClaimShard) Descriptor() ([]byte, []int) {
+	return file_volplane_watcher_v1_watcher_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *ClaimShard) GetMembers() []string {
+	if x != nil {
+		return x.Members
+	}
+	return nil
+}
+
+func (x *ClaimShard) GetMember() string {
+	if x != nil {
+		return x.Member
+	}
+	return ""
+}
+
 // WatchResponse is one event.
 type WatchResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -368,7 +447,7 @@ type WatchResponse struct {
 
 func (x *WatchResponse) Reset() {
 	*x = WatchResponse{}
-	mi := &file_volplane_watcher_v1_watcher_proto_msgTypes[2]
+	mi := &file_volplane_watcher_v1_watcher_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -380,7 +459,7 @@ func (x *WatchResponse) String() string {
 func (*WatchResponse) ProtoMessage() {}
 
 func (x *WatchResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_volplane_watcher_v1_watcher_proto_msgTypes[2]
+	mi := &file_volplane_watcher_v1_watcher_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -393,7 +472,7 @@ func (x *WatchResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchResponse.ProtoReflect.Descriptor instead.
 func (*WatchResponse) Descriptor() ([]byte, []int) {
-	return file_volplane_watcher_v1_watcher_proto_rawDescGZIP(), []int{2}
+	return file_volplane_watcher_v1_watcher_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *WatchResponse) GetType() EventType {
@@ -447,7 +526,7 @@ type GetStatusRequest struct {
 
 func (x *GetStatusRequest) Reset() {
 	*x = GetStatusRequest{}
-	mi := &file_volplane_watcher_v1_watcher_proto_msgTypes[3]
+	mi := &file_volplane_watcher_v1_watcher_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -459,7 +538,7 @@ func (x *GetStatusRequest) String() string {
 func (*GetStatusRequest) ProtoMessage() {}
 
 func (x *GetStatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_volplane_watcher_v1_watcher_proto_msgTypes[3]
+	mi := &file_volplane_watcher_v1_watcher_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -472,7 +551,7 @@ func (x *GetStatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetStatusRequest.ProtoReflect.Descriptor instead.
 func (*GetStatusRequest) Descriptor() ([]byte, []int) {
-	return file_volplane_watcher_v1_watcher_proto_rawDescGZIP(), []int{3}
+	return file_volplane_watcher_v1_watcher_proto_rawDescGZIP(), []int{4}
 }
 
 // GetStatusResponse is the watcher's status.
@@ -502,7 +581,7 @@ type GetStatusResponse struct {
 
 func (x *GetStatusResponse) Reset() {
 	*x = GetStatusResponse{}
-	mi := &file_volplane_watcher_v1_watcher_proto_msgTypes[4]
+	mi := &file_volplane_watcher_v1_watcher_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -514,7 +593,7 @@ func (x *GetStatusResponse) String() string {
 func (*GetStatusResponse) ProtoMessage() {}
 
 func (x *GetStatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_volplane_watcher_v1_watcher_proto_msgTypes[4]
+	mi := &file_volplane_watcher_v1_watcher_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -527,7 +606,7 @@ func (x *GetStatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetStatusResponse.ProtoReflect.Descriptor instead.
 func (*GetStatusResponse) Descriptor() ([]byte, []int) {
-	return file_volplane_watcher_v1_watcher_proto_rawDescGZIP(), []int{4}
+	return file_volplane_watcher_v1_watcher_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *GetStatusResponse) GetEpoch() string {
@@ -626,7 +705,7 @@ type Pod struct {
 
 func (x *Pod) Reset() {
 	*x = Pod{}
-	mi := &file_volplane_watcher_v1_watcher_proto_msgTypes[5]
+	mi := &file_volplane_watcher_v1_watcher_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -638,7 +717,7 @@ func (x *Pod) String() string {
 func (*Pod) ProtoMessage() {}
 
 func (x *Pod) ProtoReflect() protoreflect.Message {
-	mi := &file_volplane_watcher_v1_watcher_proto_msgTypes[5]
+	mi := &file_volplane_watcher_v1_watcher_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -651,7 +730,7 @@ func (x *Pod) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Pod.ProtoReflect.Descriptor instead.
 func (*Pod) Descriptor() ([]byte, []int) {
-	return file_volplane_watcher_v1_watcher_proto_rawDescGZIP(), []int{5}
+	return file_volplane_watcher_v1_watcher_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *Pod) GetNamespace() string {
@@ -710,12 +789,18 @@ const file_volplane_watcher_v1_watcher_proto_rawDesc = "" +
 	"!volplane/watcher/v1/watcher.proto\x12\x13volplane.watcher.v1\":\n" +
 	"\x06Cursor\x12\x14\n" +
 	"\x05epoch\x18\x01 \x01(\tR\x05epoch\x12\x1a\n" +
-	"\bsequence\x18\x02 \x01(\x04R\bsequence\"\xe1\x01\n" +
+	"\bsequence\x18\x02 \x01(\x04R\bsequence\"\xa3\x02\n" +
 	"\fWatchRequest\x12/\n" +
 	"\x05kinds\x18\x01 \x03(\x0e2\x19.volplane.watcher.v1.KindR\x05kinds\x129\n" +
 	"\bencoding\x18\x02 \x01(\x0e2\x1d.volplane.watcher.v1.EncodingR\bencoding\x12>\n" +
 	"\fresume_after\x18\x03 \x01(\v2\x1b.volplane.watcher.v1.CursorR\vresumeAfter\x12%\n" +
-	"\x0eprogress_marks\x18\x04 \x01(\bR\rprogressMarks\"\xfc\x01\n" +
+	"\x0eprogress_marks\x18\x04 \x01(\bR\rprogressMarks\x12@\n" +
+	"\vclaim_shard\x18\x05 \x01(\v2\x1f.volplane.watcher.v1.ClaimShardR\n" +
+	"claimShard\">\n" +
+	"\n" +
+	"ClaimShard\x12\x18\n" +
+	"\amembers\x18\x01 \x03(\tR\amembers\x12\x16\n" +
+	"\x06member\x18\x02 \x01(\tR\x06member\"\xfc\x01\n" +
 	"\rWatchResponse\x122\n" +
 	"\x04type\x18\x01 \x01(\x0e2\x1e.volplane.watcher.v1.EventTypeR\x04type\x12-\n" +
 	"\x04kind\x18\x02 \x01(\x0e2\x19.volplane.watcher.v1.KindR\x04kind\x123\n" +
@@ -780,34 +865,36 @@ func file_volplane_watcher_v1_watcher_proto_rawDescGZIP() []byte {
 }
 
 var file_volplane_watcher_v1_watcher_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_volplane_watcher_v1_watcher_proto_msgTypes = make([]protoimpl.MessageInfo, 6)
+var file_volplane_watcher_v1_watcher_proto_msgTypes = make([]protoimpl.MessageInfo, 7)
 var file_volplane_watcher_v1_watcher_proto_goTypes = []any{
 	(Kind)(0),                 // 0: volplane.watcher.v1.Kind
 	(Encoding)(0),             // 1: volplane.watcher.v1.Encoding
 	(EventType)(0),            // 2: volplane.watcher.v1.EventType
 	(*Cursor)(nil),            // 3: volplane.watcher.v1.Cursor
 	(*WatchRequest)(nil),      // 4: volplane.watcher.v1.WatchRequest
-	(*WatchResponse)(nil),     // 5: volplane.watcher.v1.WatchResponse
-	(*GetStatusRequest)(nil),  // 6: volplane.watcher.v1.GetStatusRequest
-	(*GetStatusResponse)(nil), // 7: volplane.watcher.v1.GetStatusResponse
-	(*Pod)(nil),               // 8: volplane.watcher.v1.Pod
+	(*ClaimShard)(nil),        // 5: volplane.watcher.v1.ClaimShard
+	(*WatchResponse)(nil),     // 6: volplane.watcher.v1.WatchResponse
+	(*GetStatusRequest)(nil),  // 7: volplane.watcher.v1.GetStatusRequest
+	(*GetStatusResponse)(nil), // 8: volplane.watcher.v1.GetStatusResponse
+	(*Pod)(nil),               // 9: volplane.watcher.v1.Pod
 }
 var file_volplane_watcher_v1_watcher_proto_depIdxs = []int32{
 	0, // 0: volplane.watcher.v1.WatchRequest.kinds:type_name -> volplane.watcher.v1.Kind
 	1, // 1: volplane.watcher.v1.WatchRequest.encoding:type_name -> volplane.watcher.v1.Encoding
 	3, // 2: volplane.watcher.v1.WatchRequest.resume_after:type_name -> volplane.watcher.v1.Cursor
-	2, // 3: volplane.watcher.v1.WatchResponse.type:type_name -> volplane.watcher.v1.EventType
-	0, // 4: volplane.watcher.v1.WatchResponse.kind:type_name -> volplane.watcher.v1.Kind
-	3, // 5: volplane.watcher.v1.WatchResponse.cursor:type_name -> volplane.watcher.v1.Cursor
-	4, // 6: volplane.watcher.v1.WatcherService.Watch:input_type -> volplane.watcher.v1.WatchRequest
-	6, // 7: volplane.watcher.v1.WatcherService.GetStatus:input_type -> volplane.watcher.v1.GetStatusRequest
-	5, // 8: volplane.watcher.v1.WatcherService.Watch:output_type -> volplane.watcher.v1.WatchResponse
-	7, // 9: volplane.watcher.v1.WatcherService.GetStatus:output_type -> volplane.watcher.v1.GetStatusResponse
-	8, // [8:10] is the sub-list for method output_type
-	6, // [6:8] is the sub-list for method input_type
-	6, // [6:6] is the sub-list for extension type_name
-	6, // [6:6] is the sub-list for extension extendee
-	0, // [0:6] is the sub-list for field type_name
+	5, // 3: volplane.watcher.v1.WatchRequest.claim_shard:type_name -> volplane.watcher.v1.ClaimShard
+	2, // 4: volplane.watcher.v1.WatchResponse.type:type_name -> volplane.watcher.v1.EventType
+	0, // 5: volplane.watcher.v1.WatchResponse.kind:type_name -> volplane.watcher.v1.Kind
+	3, // 6: volplane.watcher.v1.WatchResponse.cursor:type_name -> volplane.watcher.v1.Cursor
+	4, // 7: volplane.watcher.v1.WatcherService.Watch:input_type -> volplane.watcher.v1.WatchRequest
+	7, // 8: volplane.watcher.v1.WatcherService.GetStatus:input_type -> volplane.watcher.v1.GetStatusRequest
+	6, // 9: volplane.watcher.v1.WatcherService.Watch:output_type -> volplane.watcher.v1.WatchResponse
+	8, // 10: volplane.watcher.v1.WatcherService.GetStatus:output_type -> volplane.watcher.v1.GetStatusResponse
+	9, // [9:11] is the sub-list for method output_type
+	7, // [7:9] is the sub-list for method input_type
+	7, // [7:7] is the sub-list for extension type_name
+	7, // [7:7] is the sub-list for extension extendee
+	0, // [0:7] is the sub-list for field type_name
 }
 
 func init() { file_volplane_watcher_v1_watcher_proto_init() }
@@ -821,7 +908,7 @@ func file_volplane_watcher_v1_watcher_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_volplane_watcher_v1_watcher_proto_rawDesc), len(file_volplane_watcher_v1_watcher_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   6,
+			NumMessages:   7,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
