@@ -62,6 +62,11 @@ type Options struct {
 	// previous owner has stopped (--ownership-settle); 0 means
 	// DefaultOwnershipSettle.
 	OwnershipSettle time.Duration
+	// ClaimsByShard asks the watcher for this replica's shard of the
+	// claims only (--claims-by-shard), so that each replica's CPU and
+	// memory for claims fall as 1/B. Off by default: ListClaims then lists
+	// only the answering replica's shard (no fan-out across replicas yet).
+	ClaimsByShard bool
 	// ForeignBinderManagers are the field managers of other binders whose
 	// binding writes to the claims and volumes this replica owns it
 	// reports (foreign.go; --foreign-binder-managers); nil means
@@ -191,15 +196,17 @@ func Run(ctx context.Context, o Options) error {
 		defer reporting.CompareAndSwap(c, nil)
 	}
 	own := newOwnership(o.MemberID, o.OwnershipSettle)
-	// The watcher sends this replica the claims of its shard only.
-	c.shard = watchclient.NewShard()
-	c.streams = c.shard.Streams
-	own.shard, own.holds = c.shard, c.shard.Holds
-	// The claims a full list brings were queued before they were owned
-	// (Holds answers only once the list is in): queue them again. The
-	// resync after the settle period (followMembers) covers a list that
-	// comes in first.
-	c.shard.OnListed(c.enqueueAll)
+	if o.ClaimsByShard {
+		// The watcher sends this replica the claims of its shard only.
+		c.shard = watchclient.NewShard()
+		c.streams = c.shard.Streams
+		own.shard, own.holds = c.shard, c.shard.Holds
+		// The claims a full list brings were queued before they were
+		// owned (Holds answers only once the list is in): queue them
+		// again. The resync after the settle period (followMembers)
+		// covers a list that comes in first.
+		c.shard.OnListed(c.enqueueAll)
+	}
 	c.owns = own.owns
 	c.canAct = func() bool {
 		ok, _ := r.API.Healthy(3 * time.Second)

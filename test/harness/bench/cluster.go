@@ -401,6 +401,7 @@ func (t *trial) startVolplane(ctx context.Context) error {
 			"--listen", binderAddr, "--watcher-address", watcherAddr, "--member-id", name, "--log-level", "warn"}, devenv.TLSArgs(t.certs["binder"])...)
 		binderArgs = append(binderArgs, "--workers", strconv.Itoa(t.o.workers()))
 		binderArgs = append(binderArgs, t.o.ServiceFlags...)
+		binderArgs = append(binderArgs, t.o.BinderFlags...)
 		if provisionerAddr != "" {
 			binderArgs = append(binderArgs, "--provisioner-address", provisionerAddr)
 		}

@@ -95,6 +95,9 @@ type Options struct {
 	// and provisioner (e.g. --timeline=false, to measure what the
 	// timeline costs).
 	ServiceFlags []string
+	// BinderFlags are added to the binders' command lines only (e.g.
+	// --claims-by-shard with Binders).
+	BinderFlags []string
 	// Compare, when positive, runs that many rounds of volplane and of
 	// kube-controller-manager (KCM; with ExternalProvisioner for dynamic
 	// provisioning) interleaved A/B, static then dynamic, at each of
@@ -269,7 +272,7 @@ func (o *Options) validate() error {
 	if o.VsCeiling < 0 {
 		errs = append(errs, fmt.Errorf("vs-ceiling must not be negative, got %d", o.VsCeiling))
 	}
-	for _, f := range o.ServiceFlags {
+	for _, f := range slices.Concat(o.ServiceFlags, o.BinderFlags) {
 		if !strings.HasPrefix(f, "--") {
 			errs = append(errs, fmt.Errorf("service flag %q: want --name or --name=value", f))
 		}
