@@ -131,7 +131,7 @@ func (t *trial) measureDelete(ctx context.Context, n int) (*Result, error) {
 		fmt.Fprintf(t.o.Log, "profile: %v\n", err)
 	}
 	r := &Result{
-		System: t.o.name(t.sys), Dynamic: true, Deletion: true, Claims: n, CreateWindow: window, Latency: summarize(lat),
+		System: t.o.name(t.sys), Placement: t.o.placement(), Dynamic: true, Deletion: true, Claims: n, CreateWindow: window, Latency: summarize(lat),
 		Setup: t.setup, Procs: usage(procs, cpu, cpuAfter), Requests: after.since(before),
 		ClusterVolumes: t.setup.Existing.Volumes, ClusterClaims: t.setup.Existing.Claims,
 	}
