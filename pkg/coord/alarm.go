@@ -145,6 +145,7 @@ func (k *Keeper) watchAlarms(ctx context.Context, client *clientv3.Client) {
 	defer t.Stop()
 	warned := false
 	for {
+		began := time.Now()
 		actx, cancel := context.WithTimeout(ctx, k.o.AlarmPeriod+time.Second)
 		active, err := readAlarms(actx, client)
 		cancel()
@@ -158,7 +159,9 @@ func (k *Keeper) watchAlarms(ctx context.Context, client *clientv3.Client) {
 			if errors.Is(err, rpctypes.ErrPermissionDenied) {
 				k.recovered() // it answered
 			} else {
-				k.outage.Failed(fmt.Errorf("ask etcd for its status: %w", err))
+				// A poll sent during an outage may time out after the
+				// session reopened: that is not a new outage.
+				k.outage.FailedAt(began, fmt.Errorf("ask etcd for its status: %w", err))
 			}
 			if !warned && errors.Is(err, rpctypes.ErrPermissionDenied) {
 				warned = true

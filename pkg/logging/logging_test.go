@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"log/slog"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -143,6 +144,45 @@ func TestOutageLogsItsStartAndEndOnce(t *testing.T) {
 	o.Failed(errors.New("timeout"))
 	if got := lines(t, &buf); len(got) != 1 || got[0]["msg"] != "etcd unreachable" {
 		t.Fatalf("second outage: %v", got)
+	}
+}
+
+// A probe sent during an outage that times out after another attempt
+// ended the outage is not a new outage (the flap TestEtcdOutage caught:
+// "reachable again", "unreachable", "reachable again" 50 ms apart).
+func TestOutageIgnoresAStaleFailure(t *testing.T) {
+	var buf bytes.Buffer
+	o := NewOutage(jsonLogger(&buf, slog.LevelInfo), "etcd")
+	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	o.now = func() time.Time { return now }
+	o.Failed(errors.New("connection refused"))
+	probe := now.Add(time.Second) // sent during the outage
+	now = now.Add(18 * time.Second)
+	o.Recovered()
+	now = now.Add(50 * time.Millisecond)
+	if o.FailedAt(probe, errors.New("context deadline exceeded")) {
+		t.Fatal("a probe from before the recovery started an outage")
+	}
+	if down, _ := o.Down(); down {
+		t.Fatal("down after a stale failure")
+	}
+	// A failure of an attempt that began after the recovery is a new
+	// outage, as is one that gives no start.
+	if !o.FailedAt(now, errors.New("connection refused")) {
+		t.Fatal("a fresh failure did not start an outage")
+	}
+	o.Recovered()
+	if !o.Failed(errors.New("connection refused")) {
+		t.Fatal("Failed without a start did not start an outage")
+	}
+	got := lines(t, &buf)
+	var msgs []string
+	for _, l := range got {
+		msgs = append(msgs, l["msg"].(string))
+	}
+	want := []string{"etcd unreachable", "etcd reachable again", "etcd unreachable", "etcd reachable again", "etcd unreachable"}
+	if !slices.Equal(msgs, want) {
+		t.Fatalf("lines %v, want %v", msgs, want)
 	}
 }
 

@@ -21,6 +21,7 @@ type Outage struct {
 	mu       sync.Mutex
 	since    time.Time // when the outage began; zero while reachable
 	failures int
+	upAt     time.Time // when the last outage ended
 }
 
 // NewOutage returns an Outage of what (e.g. "API server", "etcd"), logged
@@ -37,8 +38,20 @@ func NewOutage(log *slog.Logger, what string, attrs ...any) *Outage {
 // "<what> unreachable"), later ones are logged at Debug. It reports
 // whether this failure started the outage.
 func (o *Outage) Failed(err error, attrs ...any) bool {
+	return o.FailedAt(time.Time{}, err, attrs...)
+}
+
+// FailedAt is Failed for an attempt that began at began: one that began
+// before the last recovery is stale (a probe sent during the outage that
+// timed out after another attempt succeeded) and is logged at Debug only,
+// starting no outage. A zero began is never stale.
+func (o *Outage) FailedAt(began time.Time, err error, attrs ...any) bool {
 	o.mu.Lock()
 	defer o.mu.Unlock()
+	if !began.IsZero() && o.since.IsZero() && began.Before(o.upAt) {
+		o.log.Debug(o.what+" attempt from before it was reachable again failed", append([]any{ErrorKey, err}, attrs...)...)
+		return false
+	}
 	o.failures++
 	args := append([]any{ErrorKey, err}, attrs...)
 	if !o.since.IsZero() {
@@ -61,7 +74,7 @@ func (o *Outage) Recovered(attrs ...any) bool {
 	}
 	d := o.now().Sub(o.since).Round(time.Millisecond)
 	o.log.Info(o.what+" reachable again", append([]any{"after", d, "failures", o.failures}, attrs...)...)
-	o.since, o.failures = time.Time{}, 0
+	o.since, o.failures, o.upAt = time.Time{}, 0, o.now()
 	return true
 }
 
