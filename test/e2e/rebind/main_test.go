@@ -9,7 +9,7 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
-	"net"
+
 	"os"
 	"testing"
 	"time"
@@ -20,6 +20,7 @@ import (
 	"github.com/volplane/volplane/services/binder"
 	"github.com/volplane/volplane/services/reclaimer"
 	"github.com/volplane/volplane/services/watcher"
+	"github.com/volplane/volplane/test/harness/devenv"
 	"github.com/volplane/volplane/test/harness/e2e"
 )
 
@@ -30,12 +31,11 @@ var cluster struct {
 }
 
 func freeAddr() string {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	addr, err := devenv.FreeAddr()
 	if err != nil {
 		panic(err)
 	}
-	defer l.Close()
-	return l.Addr().String()
+	return addr
 }
 
 func TestMain(m *testing.M) {

@@ -2,7 +2,6 @@ package devenv
 
 import (
 	"fmt"
-	"net"
 	"net/url"
 	"time"
 
@@ -126,11 +125,9 @@ func (e *Etcd) Stop() {
 }
 
 func freeURL() (*url.URL, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	addr, err := FreeAddr()
 	if err != nil {
-		return nil, fmt.Errorf("find a free port: %w", err)
+		return nil, err
 	}
-	addr := l.Addr().String()
-	l.Close()
 	return &url.URL{Scheme: "http", Host: addr}, nil
 }

@@ -3,7 +3,6 @@ package devenv
 import (
 	"context"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -137,16 +136,6 @@ func PIDUsage(pid int) (rss int64, cpu time.Duration, err error) {
 	ut, _ := strconv.ParseInt(f[11], 10, 64)
 	st, _ := strconv.ParseInt(f[12], 10, 64)
 	return rss, time.Duration(ut+st) * time.Second / 100, nil // USER_HZ is 100 on Linux
-}
-
-// FreeAddr returns a loopback host:port nobody listens on right now.
-func FreeAddr() (string, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return "", fmt.Errorf("find a free port: %w", err)
-	}
-	defer l.Close()
-	return l.Addr().String(), nil
 }
 
 // WaitServing waits until the volplane service at addr, dialled with tls,
