@@ -41,6 +41,7 @@ func main() {
 	fs.IntVar(&o.Workers, "workers", 0, "binder --workers and the ceiling's workers; 0 means 128 (bench.DefaultWorkers)")
 	fs.IntVar(&o.Clients, "clients", 32, "goroutines creating a burst's claims, the volumes and the --existing population")
 	fs.StringVar(&o.ProfileDir, "profile-dir", "", "save CPU and heap profiles of the binder, the watcher and (dynamic) the provisioner, taken during a burst (or, with --rate, while each rate's claims arrive, in rate-<R>/) into this directory")
+	fs.BoolVar(&o.KeepLogs, "keep-logs", false, "keep each run's directory with every process's log (printed at the end of the run) instead of removing it")
 	fs.StringVar(&o.KCM, "kube-controller-manager", "", "compare: bind with this kube-controller-manager binary's PV binder instead of volplane (make kube-controller-manager)")
 	fs.IntVar(&o.KCMQPS, "kcm-qps", 20, "kube-controller-manager's (and csi-provisioner's) --kube-api-qps and burst (its default is 20)")
 	fs.StringVar(&o.ExternalProvisioner, "external-provisioner", "", "compare dynamic provisioning: with --dynamic and --kube-controller-manager, provision with this csi-provisioner binary (make external-provisioner) through the same dev CSI driver")

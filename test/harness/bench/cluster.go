@@ -132,6 +132,10 @@ func (t *trial) stop() {
 		if t.etcd != nil {
 			t.etcd.Stop()
 		}
+		if t.o.KeepLogs {
+			fmt.Fprintf(os.Stderr, "kept the run's logs in %s\n", t.dir)
+			return
+		}
 		os.RemoveAll(t.dir)
 	})
 }

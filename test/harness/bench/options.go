@@ -49,6 +49,9 @@ type Options struct {
 	// profiles at the end (binder.heap, …); with Rates, one directory per
 	// rate (rate-<R>/), profiled while the claims arrive. Volplane only.
 	ProfileDir string
+	// KeepLogs keeps each run's directory (every process's log) instead
+	// of removing it, and prints where it is.
+	KeepLogs bool
 	// KCM, when set, is a kube-controller-manager binary: its
 	// persistentvolume-binder controller (client QPS KCMQPS) binds instead
 	// of volplane, for a comparison on the same machine and apiserver.
