@@ -83,3 +83,18 @@ func TestReclaimSpans(t *testing.T) {
 		}
 	}
 }
+
+// Without a tracer the span helpers allocate nothing.
+func TestNoTracerAllocatesNothing(t *testing.T) {
+	c := &controller{entries: map[string]*entry{}}
+	r := &reclaimerv1.Reclaim{VolumeName: "pv", ClaimUid: "u"}
+	ctx := t.Context()
+	if n := testing.AllocsPerRun(100, func() {
+		actx, sp := c.startAttempt(ctx, "pv", r)
+		_, child := c.startSpan(actx, spanDeleteVolume, r)
+		endSpan(child, nil)
+		endAttempt(sp, r, nil)
+	}); n != 0 {
+		t.Errorf("%v allocations per attempt without a tracer", n)
+	}
+}
