@@ -548,3 +548,18 @@ func TestEventsCarryObservedTime(t *testing.T) {
 		within("live "+tc.typ.String(), ev, lo, hi)
 	}
 }
+
+// Appending an event of an informer's object (already encoded by the
+// transform) allocates the event and the next notify channel, nothing
+// more: its observed time is a field of the event.
+func TestAppendAllocations(t *testing.T) {
+	h := newHub(16)
+	obj, err := transform(volume("a", "1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	enc := obj.(kube.Object)
+	if n := testing.AllocsPerRun(100, func() { h.append(typeUpdated, kindPV, "a", enc, "1") }); n > 2 {
+		t.Errorf("%v allocations per append, want at most 2 (the event, the notify channel)", n)
+	}
+}
