@@ -19,7 +19,8 @@ func (o *options) timelineCommand() *cobra.Command {
 		GroupID: groupRead,
 		Short:   "Show the steps volplane took for a claim, and which took the time",
 		Long: `Show a claim's timeline as a waterfall: one line per step the binder and the
-provisioner took for it (seen, queued, each sync and its decision, the
+provisioner took for it (watch: created to seen by the watcher; stream: the
+watcher to the binder; queued, each sync and its decision, the
 reservation, the provisioning call, CreateVolume with its gRPC code, the
 PersistentVolume written, the bind, each backoff and its reason), with its
 offset from the first step, its duration, a bar scaled to the whole, the

@@ -25,5 +25,7 @@
 // gRPC calls (pkg/grpcutil propagates it as W3C traceparent metadata), so
 // the binder's provisioning call, the provisioner's work and its CSI
 // CreateVolume call are one trace. Without an endpoint no exporter or
-// tracer provider is created and nothing is exported.
+// tracer provider is created and nothing is exported. Store.Tracer gives
+// the tracer alone, to a service whose steps go to OpenTelemetry only (the
+// reclaimer's, which belong to a deleted claim).
 package timeline

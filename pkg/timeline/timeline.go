@@ -114,6 +114,17 @@ func New(claims, perClaim int, tracer trace.Tracer) *Store {
 // Tracing reports whether spans also go to OpenTelemetry.
 func (s *Store) Tracing() bool { return s != nil && s.tracer != nil }
 
+// Tracer is the store's OpenTelemetry tracer: nil without tracing, and
+// for a nil store. For steps that belong to no claim timeline the API
+// serves (the reclaimer's, after the claim is gone), which go to
+// OpenTelemetry only.
+func (s *Store) Tracer() trace.Tracer {
+	if s == nil {
+		return nil
+	}
+	return s.tracer
+}
+
 func (s *Store) shard(uid string) *shard {
 	if len(s.shards) == 1 {
 		return &s.shards[0]

@@ -58,6 +58,10 @@ type Event struct {
 	Object any
 	// ResourceVersion is the object's, as the watcher sent it.
 	ResourceVersion string
+	// Observed is when the watcher's informer delivered the change (the
+	// watcher's clock, WatchResponse.observed_unix_nano); zero from a
+	// watcher that predates the field, and when Vanished.
+	Observed time.Time
 	// Vanished marks a Deleted that a full list implies: the subscriber
 	// held Key and the list no longer mentions it. The object was deleted
 	// while the stream was down (or the replica streaming now has not seen
@@ -231,7 +235,11 @@ func (f *Feed) Event(ev *watcherv1.WatchResponse) error {
 	if err != nil {
 		return err
 	}
-	return f.sub.Apply(Event{Type: typ, Kind: ev.GetKind(), Key: ev.GetKey(), Object: obj, ResourceVersion: ev.GetResourceVersion()})
+	out := Event{Type: typ, Kind: ev.GetKind(), Key: ev.GetKey(), Object: obj, ResourceVersion: ev.GetResourceVersion()}
+	if ns := ev.GetObservedUnixNano(); ns > 0 {
+		out.Observed = time.Unix(0, ns)
+	}
+	return f.sub.Apply(out)
 }
 
 // Synced implements Handler: a full list is complete. Every key the

@@ -34,6 +34,7 @@ var (
 // every event and Relisted call.
 type view struct {
 	objs     map[watcherv1.Kind]map[string]any
+	observed map[string]time.Time // by key, the last event's Observed
 	log      []string
 	relisted []watchclient.Listed
 }
@@ -54,6 +55,9 @@ func (v *view) Apply(ev watchclient.Event) error {
 		line += " uid=" + string(uid)
 	}
 	v.log = append(v.log, line)
+	if v.observed != nil {
+		v.observed[ev.Key] = ev.Observed
+	}
 	if ev.Type == watchclient.Deleted {
 		delete(m, ev.Key)
 	} else {
@@ -285,5 +289,24 @@ func poll(t *testing.T, what string, cond func() bool) {
 			t.Fatalf("timed out waiting for %s", what)
 		}
 		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// An event carries when the watcher's informer delivered it
+// (observed_unix_nano) as Observed, at the nanosecond; an event from a
+// watcher that predates the field carries the zero time, not 1970.
+func TestEventObserved(t *testing.T) {
+	v := newView()
+	v.observed = map[string]time.Time{}
+	f := watchclient.NewFeed(v, pvKind, pvcKind)
+	at := time.Date(2026, 11, 27, 18, 0, 0, 123456789, time.UTC)
+	with := wire(t, added, pvcKind, "ns/x", pvc("x", "ux"))
+	with.ObservedUnixNano = at.UnixNano()
+	feed(t, f, with, wire(t, added, pvKind, "a", pv("a", "ua")))
+	if got := v.observed["ns/x"]; !got.Equal(at) {
+		t.Errorf("Observed %v, want %v", got, at)
+	}
+	if got, ok := v.observed["a"]; !ok || !got.IsZero() {
+		t.Errorf("no observed time sent: Observed %v (present %v), want the zero time", got, ok)
 	}
 }

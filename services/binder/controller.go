@@ -198,7 +198,7 @@ func (c *controller) Apply(ev watchclient.Event) error {
 	case *corev1.PersistentVolumeClaim:
 		old := c.store.claim(ev.Key)
 		if old == nil {
-			c.noteSeen(o)
+			c.noteSeen(o, ev.Observed)
 		}
 		if cur := c.store.putClaim(o); cur != nil {
 			// A binding field changed that no write of this replica's had

@@ -61,15 +61,71 @@ func decisionDetail(d decision) string {
 	return ""
 }
 
-// noteSeen records when the binder first saw a claim that is not bound
-// yet: from its creation to its watch event's arrival (the watcher's
-// informer, the stream and the binder's cache in between).
-func (c *controller) noteSeen(claim *corev1.PersistentVolumeClaim) {
+// The spans of a claim's way to the binder (noteSeen).
+const (
+	// watchSpan: from the claim's creation to the watcher's informer.
+	watchSpan = "watch"
+	// streamSpan: from the watcher's informer to the binder.
+	streamSpan = "stream"
+	// seenSpan: both at once, when the watcher sends no observed time (a
+	// watcher that predates WatchResponse.observed_unix_nano).
+	seenSpan = "seen"
+)
+
+const (
+	watchDetail  = "created (creationTimestamp: whole seconds, the API server's clock) to delivered by the watcher's informer (the watcher's clock): the API server's watch and the informer"
+	streamDetail = "delivered by the watcher's informer to received by the binder: the watcher's stream to the binder"
+	seenDetail   = "created (whole seconds), seen by the watcher and streamed to the binder (the watcher sends no observed time: an older watcher)"
+	skewDetail   = "; clocks skewed, clamped"
+)
+
+// noteSeen records how a claim that is not bound yet reached the binder,
+// when its first watch event arrives: from its creation to the watcher's
+// informer (watch), and from there to the binder (stream). observed is
+// when the watcher's informer delivered the event (watchclient.Event's
+// Observed); zero (an older watcher) records the one span seen, from
+// creation to now.
+func (c *controller) noteSeen(claim *corev1.PersistentVolumeClaim, observed time.Time) {
 	if c.timeline == nil || !tracked(claim) || claim.CreationTimestamp.IsZero() {
 		return
 	}
-	c.timeline.Add(context.Background(), string(claim.UID), "seen", claim.CreationTimestamp.Time, time.Now(), "",
-		"created (whole seconds), seen by the watcher and streamed to the binder")
+	uid := string(claim.UID)
+	created, seen, now, skewed := seenTimes(claim.CreationTimestamp.Time, observed, time.Now())
+	if observed.IsZero() {
+		c.timeline.Add(context.Background(), uid, seenSpan, created, now, "", seenDetail)
+		return
+	}
+	wd, sd := watchDetail, streamDetail
+	if skewed {
+		wd, sd = wd+skewDetail, sd+skewDetail
+	}
+	c.timeline.Add(context.Background(), uid, watchSpan, created, seen, "", wd)
+	c.timeline.Add(context.Background(), uid, streamSpan, seen, now, "", sd)
+}
+
+// seenTimes orders the three clocks a claim's arrival is measured with:
+// created is the API server's (creationTimestamp, truncated to whole
+// seconds, so it is up to a second early), observed the watcher pod's,
+// now the binder's. Skew between them can put observed after now or
+// before created, or created after now: each is clamped (created to at
+// most now, observed between created and now), so that no span has a
+// negative duration; skewed says whether any was. The binder's clock wins
+// (now is never moved): every later span of the claim is timed by it.
+// A zero observed stays zero.
+func seenTimes(created, observed, now time.Time) (c, o, n time.Time, skewed bool) {
+	if created.After(now) {
+		created, skewed = now, true
+	}
+	if observed.IsZero() {
+		return created, observed, now, skewed
+	}
+	switch {
+	case observed.Before(created):
+		observed, skewed = created, true
+	case observed.After(now):
+		observed, skewed = now, true
+	}
+	return created, observed, now, skewed
 }
 
 // noteQueued records how long a claim waited in the queue for its sync.

@@ -247,3 +247,107 @@ func TestTimelineWaitForFirstConsumer(t *testing.T) {
 		t.Errorf("a wait was started for a claim gone from the cache (%d noted)", c.waits.n.Load())
 	}
 }
+
+// TestTimelineSeenSplit: a claim's first watch event records its way to
+// the binder as two spans, watch (created → the watcher's informer) and
+// stream (the informer → the binder), in order and never negative, also
+// when the watcher's clock is skewed either way (clamped, and said so); a
+// watcher that sends no observed time gives the one span seen, as before.
+// Only the first event of a tracked claim records them.
+func TestTimelineSeenSplit(t *testing.T) {
+	created := time.Now().Add(-10 * time.Second).Truncate(time.Second)
+	for name, tc := range map[string]struct {
+		observed time.Time // zero: an older watcher
+		names    []string
+		skewed   bool
+		// watch: how long the watch span takes at least and at most.
+		watchMin, watchMax time.Duration
+	}{
+		"watcher's time":            {observed: created.Add(3 * time.Second), names: []string{watchSpan, streamSpan}, watchMin: 3 * time.Second, watchMax: 3 * time.Second},
+		"watcher's clock ahead":     {observed: time.Now().Add(time.Hour), names: []string{watchSpan, streamSpan}, skewed: true, watchMin: 10 * time.Second, watchMax: time.Minute},
+		"watcher's clock behind":    {observed: created.Add(-time.Hour), names: []string{watchSpan, streamSpan}, skewed: true, watchMin: 0, watchMax: 0},
+		"watcher sends no time":     {names: []string{seenSpan}},
+		"watcher at the same clock": {observed: created, names: []string{watchSpan, streamSpan}, watchMin: 0, watchMax: 0},
+	} {
+		t.Run(name, func(t *testing.T) {
+			c := newController(slog.New(slog.DiscardHandler), fake.NewClientset(), record.NewFakeRecorder(100))
+			c.timeline = timeline.New(100, 16, nil)
+			c.Reset()
+			claim := testClaim("c")
+			claim.CreationTimestamp = metav1.NewTime(created)
+			ev := event(watcherv1.EventType_EVENT_TYPE_ADDED, watcherv1.Kind_KIND_PERSISTENT_VOLUME_CLAIM, "ns/c", claim)
+			if !tc.observed.IsZero() {
+				ev.ObservedUnixNano = tc.observed.UnixNano()
+			}
+			before := time.Now()
+			if err := c.Event(ev); err != nil {
+				t.Fatal(err)
+			}
+			after := time.Now()
+			// A later event of the same claim records nothing more.
+			ev.ObservedUnixNano = time.Now().UnixNano()
+			if err := c.Event(ev); err != nil {
+				t.Fatal(err)
+			}
+			spans, _ := c.timeline.Spans(string(claim.UID))
+			var names []string
+			for _, s := range spans {
+				names = append(names, s.Name)
+				if s.Duration() < 0 {
+					t.Errorf("span %s is negative: %s", s.Name, s.Duration())
+				}
+				if s.StartTime().Before(created) || s.EndTime().After(after) {
+					t.Errorf("span %s from %s to %s: outside [created %s, received %s]", s.Name, s.StartTime(), s.EndTime(), created, after)
+				}
+				if !strings.Contains(s.Detail, "whole seconds") && s.Name != streamSpan {
+					t.Errorf("span %s detail %q does not say the creationTimestamp has whole seconds", s.Name, s.Detail)
+				}
+				if strings.Contains(s.Detail, "clamped") != tc.skewed {
+					t.Errorf("span %s detail %q: says clamped %v, want %v", s.Name, s.Detail, !tc.skewed, tc.skewed)
+				}
+			}
+			if strings.Join(names, ",") != strings.Join(tc.names, ",") {
+				t.Fatalf("spans %v, want %v", names, tc.names)
+			}
+			if len(spans) == 2 {
+				w, s := spans[0], spans[1]
+				if !w.StartTime().Equal(created) || w.End != s.Start || s.EndTime().Before(before) {
+					t.Errorf("watch %s..%s, stream %s..%s: not created → observed → received (%s)", w.StartTime(), w.EndTime(), s.StartTime(), s.EndTime(), before)
+				}
+				if d := w.Duration(); d < tc.watchMin || d > tc.watchMax {
+					t.Errorf("watch took %s, want %s to %s", d, tc.watchMin, tc.watchMax)
+				}
+			}
+		})
+	}
+}
+
+// TestSeenTimesClamps: skew between the API server's, the watcher's and
+// the binder's clocks never makes a span negative, and the binder's now is
+// never moved.
+func TestSeenTimesClamps(t *testing.T) {
+	now := time.Now()
+	s := time.Second
+	for name, tc := range map[string]struct {
+		created, observed time.Time
+		wantC, wantO      time.Time
+		skewed            bool
+	}{
+		"in order":                     {now.Add(-3 * s), now.Add(-s), now.Add(-3 * s), now.Add(-s), false},
+		"watcher ahead of the binder":  {now.Add(-3 * s), now.Add(s), now.Add(-3 * s), now, true},
+		"watcher behind the server":    {now.Add(-3 * s), now.Add(-4 * s), now.Add(-3 * s), now.Add(-3 * s), true},
+		"binder behind the server":     {now.Add(2 * s), now.Add(3 * s), now, now, true},
+		"binder behind, no watch time": {now.Add(2 * s), time.Time{}, now, time.Time{}, true},
+		"no watch time":                {now.Add(-2 * s), time.Time{}, now.Add(-2 * s), time.Time{}, false},
+	} {
+		t.Run(name, func(t *testing.T) {
+			c, o, n, skewed := seenTimes(tc.created, tc.observed, now)
+			if !c.Equal(tc.wantC) || !o.Equal(tc.wantO) || !n.Equal(now) || skewed != tc.skewed {
+				t.Errorf("got %s, %s, %s, skewed %v; want %s, %s, %s, %v", c, o, n, skewed, tc.wantC, tc.wantO, now, tc.skewed)
+			}
+			if c.After(n) || (!o.IsZero() && (o.Before(c) || o.After(n))) {
+				t.Errorf("not ordered: %s, %s, %s", c, o, n)
+			}
+		})
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"go.opentelemetry.io/otel/trace"
 	"log/slog"
 	"sync"
 	"time"
@@ -54,6 +55,9 @@ type entry struct {
 	// refused: a Reclaim refused while a live claim pointed at the volume,
 	// kept so GetReclaim says why; the next Reclaim decides afresh.
 	refused bool
+	// trace: the span context of this replica's first attempt at the
+	// reclaim, whose trace its later attempts join (trace.go).
+	trace trace.SpanContext
 }
 
 // controller carries out reclaims: a rate-limited work queue of volume
@@ -75,6 +79,8 @@ type controller struct {
 	// step starts any more.
 	lost  <-chan struct{}
 	scrub func(dir string) error
+	// tracer receives the reclaim steps' spans (trace.go); nil: none.
+	tracer trace.Tracer
 
 	// volumes serializes the journal writes and entry changes of one
 	// volume's held reclaim (hold, save, finish); always taken before mu.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"go.opentelemetry.io/otel/attribute"
 	"slices"
 
 	"google.golang.org/grpc/codes"
@@ -68,12 +69,18 @@ func (c *controller) deleteBacking(ctx context.Context, r *reclaimerv1.Reclaim, 
 	// read, so that the delete removes the object at once: two writes and
 	// no read, where deleting first needs a read of the Terminating
 	// volume to update it.
-	if err := c.dropFinalizer(ctx, v); err != nil {
-		return c.transient(ctx, r, fmt.Errorf("remove finalizer %s from PersistentVolume %s: %w", kube.FinalizerExternalProvisioner, v.Name, err))
+	pctx, sp := c.startSpan(ctx, spanDeletePV, r)
+	if err := c.dropFinalizer(pctx, v); err != nil {
+		err = fmt.Errorf("remove finalizer %s from PersistentVolume %s: %w", kube.FinalizerExternalProvisioner, v.Name, err)
+		endSpan(sp, err)
+		return c.transient(ctx, r, err)
 	}
-	if err := c.kube.DeleteVolume(ctx, v.Name, v.UID); err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
-		return c.transient(ctx, r, fmt.Errorf("delete PersistentVolume %s: %w", v.Name, err))
+	if err := c.kube.DeleteVolume(pctx, v.Name, v.UID); err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
+		err = fmt.Errorf("delete PersistentVolume %s: %w", v.Name, err)
+		endSpan(sp, err)
+		return c.transient(ctx, r, err)
 	}
+	endSpan(sp, nil)
 	return c.finish(ctx, r, reclaimerv1.State_STATE_SUCCEEDED, "the backing volume and the PersistentVolume are deleted")
 }
 
@@ -112,9 +119,15 @@ func (c *controller) finishGone(ctx context.Context, r *reclaimerv1.Reclaim) err
 // gone; a message, that the provisioner refused or the driver failed
 // finally; an error, that the next attempt may succeed.
 func (c *controller) askDelete(ctx context.Context, r *reclaimerv1.Reclaim, b []byte) (string, error) {
+	ctx, sp := c.startSpan(ctx, spanDeleteVolume, r)
 	dctx, cancel := context.WithTimeout(ctx, deleteVolumeTimeout)
 	resp, err := c.prov.DeleteVolume(dctx, &provisionerv1.DeleteVolumeRequest{VolumeName: r.VolumeName, Volume: b})
 	cancel()
+	if sp.IsRecording() {
+		sp.SetAttributes(attribute.String("volplane.code", status.Code(err).String()), attribute.String("volplane.outcome", resp.GetOutcome().String()),
+			attribute.String("volplane.detail", resp.GetMessage()))
+	}
+	endSpan(sp, err)
 	switch {
 	case status.Code(err) == codes.FailedPrecondition:
 		// Not a volume the provisioner can delete: final until the

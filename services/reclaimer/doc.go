@@ -33,4 +33,9 @@
 //
 // Failures are retried with per-volume exponential backoff (client-go's work
 // queue rate limiter); RetryReclaim retries a FAILED reclaim at once.
+//
+// With an OTLP endpoint, every attempt and its DeleteVolume, PV deletion,
+// recycler pod or scrub are OpenTelemetry spans naming the volume and the
+// UID of the claim it last served (trace.go); they are exported only, not
+// kept for the claim timeline API, which cannot find a deleted claim.
 package reclaimer

@@ -3,6 +3,7 @@ package reclaimer
 import (
 	"context"
 	"fmt"
+	"go.opentelemetry.io/otel/trace"
 	"io"
 	"log/slog"
 	"os"
@@ -359,6 +360,8 @@ type fakeProvisioner struct {
 	resp    *provisionerv1.DeleteVolumeResponse
 	err     error
 	deletes []string
+	// traces: the trace of each DeleteVolume call's context.
+	traces []trace.TraceID
 }
 
 var _ provisioner = (*fakeProvisioner)(nil)
@@ -372,13 +375,14 @@ func (p *fakeProvisioner) ListDrivers(context.Context, *provisionerv1.ListDriver
 	return &provisionerv1.ListDriversResponse{Drivers: p.drivers}, nil
 }
 
-func (p *fakeProvisioner) DeleteVolume(_ context.Context, req *provisionerv1.DeleteVolumeRequest, _ ...grpc.CallOption) (*provisionerv1.DeleteVolumeResponse, error) {
+func (p *fakeProvisioner) DeleteVolume(ctx context.Context, req *provisionerv1.DeleteVolumeRequest, _ ...grpc.CallOption) (*provisionerv1.DeleteVolumeResponse, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if _, err := kube.DecodeVolume(req.GetVolume()); err != nil || req.GetVolumeName() == "" {
 		return nil, fmt.Errorf("bad request: %v", err)
 	}
 	p.deletes = append(p.deletes, req.GetVolumeName())
+	p.traces = append(p.traces, trace.SpanContextFromContext(ctx).TraceID())
 	return p.resp, p.err
 }
 

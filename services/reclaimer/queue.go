@@ -79,7 +79,9 @@ func (c *controller) handle(ctx context.Context, key string) {
 		// the attempt already scheduled comes when it is due.
 		return
 	}
-	err := c.sync(ctx, r)
+	sctx, sp := c.startAttempt(ctx, key, r)
+	err := c.sync(sctx, r)
+	endAttempt(sp, r, err)
 	switch {
 	case err == nil:
 		c.queue.Forget(key)

@@ -56,7 +56,10 @@ func (c *controller) recycleOnNode(ctx context.Context, r *reclaimerv1.Reclaim, 
 		if err := c.begin(ctx, r, fmt.Sprintf("scrubbing %s on node %s", dir, c.cfg.nodeName)); err != nil {
 			return err
 		}
-		if err := c.scrub(dir); err != nil {
+		_, sp := c.startSpan(ctx, spanScrub, r)
+		err = c.scrub(dir)
+		endSpan(sp, err)
+		if err != nil {
 			return c.fail(ctx, r, live, kube.EventVolumeFailedRecycle, "Recycle failed: "+err.Error())
 		}
 		faultpoint.Hit(faultpoint.ReclaimerAfterScrub)
@@ -151,6 +154,14 @@ func (c *controller) recycleWithPod(ctx context.Context, r *reclaimerv1.Reclaim,
 	}
 	// Each outcome is recorded (a write fenced on the reclaim's lock)
 	// before the pod is deleted.
+	switch pod.Status.Phase {
+	case corev1.PodSucceeded, corev1.PodFailed:
+		var failed error
+		if pod.Status.Phase == corev1.PodFailed {
+			failed = errors.New(podFailure(pod))
+		}
+		c.addSpan(ctx, spanRecyclerPod, r, pod.CreationTimestamp.Time, c.now(), r.RecyclerPod+" "+string(pod.Status.Phase)+" (from its creationTimestamp, whole seconds)", failed)
+	}
 	switch pod.Status.Phase {
 	case corev1.PodSucceeded:
 		recyclerPods.WithLabelValues("succeeded").Inc()

@@ -51,6 +51,9 @@ func Run(ctx context.Context, o Options) error {
 	defer claims.Shutdown()
 	c := newController(r.Log, o.MemberID, claims.cluster, r.Coord, newDrivers(prov, o.DriversRefreshPeriod, r.Log), prov, r.Recorder, o.config(),
 		o.RetryIntervalStart, o.RetryIntervalMax, nil)
+	// Reclaim steps go to OpenTelemetry only (trace.go); the replica's
+	// timeline store itself stays empty.
+	c.tracer = r.Timeline.Tracer()
 	if reporting.CompareAndSwap(nil, c) {
 		defer reporting.CompareAndSwap(c, nil)
 	}

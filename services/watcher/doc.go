@@ -16,7 +16,11 @@
 // cache.DeletedFinalStateUnknown is unwrapped). Updates that do not change
 // the resourceVersion (informer resyncs) are not logged. The epoch is a
 // random string chosen at start; sequences of different epochs do not
-// compare.
+// compare. Each event also holds when the handler got it (one time.Now,
+// the watcher's clock), sent as observed_unix_nano with the event and
+// with the object's entry in a full list, so subscribers can tell the API
+// server's and informer's lag from the stream's; RESET, SYNCED and
+// PROGRESS carry 0.
 //
 // # Pods
 //

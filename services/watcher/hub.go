@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"sync"
+	"time"
 
 	"github.com/volplane/volplane/pkg/kube"
 	watcherv1 "github.com/volplane/volplane/proto/volplane/watcher/v1"
@@ -16,12 +17,15 @@ import (
 // takes several times the memory, and the log holds up to HistorySize
 // events. JSON is made from the protobuf at most once, on demand.
 type event struct {
-	seq  uint64
-	typ  watcherv1.EventType
-	kind watcherv1.Kind
-	key  string
-	rv   string
-	pb   []byte
+	seq uint64
+	// observed is when the informer delivered the change (Unix
+	// nanoseconds): WatchResponse.observed_unix_nano.
+	observed int64
+	typ      watcherv1.EventType
+	kind     watcherv1.Kind
+	key      string
+	rv       string
+	pb       []byte
 	// obj is kept only when it could not be encoded (the error is
 	// reported to subscribers of every encoding).
 	obj   kube.Object
@@ -33,7 +37,9 @@ type event struct {
 }
 
 func newEvent(typ watcherv1.EventType, kind watcherv1.Kind, key string, obj kube.Object, rv string) *event {
-	e := &event{typ: typ, kind: kind, key: key, rv: rv}
+	// One clock read per event, in the struct the event needs anyway:
+	// no allocation of its own.
+	e := &event{typ: typ, kind: kind, key: key, rv: rv, observed: time.Now().UnixNano()}
 	if e.pb, e.pbErr = kube.EncodeProto(obj); e.pbErr != nil {
 		e.obj = obj
 	}

@@ -498,3 +498,68 @@ func TestGetStatus(t *testing.T) {
 		t.Fatalf("status %v", st)
 	}
 }
+
+// TestEventsCarryObservedTime: every event carries when the informer
+// delivered it (observed_unix_nano, the watcher's clock), live or in a
+// full list, where an object's entry carries the time of its current
+// state (not the list's); RESET and SYNCED carry none.
+func TestEventsCarryObservedTime(t *testing.T) {
+	h, s, _ := newTestServer(100, true)
+	appendAt := func(typ watcherv1.EventType, kind watcherv1.Kind, key string, obj kube.Object, rv string) (lo, hi int64) {
+		lo = time.Now().UnixNano()
+		h.append(typ, kind, key, obj, rv)
+		return lo, time.Now().UnixNano()
+	}
+	within := func(what string, ev *watcherv1.WatchResponse, lo, hi int64) {
+		t.Helper()
+		if got := ev.GetObservedUnixNano(); got < lo || got > hi {
+			t.Errorf("%s %s: observed %d, want within [%d, %d]", what, ev.GetKey(), got, lo, hi)
+		}
+	}
+	appendAt(typeAdded, kindPVC, "ns/c", claim("ns", "c", "1"), "1")
+	upLo, upHi := appendAt(typeUpdated, kindPVC, "ns/c", claim("ns", "c", "2"), "2")
+	volLo, volHi := appendAt(typeAdded, kindPV, "a", volume("a", "3"), "3")
+
+	sub := watch(t, s, &watcherv1.WatchRequest{})
+	if ev := sub.recv(); ev.GetType() != typeReset || ev.GetObservedUnixNano() != 0 {
+		t.Fatalf("RESET %v: observed %d, want 0", ev.GetType(), ev.GetObservedUnixNano())
+	}
+	for range 2 {
+		ev := sub.recv()
+		switch ev.GetKey() {
+		case "a":
+			within("listed", ev, volLo, volHi)
+		case "ns/c":
+			within("listed (its update's time)", ev, upLo, upHi)
+		default:
+			t.Fatalf("listed %v %q", ev.GetType(), ev.GetKey())
+		}
+	}
+	if ev := sub.recv(); ev.GetType() != typeSynced || ev.GetObservedUnixNano() != 0 {
+		t.Fatalf("SYNCED %v: observed %d, want 0", ev.GetType(), ev.GetObservedUnixNano())
+	}
+	for _, tc := range []struct {
+		typ watcherv1.EventType
+		rv  string
+	}{{typeAdded, "4"}, {typeUpdated, "5"}, {typeDeleted, "6"}} {
+		lo, hi := appendAt(tc.typ, kindPVC, "ns/d", claim("ns", "d", tc.rv), tc.rv)
+		ev := sub.recv()
+		expectEvent(t, h, ev, tc.typ, "ns/d", ev.GetCursor().GetSequence())
+		within("live "+tc.typ.String(), ev, lo, hi)
+	}
+}
+
+// Appending an event of an informer's object (already encoded by the
+// transform) allocates the event and the next notify channel, nothing
+// more: its observed time is a field of the event.
+func TestAppendAllocations(t *testing.T) {
+	h := newHub(16)
+	obj, err := transform(volume("a", "1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	enc := obj.(kube.Object)
+	if n := testing.AllocsPerRun(100, func() { h.append(typeUpdated, kindPV, "a", enc, "1") }); n > 2 {
+		t.Errorf("%v allocations per append, want at most 2 (the event, the notify channel)", n)
+	}
+}

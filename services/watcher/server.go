@@ -311,12 +311,13 @@ func (s *server) send(st grpc.ServerStreamingServer[watcherv1.WatchResponse], e 
 		return nil
 	}
 	return st.Send(&watcherv1.WatchResponse{
-		Type:            typ,
-		Kind:            e.kind,
-		Cursor:          &watcherv1.Cursor{Epoch: s.hub.epoch, Sequence: seq},
-		Key:             e.key,
-		Object:          b,
-		ResourceVersion: e.rv,
+		Type:             typ,
+		Kind:             e.kind,
+		Cursor:           &watcherv1.Cursor{Epoch: s.hub.epoch, Sequence: seq},
+		Key:              e.key,
+		Object:           b,
+		ResourceVersion:  e.rv,
+		ObservedUnixNano: e.observed,
 	})
 }
 

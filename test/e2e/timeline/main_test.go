@@ -29,6 +29,7 @@ import (
 	"github.com/volplane/volplane/pkg/timeline"
 	"github.com/volplane/volplane/services/binder"
 	"github.com/volplane/volplane/services/provisioner"
+	"github.com/volplane/volplane/services/reclaimer"
 	"github.com/volplane/volplane/services/watcher"
 	"github.com/volplane/volplane/test/harness/devenv"
 	"github.com/volplane/volplane/test/harness/e2e"
@@ -38,14 +39,15 @@ import (
 const createDelay = 1500 * time.Millisecond
 
 var cluster struct {
-	env        *devenv.Env
-	client     kubernetes.Interface
-	e2e        *e2e.Cluster
-	binderAddr string
-	watchAddr  string
-	provAddr   string
-	collector  *collector
-	csiCalls   *csiCalls
+	env         *devenv.Env
+	client      kubernetes.Interface
+	e2e         *e2e.Cluster
+	binderAddr  string
+	reclaimAddr string
+	watchAddr   string
+	provAddr    string
+	collector   *collector
+	csiCalls    *csiCalls
 }
 
 func TestMain(m *testing.M) {
@@ -109,8 +111,8 @@ func run(m *testing.M) int {
 	drv.Register(csiSrv.Server)
 	csiSrv.SetServing(true)
 
-	cluster.watchAddr, cluster.provAddr, cluster.binderAddr = freeAddr(), freeAddr(), freeAddr()
-	errc := make(chan error, 4)
+	cluster.watchAddr, cluster.provAddr, cluster.binderAddr, cluster.reclaimAddr = freeAddr(), freeAddr(), freeAddr(), freeAddr()
+	errc := make(chan error, 5)
 	go func() { errc <- csiSrv.Serve(ctx, lis, 10*time.Second) }()
 	go func() {
 		errc <- watcher.Run(ctx, watcher.Options{Kubeconfig: env.Kubeconfig, Listen: cluster.watchAddr, TLS: c.TLS("watcher"), Logger: logger("watcher")})
@@ -130,11 +132,24 @@ func run(m *testing.M) int {
 		return 1
 	}
 	go func() {
+		errc <- reclaimer.Run(ctx, reclaimer.Options{
+			Options: replica.Options{Kubeconfig: env.Kubeconfig, EtcdEndpoints: env.EtcdEndpoints, Listen: cluster.reclaimAddr,
+				TLS: c.TLS("reclaimer"), Logger: logger("reclaimer"), Timeline: tl},
+			ProvisionerAddress: cluster.provAddr,
+		})
+	}()
+	if err := c.WaitServing(ctx, cluster.reclaimAddr, 2*time.Minute); err != nil {
+		fmt.Fprintln(os.Stderr, "e2e/timeline: reclaimer did not start:", err)
+		c.DumpLogs(os.Stderr)
+		return 1
+	}
+	go func() {
 		errc <- binder.Run(ctx, binder.Options{
 			Options: replica.Options{Kubeconfig: env.Kubeconfig, EtcdEndpoints: env.EtcdEndpoints, Listen: cluster.binderAddr,
 				TLS: c.TLS("binder"), Logger: logger("binder"), Timeline: tl},
 			WatcherAddress:     cluster.watchAddr,
 			ProvisionerAddress: cluster.provAddr,
+			ReclaimerAddress:   cluster.reclaimAddr,
 		})
 	}()
 	if err := c.WaitServing(ctx, cluster.binderAddr, 2*time.Minute); err != nil {
@@ -142,7 +157,7 @@ func run(m *testing.M) int {
 		c.DumpLogs(os.Stderr)
 		return 1
 	}
-	return c.RunTests(m, "e2e/timeline", cancel, errc, 4)
+	return c.RunTests(m, "e2e/timeline", cancel, errc, 5)
 }
 
 func freeAddr() string {
@@ -192,21 +207,28 @@ func (c *collector) all() []exported {
 }
 
 // csiCalls records the traceparent each CreateVolume arrived with, by
-// volume name.
+// volume name, and each DeleteVolume, by "delete " and volume ID.
 type csiCalls struct {
 	mu          sync.Mutex
 	traceparent map[string]string
 }
 
 func (r *csiCalls) intercept(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
+	key := ""
 	if cv, ok := req.(interface{ GetName() string }); ok && filepath.Base(info.FullMethod) == "CreateVolume" {
+		key = cv.GetName()
+	}
+	if dv, ok := req.(interface{ GetVolumeId() string }); ok && filepath.Base(info.FullMethod) == "DeleteVolume" {
+		key = "delete " + dv.GetVolumeId()
+	}
+	if key != "" {
 		md, _ := metadata.FromIncomingContext(ctx)
 		r.mu.Lock()
 		if r.traceparent == nil {
 			r.traceparent = map[string]string{}
 		}
 		if v := md.Get("traceparent"); len(v) > 0 {
-			r.traceparent[cv.GetName()] = v[0]
+			r.traceparent[key] = v[0]
 		}
 		r.mu.Unlock()
 	}

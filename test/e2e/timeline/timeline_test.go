@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
 	"google.golang.org/protobuf/encoding/protojson"
 	authnv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -85,7 +86,26 @@ func TestTimelineOfASlowProvisioning(t *testing.T) {
 			t.Errorf("%s/%s took %s, longer than CreateVolume", s.GetService(), s.GetName(), duration(s))
 		}
 	}
-	for _, want := range [][2]string{{"binder", "seen"}, {"binder", "queued"}, {"binder", "sync"}, {"binder", "provision"},
+	// The claim's way to the binder: created → the watcher's informer
+	// (watch) → the binder (stream), in that order, none negative, and
+	// before the binder queued the claim; this watcher sends its observed
+	// time, so no single seen span.
+	watch, stream, queued := span(&tl, "binder", "watch"), span(&tl, "binder", "stream"), span(&tl, "binder", "queued")
+	switch {
+	case watch == nil || stream == nil || queued == nil:
+		t.Errorf("no watch, stream or queued span: %v, %v, %v", watch, stream, queued)
+	case span(&tl, "binder", "seen") != nil:
+		t.Errorf("a seen span from a watcher that sends its observed time: %v", span(&tl, "binder", "seen"))
+	case duration(watch) < 0 || duration(stream) < 0:
+		t.Errorf("negative: watch %s, stream %s", duration(watch), duration(stream))
+	case !watch.GetStartTime().AsTime().Equal(claim.CreationTimestamp.Time) || !watch.GetEndTime().AsTime().Equal(stream.GetStartTime().AsTime()) ||
+		stream.GetEndTime().AsTime().After(queued.GetStartTime().AsTime()):
+		t.Errorf("not created (%s) → watch %s..%s → stream %s..%s → queued at %s", claim.CreationTimestamp.Time,
+			watch.GetStartTime().AsTime(), watch.GetEndTime().AsTime(), stream.GetStartTime().AsTime(), stream.GetEndTime().AsTime(), queued.GetStartTime().AsTime())
+	case !strings.Contains(watch.GetDetail(), "whole seconds"):
+		t.Errorf("watch detail %q does not say the creationTimestamp has whole seconds", watch.GetDetail())
+	}
+	for _, want := range [][2]string{{"binder", "queued"}, {"binder", "sync"}, {"binder", "provision"},
 		{"provisioner", "provision"}, {"provisioner", "write PV"}, {"binder", "bind volume"}} {
 		if span(&tl, want[0], want[1]) == nil {
 			t.Errorf("no %s span of the %s", want[1], want[0])
@@ -355,5 +375,81 @@ func TestTimelineOfAWaitForFirstConsumer(t *testing.T) {
 	if !strings.Contains(closed.GetDetail(), `"node-a"`) || !closed.GetStartTime().AsTime().Equal(open.GetStartTime().AsTime()) ||
 		closed.GetEndTime().AsTime().Before(waited) || duration(closed) < selected.Sub(open.GetStartTime().AsTime())-time.Second {
 		t.Errorf("closed wait span %v (open one began %s, node selected at %s)", closed, open.GetStartTime().AsTime(), selected)
+	}
+}
+
+// TestReclaimSpansOfADeletedClaim: deleting a claim whose volume's policy
+// is Delete gives the reclaimer's spans to the OTLP collector (they are in
+// no timeline the API serves: the claim is gone), named after the volume
+// and the claim's UID: an attempt that SUCCEEDED, its DeleteVolume and its
+// PV deletion, in one trace, which the provisioner's CSI DeleteVolume call
+// carries on.
+func TestReclaimSpansOfADeletedClaim(t *testing.T) {
+	ns := e2e.Namespace(t, cluster.client)
+	policy := corev1.PersistentVolumeReclaimDelete
+	sc := e2e.CreateClass(t, cluster.client, &storagev1.StorageClass{
+		ObjectMeta: metav1.ObjectMeta{Name: "gone-" + ns}, Provisioner: devcsi.DefaultName, ReclaimPolicy: &policy,
+	})
+	claim, err := cluster.client.CoreV1().PersistentVolumeClaims(ns).Create(t.Context(), e2e.Claim(ns, "gone", "1Gi", sc.Name), metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e2e.ClaimPhase(t, cluster.client, ns, "gone", corev1.ClaimBound, 60*time.Second)
+	pvName := "pvc-" + string(claim.UID)
+	pv, err := cluster.client.CoreV1().PersistentVolumes().Get(t.Context(), pvName, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cluster.client.CoreV1().PersistentVolumeClaims(ns).Delete(t.Context(), "gone", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	e2e.Eventually(t, 60*time.Second, func() string {
+		if _, err := cluster.client.CoreV1().PersistentVolumes().Get(t.Context(), pvName, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+			return "the volume is not deleted yet"
+		}
+		return ""
+	})
+	attr := func(sp *tracepb.Span, key string) string {
+		for _, kv := range sp.GetAttributes() {
+			if kv.GetKey() == key {
+				return kv.GetValue().GetStringValue()
+			}
+		}
+		return ""
+	}
+	var spans map[string]*tracepb.Span
+	e2e.Eventually(t, 20*time.Second, func() string {
+		spans = map[string]*tracepb.Span{}
+		for _, e := range cluster.collector.all() {
+			if e.service != "volplane-reclaimer" || attr(e.span, "volplane.claim.uid") != string(claim.UID) {
+				continue
+			}
+			if attr(e.span, "volplane.volume.name") != pvName || attr(e.span, "volplane.claim") != ns+"/gone" {
+				return "a reclaim span without the volume or the claim: " + e.span.String()
+			}
+			if e.span.GetName() == "reclaim" && attr(e.span, "volplane.reclaim.state") != "STATE_SUCCEEDED" {
+				continue // an earlier attempt
+			}
+			spans[e.span.GetName()] = e.span
+		}
+		for _, want := range []string{"reclaim", "DeleteVolume", "delete PV"} {
+			if spans[want] == nil {
+				return "no exported reclaimer " + want + " span of the claim's UID yet"
+			}
+		}
+		return ""
+	})
+	trace := spans["reclaim"].GetTraceId()
+	for name, sp := range spans {
+		t.Logf("reclaimer span %s: %s, %s", name, time.Duration(sp.GetEndTimeUnixNano()-sp.GetStartTimeUnixNano()), attr(sp, "volplane.detail"))
+		if hex.EncodeToString(sp.GetTraceId()) != hex.EncodeToString(trace) || sp.GetEndTimeUnixNano() < sp.GetStartTimeUnixNano() {
+			t.Errorf("%s: trace %x (the attempt's %x), %d..%d", name, sp.GetTraceId(), trace, sp.GetStartTimeUnixNano(), sp.GetEndTimeUnixNano())
+		}
+	}
+	if code := attr(spans["DeleteVolume"], "volplane.code"); code != "OK" {
+		t.Errorf("DeleteVolume span code %q", code)
+	}
+	if tp := cluster.csiCalls.traceparentOf("delete " + pv.Spec.CSI.VolumeHandle); !strings.Contains(tp, "-"+hex.EncodeToString(trace)+"-") {
+		t.Errorf("the driver's DeleteVolume arrived with traceparent %q, want trace %x", tp, trace)
 	}
 }

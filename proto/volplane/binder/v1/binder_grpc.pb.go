@@ -69,7 +69,9 @@ type BinderServiceClient interface {
 	// InvalidArgument naming the field); nothing is written anywhere.
 	MatchClaim(ctx context.Context, in *MatchClaimRequest, opts ...grpc.CallOption) (*MatchClaimResponse, error)
 	// GetClaimTimeline returns the steps volplane's services took for a
-	// claim, with their start and end: seen, queued, each sync and its
+	// claim, with their start and end: watch (created to seen by the
+	// watcher) and stream (the watcher to the binder), or one seen span from
+	// a watcher that sends no observed time, queued, each sync and its
 	// decision, reserved, provisioning asked for, CreateVolume with its
 	// gRPC code, the PersistentVolume written, bound, each retry with its
 	// reason and backoff. Each service keeps them in a bounded memory store;
@@ -225,7 +227,9 @@ type BinderServiceServer interface {
 	// InvalidArgument naming the field); nothing is written anywhere.
 	MatchClaim(context.Context, *MatchClaimRequest) (*MatchClaimResponse, error)
 	// GetClaimTimeline returns the steps volplane's services took for a
-	// claim, with their start and end: seen, queued, each sync and its
+	// claim, with their start and end: watch (created to seen by the
+	// watcher) and stream (the watcher to the binder), or one seen span from
+	// a watcher that sends no observed time, queued, each sync and its
 	// decision, reserved, provisioning asked for, CreateVolume with its
 	// gRPC code, the PersistentVolume written, bound, each retry with its
 	// reason and backoff. Each service keeps them in a bounded memory store;

@@ -441,8 +441,17 @@ type WatchResponse struct {
 	Object []byte `protobuf:"bytes,5,opt,name=object,proto3" json:"object,omitempty"`
 	// The object's resourceVersion.
 	ResourceVersion string `protobuf:"bytes,6,opt,name=resource_version,json=resourceVersion,proto3" json:"resource_version,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// When the watcher's informer delivered the change this event carries
+	// (Unix nanoseconds, the watcher's clock): for the ADDED events of a full
+	// list, when it delivered the object's current state. It tells the time
+	// an object took to reach the watcher (API server and informer) from the
+	// time it took through the stream to a subscriber; the binder's claim
+	// timeline splits its first span there. Unset (0) for RESET, SYNCED and
+	// PROGRESS, and from watchers that predate the field: subscribers must
+	// expect 0.
+	ObservedUnixNano int64 `protobuf:"varint,7,opt,name=observed_unix_nano,json=observedUnixNano,proto3" json:"observed_unix_nano,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *WatchResponse) Reset() {
@@ -515,6 +524,13 @@ func (x *WatchResponse) GetResourceVersion() string {
 		return x.ResourceVersion
 	}
 	return ""
+}
+
+func (x *WatchResponse) GetObservedUnixNano() int64 {
+	if x != nil {
+		return x.ObservedUnixNano
+	}
+	return 0
 }
 
 // GetStatusRequest asks for the watcher's status.
@@ -800,14 +816,15 @@ const file_volplane_watcher_v1_watcher_proto_rawDesc = "" +
 	"\n" +
 	"ClaimShard\x12\x18\n" +
 	"\amembers\x18\x01 \x03(\tR\amembers\x12\x16\n" +
-	"\x06member\x18\x02 \x01(\tR\x06member\"\xfc\x01\n" +
+	"\x06member\x18\x02 \x01(\tR\x06member\"\xaa\x02\n" +
 	"\rWatchResponse\x122\n" +
 	"\x04type\x18\x01 \x01(\x0e2\x1e.volplane.watcher.v1.EventTypeR\x04type\x12-\n" +
 	"\x04kind\x18\x02 \x01(\x0e2\x19.volplane.watcher.v1.KindR\x04kind\x123\n" +
 	"\x06cursor\x18\x03 \x01(\v2\x1b.volplane.watcher.v1.CursorR\x06cursor\x12\x10\n" +
 	"\x03key\x18\x04 \x01(\tR\x03key\x12\x16\n" +
 	"\x06object\x18\x05 \x01(\fR\x06object\x12)\n" +
-	"\x10resource_version\x18\x06 \x01(\tR\x0fresourceVersion\"\x12\n" +
+	"\x10resource_version\x18\x06 \x01(\tR\x0fresourceVersion\x12,\n" +
+	"\x12observed_unix_nano\x18\a \x01(\x03R\x10observedUnixNano\"\x12\n" +
 	"\x10GetStatusRequest\"\xce\x02\n" +
 	"\x11GetStatusResponse\x12\x14\n" +
 	"\x05epoch\x18\x01 \x01(\tR\x05epoch\x12\x1a\n" +
