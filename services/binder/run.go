@@ -219,7 +219,11 @@ func Run(ctx context.Context, o Options) error {
 	r.Health.AddReadiness("membership", own.check)
 	peers := newPeers(o.MemberID, own.current, o.TLS)
 	defer peers.close()
-	binderv1.RegisterBinderServiceServer(r.Server.Server, &api{c: c, memberID: o.MemberID, workers: o.Workers, members: own.members, peers: peers, prov: prov, ptl: ptl})
+	a := &api{c: c, memberID: o.MemberID, workers: o.Workers, members: own.members, peers: peers, prov: prov, ptl: ptl}
+	if c.shard != nil {
+		a.shard = c.shard
+	}
+	binderv1.RegisterBinderServiceServer(r.Server.Server, a)
 
 	r.Log.Info("binder starting", "member", o.MemberID, "listen", r.Addr(), "watcher", o.WatcherAddress, "workers", o.Workers)
 	return r.Run(ctx,
