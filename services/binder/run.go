@@ -63,9 +63,11 @@ type Options struct {
 	// DefaultOwnershipSettle.
 	OwnershipSettle time.Duration
 	// ClaimsByShard asks the watcher for this replica's shard of the
-	// claims only (--claims-by-shard), so that each replica's CPU and
-	// memory for claims fall as 1/B. Off by default: ListClaims then lists
-	// only the answering replica's shard (no fan-out across replicas yet).
+	// claims only (--claims-by-shard, DefaultClaimsByShard in the
+	// command), so that each replica's CPU and memory for claims fall as
+	// 1/B; ListClaims then asks every replica for its shard (fanout.go).
+	// False: the cache holds every claim and any replica answers
+	// ListClaims alone.
 	ClaimsByShard bool
 	// ForeignBinderManagers are the field managers of other binders whose
 	// binding writes to the claims and volumes this replica owns it
@@ -100,6 +102,10 @@ const (
 // DefaultResyncPeriod is how often every object is synced again, as in
 // kube-controller-manager.
 const DefaultResyncPeriod = 15 * time.Second
+
+// DefaultClaimsByShard is the binder command's --claims-by-shard: each
+// replica holds only its shard of the claims.
+const DefaultClaimsByShard = true
 
 // etcdUse is what the binder keeps in etcd besides membership.
 const etcdUse = "reservations"
