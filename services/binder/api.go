@@ -125,9 +125,6 @@ func (a *api) ListClaims(ctx context.Context, req *binderv1.ListClaimsRequest) (
 		return nil, err
 	}
 	if members, ok := askedShard(ctx); ok {
-		if a.shard == nil {
-			return nil, status.Errorf(codes.FailedPrecondition, "binder replica %s holds every claim (run without --claims-by-shard) and was asked for one shard of them: run every replica with the same --claims-by-shard", a.memberID)
-		}
 		return a.shardClaims(ctx, req, members)
 	}
 	if a.shard == nil {

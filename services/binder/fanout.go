@@ -110,8 +110,14 @@ func (a *api) shardClaims(ctx context.Context, req *binderv1.ListClaimsRequest, 
 }
 
 // ownShardClaims is this replica's part of a page over the ring members:
-// Unavailable when its cache holds another ring's shard.
+// Unavailable when its cache holds another ring's shard. A replica that
+// caches every claim (--claims-by-shard=false, while the flag is being
+// changed replica by replica) holds every ring's shard.
 func (a *api) ownShardClaims(req *binderv1.ListClaimsRequest, members []string) (*binderv1.ListClaimsResponse, error) {
+	if a.shard == nil {
+		ring := coord.NewRing(members)
+		return a.localClaims(req, func(key string) bool { return ring.Owner("pvc/"+key) == a.memberID })
+	}
 	listed, ok := a.sameRing(members)
 	if !ok {
 		return nil, status.Errorf(codes.Unavailable, "binder replica %s holds the claims of the ring %v and was asked for those of %v: membership is changing, retry shortly",

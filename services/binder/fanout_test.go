@@ -352,11 +352,33 @@ func TestListClaimsShardOnlyForBinders(t *testing.T) {
 	if _, err := a.ListClaims(tlsCaller(t.Context(), callers.Binder, tooMany), &binderv1.ListClaimsRequest{}); status.Code(err) != codes.InvalidArgument {
 		t.Fatalf("a ring of %d: %v, want InvalidArgument", maxListReplicas+1, err)
 	}
-	// A replica holding every claim refuses to answer for a shard: the
-	// replicas disagree on --claims-by-shard.
-	a.shard = nil
-	if _, err := a.ListClaims(tlsCaller(t.Context(), callers.Binder, ring), &binderv1.ListClaimsRequest{}); status.Code(err) != codes.FailedPrecondition {
-		t.Fatalf("unsharded replica asked for a shard: %v, want FailedPrecondition", err)
+}
+
+// A replica caching every claim (--claims-by-shard=false, the flag being
+// changed replica by replica) answers a sharded one's ListClaims with its
+// part of the ring, so the merged list still has each claim once.
+func TestListClaimsWithAnUnshardedReplica(t *testing.T) {
+	claims, all := manyClaims(40)
+	rs := shardedReplicas(t, claims, "r1", "r2")
+	for _, cl := range claims {
+		rs[1].api.c.store.putClaim(cl.DeepCopy())
+	}
+	rs[1].api.shard = nil
+	for _, r := range rs {
+		keys, _ := allClaims(t, r.api, &binderv1.ListClaimsRequest{PageSize: 6})
+		if !slices.Equal(keys, all) {
+			t.Fatalf("via %s: %v\nwant %v", r.id, keys, all)
+		}
+	}
+	resp, err := rs[1].api.ListClaims(tlsCaller(t.Context(), callers.Binder, metadata.Pairs(claimShardHeader, "r1", claimShardHeader, "r2")), &binderv1.ListClaimsRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ring := coord.NewRing([]string{"r1", "r2"})
+	for _, c := range resp.Claims {
+		if k := c.Namespace + "/" + c.Name; ring.Owner("pvc/"+k) != "r2" {
+			t.Fatalf("r2, asked for its shard, answered with %s, r1's", k)
+		}
 	}
 }
 
