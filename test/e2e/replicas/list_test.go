@@ -89,10 +89,11 @@ func sameList(got, want []string) string {
 
 // Three replicas with --claims-by-shard each cache a third of the claims;
 // ListClaims through any of them lists every claim exactly once, whatever
-// the page size, asking the others for their shards. A forged token is
-// InvalidArgument; a member of the ring that does not answer makes the
-// list Unavailable naming it, never partial; only binders may ask a
-// replica for its shard alone.
+// the page size, asking the others for their shards. GetClaim,
+// ExplainClaim and GetClaimTimeline give the owner's answer through each.
+// A forged token is InvalidArgument; a member of the ring that does not
+// answer makes the list Unavailable naming it, never partial; only
+// binders may ask a replica for its shard alone.
 func TestListClaimsAcrossShardedReplicas(t *testing.T) {
 	a := startBinder(t, "list-a")
 	b := startBinder(t, "list-b")
@@ -154,6 +155,32 @@ func TestListClaimsAcrossShardedReplicas(t *testing.T) {
 		}
 		return sameList(got, wantAll)
 	})
+
+	// Reads about one claim answer the same through every replica: its
+	// owner's.
+	asked := map[string]bool{}
+	for _, k := range want {
+		owner := ring.Owner("pvc/" + k)
+		if asked[owner] {
+			continue
+		}
+		asked[owner] = true
+		kns, name, _ := strings.Cut(k, "/")
+		for _, r := range rs {
+			got, err := r.client.GetClaim(context.Background(), &binderv1.GetClaimRequest{Namespace: kns, Name: name})
+			if err != nil || got.GetClaim().GetName() != name {
+				t.Fatalf("GetClaim %s via %s: %v, %v", k, r.id, got, err)
+			}
+			ex, err := r.client.ExplainClaim(context.Background(), &binderv1.ExplainClaimRequest{Namespace: kns, Name: name})
+			if err != nil || ex.GetMemberId() != owner || ex.GetClaim().GetUid() != got.GetClaim().GetUid() {
+				t.Fatalf("ExplainClaim %s via %s: answered by %q (owner %s): %v", k, r.id, ex.GetMemberId(), owner, err)
+			}
+			tl, err := r.client.GetClaimTimeline(context.Background(), &binderv1.GetClaimTimelineRequest{Namespace: kns, Name: name})
+			if err != nil || tl.GetMemberId() != owner || len(tl.GetSpans()) == 0 {
+				t.Fatalf("GetClaimTimeline %s via %s: answered by %q (owner %s) with %d spans: %v", k, r.id, tl.GetMemberId(), owner, len(tl.GetSpans()), err)
+			}
+		}
+	}
 
 	// A token issued through one replica continues through another.
 	var keys []string
