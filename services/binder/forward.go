@@ -108,11 +108,20 @@ func (p *peers) forwardContext(ctx context.Context) context.Context {
 	return metadata.AppendToOutgoingContext(auth.ForwardIncoming(ctx), forwardedHeader, p.self)
 }
 
+// forwardErr is the error of a call passed to replica id: the owner's own
+// answer as it is, and a failure to reach it (Unavailable, a deadline)
+// naming the replica, so the caller knows which one did not answer.
 func forwardErr(id string, err error) error {
-	if _, ok := status.FromError(err); ok {
-		return err
+	st, ok := status.FromError(err)
+	switch {
+	case err == nil:
+		return nil
+	case !ok:
+		return status.Errorf(codes.Unavailable, "forward to binder replica %s: %v", id, err)
+	case st.Code() == codes.Unavailable || st.Code() == codes.DeadlineExceeded:
+		return status.Errorf(st.Code(), "binder replica %s, the owner: %s", id, st.Message())
 	}
-	return fmt.Errorf("forward to binder replica %s: %w", id, err)
+	return err
 }
 
 // atOwner sends a request about the object with ring key to the replica

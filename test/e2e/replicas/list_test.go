@@ -289,6 +289,21 @@ func TestListClaimsAcrossShardedReplicas(t *testing.T) {
 			})
 		}
 		t.Logf("with an unreachable member: %v", func() error { _, err := listAll(a, &binderv1.ListClaimsRequest{Namespace: ns}); return err }())
+		// A claim the ring now gives the ghost: reads of it say so too.
+		ghostRing := coord.NewRing(append(slices.Clone(members), "list-ghost"))
+		for _, k := range want {
+			if ghostRing.Owner("pvc/"+k) != "list-ghost" {
+				continue
+			}
+			kns, name, _ := strings.Cut(k, "/")
+			for _, r := range rs {
+				_, err := r.client.GetClaim(context.Background(), &binderv1.GetClaimRequest{Namespace: kns, Name: name})
+				if status.Code(err) != codes.Unavailable || !strings.Contains(err.Error(), "list-ghost") {
+					t.Errorf("GetClaim %s (list-ghost's) via %s: %v, want Unavailable naming list-ghost", k, r.id, err)
+				}
+			}
+			break
+		}
 		ghost.Close() // its lease is revoked: the ring is the three again
 		for _, r := range rs {
 			eventually(t, time.Minute, func() string {
