@@ -52,8 +52,9 @@ var services = Table{
 	watcherv1.WatcherService_GetStatus_FullMethodName: {Binder, Provisioner, Gateway},
 
 	// The binder forwards syncs, explanations and claim reads to the
-	// replica that owns the object (only its cache holds the claim).
-	binderv1.BinderService_ListClaims_FullMethodName:   {Gateway},
+	// replica that owns the object (only its cache holds the claim), and
+	// asks every replica for its shard's part of a ListClaims page.
+	binderv1.BinderService_ListClaims_FullMethodName:   {Gateway, Binder},
 	binderv1.BinderService_GetClaim_FullMethodName:     {Gateway, Binder},
 	binderv1.BinderService_ListVolumes_FullMethodName:  {Gateway},
 	binderv1.BinderService_GetVolume_FullMethodName:    {Gateway},

@@ -25,7 +25,10 @@ type api struct {
 	members  func() []string
 	// peers passes sync requests to the replica that owns the object; nil
 	// means every object is this replica's.
-	peers   *peers
+	peers *peers
+	// shard is the claim shard the cache holds (--claims-by-shard); nil:
+	// the cache holds every claim.
+	shard   claimShard
 	workers int
 	// prov answers explain's and match's questions to the provisioner
 	// service; nil when the binder has none.
@@ -99,21 +102,42 @@ func newPage[T any](list string, size int32, token string, filters ...string) (*
 	return p, nil
 }
 
-// ListClaims implements BinderService: a page of the cached claims that
-// pass the filters, in key order.
-func (a *api) ListClaims(_ context.Context, req *binderv1.ListClaimsRequest) (*binderv1.ListClaimsResponse, error) {
+// claimsList names ListClaims' pages (pkg/paging).
+const claimsList = "binder.claims"
+
+// ListClaims implements BinderService: a page of the claims that pass the
+// filters, in key order. With every claim cached (no claim shard) this
+// replica answers from its cache; else the replicas of the ring answer
+// together (fanout.go), and a call from another replica that names a ring
+// (claimShardHeader) is answered with this replica's shard of it.
+func (a *api) ListClaims(ctx context.Context, req *binderv1.ListClaimsRequest) (*binderv1.ListClaimsResponse, error) {
 	if err := a.ready(); err != nil {
 		return nil, err
 	}
 	if err := checkPhase(req.GetPhase(), string(corev1.ClaimPending), string(corev1.ClaimBound), string(corev1.ClaimLost)); err != nil {
 		return nil, err
 	}
-	ns, phase, class, driver := req.GetNamespace(), req.GetPhase(), req.GetStorageClassName(), req.GetDriver()
-	if err := checkFilters(ns, "storage_class_name", class, "driver", driver); err != nil {
+	if err := checkFilters(req.GetNamespace(), "storage_class_name", req.GetStorageClassName(), "driver", req.GetDriver()); err != nil {
 		return nil, err
 	}
-	page, err := newPage[*corev1.PersistentVolumeClaim]("binder.claims", req.GetPageSize(), req.GetPageToken(),
-		"namespace", ns, "phase", phase, "class", class, "driver", driver)
+	// The page size and token are checked before anything else is asked.
+	if _, err := newPage[*corev1.PersistentVolumeClaim](claimsList, req.GetPageSize(), req.GetPageToken(), claimFilters(req)...); err != nil {
+		return nil, err
+	}
+	if members, ok := askedShard(ctx); ok {
+		return a.shardClaims(ctx, req, members)
+	}
+	if a.shard == nil {
+		return a.localClaims(req, nil)
+	}
+	return a.fanOutClaims(ctx, req)
+}
+
+// localClaims is a page of the cached claims that pass req's filters and
+// keep (nil: every cached claim), in key order.
+func (a *api) localClaims(req *binderv1.ListClaimsRequest, keep func(key string) bool) (*binderv1.ListClaimsResponse, error) {
+	ns, phase, class, driver := req.GetNamespace(), req.GetPhase(), req.GetStorageClassName(), req.GetDriver()
+	page, err := newPage[*corev1.PersistentVolumeClaim](claimsList, req.GetPageSize(), req.GetPageToken(), claimFilters(req)...)
 	if err != nil {
 		return nil, err
 	}
@@ -123,7 +147,8 @@ func (a *api) ListClaims(_ context.Context, req *binderv1.ListClaimsRequest) (*b
 			ns != "" && cl.Namespace != ns,
 			phase != "" && string(cl.Status.Phase) != phase,
 			class != "" && claimClassName(cl) != class,
-			driver != "" && cl.Annotations[kube.AnnStorageProvisioner] != driver && (sc == nil || sc.Provisioner != driver):
+			driver != "" && cl.Annotations[kube.AnnStorageProvisioner] != driver && (sc == nil || sc.Provisioner != driver),
+			keep != nil && !keep(key):
 			return
 		}
 		page.Offer(key, cl)
@@ -150,7 +175,7 @@ func (a *api) GetClaim(ctx context.Context, req *binderv1.GetClaimRequest) (*bin
 	}
 	cl := a.c.store.claim(key)
 	if cl == nil {
-		return nil, status.Errorf(codes.NotFound, "claim %s/%s not found", req.GetNamespace(), req.GetName())
+		return nil, a.missingClaim(key)
 	}
 	return &binderv1.GetClaimResponse{Claim: claimToAPI(cl)}, nil
 }
@@ -246,7 +271,7 @@ func (a *api) SyncClaim(ctx context.Context, req *binderv1.SyncClaimRequest) (*b
 		return resp, err
 	}
 	if a.c.store.claim(key) == nil {
-		return nil, status.Errorf(codes.NotFound, "claim %s not found", key)
+		return nil, a.missingClaim(key)
 	}
 	a.c.claimQueue.add(key)
 	return &binderv1.SyncClaimResponse{}, nil

@@ -406,7 +406,7 @@ func (a *api) ExplainClaim(ctx context.Context, req *binderv1.ExplainClaimReques
 	}
 	claim := a.c.store.claim(key)
 	if claim == nil {
-		return nil, status.Errorf(codes.NotFound, "claim %s not found", key)
+		return nil, a.missingClaim(key)
 	}
 	v, err := a.c.judge(ctx, claim, from, size)
 	if err != nil {

@@ -2,6 +2,7 @@ package binder
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 
@@ -71,21 +72,34 @@ func (p *peers) owner(ctx context.Context, key string) (binderv1.BinderServiceCl
 	if md, ok := metadata.FromIncomingContext(ctx); ok && len(md.Get(forwardedHeader)) > 0 {
 		return nil, "", status.Errorf(codes.Unavailable, "%s is owned by binder replica %s by this replica's view, and replica %s thinks otherwise: membership is changing, retry shortly", key, id, md.Get(forwardedHeader)[0])
 	}
+	client, _, err := p.client(id)
+	if err != nil {
+		return nil, "", status.Errorf(codes.Unavailable, "%s is owned by binder replica %s: %v", key, id, err)
+	}
+	return client, id, nil
+}
+
+// errUnknownAddress: a member the ring names is not (or no longer) among
+// the live members this replica knows, so it has no address for it.
+var errUnknownAddress = errors.New("its address is not known (it is not, or not yet, a live member by this replica's view): membership is changing, retry shortly")
+
+// client returns a client for the replica id, and its address.
+func (p *peers) client(id string) (binderv1.BinderServiceClient, string, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if cc := p.conns[id]; cc != nil {
-		return binderv1.NewBinderServiceClient(cc), id, nil
-	}
 	addr, ok := p.members[id]
 	if !ok {
-		return nil, "", status.Errorf(codes.Unavailable, "%s is owned by binder replica %s, whose address is not known yet: retry shortly", key, id)
+		return nil, "", errUnknownAddress
+	}
+	if cc := p.conns[id]; cc != nil {
+		return binderv1.NewBinderServiceClient(cc), addr, nil
 	}
 	cc, err := grpcutil.Dial(addr, p.tls)
 	if err != nil {
-		return nil, "", status.Errorf(codes.Unavailable, "reach binder replica %s at %s: %v", id, addr, err)
+		return nil, addr, fmt.Errorf("reach it at %s: %w", addr, err)
 	}
 	p.conns[id] = cc
-	return binderv1.NewBinderServiceClient(cc), id, nil
+	return binderv1.NewBinderServiceClient(cc), addr, nil
 }
 
 // forwardContext marks ctx as forwarded by this replica, and passes on the
@@ -94,11 +108,20 @@ func (p *peers) forwardContext(ctx context.Context) context.Context {
 	return metadata.AppendToOutgoingContext(auth.ForwardIncoming(ctx), forwardedHeader, p.self)
 }
 
+// forwardErr is the error of a call passed to replica id: the owner's own
+// answer as it is, and a failure to reach it (Unavailable, a deadline)
+// naming the replica, so the caller knows which one did not answer.
 func forwardErr(id string, err error) error {
-	if _, ok := status.FromError(err); ok {
-		return err
+	st, ok := status.FromError(err)
+	switch {
+	case err == nil:
+		return nil
+	case !ok:
+		return status.Errorf(codes.Unavailable, "forward to binder replica %s: %v", id, err)
+	case st.Code() == codes.Unavailable || st.Code() == codes.DeadlineExceeded:
+		return status.Errorf(st.Code(), "binder replica %s, the owner: %s", id, st.Message())
 	}
-	return fmt.Errorf("forward to binder replica %s: %w", id, err)
+	return err
 }
 
 // atOwner sends a request about the object with ring key to the replica

@@ -3,6 +3,7 @@ package binder
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 
 	"google.golang.org/grpc/codes"
@@ -46,5 +47,30 @@ func TestPeersPassRequestsToTheOwner(t *testing.T) {
 	p.update([]coord.Member{{ID: "a", Address: "127.0.0.1:1"}})
 	if len(p.conns) != 0 {
 		t.Fatalf("connection to a gone member kept: %v", p.conns)
+	}
+}
+
+// A call passed to an owner that does not answer names the owner; the
+// owner's own answers pass as they are.
+func TestForwardErrNamesTheReplica(t *testing.T) {
+	for name, tc := range map[string]struct {
+		err  error
+		code codes.Code
+		says string
+	}{
+		"unreachable":        {status.Error(codes.Unavailable, "connection refused"), codes.Unavailable, "binder replica b, the owner: connection refused"},
+		"too slow":           {status.Error(codes.DeadlineExceeded, "deadline"), codes.DeadlineExceeded, "binder replica b"},
+		"not a status":       {fmt.Errorf("boom"), codes.Unavailable, "forward to binder replica b: boom"},
+		"the owner's answer": {status.Error(codes.NotFound, "claim ns/x not found"), codes.NotFound, "claim ns/x not found"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			err := forwardErr("b", tc.err)
+			if status.Code(err) != tc.code || !strings.Contains(err.Error(), tc.says) {
+				t.Fatalf("%v: want %s saying %q", err, tc.code, tc.says)
+			}
+		})
+	}
+	if forwardErr("b", nil) != nil {
+		t.Fatal("no error became one")
 	}
 }

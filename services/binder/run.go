@@ -63,9 +63,11 @@ type Options struct {
 	// DefaultOwnershipSettle.
 	OwnershipSettle time.Duration
 	// ClaimsByShard asks the watcher for this replica's shard of the
-	// claims only (--claims-by-shard), so that each replica's CPU and
-	// memory for claims fall as 1/B. Off by default: ListClaims then lists
-	// only the answering replica's shard (no fan-out across replicas yet).
+	// claims only (--claims-by-shard, DefaultClaimsByShard in the
+	// command), so that each replica's CPU and memory for claims fall as
+	// 1/B; ListClaims then asks every replica for its shard (fanout.go).
+	// False: the cache holds every claim and any replica answers
+	// ListClaims alone.
 	ClaimsByShard bool
 	// ForeignBinderManagers are the field managers of other binders whose
 	// binding writes to the claims and volumes this replica owns it
@@ -100,6 +102,10 @@ const (
 // DefaultResyncPeriod is how often every object is synced again, as in
 // kube-controller-manager.
 const DefaultResyncPeriod = 15 * time.Second
+
+// DefaultClaimsByShard is the binder command's --claims-by-shard: each
+// replica holds only its shard of the claims.
+const DefaultClaimsByShard = true
 
 // etcdUse is what the binder keeps in etcd besides membership.
 const etcdUse = "reservations"
@@ -219,7 +225,11 @@ func Run(ctx context.Context, o Options) error {
 	r.Health.AddReadiness("membership", own.check)
 	peers := newPeers(o.MemberID, own.current, o.TLS)
 	defer peers.close()
-	binderv1.RegisterBinderServiceServer(r.Server.Server, &api{c: c, memberID: o.MemberID, workers: o.Workers, members: own.members, peers: peers, prov: prov, ptl: ptl})
+	a := &api{c: c, memberID: o.MemberID, workers: o.Workers, members: own.members, peers: peers, prov: prov, ptl: ptl}
+	if c.shard != nil {
+		a.shard = c.shard
+	}
+	binderv1.RegisterBinderServiceServer(r.Server.Server, a)
 
 	r.Log.Info("binder starting", "member", o.MemberID, "listen", r.Addr(), "watcher", o.WatcherAddress, "workers", o.Workers)
 	return r.Run(ctx,

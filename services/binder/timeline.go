@@ -249,7 +249,7 @@ func (a *api) GetClaimTimeline(ctx context.Context, req *binderv1.GetClaimTimeli
 	}
 	claim := a.c.store.claim(key)
 	if claim == nil {
-		return nil, status.Errorf(codes.NotFound, "claim %s not found", key)
+		return nil, a.missingClaim(key)
 	}
 	if a.c.timeline == nil {
 		return nil, status.Error(codes.FailedPrecondition, "this binder records no timeline (started with --timeline=false)")

@@ -53,7 +53,7 @@ func main() {
 	fs.DurationVar(&o.Duration, "duration", bench.DefaultDuration, "how long claims arrive at each --rate")
 	fs.IntVar(&o.Existing, "existing", 0, "volumes (90 % Bound to claims) created before the services start, e.g. 100000")
 	fs.StringArrayVar(&o.ServiceFlags, "service-flag", nil, "a flag for volplane's binder and provisioner, repeatable (e.g. --service-flag=--timeline=false to measure the timeline's cost)")
-	fs.StringArrayVar(&o.BinderFlags, "binder-flag", nil, "a flag for volplane's binders only, repeatable (e.g. --binder-flag=--claims-by-shard with --binders 2)")
+	fs.StringArrayVar(&o.BinderFlags, "binder-flag", nil, "a flag for volplane's binders only, repeatable (e.g. --binder-flag=--claims-by-shard=false with --binders 2, every replica caching every claim)")
 	fs.IntVar(&o.Compare, "compare", 0, "run this many rounds of volplane and of --kube-controller-manager (with --external-provisioner, dynamic) interleaved, static then dynamic, at each of --sizes, and print one table of both and their ratios")
 	fs.Var(&o.Sizes, "sizes", "with --compare, the burst sizes, comma separated (e.g. 1000,10000); default -n")
 	fs.StringVar(&o.Placement, "placement", bench.PlacementShared, "where the processes run: shared (any CPU) or split (kube-apiserver and etcd on --control-plane-cpus, everything else, the bench included, on the other CPUs; the ceiling too)")

@@ -124,9 +124,9 @@ func startBinder(t *testing.T, id string) *replica {
 			WatcherAddress: watcherAddr,
 			ResyncPeriod:   10 * time.Minute,
 			// Every replica of these tests holds only its shard's
-			// claims, so that sharing the work and taking over are
-			// proven with the stream filtered (the ha and chaos tests
-			// run the default, every claim).
+			// claims (the binder command's default), so that sharing
+			// the work, taking over and listing are proven with the
+			// stream filtered.
 			ClaimsByShard: true,
 		})
 	}()

@@ -99,7 +99,7 @@ type Options struct {
 	// timeline costs).
 	ServiceFlags []string
 	// BinderFlags are added to the binders' command lines only (e.g.
-	// --claims-by-shard with Binders).
+	// --claims-by-shard=false with Binders, to compare with the default).
 	BinderFlags []string
 	// Compare, when positive, runs that many rounds of volplane and of
 	// kube-controller-manager (KCM; with ExternalProvisioner for dynamic
