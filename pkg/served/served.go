@@ -50,6 +50,12 @@ type Set struct {
 	// Provisioners are the StorageClass provisioner names
 	// (Driver.provisioner_name), as in pv.kubernetes.io/provisioned-by.
 	Provisioners map[string]bool
+	// Unidentified are the endpoints the provisioner lists without a CSI
+	// driver name: not probed yet, or unreachable at the last probe (a
+	// driver restarting). Any of them may serve a name missing from
+	// Drivers and Provisioners, so while there are any, a missing name
+	// does not prove that volplane does not serve it.
+	Unidentified []string
 }
 
 // Has reports whether name is a served driver or provisioner name.
@@ -195,6 +201,8 @@ func list(ctx context.Context, l Lister) (Set, error) {
 		for _, d := range resp.GetDrivers() {
 			if d.GetDriverName() != "" {
 				s.Drivers[d.GetDriverName()] = true
+			} else {
+				s.Unidentified = append(s.Unidentified, d.GetEndpoint())
 			}
 			if d.GetProvisionerName() != "" {
 				s.Provisioners[d.GetProvisionerName()] = true

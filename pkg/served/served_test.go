@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -232,5 +233,26 @@ func TestACancelledCallerDoesNotCancelTheSharedCall(t *testing.T) {
 	})
 	if n := l.calls.Load(); n != 1 {
 		t.Fatalf("%d calls: the cancelled caller's call did not finish for the others", n)
+	}
+}
+
+// fixedLister answers every ListDrivers with the same drivers.
+type fixedLister []*provisionerv1.Driver
+
+func (l fixedLister) ListDrivers(context.Context, *provisionerv1.ListDriversRequest, ...grpc.CallOption) (*provisionerv1.ListDriversResponse, error) {
+	return &provisionerv1.ListDriversResponse{Drivers: l}, nil
+}
+
+// An endpoint the provisioner lists without a driver name (not probed
+// yet, or its driver restarting) is in Unidentified: a name missing from
+// the set may be that endpoint's.
+func TestUnidentifiedEndpoints(t *testing.T) {
+	c, _ := newCache(fixedLister{
+		{Endpoint: "unix:///a.sock", DriverName: "a.csi", ProvisionerName: "a.csi", Ready: true},
+		{Endpoint: "unix:///b.sock", Message: "GetPluginInfo: connection refused"},
+	}, Options{Period: time.Minute})
+	s := c.Get(t.Context())
+	if !s.Known || !s.Has("a.csi") || len(s.Drivers) != 1 || !slices.Equal(s.Unidentified, []string{"unix:///b.sock"}) {
+		t.Fatalf("got %+v", s)
 	}
 }

@@ -255,6 +255,41 @@ func TestDeleteLeftToOtherDeleters(t *testing.T) {
 	}
 }
 
+// The short chaos run's lost Delete volume: a claim deleted while the CSI
+// driver restarts. The provisioner then lists the driver's endpoint
+// without a name (GetPluginInfo fails), so the volume's driver was missing
+// from its list and the reclaim was SKIPPED as another deleter's: final,
+// not journaled, and answered from memory to every hand-over of the
+// binder for RecordTTL (10 minutes), long after the driver was back. The
+// volume stayed Released. It must wait for the driver instead, journaled
+// and retried, and be deleted once the driver is identified again.
+func TestDeleteWhileTheDriverRestarts(t *testing.T) {
+	kc, j := newFakeCluster(), newFakeJournal()
+	p := &fakeProvisioner{drivers: []*provisionerv1.Driver{{Endpoint: "unix:///csi/csi.sock",
+		Message: "GetPluginInfo: rpc error: code = Unavailable desc = connection refused"}}}
+	p.answer(&provisionerv1.DeleteVolumeResponse{Outcome: provisionerv1.Outcome_OUTCOME_FINISHED}, nil)
+	r := newReplica(t, "me", kc, j, p, config{})
+	v := releasedPV("pvc-1", corev1.PersistentVolumeReclaimDelete, withCSI(devDriver), withProvisionedBy(devDriver))
+	kc.addPV(v)
+	rec := r.start(t, v)
+	if rec.State != reclaimerv1.State_STATE_PENDING || j.len() != 1 || !strings.Contains(rec.Message, "waiting for the provisioner to identify the CSI driver at unix:///csi/csi.sock") {
+		t.Fatalf("while the driver restarts: record %v, journal records %d", rec, j.len())
+	}
+	if rec := r.step(t, "pvc-1"); rec.State != reclaimerv1.State_STATE_PENDING || p.calls() != 0 {
+		t.Fatalf("a step while the driver restarts: record %v, %d DeleteVolume calls", rec, p.calls())
+	}
+	// The driver is back and probed; the binder hands the volume over
+	// again (its resync), and the retry deletes it.
+	p.mu.Lock()
+	p.drivers = servedDev().drivers
+	p.mu.Unlock()
+	r.drivers.Refresh(t.Context())
+	r.start(t, kc.pv("pvc-1"))
+	if rec := r.step(t, "pvc-1"); rec.State != reclaimerv1.State_STATE_SUCCEEDED || p.calls() != 1 || kc.pv("pvc-1") != nil || j.len() != 0 {
+		t.Fatalf("once the driver is back: record %v, %d DeleteVolume calls, journal records %d", rec, p.calls(), j.len())
+	}
+}
+
 func TestDeleteOfAStaticHostPathFails(t *testing.T) {
 	kc, j := newFakeCluster(), newFakeJournal()
 	r := newReplica(t, "me", kc, j, nil, config{})

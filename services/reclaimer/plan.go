@@ -2,6 +2,7 @@ package reclaimer
 
 import (
 	"fmt"
+	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -70,6 +71,18 @@ func undecided(s served.Set) plan {
 		message: fmt.Sprintf("waiting for the provisioner's list of drivers to tell whether volplane deletes this volume: %v", s.Err)}
 }
 
+// unidentified is the plan of a volume whose driver or provisioner name is
+// not in the provisioner's list while the list has endpoints whose driver
+// is not identified (not probed yet, or restarting): one of them may be
+// the volume's, so it is not left to another deleter (SKIPPED, which is
+// final and not journaled) but waits, journaled and retried, as while
+// the list is not known at all.
+func unidentified(s served.Set, name string) plan {
+	return plan{method: reclaimerv1.Method_METHOD_UNSPECIFIED, state: reclaimerv1.State_STATE_PENDING,
+		message: fmt.Sprintf("waiting for the provisioner to identify the CSI driver at %s: whether it serves %q cannot be told yet",
+			strings.Join(s.Unidentified, ", "), name)}
+}
+
 // decideDelete: a volume an in-tree plugin provisioned fails as upstream
 // (kube.InTreeDeleteFailure); a volume provisioned by a provisioner volplane
 // does not serve belongs to that provisioner's deleter (as external-provisioner
@@ -89,11 +102,17 @@ func decideDelete(v *corev1.PersistentVolume, s served.Set) plan {
 	}
 	switch {
 	case by != "" && !s.Provisioners[by]:
+		if len(s.Unidentified) > 0 {
+			return unidentified(s, by)
+		}
 		return skipped("provisioned by %q, which volplane's provisioner does not serve: its own deleter deletes it", by)
 	case csi != nil && s.Drivers[csi.Driver]:
 		return plan{method: reclaimerv1.Method_METHOD_PROVISIONER, state: reclaimerv1.State_STATE_PENDING, driver: csi.Driver,
 			message: "the backing volume is deleted through volplane's provisioner"}
 	case csi != nil:
+		if len(s.Unidentified) > 0 {
+			return unidentified(s, csi.Driver)
+		}
 		return skipped("CSI driver %q is not served by volplane's provisioner: its own deleter deletes it", csi.Driver)
 	case by != "":
 		// Provisioned by a served provisioner, yet not a CSI volume: the

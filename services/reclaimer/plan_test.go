@@ -16,6 +16,10 @@ func TestDecide(t *testing.T) {
 	serving := served.Set{Known: true, Drivers: map[string]bool{"dev.csi.volplane.io": true}, Provisioners: map[string]bool{"dev.csi.volplane.io": true}}
 	nothing := served.Set{Known: true}
 	unknown := served.Set{Err: errors.New("provisioner unreachable")}
+	// The provisioner's only driver is restarting: its endpoint is listed
+	// without a name.
+	restarting := served.Set{Known: true, Drivers: map[string]bool{}, Provisioners: map[string]bool{}, Unidentified: []string{"unix:///csi.sock"}}
+	partly := served.Set{Known: true, Drivers: map[string]bool{"dev.csi.volplane.io": true}, Provisioners: map[string]bool{"dev.csi.volplane.io": true}, Unidentified: []string{"unix:///other.sock"}}
 	here := node{name: "node-a", labels: map[string]string{corev1.LabelHostname: "node-a"}}
 	const (
 		none        = reclaimerv1.Method_METHOD_NONE
@@ -55,6 +59,11 @@ func TestDecide(t *testing.T) {
 			`error getting deleter volume plugin for volume "static": no deletable volume plugin matched`},
 		{"delete static local", releasedPV("static", corev1.PersistentVolumeReclaimDelete, withLocal("/mnt/disks/a", "node-a")), serving, RecyclePod, unsupported, reclaimerv1.State_STATE_FAILED, kube.EventVolumeFailedDelete,
 			`error getting deleter volume plugin for volume "static": no volume plugin matched`},
+		{"delete CSI, its driver restarting", releasedPV("a", corev1.PersistentVolumeReclaimDelete, withCSI("dev.csi.volplane.io"), withProvisionedBy("dev.csi.volplane.io")), restarting, RecyclePod, undecided, reclaimerv1.State_STATE_PENDING, "",
+			`waiting for the provisioner to identify the CSI driver at unix:///csi.sock: whether it serves "dev.csi.volplane.io" cannot be told yet`},
+		{"delete CSI without annotation, its driver restarting", releasedPV("a", corev1.PersistentVolumeReclaimDelete, withCSI("dev.csi.volplane.io")), restarting, RecyclePod, undecided, reclaimerv1.State_STATE_PENDING, "", "waiting for the provisioner to identify"},
+		{"delete served CSI driver, another restarting", releasedPV("a", corev1.PersistentVolumeReclaimDelete, withCSI("dev.csi.volplane.io"), withProvisionedBy("dev.csi.volplane.io")), partly, RecyclePod, viaProv, reclaimerv1.State_STATE_PENDING, "", ""},
+		{"delete another provisioner's, a driver restarting", releasedPV("a", corev1.PersistentVolumeReclaimDelete, withCSI("ebs.csi.aws.com"), withProvisionedBy("ebs.csi.aws.com")), partly, RecyclePod, undecided, reclaimerv1.State_STATE_PENDING, "", "waiting for the provisioner to identify"},
 		{"delete CSI, provisioner unreachable", releasedPV("a", corev1.PersistentVolumeReclaimDelete, withCSI("dev.csi.volplane.io")), unknown, RecyclePod, undecided, reclaimerv1.State_STATE_PENDING, "", "provisioner unreachable"},
 		{"recycle hostPath by pod", releasedPV("a", corev1.PersistentVolumeReclaimRecycle), serving, RecyclePod, viaPod, reclaimerv1.State_STATE_PENDING, "", ""},
 		{"recycle NFS by pod", releasedPV("a", corev1.PersistentVolumeReclaimRecycle, withNFS()), serving, RecyclePod, viaPod, reclaimerv1.State_STATE_PENDING, "", ""},

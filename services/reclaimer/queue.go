@@ -74,9 +74,13 @@ func (c *controller) handle(ctx context.Context, key string) {
 		c.queue.Forget(key)
 		return
 	}
-	if c.backingOff(key, r) {
+	if wait := c.backingOff(key, r); wait > 0 {
 		// A change (e.g. of the recycler pod) arrived during the backoff:
-		// the attempt already scheduled comes when it is due.
+		// the attempt comes when it is due. It is scheduled here too (the
+		// queue keeps the earlier of two times for a key): a reclaim taken
+		// over from the journal keeps its earlier holder's backoff, whose
+		// timer died with that holder, and nothing else would queue it.
+		c.queue.AddAfter(key, wait)
 		return
 	}
 	sctx, sp := c.startAttempt(ctx, key, r)
@@ -98,16 +102,20 @@ func (c *controller) handle(ctx context.Context, key string) {
 	}
 }
 
-// backingOff reports whether the reclaim waits for its next attempt.
-func (c *controller) backingOff(key string, r *reclaimerv1.Reclaim) bool {
+// backingOff returns how long the reclaim still waits for its next
+// attempt (its record's NextAttemptTime), or 0 when it is due.
+func (c *controller) backingOff(key string, r *reclaimerv1.Reclaim) time.Duration {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if e := c.entries[key]; e != nil && e.wake {
 		e.wake = false
-		return false
+		return 0
 	}
 	due := r.GetNextAttemptTime()
-	return due != nil && c.now().Add(retrySlack).Before(due.AsTime())
+	if now := c.now(); due != nil && now.Add(retrySlack).Before(due.AsTime()) {
+		return due.AsTime().Sub(now)
+	}
+	return 0
 }
 
 // retrySlack lets an attempt scheduled for a time start a little early.

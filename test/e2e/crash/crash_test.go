@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -151,6 +152,52 @@ func TestCrashAtEveryFaultPoint(t *testing.T) {
 		x.delete(cl)
 		x.crashed(reclaimer)
 		x.restart(reclaimer)
+		x.gone(cl)
+	})
+
+	// Not a fault point: a claim deleted while the CSI driver restarts,
+	// handed to a reclaimer that reads the provisioner's drivers for the
+	// first time then (it was just restarted). The provisioner lists the
+	// driver's endpoint without a name; the reclaimer once took that for
+	// "another deleter's volume" and skipped it for 10 minutes (the short
+	// chaos run's lost Delete volume). The volume must be deleted once
+	// the driver is back.
+	t.Run("delete-while-the-driver-restarts", func(t *testing.T) {
+		x.t = t
+		cl := x.claim("d2", chaos.DynamicClass)
+		x.bound(cl, "pvc-"+string(cl.UID))
+		x.mark()
+		unreachable := logCount(t, provisioner, "CSI driver unreachable")
+		c.CSI.Kill()
+		e2e.Eventually(t, time.Minute, func() string {
+			if logCount(t, provisioner, "CSI driver unreachable") == unreachable {
+				return "the provisioner has not seen the CSI driver go yet"
+			}
+			return ""
+		})
+		reclaimer.Kill()
+		x.restart(reclaimer)
+		if err := c.WaitServing(ctx, reclaimer, 2*time.Minute); err != nil {
+			t.Fatal(err)
+		}
+		x.delete(cl)
+		e2e.Eventually(t, time.Minute, func() string {
+			pv, err := c.Client.CoreV1().PersistentVolumes().Get(ctx, "pvc-"+string(cl.UID), metav1.GetOptions{})
+			if err != nil || pv.Status.Phase != corev1.VolumeReleased {
+				return fmt.Sprintf("the volume is not Released yet: %v", err)
+			}
+			return ""
+		})
+		// The reclaimer has the volume while the driver is away: it waits.
+		e2e.Eventually(t, time.Minute, func() string {
+			if logCount(t, reclaimer, "waiting for the provisioner to identify the CSI driver") == 0 {
+				return "the reclaimer has not said it waits for the driver"
+			}
+			return ""
+		})
+		if err := c.CSI.Start(); err != nil {
+			t.Fatal(err)
+		}
 		x.gone(cl)
 	})
 
@@ -323,6 +370,16 @@ func (x *crashes) hasCSIVolume(name string) bool {
 		}
 	}
 	return false
+}
+
+// logCount is how many lines of r's log hold what.
+func logCount(t testing.TB, r *chaos.Replica, what string) int {
+	t.Helper()
+	b, err := os.ReadFile(r.LogPath())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return strings.Count(string(b), what)
 }
 
 // mark writes marker files into every Bound claim's volume.
