@@ -45,7 +45,7 @@ func TestReclaimSpans(t *testing.T) {
 		names = append(names, s.Name)
 		attrs := map[string]string{}
 		for _, a := range s.Attributes {
-			attrs[string(a.Key)] = a.Value.Emit()
+			attrs[string(a.Key)] = a.Value.String()
 		}
 		if attrs["volplane.volume.name"] != "pvc-1" || attrs["volplane.claim.uid"] != "claim-uid" {
 			t.Errorf("span %s attributes %v: want the volume and the claim's UID", s.Name, attrs)
@@ -71,7 +71,7 @@ func TestReclaimSpans(t *testing.T) {
 	var state string
 	for _, a := range last.Attributes {
 		if a.Key == "volplane.reclaim.state" {
-			state = a.Value.Emit()
+			state = a.Value.String()
 		}
 	}
 	if state != "STATE_SUCCEEDED" {
