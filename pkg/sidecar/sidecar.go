@@ -1,0 +1,163 @@
+package sidecar
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/validation"
+)
+
+const (
+	// LabelRegistration marks a Lease as a sidecar's registration; its
+	// value is the contract's version.
+	LabelRegistration = "volplane.io/csi-sidecar"
+	// Version is this contract's version (LabelRegistration's value).
+	Version = "v1"
+
+	// AnnotationDriver is the CSI driver name (GetPluginInfo).
+	AnnotationDriver = "volplane.io/csi-driver"
+	// AnnotationPod is the sidecar's pod, in the Lease's namespace.
+	AnnotationPod = "volplane.io/pod"
+	// AnnotationPort is the TLS port the sidecar serves the driver on.
+	AnnotationPort = "volplane.io/port"
+	// AnnotationCertSHA256 is the hex SHA-256 of the DER of the port's
+	// serving certificate.
+	AnnotationCertSHA256 = "volplane.io/cert-sha256"
+	// AnnotationLeaderElection is "true" when the sidecar registers only
+	// while it holds the driver's leader lock.
+	AnnotationLeaderElection = "volplane.io/leader-election"
+
+	// Group, ResourceDrivers and VerbServe are what a SubjectAccessReview
+	// asks of a sidecar pod's ServiceAccount, with the driver's name as
+	// the resource name.
+	Group           = "volplane.io"
+	ResourceDrivers = "csidrivers"
+	VerbServe       = "serve"
+	// ClusterRole is the shipped role granting VerbServe on every driver
+	// and reading CAConfigMap.
+	ClusterRole = "volplane-csi-sidecar"
+
+	// CAConfigMap is the ConfigMap, in volplane's namespace, whose
+	// CAConfigMapKey is the CA bundle the sidecar verifies the
+	// provisioner's client certificate with.
+	CAConfigMap    = "volplane-provisioner-ca"
+	CAConfigMapKey = "ca.crt"
+
+	// DefaultPort is the sidecar's default TLS port.
+	DefaultPort = 7710
+	// LeaseDuration is how long a registration holds without renewal;
+	// RenewInterval how often the sidecar renews it.
+	LeaseDuration = 30 * time.Second
+	RenewInterval = 10 * time.Second
+)
+
+// Registration is what a sidecar's Lease says.
+type Registration struct {
+	Namespace      string
+	Pod            string
+	Driver         string
+	Port           int
+	CertSHA256     string // lower-case hex
+	LeaderElection bool
+	// RenewTime and Duration say until when the registration holds.
+	RenewTime time.Time
+	Duration  time.Duration
+}
+
+// RegistrationName is the name of the Lease that registers pod.
+func RegistrationName(pod string) string {
+	name := "volplane-csi-" + pod
+	if len(name) > validation.DNS1123SubdomainMaxLength {
+		name = name[:validation.DNS1123SubdomainMaxLength]
+	}
+	return strings.TrimRight(name, "-.")
+}
+
+// CertSHA256 is the fingerprint a registration pins for a certificate's
+// DER bytes.
+func CertSHA256(der []byte) string {
+	sum := sha256.Sum256(der)
+	return hex.EncodeToString(sum[:])
+}
+
+// Expires is when the registration stops holding.
+func (r Registration) Expires() time.Time { return r.RenewTime.Add(r.Duration) }
+
+// Fresh reports whether the registration holds at now.
+func (r Registration) Fresh(now time.Time) bool { return now.Before(r.Expires()) }
+
+// Key identifies the registration: namespace/pod.
+func (r Registration) Key() string { return r.Namespace + "/" + r.Pod }
+
+// Lease is the registration as its Lease, renewed at now.
+func (r Registration) Lease(now time.Time) *coordinationv1.Lease {
+	secs := int32(r.Duration / time.Second)
+	holder := r.Pod
+	renew := metav1.NewMicroTime(now)
+	return &coordinationv1.Lease{
+		ObjectMeta: metav1.ObjectMeta{
+			Name:      RegistrationName(r.Pod),
+			Namespace: r.Namespace,
+			Labels:    map[string]string{LabelRegistration: Version},
+			Annotations: map[string]string{
+				AnnotationDriver:         r.Driver,
+				AnnotationPod:            r.Pod,
+				AnnotationPort:           strconv.Itoa(r.Port),
+				AnnotationCertSHA256:     r.CertSHA256,
+				AnnotationLeaderElection: strconv.FormatBool(r.LeaderElection),
+			},
+		},
+		Spec: coordinationv1.LeaseSpec{HolderIdentity: &holder, LeaseDurationSeconds: &secs, RenewTime: &renew},
+	}
+}
+
+// ErrNotRegistration is returned for a Lease without LabelRegistration.
+var ErrNotRegistration = errors.New("not a volplane sidecar registration")
+
+// FromLease reads a registration, refusing one that is malformed: a
+// forged or damaged Lease is reported, never half-trusted.
+func FromLease(l *coordinationv1.Lease) (Registration, error) {
+	if l.Labels[LabelRegistration] == "" {
+		return Registration{}, ErrNotRegistration
+	}
+	if v := l.Labels[LabelRegistration]; v != Version {
+		return Registration{}, fmt.Errorf("lease %s/%s: registration version %q, this provisioner reads %q", l.Namespace, l.Name, v, Version)
+	}
+	a := l.Annotations
+	r := Registration{Namespace: l.Namespace, Pod: a[AnnotationPod], Driver: a[AnnotationDriver], CertSHA256: a[AnnotationCertSHA256]}
+	var errs []error
+	if msgs := validation.IsDNS1123Subdomain(r.Pod); r.Pod == "" || len(msgs) > 0 {
+		errs = append(errs, fmt.Errorf("%s %q is not a pod name", AnnotationPod, r.Pod))
+	} else if l.Name != RegistrationName(r.Pod) {
+		errs = append(errs, fmt.Errorf("named %q, but a registration of pod %q is named %q", l.Name, r.Pod, RegistrationName(r.Pod)))
+	}
+	if r.Driver == "" || len(r.Driver) > 63 {
+		errs = append(errs, fmt.Errorf("%s %q is not a CSI driver name (1 to 63 characters)", AnnotationDriver, r.Driver))
+	}
+	port, err := strconv.Atoi(a[AnnotationPort])
+	if err != nil || port < 1 || port > 65535 {
+		errs = append(errs, fmt.Errorf("%s %q is not a port", AnnotationPort, a[AnnotationPort]))
+	}
+	r.Port = port
+	if b, err := hex.DecodeString(r.CertSHA256); err != nil || len(b) != sha256.Size || r.CertSHA256 != strings.ToLower(r.CertSHA256) {
+		errs = append(errs, fmt.Errorf("%s %q is not a lower-case hex SHA-256", AnnotationCertSHA256, r.CertSHA256))
+	}
+	r.LeaderElection = a[AnnotationLeaderElection] == "true"
+	if l.Spec.RenewTime == nil || l.Spec.LeaseDurationSeconds == nil || *l.Spec.LeaseDurationSeconds <= 0 {
+		errs = append(errs, errors.New("spec.renewTime and a positive spec.leaseDurationSeconds are required"))
+	} else {
+		r.RenewTime = l.Spec.RenewTime.Time
+		r.Duration = time.Duration(*l.Spec.LeaseDurationSeconds) * time.Second
+	}
+	if len(errs) > 0 {
+		return Registration{}, fmt.Errorf("lease %s/%s: %w", l.Namespace, l.Name, errors.Join(errs...))
+	}
+	return r, nil
+}
