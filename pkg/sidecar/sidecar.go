@@ -3,6 +3,7 @@ package sidecar
 import (
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strconv"
@@ -33,6 +34,9 @@ const (
 	// AnnotationLeaderElection is "true" when the sidecar registers only
 	// while it holds the driver's leader lock.
 	AnnotationLeaderElection = "volplane.io/leader-election"
+	// AnnotationSettings is the JSON of Settings: the csi-provisioner
+	// flags of the sidecar's command line that shape requests and PVs.
+	AnnotationSettings = "volplane.io/provisioning-settings"
 
 	// Group, ResourceDrivers and VerbServe are what a SubjectAccessReview
 	// asks of a sidecar pod's ServiceAccount, with the driver's name as
@@ -66,9 +70,29 @@ type Registration struct {
 	Port           int
 	CertSHA256     string // lower-case hex
 	LeaderElection bool
+	// Settings are the sidecar's request-shaping flags.
+	Settings Settings
 	// RenewTime and Duration say until when the registration holds.
 	RenewTime time.Time
 	Duration  time.Duration
+}
+
+// Settings are the csi-provisioner flags on a sidecar's command line that
+// change what is sent to the driver or written to PVs. The sidecar does
+// not act on them itself; it carries them to the provisioner, which
+// provisions for that driver with them or, where it cannot, marks the
+// driver not ready and says which flag differs. Nothing is dropped
+// silently.
+type Settings struct {
+	VolumeNamePrefix     string        `json:"volumeNamePrefix,omitempty"`
+	VolumeNameUUIDLength int           `json:"volumeNameUUIDLength,omitempty"`
+	ExtraCreateMetadata  bool          `json:"extraCreateMetadata,omitempty"`
+	DefaultFSType        string        `json:"defaultFSType,omitempty"`
+	StrictTopology       bool          `json:"strictTopology,omitempty"`
+	ImmediateTopology    *bool         `json:"immediateTopology,omitempty"`
+	Timeout              time.Duration `json:"timeout,omitempty"`
+	// FeatureGates are csi-provisioner's --feature-gates as given.
+	FeatureGates map[string]bool `json:"featureGates,omitempty"`
 }
 
 // RegistrationName is the name of the Lease that registers pod.
@@ -112,10 +136,19 @@ func (r Registration) Lease(now time.Time) *coordinationv1.Lease {
 				AnnotationPort:           strconv.Itoa(r.Port),
 				AnnotationCertSHA256:     r.CertSHA256,
 				AnnotationLeaderElection: strconv.FormatBool(r.LeaderElection),
+				AnnotationSettings:       r.settingsJSON(),
 			},
 		},
 		Spec: coordinationv1.LeaseSpec{HolderIdentity: &holder, LeaseDurationSeconds: &secs, RenewTime: &renew},
 	}
+}
+
+func (r Registration) settingsJSON() string {
+	b, err := json.Marshal(r.Settings)
+	if err != nil { // a struct of plain fields always marshals
+		panic(err)
+	}
+	return string(b)
 }
 
 // ErrNotRegistration is returned for a Lease without LabelRegistration.
@@ -150,6 +183,13 @@ func FromLease(l *coordinationv1.Lease) (Registration, error) {
 		errs = append(errs, fmt.Errorf("%s %q is not a lower-case hex SHA-256", AnnotationCertSHA256, r.CertSHA256))
 	}
 	r.LeaderElection = a[AnnotationLeaderElection] == "true"
+	if js := a[AnnotationSettings]; js != "" {
+		dec := json.NewDecoder(strings.NewReader(js))
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(&r.Settings); err != nil {
+			errs = append(errs, fmt.Errorf("%s: %v", AnnotationSettings, err))
+		}
+	}
 	if l.Spec.RenewTime == nil || l.Spec.LeaseDurationSeconds == nil || *l.Spec.LeaseDurationSeconds <= 0 {
 		errs = append(errs, errors.New("spec.renewTime and a positive spec.leaseDurationSeconds are required"))
 	} else {

@@ -2,6 +2,7 @@ package sidecar
 
 import (
 	"errors"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -12,13 +13,14 @@ import (
 func TestRegistrationRoundTrip(t *testing.T) {
 	now := time.Now().Truncate(time.Microsecond)
 	r := Registration{Namespace: "kube-system", Pod: "ebs-csi-controller-7d9f-abcde", Driver: "ebs.csi.aws.com", Port: DefaultPort,
-		CertSHA256: CertSHA256([]byte("der")), LeaderElection: true, Duration: LeaseDuration}
+		CertSHA256: CertSHA256([]byte("der")), LeaderElection: true, Duration: LeaseDuration,
+		Settings: Settings{VolumeNamePrefix: "ebs", ExtraCreateMetadata: true, DefaultFSType: "ext4", Timeout: 60 * time.Second, FeatureGates: map[string]bool{"Topology": true}}}
 	got, err := FromLease(r.Lease(now))
 	if err != nil {
 		t.Fatal(err)
 	}
 	r.RenewTime = now
-	if got != r {
+	if !reflect.DeepEqual(got, r) {
 		t.Fatalf("round trip:\n got %+v\nwant %+v", got, r)
 	}
 	if !got.Fresh(now.Add(29*time.Second)) || got.Fresh(now.Add(30*time.Second)) {
@@ -32,17 +34,18 @@ func TestFromLeaseRefusesForgeries(t *testing.T) {
 		mutate func(*coordinationv1.Lease)
 		want   string
 	}{
-		"no label":       {func(l *coordinationv1.Lease) { delete(l.Labels, LabelRegistration) }, "not a volplane sidecar registration"},
-		"other version":  {func(l *coordinationv1.Lease) { l.Labels[LabelRegistration] = "v9" }, `registration version "v9"`},
-		"bad pod":        {func(l *coordinationv1.Lease) { l.Annotations[AnnotationPod] = "../x" }, "is not a pod name"},
-		"name not pod's": {func(l *coordinationv1.Lease) { l.Name = "volplane-csi-other" }, "but a registration of pod"},
-		"no driver":      {func(l *coordinationv1.Lease) { delete(l.Annotations, AnnotationDriver) }, "is not a CSI driver name"},
-		"port zero":      {func(l *coordinationv1.Lease) { l.Annotations[AnnotationPort] = "0" }, "is not a port"},
-		"port text":      {func(l *coordinationv1.Lease) { l.Annotations[AnnotationPort] = "https" }, "is not a port"},
-		"short hash":     {func(l *coordinationv1.Lease) { l.Annotations[AnnotationCertSHA256] = "abcd" }, "is not a lower-case hex SHA-256"},
-		"upper hash":     {func(l *coordinationv1.Lease) { l.Annotations[AnnotationCertSHA256] = strings.ToUpper(CertSHA256(nil)) }, "lower-case"},
-		"no renew time":  {func(l *coordinationv1.Lease) { l.Spec.RenewTime = nil }, "spec.renewTime"},
-		"zero duration":  {func(l *coordinationv1.Lease) { zero := int32(0); l.Spec.LeaseDurationSeconds = &zero }, "leaseDurationSeconds"},
+		"no label":        {func(l *coordinationv1.Lease) { delete(l.Labels, LabelRegistration) }, "not a volplane sidecar registration"},
+		"other version":   {func(l *coordinationv1.Lease) { l.Labels[LabelRegistration] = "v9" }, `registration version "v9"`},
+		"bad pod":         {func(l *coordinationv1.Lease) { l.Annotations[AnnotationPod] = "../x" }, "is not a pod name"},
+		"name not pod's":  {func(l *coordinationv1.Lease) { l.Name = "volplane-csi-other" }, "but a registration of pod"},
+		"no driver":       {func(l *coordinationv1.Lease) { delete(l.Annotations, AnnotationDriver) }, "is not a CSI driver name"},
+		"port zero":       {func(l *coordinationv1.Lease) { l.Annotations[AnnotationPort] = "0" }, "is not a port"},
+		"port text":       {func(l *coordinationv1.Lease) { l.Annotations[AnnotationPort] = "https" }, "is not a port"},
+		"short hash":      {func(l *coordinationv1.Lease) { l.Annotations[AnnotationCertSHA256] = "abcd" }, "is not a lower-case hex SHA-256"},
+		"upper hash":      {func(l *coordinationv1.Lease) { l.Annotations[AnnotationCertSHA256] = strings.ToUpper(CertSHA256(nil)) }, "lower-case"},
+		"no renew time":   {func(l *coordinationv1.Lease) { l.Spec.RenewTime = nil }, "spec.renewTime"},
+		"unknown setting": {func(l *coordinationv1.Lease) { l.Annotations[AnnotationSettings] = `{"deleteEverything":true}` }, "unknown field"},
+		"zero duration":   {func(l *coordinationv1.Lease) { zero := int32(0); l.Spec.LeaseDurationSeconds = &zero }, "leaseDurationSeconds"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			l := good.Lease(time.Now())
