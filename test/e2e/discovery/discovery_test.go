@@ -192,7 +192,12 @@ func register(t *testing.T, ns, pod, driver string, port int, hash string) (unre
 // listed.
 func driverInfo(t *testing.T, driver string) *provisionerv1.Driver {
 	t.Helper()
-	resp, err := cluster.prov.ListDrivers(t.Context(), &provisionerv1.ListDriversRequest{})
+	return driverInfoOf(t, cluster.prov, driver)
+}
+
+func driverInfoOf(t *testing.T, prov provisionerv1.ProvisionerServiceClient, driver string) *provisionerv1.Driver {
+	t.Helper()
+	resp, err := prov.ListDrivers(t.Context(), &provisionerv1.ListDriversRequest{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -275,6 +280,29 @@ func TestSidecarDiscoveredProvisionsAndGoes(t *testing.T) {
 		t.Errorf("Provision with the sidecar gone: %v, want IN_BACKGROUND naming the driver", resp)
 	}
 	e2e.HasEvent(t, cluster.client, ns, "PersistentVolumeClaim", "later", "ProvisioningFailed", want, "", 10*time.Second)
+
+	// A provisioner started now, which never saw the sidecar, lists the
+	// driver too: its name is in etcd.
+	restarted := startProvisioner(t)
+	e2e.Eventually(t, 30*time.Second, func() string {
+		d := driverInfoOf(t, restarted, driver)
+		if d == nil || d.GetReady() || !strings.HasPrefix(d.GetMessage(), want) || !strings.HasSuffix(d.GetMessage(), "in pod "+ns+"/ctrl-0") {
+			return fmt.Sprintf("a restarted provisioner lists %v, want the driver not ready: %q...", d, want)
+		}
+		return ""
+	})
+
+	// The sidecar back, the waiting claim is provisioned.
+	register(t, ns, "ctrl-0", driver, port, hash)
+	e2e.Eventually(t, 30*time.Second, func() string {
+		if d := driverInfo(t, driver); !d.GetReady() {
+			return fmt.Sprintf("driver %v, want ready again", d)
+		}
+		return ""
+	})
+	if resp := provision(t, later); resp.GetOutcome() != provisionerv1.Outcome_OUTCOME_FINISHED {
+		t.Errorf("Provision with the sidecar back: %v", resp)
+	}
 }
 
 // TestSidecarOfAnUnboundServiceAccountIsNeverUsed: a Ready pod with a

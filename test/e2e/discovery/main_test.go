@@ -66,17 +66,7 @@ func run(m *testing.M) int {
 		return 1
 	}
 	errc := make(chan error, 1)
-	go func() {
-		errc <- provisioner.Run(ctx, provisioner.Options{
-			Options: replica.Options{Kubeconfig: c.Kubeconfig, EtcdEndpoints: c.EtcdEndpoints, Listen: addr, TLS: c.TLS("provisioner"),
-				Logger: c.Logger("provisioner", slog.LevelDebug)},
-			DiscoverSidecars: true,
-			Namespace:        "volplane-system",
-			Timeout:          2 * time.Second,
-			RecoveryPeriod:   500 * time.Millisecond,
-			ProbePeriod:      time.Second,
-		})
-	}()
+	go func() { errc <- provisioner.Run(ctx, options(addr, "provisioner")) }()
 	if err := c.WaitServing(ctx, addr, 2*time.Minute); err != nil {
 		fmt.Fprintln(os.Stderr, "e2e/discovery: provisioner did not start:", err)
 		c.DumpLogs(os.Stderr)
@@ -90,4 +80,47 @@ func run(m *testing.M) int {
 	defer cc.Close()
 	cluster.prov = provisionerv1.NewProvisionerServiceClient(cc)
 	return c.RunTests(m, "e2e/discovery", cancel, errc, 1)
+}
+
+// options are a provisioner replica's at addr, logging as name: sidecars
+// discovered, no --csi-endpoint.
+func options(addr, name string) provisioner.Options {
+	c := cluster.e2e
+	return provisioner.Options{
+		Options: replica.Options{Kubeconfig: c.Kubeconfig, EtcdEndpoints: c.EtcdEndpoints, Listen: addr, TLS: c.TLS("provisioner"),
+			Logger: c.Logger(name, slog.LevelDebug)},
+		DiscoverSidecars: true,
+		Namespace:        "volplane-system",
+		Timeout:          2 * time.Second,
+		RecoveryPeriod:   500 * time.Millisecond,
+		ProbePeriod:      time.Second,
+	}
+}
+
+// startProvisioner starts another provisioner replica for the rest of the
+// test and returns a client of it.
+func startProvisioner(t *testing.T) provisionerv1.ProvisionerServiceClient {
+	t.Helper()
+	addr, err := devenv.FreeAddr()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- provisioner.Run(ctx, options(addr, "provisioner-2")) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("the second provisioner: %v", err)
+		}
+	})
+	if err := cluster.e2e.WaitServing(ctx, addr, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	cc, err := cluster.e2e.Dial(addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cc.Close() })
+	return provisionerv1.NewProvisionerServiceClient(cc)
 }
