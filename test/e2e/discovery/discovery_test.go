@@ -36,7 +36,7 @@ import (
 
 // setup makes what every test shares: volplane's namespace (the CA
 // ConfigMap goes there), and the ClusterRole volplane-csi-sidecar as
-// deploy/kubernetes/roles.yaml ships it.
+// deploy/kubernetes/rbac.yaml ships it.
 func setup(ctx context.Context, c kubernetes.Interface) error {
 	if _, err := c.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "volplane-system"}}, metav1.CreateOptions{}); err != nil {
 		return err
@@ -49,9 +49,9 @@ func setup(ctx context.Context, c kubernetes.Interface) error {
 	return err
 }
 
-// shippedRole is the ClusterRole name of deploy/kubernetes/roles.yaml.
+// shippedRole is the ClusterRole name of deploy/kubernetes/rbac.yaml.
 func shippedRole(name string) (*rbacv1.ClusterRole, error) {
-	b, err := os.ReadFile("../../../deploy/kubernetes/roles.yaml")
+	b, err := os.ReadFile("../../../deploy/kubernetes/rbac.yaml")
 	if err != nil {
 		return nil, err
 	}
@@ -64,7 +64,7 @@ func shippedRole(name string) (*rbacv1.ClusterRole, error) {
 			return &r, nil
 		}
 	}
-	return nil, fmt.Errorf("roles.yaml has no ClusterRole %s", name)
+	return nil, fmt.Errorf("rbac.yaml has no ClusterRole %s", name)
 }
 
 // sidecarStandIn serves the dev CSI driver named driver as
