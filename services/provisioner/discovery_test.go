@@ -552,3 +552,20 @@ func TestProvisionWaitsForAGoneDriver(t *testing.T) {
 		t.Errorf("event %q", ev)
 	}
 }
+
+// TestDiscoveryDropsARegistrationThatIsNotRenewed: a sidecar that stops
+// renewing (it died with its pod still Ready) is dropped when its
+// registration expires, with no event from the API server.
+func TestDiscoveryDropsARegistrationThatIsNotRenewed(t *testing.T) {
+	rig := newDiscoveryRig(t, nil)
+	sc := startSidecar(t, sidecarDriverName, "127.0.0.1", 0, selfSigned(t, time.Now().Add(-time.Hour)), rig.tls.CAFile)
+	rig.allow("vendor", "driver-sa")
+	rig.pod(t, "vendor", "ctrl-0", "driver-sa", "127.0.0.1", true)
+	// Renewed long ago: it holds for four more seconds.
+	rig.register(t, "vendor", "ctrl-0", sidecarDriverName, sc.port, sc.hash, time.Now().Add(-sidecar.LeaseDuration+4*time.Second), sidecar.Settings{})
+	eventually(t, "the driver ready", func() bool { d := rig.driverInfo(t, sidecarDriverName); return d != nil && d.Ready })
+	eventually(t, "the driver dropped at expiry", func() bool {
+		d := rig.driverInfo(t, sidecarDriverName)
+		return d != nil && !d.Ready && strings.Contains(rig.logs.String(), "expired at")
+	})
+}
