@@ -225,11 +225,22 @@ func TestHopRefusesOtherMethods(t *testing.T) {
 	ctx := t.Context()
 	before := w.calls.Load()
 	for name, call := range map[string]func() error{
-		"Node":                    func() error { _, err := csi.NewNodeClient(cc).NodeGetInfo(ctx, &csi.NodeGetInfoRequest{}); return err },
-		"ControllerPublishVolume": func() error { _, err := csi.NewControllerClient(cc).ControllerPublishVolume(ctx, &csi.ControllerPublishVolumeRequest{}); return err },
-		"CreateSnapshot":          func() error { _, err := csi.NewControllerClient(cc).CreateSnapshot(ctx, &csi.CreateSnapshotRequest{}); return err },
-		"grpc health":             func() error { _, err := healthpb.NewHealthClient(cc).Check(ctx, &healthpb.HealthCheckRequest{}); return err },
-		"made-up":                 func() error { return cc.Invoke(ctx, "/csi.v1.Controller/DeleteEverything", &csi.DeleteVolumeRequest{}, &csi.DeleteVolumeResponse{}) },
+		"Node": func() error { _, err := csi.NewNodeClient(cc).NodeGetInfo(ctx, &csi.NodeGetInfoRequest{}); return err },
+		"ControllerPublishVolume": func() error {
+			_, err := csi.NewControllerClient(cc).ControllerPublishVolume(ctx, &csi.ControllerPublishVolumeRequest{})
+			return err
+		},
+		"CreateSnapshot": func() error {
+			_, err := csi.NewControllerClient(cc).CreateSnapshot(ctx, &csi.CreateSnapshotRequest{})
+			return err
+		},
+		"grpc health": func() error {
+			_, err := healthpb.NewHealthClient(cc).Check(ctx, &healthpb.HealthCheckRequest{})
+			return err
+		},
+		"made-up": func() error {
+			return cc.Invoke(ctx, "/csi.v1.Controller/DeleteEverything", &csi.DeleteVolumeRequest{}, &csi.DeleteVolumeResponse{})
+		},
 	} {
 		if err := call(); status.Code(err) != codes.Unimplemented || !strings.Contains(err.Error(), "not served by volplane-csi-sidecar") {
 			t.Errorf("%s: %v, want Unimplemented by the sidecar", name, err)
