@@ -7,14 +7,11 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"os"
 	"os/signal"
 	"strings"
 	"syscall"
-
-	"github.com/spf13/pflag"
 
 	"github.com/volplane/volplane/internal/csisidecar"
 	"github.com/volplane/volplane/pkg/logging"
@@ -24,31 +21,31 @@ import (
 func main() { os.Exit(run()) }
 
 func run() int {
-	o, err := csisidecar.Parse(os.Args[1:], os.Stderr)
-	if errors.Is(err, pflag.ErrHelp) {
-		return 0
+	var o csisidecar.Options
+	cmd := csisidecar.NewCommand(&o)
+	if code, done := cmd.Parse(os.Args[1:]); done {
+		return code
 	}
+	if err := cmd.NoArgs(); err != nil {
+		return cmd.UsageError(err)
+	}
+	o.Finish(cmd.FlagSet())
+	// A refused flag is bad usage: one line naming it.
+	if err := o.Validate(); err != nil {
+		return cmd.UsageError(err)
+	}
+	log, err := logging.New(os.Stderr, cmd.Name, strings.ToLower(o.Provisioner.LogLevel().String()), o.Provisioner.LoggingFormat)
 	if err != nil {
-		fmt.Fprintln(os.Stderr, "volplane-csi-sidecar:", err)
-		return 2
-	}
-	v := version.Get()
-	if o.Provisioner.ShowVersion {
-		fmt.Println(os.Args[0], v.Version)
-		return 0
-	}
-	log, err := logging.New(os.Stderr, "volplane-csi-sidecar", strings.ToLower(o.Provisioner.LogLevel().String()), o.Provisioner.LoggingFormat)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "volplane-csi-sidecar:", err)
-		return 2
+		return cmd.UsageError(err)
 	}
 	logging.Route(log)
+	v := version.Get()
 	log.Info("starting", "version", v.Version, "commit", v.Commit, "go", v.GoVersion, "csiProvisionerFlags", csisidecar.ProvisionerVersion)
 	o.Logger = log
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	if err := csisidecar.Run(ctx, o); err != nil {
-		fmt.Fprintln(os.Stderr, "volplane-csi-sidecar:", err)
+		fmt.Fprintf(os.Stderr, "%s: %v\n", cmd.Name, err)
 		return 1
 	}
 	return 0

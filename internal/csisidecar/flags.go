@@ -116,7 +116,6 @@ func FlagByName(name string) (Flag, bool) {
 // sidecar reads; the others are parsed into placeholders and only
 // reported.
 type ProvisionerFlags struct {
-	ShowVersion             bool
 	Kubeconfig, Master      string
 	CSIAddress              string
 	LeaderElection          bool
@@ -146,8 +145,8 @@ type ProvisionerFlags struct {
 // names, types and defaults, on fs: the values the sidecar reads into p
 // and s, the others into placeholders.
 func addProvisionerFlags(fs *pflag.FlagSet, p *ProvisionerFlags, s *sidecar.Settings) {
-	// csi-lib-utils standardflags.
-	fs.BoolVar(&p.ShowVersion, "version", false, "Show version.")
+	// csi-lib-utils standardflags (--version is the command's own:
+	// cmdutil's General group).
 	fs.StringVar(&p.Kubeconfig, "kubeconfig", "", "Absolute path to the kubeconfig file. Required only when running out of cluster.")
 	fs.StringVar(&p.CSIAddress, "csi-address", "/run/csi/socket", "Address of the CSI driver socket.")
 	fs.BoolVar(&p.LeaderElection, "leader-election", false, "Enable leader election.")

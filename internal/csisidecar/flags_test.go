@@ -2,7 +2,6 @@ package csisidecar
 
 import (
 	"bufio"
-	"io"
 	"os"
 	"os/exec"
 	"regexp"
@@ -63,7 +62,7 @@ func docTable(t *testing.T) map[string]docRow {
 func TestDocTableIsTheFlagList(t *testing.T) {
 	rows := docTable(t)
 	var o Options
-	fs := NewFlagSet(&o)
+	fs := NewCommand(&o).FlagSet()
 	for _, f := range Flags {
 		row, ok := rows[f.Name]
 		if !ok {
@@ -110,7 +109,7 @@ func sample(typ string) string {
 // flag.
 func TestEveryFlagParses(t *testing.T) {
 	var o Options
-	fs := NewFlagSet(&o)
+	fs := NewCommand(&o).FlagSet()
 	for _, f := range Flags {
 		fl := fs.Lookup(f.Name)
 		if fl == nil {
@@ -127,7 +126,7 @@ func TestEveryFlagParses(t *testing.T) {
 		}
 		for _, args := range forms {
 			arg := args[0]
-			o, err := Parse(args, io.Discard)
+			o, err := Parse(args)
 			if err != nil {
 				t.Errorf("%v: %v", args, err)
 				continue
@@ -144,7 +143,7 @@ func TestEveryFlagParses(t *testing.T) {
 		}
 	}
 	fs.VisitAll(func(fl *pflag.Flag) {
-		if _, ok := FlagByName(fl.Name); !ok && !strings.HasPrefix(fl.Name, "volplane-") {
+		if _, ok := FlagByName(fl.Name); !ok && !strings.HasPrefix(fl.Name, "volplane-") && fl.Name != "help" {
 			t.Errorf("--%s is neither csi-provisioner's (Flags) nor the sidecar's own (--volplane-*)", fl.Name)
 		}
 	})
@@ -153,7 +152,7 @@ func TestEveryFlagParses(t *testing.T) {
 // TestDefaultsRefuseNothing: the sidecar runs with csi-provisioner's
 // defaults.
 func TestDefaultsRefuseNothing(t *testing.T) {
-	o, err := Parse(nil, io.Discard)
+	o, err := Parse(nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -186,17 +185,17 @@ func TestRefusalsNameTheirFlag(t *testing.T) {
 		{[]string{"--logging-format=xml"}, "--logging-format"},
 		{[]string{"--csi-address="}, "--csi-address"},
 	} {
-		o, err := Parse(tc.args, io.Discard)
+		o, err := Parse(tc.args)
 		if err != nil {
 			t.Fatalf("%v: %v", tc.args, err)
 		}
-		err = o.validate()
+		err = o.Validate()
 		if err == nil || !strings.Contains(err.Error(), tc.want) || strings.Count(err.Error(), "\n") != 0 {
 			t.Errorf("%v: %v, want one line naming %s", tc.args, err, tc.want)
 		}
 	}
 	for _, args := range [][]string{{"--no-such-flag"}, {"--timeout=soon"}, {"--feature-gates=Topology"}, {"--leader-election-labels=a"}, {"positional"}} {
-		if _, err := Parse(args, io.Discard); err == nil {
+		if _, err := Parse(args); err == nil {
 			t.Errorf("%v parsed", args)
 		}
 	}
@@ -209,7 +208,7 @@ func TestRefusalsNameTheirFlag(t *testing.T) {
 func TestChartArgs(t *testing.T) {
 	args := []string{"--csi-address=$(ADDRESS)", "--v=2", "--feature-gates=Topology=true", "--extra-create-metadata", "--leader-election=true",
 		"--default-fstype=ext4", "--timeout=60s", "--kube-api-qps=20", "--kube-api-burst=100", "--worker-threads=100", "--retry-interval-max=30m"}
-	o, err := Parse(args, io.Discard)
+	o, err := Parse(args)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -12,7 +12,6 @@ import (
 	"errors"
 	"math/big"
 	"net"
-	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -99,7 +98,7 @@ func startWorld(t *testing.T, mutate func(*Options)) *world {
 		Data:       map[string]string{sidecar.CAConfigMapKey: string(w.ca.pem)},
 	})
 	sock := startDriver(t, &w.calls)
-	o, err := Parse([]string{"--csi-address=" + sock, "--volplane-listen=127.0.0.1:0", "--timeout=5s", "--extra-create-metadata", "--default-fstype=ext4"}, os.Stderr)
+	o, err := Parse([]string{"--csi-address=" + sock, "--volplane-listen=127.0.0.1:0", "--timeout=5s", "--extra-create-metadata", "--default-fstype=ext4"})
 	if err != nil {
 		t.Fatal(err)
 	}

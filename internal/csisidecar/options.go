@@ -3,13 +3,13 @@ package csisidecar
 import (
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"strconv"
 
 	"github.com/spf13/pflag"
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/volplane/volplane/pkg/cmdutil"
 	"github.com/volplane/volplane/pkg/sidecar"
 )
 
@@ -59,35 +59,50 @@ type Options struct {
 	Version string
 }
 
-// NewFlagSet returns the sidecar's command line: csi-provisioner v6.3.0's
-// flags and the sidecar's own (--volplane-*), parsed into o.
-func NewFlagSet(o *Options) *pflag.FlagSet {
-	fs := pflag.NewFlagSet("volplane-csi-sidecar", pflag.ContinueOnError)
-	fs.SortFlags = true
-	addProvisionerFlags(fs, &o.Provisioner, &o.Settings)
-	fs.StringVar(&o.Listen, "volplane-listen", DefaultListen, "volplane: where the driver's Identity and Controller services are served to volplane's provisioner, over mutual TLS")
-	fs.StringVar(&o.Namespace, "volplane-namespace", DefaultNamespace, "volplane: volplane's namespace, whose ConfigMap "+sidecar.CAConfigMap+" holds the CA of the provisioner's client certificate")
-	fs.StringVar(&o.CAFile, "volplane-ca-file", "", "volplane: a PEM file of the CA of the provisioner's client certificate, instead of the ConfigMap")
-	fs.StringVar(&o.PodNamespace, "volplane-pod-namespace", "", "volplane: the registration's namespace when $POD_NAMESPACE, $NAMESPACE and the ServiceAccount's namespace file are all missing")
-	return fs
+// description opens --help.
+const description = `volplane-csi-sidecar takes csi-provisioner's place in a CSI driver's own pod: change the
+image of the driver's csi-provisioner container and keep its arguments. It accepts csi-provisioner
+` + ProvisionerVersion + `'s command line (docs/compatibility.md says what it does with each flag), serves the
+driver's Identity and Controller methods that volplane's provisioner calls on --volplane-listen,
+over TLS 1.3 to volplane's provisioner certificate only, and registers the driver with a Lease
+in its namespace that pins its serving certificate (docs/sidecar.md).`
+
+// NewCommand is the sidecar's command line, parsed into o:
+// csi-provisioner v6.3.0's flags (--version and --help are the General
+// group's) and the sidecar's own (--volplane-*).
+func NewCommand(o *Options) *cmdutil.Command {
+	cmd := cmdutil.NewCommand("volplane-csi-sidecar", description)
+	addProvisionerFlags(cmd.Flags("csi-provisioner "+ProvisionerVersion), &o.Provisioner, &o.Settings)
+	fs := cmd.Flags("volplane")
+	fs.StringVar(&o.Listen, "volplane-listen", DefaultListen, "where the driver's Identity and Controller services are served to volplane's provisioner, over mutual TLS")
+	fs.StringVar(&o.Namespace, "volplane-namespace", DefaultNamespace, "volplane's namespace, whose ConfigMap "+sidecar.CAConfigMap+" holds the CA of the provisioner's client certificate")
+	fs.StringVar(&o.CAFile, "volplane-ca-file", "", "a PEM file of the CA of the provisioner's client certificate, instead of the ConfigMap")
+	fs.StringVar(&o.PodNamespace, "volplane-pod-namespace", "", "the registration's namespace when $POD_NAMESPACE, $NAMESPACE and the ServiceAccount's namespace file are all missing")
+	return cmd
 }
 
-// Parse parses args (without the program name) into Options. The error
-// of a flag that does not parse names it, as pflag does.
-func Parse(args []string, stderr io.Writer) (Options, error) {
+// Parse parses args (without the program name) into Options, as the
+// command does but without printing: --help and --version are errors.
+func Parse(args []string) (Options, error) {
 	var o Options
-	fs := NewFlagSet(&o)
-	fs.SetOutput(stderr)
+	cmd := NewCommand(&o)
+	fs := cmd.FlagSet()
 	if err := fs.Parse(args); err != nil {
 		return o, err
 	}
-	if fs.NArg() > 0 {
-		return o, fmt.Errorf("unexpected arguments %q: every setting is a flag", fs.Args())
+	if err := cmd.NoArgs(); err != nil {
+		return o, err
 	}
+	o.Finish(fs)
+	return o, nil
+}
+
+// Finish completes o once fs, the command's flags, parsed: which flags
+// were given, and the carried settings.
+func (o *Options) Finish(fs *pflag.FlagSet) {
 	o.Given = map[string]bool{}
 	fs.Visit(func(f *pflag.Flag) { o.Given[f.Name] = true })
 	o.carry()
-	return o, nil
 }
 
 // carry moves the parsed flags whose form differs from pkg/sidecar's
@@ -153,8 +168,8 @@ func (o Options) NotNeeded() []string {
 	return lines
 }
 
-// validate is Refusals joined.
-func (o Options) validate() error { return errors.Join(o.Refusals()...) }
+// Validate is Refusals joined.
+func (o Options) Validate() error { return errors.Join(o.Refusals()...) }
 
 // LogLevel is the slog level of -v: 0 to 3 info, 4 and more debug.
 func (p ProvisionerFlags) LogLevel() slog.Level {

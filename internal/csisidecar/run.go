@@ -55,7 +55,7 @@ func Run(ctx context.Context, o Options) error {
 // the API client and the serving certificate, dials the driver and opens
 // the listener.
 func Start(o Options) (*Sidecar, error) {
-	if err := o.validate(); err != nil {
+	if err := o.Validate(); err != nil {
 		return nil, err
 	}
 	log := o.Logger
