@@ -98,7 +98,7 @@ func newLeader(client kubernetes.Interface, o Options, mux *http.ServeMux) *lead
 // lead. It returns nil when ctx ended, ErrLostLeadership when the lock
 // was lost.
 func (l *leader) run(ctx context.Context, driver string, lead func(context.Context)) error {
-	identity, err := os.Hostname()
+	identity, err := podName()
 	if err != nil {
 		return fmt.Errorf("leader election identity: %w", err)
 	}

@@ -22,7 +22,9 @@ import (
 const saNamespaceFile = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
 
 // podName is the sidecar's pod: $POD_NAME, else the hostname (a pod's
-// hostname is its name).
+// hostname is its name). It is also the leader lock's identity, where
+// csi-lib-utils takes the hostname: the same in a pod, and distinct for
+// sidecars sharing a host outside one.
 func podName() (string, error) {
 	if n := os.Getenv("POD_NAME"); n != "" {
 		return n, nil
