@@ -212,7 +212,8 @@ func addLoggingFlags(fs *pflag.FlagSet, p *ProvisionerFlags) {
 // labelMap is --leader-election-labels: key:value,key:value.
 type labelMap map[string]string
 
-func (m *labelMap) String() string { return joinMap(*m, ":") }
+// String prints the map as csi-lib-utils does (its default is "map[]").
+func (m *labelMap) String() string { return fmt.Sprintf("%v", map[string]string(*m)) }
 func (m *labelMap) Type() string   { return "labels" }
 func (m *labelMap) Set(v string) error {
 	for item := range strings.SplitSeq(v, ",") {
@@ -229,11 +230,12 @@ func (m *labelMap) Set(v string) error {
 type gateMap map[string]bool
 
 func (m *gateMap) String() string {
-	s := make(map[string]string, len(*m))
+	items := make([]string, 0, len(*m))
 	for k, v := range *m {
-		s[k] = strconv.FormatBool(v)
+		items = append(items, k+"="+strconv.FormatBool(v))
 	}
-	return joinMap(s, "=")
+	sort.Strings(items)
+	return strings.Join(items, ",")
 }
 func (m *gateMap) Type() string { return "mapStringBool" }
 func (m *gateMap) Set(v string) error {
@@ -253,15 +255,6 @@ func (m *gateMap) Set(v string) error {
 		(*m)[strings.TrimSpace(k)] = b
 	}
 	return nil
-}
-
-func joinMap(m map[string]string, sep string) string {
-	items := make([]string, 0, len(m))
-	for k, v := range m {
-		items = append(items, k+sep+v)
-	}
-	sort.Strings(items)
-	return strings.Join(items, ",")
 }
 
 // optionalBool is a boolean flag given with or without a value.

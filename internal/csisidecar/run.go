@@ -27,17 +27,16 @@ const stopGrace = 10 * time.Second
 
 // Sidecar is a started sidecar, before it serves.
 type Sidecar struct {
-	opts     Options
-	log      *slog.Logger
-	client   kubernetes.Interface
-	driver   *grpc.ClientConn
-	cert     tlsCert
-	cas      *clientCAs
-	lis      net.Listener
-	pod, ns  string
-	metrics  *sidecarMetrics
-	mux      *http.ServeMux
-	httpAddr string
+	opts    Options
+	log     *slog.Logger
+	client  kubernetes.Interface
+	driver  *grpc.ClientConn
+	cert    tlsCert
+	cas     *clientCAs
+	lis     net.Listener
+	pod, ns string
+	metrics *sidecarMetrics
+	mux     *http.ServeMux
 }
 
 // Run starts the sidecar and serves until ctx ends, then deletes its
