@@ -10,6 +10,7 @@ import (
 	"crypto/x509/pkix"
 	"encoding/pem"
 	"errors"
+	"fmt"
 	"math/big"
 	"net"
 	"path/filepath"
@@ -24,6 +25,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -81,6 +83,7 @@ type world struct {
 	ca      *testCA
 	client  *fake.Clientset
 	sidecar *Sidecar
+	faults  *devcsi.Faults
 	calls   atomic.Int64 // calls that reached the driver
 	done    chan error
 	cancel  context.CancelFunc
@@ -88,7 +91,7 @@ type world struct {
 
 const testNamespace = "driver-ns"
 
-func startWorld(t *testing.T, mutate func(*Options)) *world {
+func startWorld(t *testing.T, mutate func(*Options), args ...string) *world {
 	t.Helper()
 	t.Setenv("POD_NAME", "ebs-csi-controller-0")
 	t.Setenv("POD_NAMESPACE", testNamespace)
@@ -97,8 +100,9 @@ func startWorld(t *testing.T, mutate func(*Options)) *world {
 		ObjectMeta: metav1.ObjectMeta{Namespace: DefaultNamespace, Name: sidecar.CAConfigMap},
 		Data:       map[string]string{sidecar.CAConfigMapKey: string(w.ca.pem)},
 	})
-	sock := startDriver(t, &w.calls)
-	o, err := Parse([]string{"--csi-address=" + sock, "--volplane-listen=127.0.0.1:0", "--timeout=5s", "--extra-create-metadata", "--default-fstype=ext4"})
+	sock, faults := startDriver(t, &w.calls)
+	w.faults = faults
+	o, err := Parse(append([]string{"--csi-address=" + sock, "--volplane-listen=127.0.0.1:0", "--timeout=5s", "--extra-create-metadata", "--default-fstype=ext4"}, args...))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -119,8 +123,8 @@ func startWorld(t *testing.T, mutate func(*Options)) *world {
 }
 
 // startDriver serves the dev CSI driver's controller on a unix socket,
-// counting the calls that reach it.
-func startDriver(t *testing.T, calls *atomic.Int64) string {
+// counting the calls that reach it, with its fault injector.
+func startDriver(t *testing.T, calls *atomic.Int64) (string, *devcsi.Faults) {
 	t.Helper()
 	dir := t.TempDir()
 	drv, err := devcsi.New(devcsi.Options{RootDir: filepath.Join(dir, "root"), NodeID: "node-a", Mode: devcsi.ModeController})
@@ -132,14 +136,14 @@ func startDriver(t *testing.T, calls *atomic.Int64) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := grpc.NewServer(grpc.UnaryInterceptor(func(ctx context.Context, req any, _ *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
+	srv := grpc.NewServer(grpc.ChainUnaryInterceptor(func(ctx context.Context, req any, _ *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
 		calls.Add(1)
 		return h(ctx, req)
-	}))
+	}, drv.Faults().UnaryServerInterceptor()))
 	drv.Register(srv)
 	go srv.Serve(lis)
 	t.Cleanup(srv.Stop)
-	return sock
+	return sock, drv.Faults()
 }
 
 // dial connects to the sidecar presenting cert (none when nil), pinning
@@ -318,6 +322,69 @@ func TestRegistrationPinsTheServedCertificate(t *testing.T) {
 	w.done <- nil // for the cleanup
 	if _, err := w.client.CoordinationV1().Leases(testNamespace).Get(context.Background(), name, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
 		t.Fatalf("after shutdown the registration is %v, want deleted", err)
+	}
+}
+
+// TestHopIsBounded: a call waits for one of --worker-threads slots only
+// until its deadline, a slow driver call ends at --timeout, and a message
+// over MaxMessageSize never reaches the driver.
+func TestHopIsBounded(t *testing.T) {
+	w := startWorld(t, nil, "--worker-threads=1", "--timeout=1s")
+	cert := w.ca.issue(t, callers.Provisioner, time.Now().Add(-time.Minute))
+	cc := w.dial(t, &cert)
+	w.faults.Delay("CreateVolume", 5*time.Second)
+	caps := []*csi.VolumeCapability{{AccessType: &csi.VolumeCapability_Mount{Mount: &csi.VolumeCapability_MountVolume{}},
+		AccessMode: &csi.VolumeCapability_AccessMode{Mode: csi.VolumeCapability_AccessMode_SINGLE_NODE_WRITER}}}
+	slow := make(chan error, 1)
+	began := time.Now()
+	go func() {
+		_, err := csi.NewControllerClient(cc).CreateVolume(context.Background(), &csi.CreateVolumeRequest{Name: "slow", VolumeCapabilities: caps})
+		slow <- err
+	}()
+	eventually(t, func() bool { return w.calls.Load() >= 2 }) // GetPluginInfo, then CreateVolume
+	ctx, cancel := context.WithTimeout(t.Context(), 300*time.Millisecond)
+	defer cancel()
+	inFlight := w.calls.Load()
+	_, err := csi.NewIdentityClient(cc).Probe(ctx, &csi.ProbeRequest{})
+	if status.Code(err) != codes.DeadlineExceeded || w.calls.Load() != inFlight {
+		t.Fatalf("a call while the only slot is taken: %v (driver calls %d -> %d), want DeadlineExceeded before the driver", err, inFlight, w.calls.Load())
+	}
+	if err := <-slow; status.Code(err) != codes.DeadlineExceeded {
+		t.Fatalf("a driver call slower than --timeout: %v, want DeadlineExceeded", err)
+	}
+	if took := time.Since(began); took > 3*time.Second {
+		t.Fatalf("the slow call took %s, want --timeout (1s)", took)
+	}
+	w.faults.Delay("CreateVolume", 0)
+	before := w.calls.Load()
+	huge := map[string]string{"x": strings.Repeat("a", MaxMessageSize+1)}
+	_, err = csi.NewControllerClient(cc).CreateVolume(t.Context(), &csi.CreateVolumeRequest{Name: "huge", VolumeCapabilities: caps, Parameters: huge})
+	if status.Code(err) != codes.ResourceExhausted || w.calls.Load() != before {
+		t.Fatalf("a message over %d bytes: %v (driver calls %d -> %d), want ResourceExhausted before the driver", MaxMessageSize, err, before, w.calls.Load())
+	}
+}
+
+// TestAuthorizeNamesTheIdentity is the per-call check behind the
+// handshake's: a verified certificate of another identity is
+// PermissionDenied, naming it.
+func TestAuthorizeNamesTheIdentity(t *testing.T) {
+	ca := newTestCA(t, "ca")
+	for cn, want := range map[string]codes.Code{callers.Provisioner: codes.OK, callers.Gateway: codes.PermissionDenied, "": codes.PermissionDenied} {
+		cert, _ := x509.ParseCertificate(ca.issue(t, cn, time.Now()).Certificate[0])
+		info := credentials.TLSInfo{State: tls.ConnectionState{VerifiedChains: [][]*x509.Certificate{{cert, ca.cert}}}}
+		err := authorize(peer.NewContext(t.Context(), &peer.Peer{AuthInfo: info}))
+		if status.Code(err) != want || (want != codes.OK && !strings.Contains(err.Error(), fmt.Sprintf("%q", cn))) {
+			t.Errorf("caller %q: %v, want %v naming it", cn, err, want)
+		}
+	}
+	for name, ctx := range map[string]context.Context{
+		"no peer":        t.Context(),
+		"not TLS":        peer.NewContext(t.Context(), &peer.Peer{}),
+		"no chain (TLS)": peer.NewContext(t.Context(), &peer.Peer{AuthInfo: credentials.TLSInfo{}}),
+	} {
+		if err := authorize(ctx); status.Code(err) != codes.Unauthenticated {
+			t.Errorf("%s: %v, want Unauthenticated", name, err)
+		}
 	}
 }
 
