@@ -388,6 +388,34 @@ func TestAuthorizeNamesTheIdentity(t *testing.T) {
 	}
 }
 
+// TestNoRegistrationBeforeTheCA: until the provisioner's CA is read, the
+// port refuses everyone, so the sidecar does not register.
+func TestNoRegistrationBeforeTheCA(t *testing.T) {
+	old := caRefreshEvery
+	caRefreshEvery = 50 * time.Millisecond
+	t.Cleanup(func() { caRefreshEvery = old })
+	var cm *corev1.ConfigMap
+	w := startWorld(t, func(o *Options) {
+		cms := o.Client.CoreV1().ConfigMaps(DefaultNamespace)
+		cm, _ = cms.Get(context.Background(), sidecar.CAConfigMap, metav1.GetOptions{})
+		if err := cms.Delete(context.Background(), sidecar.CAConfigMap, metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	})
+	leases := w.client.CoordinationV1().Leases(testNamespace)
+	name := sidecar.RegistrationName("ebs-csi-controller-0")
+	for end := time.Now().Add(300 * time.Millisecond); time.Now().Before(end); { // several CA refreshes
+		if _, err := leases.Get(t.Context(), name, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+			t.Fatalf("registration without a CA: %v, want none", err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if _, err := w.client.CoreV1().ConfigMaps(DefaultNamespace).Create(t.Context(), cm, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, func() bool { _, err := leases.Get(t.Context(), name, metav1.GetOptions{}); return err == nil })
+}
+
 func ptr[T any](v T) *T { return &v }
 
 func eventually(t *testing.T, cond func() bool) {

@@ -148,6 +148,9 @@ func (s *Sidecar) register(ctx context.Context, le *leader) error {
 		return nil // ctx ended
 	}
 	s.metrics.ready.Store(true)
+	if !s.waitForCA(ctx) {
+		return nil // ctx ended
+	}
 	port, _ := strconv.Atoi(portOf(s.lis.Addr()))
 	r := &registrar{client: s.client, log: s.log, every: sidecar.RenewInterval, now: time.Now, reg: sidecar.Registration{
 		Namespace: s.ns, Pod: s.pod, Driver: driver, Port: port, CertSHA256: s.cert.sha256(),
@@ -162,6 +165,20 @@ func (s *Sidecar) register(ctx context.Context, le *leader) error {
 		s.log.Info("leading: registering", "lock", lockName(driver))
 		r.run(ctx)
 	})
+}
+
+// waitForCA waits until the CA of volplane's provisioner has been read,
+// since until then the port refuses every caller: a registration says the
+// driver can be called. It is false when ctx ended first.
+func (s *Sidecar) waitForCA(ctx context.Context) bool {
+	for s.cas.pool.Load() == nil {
+		select {
+		case <-ctx.Done():
+			return false
+		case <-time.After(time.Second):
+		}
+	}
+	return true
 }
 
 // waitForDriver asks the driver its name until it answers, with backoff,
