@@ -2,6 +2,8 @@ package sidecar
 
 import (
 	"fmt"
+	"os"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -9,6 +11,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/volplane/volplane/pkg/sidecar"
+	"github.com/volplane/volplane/test/harness/devenv"
 	"github.com/volplane/volplane/test/harness/e2e"
 )
 
@@ -142,5 +145,62 @@ func TestLosingTheLockDeregistersAndExits(t *testing.T) {
 	}
 	if h := lockHolder(t, ns); h != "thief" {
 		t.Fatalf("the lock is held by %q", h)
+	}
+}
+
+// csiProvisioner is the pinned csi-provisioner: $VOLPLANE_CSI_PROVISIONER
+// (make test sets it), else the Makefile's cache; "" when there is none.
+func csiProvisioner() string {
+	if p := os.Getenv("VOLPLANE_CSI_PROVISIONER"); p != "" {
+		return p
+	}
+	home, err := os.UserHomeDir()
+	if err != nil {
+		return ""
+	}
+	p := filepath.Join(home, ".cache", "volplane", "csi-provisioner-v6.3.0")
+	if _, err := os.Stat(p); err != nil {
+		return ""
+	}
+	return p
+}
+
+// TestSharesCSIProvisionersLock: during a swap the sidecar and the real
+// csi-provisioner v6.3.0 contend for the same lock. While csi-provisioner
+// holds it the sidecar does not register; once it is gone the sidecar
+// takes the lock and registers.
+func TestSharesCSIProvisionersLock(t *testing.T) {
+	bin := csiProvisioner()
+	if bin == "" {
+		t.Skip("no csi-provisioner (make external-provisioner, or set VOLPLANE_CSI_PROVISIONER)")
+	}
+	ns := e2e.Namespace(t, env.client)
+	host, err := os.Hostname()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cp, err := devenv.StartProcessEnv(env.c.Dir(), "csi-provisioner-"+ns, bin, []string{"POD_NAMESPACE=" + ns},
+		append([]string{"--csi-address=" + env.csiSock, "--kubeconfig=" + env.c.Kubeconfig, "--v=3"}, leaderArgs...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(cp.Stop)
+	e2e.Eventually(t, 30*time.Second, func() string {
+		if h := lockHolder(t, ns); h != host {
+			return fmt.Sprintf("lock %s held by %q, want csi-provisioner (%s; process: %s, log %s)", lockName, h, host, cp.ExitStatus(), cp.LogPath)
+		}
+		return ""
+	})
+	p := startSidecar(t, "csi-controller-new", ns, leaderArgs...)
+	e2e.Consistently(t, 3*time.Second, func() string {
+		if pods := registered(t, ns); len(pods) != 0 {
+			return fmt.Sprintf("registered while csi-provisioner leads: %v", pods)
+		}
+		return ""
+	})
+	cp.Stop()
+	waitRegistered(t, p, 30*time.Second)
+	if h := lockHolder(t, ns); h != p.pod {
+		t.Fatalf("the sidecar registered, the lock is held by %q", h)
 	}
 }
