@@ -37,7 +37,7 @@ func newMetrics() *sidecarMetrics {
 	m := &sidecarMetrics{reg: prometheus.NewRegistry()}
 	m.calls = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "volplane_csi_sidecar_calls_total",
-		Help: "Calls through the sidecar to the CSI driver, by method and gRPC code (refusals included).",
+		Help: "Calls through the sidecar to the CSI driver, by method (\"other\" for every method the sidecar does not serve) and gRPC code (refusals included).",
 	}, []string{"method", "code"})
 	m.reg.MustRegister(m.calls, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
