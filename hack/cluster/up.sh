@@ -212,7 +212,7 @@ import_pulled_image() {
 	import_image "$1" "$2"
 	digest=$("$ctr" --address "$containerd_sock" -n k8s.io images ls "name==$2" | awk 'NR == 2 {print $3}')
 	[[ $digest == sha256:* ]] || die "no digest for the image $2 in containerd"
-	"$ctr" --address "$containerd_sock" -n k8s.io images tag --force "$2" "${2%:*}@$digest" >>"$logs/ctr.log" 2>&1
+	"$ctr" --address "$containerd_sock" -n k8s.io images tag --local --force "$2" "${2%:*}@$digest" >>"$logs/ctr.log" 2>&1
 	"$ctr" --address "$containerd_sock" -n k8s.io images label "${2%:*}@$digest" io.cri-containerd.pinned=pinned >>"$logs/ctr.log" 2>&1
 }
 
