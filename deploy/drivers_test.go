@@ -140,9 +140,12 @@ func checkSidecars(t *testing.T, bin string, pod corev1.PodSpec, versions map[st
 		if len(c.Command) > 0 {
 			t.Errorf("container %s sets a command: only its image's entrypoint may choose the binary", c.Name)
 		}
-		args := strings.Join(c.Args, " ")
-		if !strings.Contains(args, "--csi-address=$(ADDRESS)") || !strings.Contains(args, "--leader-election") {
-			t.Errorf("container %s: args %s, want --csi-address=$(ADDRESS) and --leader-election", c.Name, args)
+		args := map[string]bool{}
+		for _, a := range c.Args {
+			args[a] = true
+		}
+		if !args["--csi-address=$(ADDRESS)"] || !(args["--leader-election"] || args["--leader-election=true"]) {
+			t.Errorf("container %s: args %v, want --csi-address=$(ADDRESS) and --leader-election", c.Name, c.Args)
 		}
 		if len(c.Env) == 0 || c.Env[0].Name != "ADDRESS" || c.Env[0].Value != endpoint || len(c.VolumeMounts) != 1 || c.VolumeMounts[0].MountPath != "/csi" {
 			t.Errorf("container %s: env %v, mounts %v: want ADDRESS=%s in /csi", c.Name, c.Env, c.VolumeMounts, endpoint)
