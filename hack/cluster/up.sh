@@ -417,7 +417,8 @@ cat >&2 <<EOF
 The cluster is up in $(elapsed $((SECONDS - total_start))) (the node was Ready $(elapsed "$ready_time") after the kubelet started).
   export KUBECONFIG=$admin_kubeconfig
   kubectl (the cluster's version): $kubectl
-  images: $pause_image (sandbox), $volplane_image, $etcd_image, $coredns_image, $workload_image
+  images: $pause_image (sandbox), $volplane_image, $etcd_image, $coredns_image, $workload_image$(
+	[[ ${VOLPLANE_CSI_SIDECARS:-} == 1 ]] && printf ', %s' $(cut -d' ' -f2 "$images_dir/csi-sidecars/images.txt"))
   logs: $logs
   kube-controller-manager: static pod kube-system/kube-controller-manager-$node_name, manifest $kcm_manifest_dir/kube-controller-manager.yaml (--controllers=$kcm_controllers)
 make cluster-down stops it and removes its state.
