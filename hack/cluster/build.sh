@@ -8,7 +8,7 @@
 #   etcd        etcd from hack/etcd (the control plane's, and the etcd image's)
 #   coredns     CoreDNS with a minimal plugin set from hack/coredns
 #   images      the image tarballs, FROM scratch (hack/ociimage): pause,
-#               volplane, etcd, coredns, workload
+#               volplane, etcd, coredns, workload, volplane-csi-sidecar
 #   sidecars    the upstream CSI sidecars and their images, for a driver
 #               deployed as vendors ship them (hack/build-csi-sidecars.sh);
 #               only when asked: make test-cluster-driver
@@ -71,7 +71,7 @@ build_images() {
 	(cd "$root" && go build -trimpath -o "$bin/" \
 		-ldflags="-s -w -X github.com/volplane/volplane/pkg/version.Version=v${VERSION:-0.0.0-dev} -X github.com/volplane/volplane/pkg/version.Commit=$commit" \
 		./services/watcher/cmd/watcher ./services/binder/cmd/binder ./services/provisioner/cmd/provisioner \
-		./services/reclaimer/cmd/reclaimer ./gateway/cmd/gateway ./cmd/volplane-csi \
+		./services/reclaimer/cmd/reclaimer ./gateway/cmd/gateway ./cmd/volplane-csi ./cmd/volplane-csi-sidecar \
 		./cmd/volplane-etcd-member ./cmd/volplane-etcd-backup \
 		./hack/pause ./test/cluster/workload ./hack/ociimage)
 	local oci=$bin/ociimage
@@ -86,6 +86,7 @@ build_images() {
 		-add "/usr/local/bin/reclaimer=$bin/reclaimer" \
 		-add "/usr/local/bin/gateway=$bin/gateway" \
 		-add "/usr/local/bin/volplane-csi=$bin/volplane-csi" \
+		-add "/usr/local/bin/volplane-csi-sidecar=$bin/volplane-csi-sidecar" \
 		-dir /var/lib/volplane/etcd:65532:65532:0755 \
 		-dir /var/lib/volplane/csi:65532:65532:0755 \
 		-dir /var/lib/volplane/csi-socket:65532:65532:0755
@@ -96,6 +97,10 @@ build_images() {
 		-add "/usr/local/bin/volplane-etcd-backup=$bin/volplane-etcd-backup" \
 		-add "/usr/local/bin/etcd=$etcd_bin" \
 		-dir /var/lib/etcd:65532:65532:0700
+	# The sidecar as its entrypoint: a driver's chart gives the container
+	# csi-provisioner's args only (docs/sidecar.md).
+	"$oci" -name "$sidecar_image" -o "$images_dir/volplane-csi-sidecar.tar" \
+		-entrypoint /usr/local/bin/volplane-csi-sidecar -add "/usr/local/bin/volplane-csi-sidecar=$bin/volplane-csi-sidecar"
 	"$oci" -name "$coredns_image" -o "$images_dir/coredns.tar" \
 		-entrypoint /coredns -add "/coredns=$coredns_bin"
 	# Root, like the busybox of upstream tests, so that it writes into a

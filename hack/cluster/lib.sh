@@ -28,6 +28,9 @@ volplane_image=$image_registry/volplane:$VERSION
 etcd_image=$image_registry/etcd:$VERSION
 coredns_image=$image_registry/coredns:$COREDNS_VERSION
 workload_image=$image_registry/workload:$VERSION
+# The driver sidecar, in a CSI driver's pod in csi-provisioner's place
+# (docs/sidecar.md): its entrypoint is the sidecar, as hack/build-images.sh's.
+sidecar_image=$image_registry/volplane-csi-sidecar:$VERSION
 
 # The cluster's state: every file a running cluster writes, except the
 # kubelet's directory, which stays where CSI drivers' manifests expect it.

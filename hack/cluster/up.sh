@@ -261,7 +261,7 @@ EOF
 	# Pinned: no registry could give them back, so the kubelet's image
 	# garbage collection must never remove them.
 	local img tar ref
-	for img in pause:$pause_image volplane:$volplane_image etcd:$etcd_image coredns:$coredns_image workload:$workload_image; do
+	for img in pause:$pause_image volplane:$volplane_image etcd:$etcd_image coredns:$coredns_image workload:$workload_image volplane-csi-sidecar:$sidecar_image; do
 		import_image "$images_dir/${img%%:*}.tar" "${img#*:}"
 	done
 	if [[ ${VOLPLANE_CSI_SIDECARS:-} == 1 ]]; then
@@ -417,7 +417,7 @@ cat >&2 <<EOF
 The cluster is up in $(elapsed $((SECONDS - total_start))) (the node was Ready $(elapsed "$ready_time") after the kubelet started).
   export KUBECONFIG=$admin_kubeconfig
   kubectl (the cluster's version): $kubectl
-  images: $pause_image (sandbox), $volplane_image, $etcd_image, $coredns_image, $workload_image$(
+  images: $pause_image (sandbox), $volplane_image, $etcd_image, $coredns_image, $workload_image, $sidecar_image$(
 	[[ ${VOLPLANE_CSI_SIDECARS:-} == 1 ]] && printf ', %s' $(cut -d' ' -f2 "$images_dir/csi-sidecars/images.txt"))
   logs: $logs
   kube-controller-manager: static pod kube-system/kube-controller-manager-$node_name, manifest $kcm_manifest_dir/kube-controller-manager.yaml (--controllers=$kcm_controllers)
