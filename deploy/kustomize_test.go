@@ -68,6 +68,7 @@ func TestKustomizationRunsAsShipped(t *testing.T) {
 		{"overlays/dev", 1},
 		{"overlays/csi-driver", 2},
 		{"overlays/cluster-dev", 2},
+		{"overlays/sidecar-drivers", 2},
 	} {
 		t.Run(tc.dir, func(t *testing.T) {
 			budgets := map[string]bool{}
