@@ -158,6 +158,7 @@ test-cluster: ## make cluster, volplane installed by docs/install.md, workloads,
 test-cluster-driver: ## make cluster with the upstream CSI sidecars, the dev driver deployed as a vendor's chart does, its workloads (test/cluster TestVendorDriver), make cluster-down even when it fails.
 	@trap 'rc=$$?; $(CLUSTER_ENV) hack/cluster/down.sh || rc=1; exit $$rc' EXIT; \
 	start=$$(date +%s); \
+	$(GO) build -o $(BIN)/ ./cmd/volplane-certs ./cmd/kubectl-volplane && \
 	$(CLUSTER_ENV) VOLPLANE_CSI_SIDECARS=1 KCM_CONTROLLERS='*,bootstrapsigner,tokencleaner' hack/cluster/up.sh && \
 	$(CLUSTER_TEST_ENV) VOLPLANE_SNAPSHOT_CRDS=$(VOLPLANE_CACHE)/csi-sidecars/snapshot-crds \
 		$(GO) test -count=1 -v -timeout 30m -run '^TestVendorDriver$$' ./test/cluster/; \

@@ -79,6 +79,7 @@ func TestVendorDriver(t *testing.T) {
 	defer s.print()
 	// The workloads' namespace lives as long as the test, not a step.
 	w := &vendorWorkloads{ns: c.Namespace(t), nonce: randomSuffix()}
+	cu := newVendorCutover(t, w)
 	for _, step := range []struct {
 		name string
 		f    func(t *testing.T) string
@@ -92,7 +93,16 @@ func TestVendorDriver(t *testing.T) {
 		{"delete both claims: Delete's volume gone, Retain's kept", w.deleteClaims},
 		{"driver volumes against PVs", func(t *testing.T) string { return noLeaks(t) }},
 		{"swap csi-provisioner's image (same image by digest) and back", w.swapAndBack},
-		{"delete everything: nothing left in the driver", w.cleanup},
+		{"before the cutover: a Retain and a Delete volume (csi-provisioner)", cu.before},
+		{"install volplane beside the driver (sidecar-drivers, binder at 0)", cu.install},
+		{"flip: sidecar's image, kcm's binder off, volplane's on", cu.flip},
+		{"after: the pods of before read their data", cu.dataKept},
+		{"after: volplane deletes a Delete volume of before, keeps a Retain one", cu.preVolumes},
+		{"after: new claim, restore, clone through the sidecar", cu.provision},
+		{"after: expand a claim volplane made 10Mi -> 20Mi (csi-resizer)", cu.expand},
+		{"rollback: volplane's binder off, kcm's on, csi-provisioner back", cu.rollback},
+		{"rollback: csi-provisioner deletes volplane's volumes; driver volumes against PVs", cu.rollbackDeletes},
+		{"delete everything: nothing left in the driver", cu.cleanup},
 	} {
 		if !s.run(step.name, step.f) {
 			return

@@ -102,11 +102,18 @@ func (w *vendorWorkloads) retainAndDelete(t *testing.T) string {
 // driver (the dev driver needs no node step) and the claim's capacity,
 // the PV's and the driver's own record say 20Mi, while its pod runs on.
 func (w *vendorWorkloads) expand(t *testing.T) string {
-	c.Kubectl(t, "patch", "pvc", "-n", w.ns, "data-web-0", "-p", `{"spec":{"resources":{"requests":{"storage":"20Mi"}}}}`)
-	pv, handle := claimVolume(t, w.ns, "data-web-0")
+	return expandClaim(t, w.ns, "data-web-0", "web-0")
+}
+
+// expandClaim asks for 20Mi for claim (of 10Mi), used by pod, and waits
+// until the claim's capacity, its PV's and the driver's record say 20Mi
+// and the pod is still Ready.
+func expandClaim(t *testing.T, ns, claim, pod string) string {
+	c.Kubectl(t, "patch", "pvc", "-n", ns, claim, "-p", `{"spec":{"resources":{"requests":{"storage":"20Mi"}}}}`)
+	pv, handle := claimVolume(t, ns, claim)
 	var got string
 	waitFor(t, 2*time.Minute, func() string {
-		pvc, err := c.Client.CoreV1().PersistentVolumeClaims(w.ns).Get(t.Context(), "data-web-0", metav1.GetOptions{})
+		pvc, err := c.Client.CoreV1().PersistentVolumeClaims(ns).Get(t.Context(), claim, metav1.GetOptions{})
 		if err != nil {
 			return err.Error()
 		}
@@ -121,7 +128,7 @@ func (w *vendorWorkloads) expand(t *testing.T) string {
 		}
 		return got
 	})
-	c.WaitPodReady(t, w.ns, "web-0", time.Minute)
+	c.WaitPodReady(t, ns, pod, time.Minute)
 	return got
 }
 
