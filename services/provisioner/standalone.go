@@ -138,7 +138,7 @@ func (s *standalone) next(ctx context.Context) bool {
 		return false
 	}
 	defer s.queue.Done(key)
-	retry, err := s.sync(ctx, key)
+	retry, err := s.sync(ctx, key, s.queue.NumRequeues(key) > 0)
 	switch {
 	case err != nil:
 		s.log.Info("provisioning claim not finished, retrying", "claim", key, "error", err, "failures", s.queue.NumRequeues(key))
@@ -154,8 +154,10 @@ func (s *standalone) next(ctx context.Context) bool {
 // sync makes one provisioning attempt at the claim under key, if it
 // should have one. retry says the attempt did not finish (the driver may
 // still be working, or failed: external-provisioner retries final errors
-// too); an error is a read or write that failed.
-func (s *standalone) sync(ctx context.Context, key string) (retry bool, err error) {
+// too); an error is a read or write that failed. A retry first asks the
+// API server whether the PV exists: another replica may have made it
+// since, and the PV informer not have it yet.
+func (s *standalone) sync(ctx context.Context, key string, retried bool) (retry bool, err error) {
 	obj, ok, err := s.claims.GetByKey(key)
 	if err != nil || !ok {
 		// Gone: a journaled attempt is undone by recovery.
@@ -166,8 +168,8 @@ func (s *standalone) sync(ctx context.Context, key string) (retry bool, err erro
 	if err != nil || !should {
 		return false, err
 	}
-	if _, exists, _ := s.volumes.GetByKey(VolumeName(s.p.prefix, claim)); exists {
-		return false, nil // provisioned; kube-controller-manager binds it
+	if exists, err := s.provisioned(ctx, VolumeName(s.p.prefix, claim), retried); err != nil || exists {
+		return false, err // provisioned; kube-controller-manager binds it
 	}
 	class, err := s.class(match.ClaimClass(claim))
 	if err != nil {
@@ -186,14 +188,27 @@ func (s *standalone) sync(ctx context.Context, key string) (retry bool, err erro
 	}
 	step.End(strings.TrimPrefix(res.outcome.String(), "OUTCOME_"), res.message)
 	outcomes.WithLabelValues(kindProvision, res.outcome.String()).Inc()
-	return s.provisioned(ctx, claim, res)
+	return s.ended(ctx, claim, res)
 }
 
-// provisioned acts on an attempt's outcome: a new PV goes into the store
+// provisioned reports whether the PV name exists: in the PV informer's
+// store, and with live also in the API server.
+func (s *standalone) provisioned(ctx context.Context, name string, live bool) (bool, error) {
+	if _, exists, _ := s.volumes.GetByKey(name); exists || !live {
+		return exists, nil
+	}
+	_, err := s.client.CoreV1().PersistentVolumes().Get(ctx, name, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return false, nil
+	}
+	return err == nil, err
+}
+
+// ended acts on an attempt's outcome: a new PV goes into the store
 // at once (so the next sync does not attempt again before its watch
 // event); RESCHEDULE removes the selected node, as external-provisioner
 // does, so the scheduler picks another; anything else is retried.
-func (s *standalone) provisioned(ctx context.Context, claim *corev1.PersistentVolumeClaim, res result) (bool, error) {
+func (s *standalone) ended(ctx context.Context, claim *corev1.PersistentVolumeClaim, res result) (bool, error) {
 	switch res.outcome {
 	case provisionerv1.Outcome_OUTCOME_FINISHED:
 		if res.volume != nil {

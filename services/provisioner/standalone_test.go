@@ -113,7 +113,7 @@ func TestStandaloneProvisionsAnnotatedClaimsOnce(t *testing.T) {
 	mine := g.addClaim(t, annotatedClaim("1", devcsi.DefaultName))
 	other := g.addClaim(t, annotatedClaim("2", "other.example.com"))
 
-	retry, err := s.sync(t.Context(), mine.Namespace+"/"+mine.Name)
+	retry, err := s.sync(t.Context(), mine.Namespace+"/"+mine.Name, false)
 	if retry || err != nil {
 		t.Fatalf("sync = %v, %v", retry, err)
 	}
@@ -126,13 +126,13 @@ func TestStandaloneProvisionsAnnotatedClaimsOnce(t *testing.T) {
 	}
 	// kube-controller-manager has not bound it yet: the next sync of the
 	// still Pending claim asks the driver for nothing.
-	if retry, err := s.sync(t.Context(), mine.Namespace+"/"+mine.Name); retry || err != nil {
+	if retry, err := s.sync(t.Context(), mine.Namespace+"/"+mine.Name, false); retry || err != nil {
 		t.Fatalf("second sync = %v, %v", retry, err)
 	}
-	if retry, err := s.sync(t.Context(), other.Namespace+"/"+other.Name); retry || err != nil {
+	if retry, err := s.sync(t.Context(), other.Namespace+"/"+other.Name, false); retry || err != nil {
 		t.Fatalf("other provisioner's claim: sync = %v, %v", retry, err)
 	}
-	if retry, err := s.sync(t.Context(), "ns/missing"); retry || err != nil {
+	if retry, err := s.sync(t.Context(), "ns/missing", false); retry || err != nil {
 		t.Fatalf("missing claim: sync = %v, %v", retry, err)
 	}
 	g.mu.Lock()
@@ -147,7 +147,7 @@ func TestStandaloneRetriesAMissingClassAndUnfinishedAttempts(t *testing.T) {
 	s := newStandaloneOf(g)
 	c := g.addClaim(t, annotatedClaim("3", devcsi.DefaultName))
 	key := c.Namespace + "/" + c.Name
-	if _, err := s.sync(t.Context(), key); !errors.Is(err, errNoClass) {
+	if _, err := s.sync(t.Context(), key, true); !errors.Is(err, errNoClass) {
 		t.Fatalf("sync without the class: %v, want errNoClass", err)
 	}
 	// Another replica holds the operation: retried, nothing made.
@@ -157,7 +157,7 @@ func TestStandaloneRetriesAMissingClassAndUnfinishedAttempts(t *testing.T) {
 	if _, _, err := g.journal.AcquireGet(t.Context(), kindProvision, VolumeName("pvc", c), "other-replica"); err != nil {
 		t.Fatal(err)
 	}
-	if retry, err := s.sync(t.Context(), key); !retry || err != nil {
+	if retry, err := s.sync(t.Context(), key, true); !retry || err != nil {
 		t.Fatalf("sync while another replica provisions = %v, %v; want a retry", retry, err)
 	}
 	if _, err := g.api.CoreV1().PersistentVolumes().Get(t.Context(), VolumeName("pvc", c), metav1.GetOptions{}); err == nil {
@@ -195,5 +195,29 @@ func TestStandaloneOptions(t *testing.T) {
 	o = Options{}
 	if errs := o.validateStandalone(); len(errs) != 0 || o.StandaloneWorkers != DefaultStandaloneWorkers || o.RetryIntervalMax != DefaultRetryIntervalMax {
 		t.Errorf("defaults: %v %+v", errs, o)
+	}
+}
+
+// A retry asks the API server: another replica's PV that the informer
+// has not brought yet stops the attempt.
+func TestStandaloneRetrySeesAnotherReplicasVolume(t *testing.T) {
+	g := newGuarded(t)
+	if err := g.classes.Add(&storagev1.StorageClass{ObjectMeta: metav1.ObjectMeta{Name: "fast"}, Provisioner: devcsi.DefaultName}); err != nil {
+		t.Fatal(err)
+	}
+	s := newStandaloneOf(g)
+	c := g.addClaim(t, annotatedClaim("5", devcsi.DefaultName))
+	pv := &corev1.PersistentVolume{ObjectMeta: metav1.ObjectMeta{Name: VolumeName("pvc", c)},
+		Spec: corev1.PersistentVolumeSpec{ClaimRef: &corev1.ObjectReference{Namespace: c.Namespace, Name: c.Name, UID: c.UID}}}
+	if _, err := g.api.CoreV1().PersistentVolumes().Create(t.Context(), pv, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if retry, err := s.sync(t.Context(), c.Namespace+"/"+c.Name, true); retry || err != nil {
+		t.Fatalf("retry with the PV made elsewhere: %v, %v", retry, err)
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if len(g.creates) != 0 {
+		t.Errorf("CreateVolume called %d times for a claim another replica provisioned", len(g.creates))
 	}
 }

@@ -382,6 +382,12 @@ func phaseOr(p string) string {
 	return p
 }
 
+// JournalNames is journalNames, for the tests that check the journal
+// themselves (test/e2e/standalone).
+func (c *Cluster) JournalNames(ctx context.Context) (map[string]bool, error) {
+	return c.journalNames(ctx)
+}
+
 // journalNames lists the journal records in etcd of provisionings and of
 // reclaims (whose record is also the journal of a backing volume's
 // deletion), by volume name.
