@@ -304,6 +304,26 @@ func (x *env) deletedDuringCreate() {
 	})
 	time.Sleep(createVolumeDelay) // the CreateVolume in flight ends
 	x.gone("pvc-" + string(cl.UID))
+	// Undone by the provisioner itself (no PV was written and reclaimed).
+	x.undone("pvc-" + string(cl.UID))
+}
+
+// undone checks that a provisioner replica undid the provisioning of
+// volume: it deleted the volume it made, and wrote no PV.
+func (x *env) undone(volume string) {
+	x.t.Helper()
+	for _, r := range x.c.Replicas("provisioner") {
+		b, err := os.ReadFile(r.LogPath())
+		if err != nil {
+			x.t.Fatal(err)
+		}
+		for _, line := range strings.Split(string(b), "\n") {
+			if strings.Contains(line, "provisioning undone") && strings.Contains(line, volume) {
+				return
+			}
+		}
+	}
+	x.t.Errorf("no provisioner log says the provisioning of %s was undone", volume)
 }
 
 // killedAfterCreate is external-provisioner #1469: the provisioner dies
@@ -334,6 +354,7 @@ func (x *env) killedAfterCreate() {
 		}
 		if deleteMeanwhile {
 			x.gone(name)
+			x.undone(name)
 			continue
 		}
 		x.bound(cl, corev1.PersistentVolumeReclaimDelete)
