@@ -2,9 +2,13 @@ package standalone
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
+	"reflect"
+	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -96,6 +100,7 @@ func TestStandalone(t *testing.T) {
 	t.Run("delete-and-retain", func(t *testing.T) { x.t = t; x.deleteAndRetain() })
 	t.Run("claim-deleted-during-create-volume", func(t *testing.T) { x.t = t; x.deletedDuringCreate() })
 	t.Run(faultpoint.ProvisionerAfterCreateVolume, func(t *testing.T) { x.t = t; x.killedAfterCreate() })
+	t.Run("parity-with-external-provisioner", func(t *testing.T) { x.t = t; x.parity() })
 	x.t = t
 	x.noLeaks()
 }
@@ -415,7 +420,7 @@ func (x *env) noLeaks() {
 
 func dumpLogs(t *testing.T, dir string) {
 	logs, _ := filepath.Glob(filepath.Join(dir, "logs", "*.log"))
-	logs = append(logs, filepath.Join(dir, "kube-controller-manager.log"))
+	logs = append(logs, filepath.Join(dir, "kube-controller-manager.log"), filepath.Join(dir, "csi-provisioner.log"))
 	for _, p := range logs {
 		b, err := os.ReadFile(p)
 		if err != nil {
@@ -427,4 +432,150 @@ func dumpLogs(t *testing.T, dir string) {
 		}
 		t.Logf("---- %s ----\n%s", filepath.Base(p), strings.TrimSpace(string(b)))
 	}
+}
+
+// findCSIProvisioner is external-provisioner v6.3.0's binary, built by
+// the cluster tests; "" when there is none.
+func findCSIProvisioner() string {
+	if p := os.Getenv("VOLPLANE_CSI_PROVISIONER"); p != "" {
+		return p
+	}
+	home, err := os.UserCacheDir()
+	if err != nil {
+		return ""
+	}
+	p := filepath.Join(home, "volplane", "csi-provisioner-v6.3.0")
+	if _, err := os.Stat(p); err != nil {
+		return ""
+	}
+	return p
+}
+
+// made is what one provisioner made for a claim: the PV, the backing
+// volume as the driver keeps it, and the provisioner's Events.
+type made struct {
+	pv     *corev1.PersistentVolume
+	volume map[string]any
+	events []string
+}
+
+// parity provisions one claim with external-provisioner v6.3.0 on the
+// same driver and class, beside the same kube-controller-manager, and one
+// with volplane's standalone provisioner, and compares what each made.
+func (x *env) parity() {
+	bin := findCSIProvisioner()
+	if bin == "" {
+		x.t.(*testing.T).Skip("no csi-provisioner v6.3.0 (VOLPLANE_CSI_PROVISIONER)")
+	}
+	ps := x.c.Replicas("provisioner")
+	for _, r := range ps {
+		r.Stop()
+	}
+	ep, err := devenv.StartProcess(x.c.Dir, "csi-provisioner", bin, "--csi-address", x.c.CSI.Addr, "--kubeconfig", x.c.API.Kubeconfig,
+		"--timeout", "10s", "--v", "2")
+	if err != nil {
+		x.t.Fatal(err)
+	}
+	theirs := x.provisionWith("parity-ep", "^"+devcsi.DefaultName+"_")
+	ep.Stop()
+	for _, r := range ps {
+		if err := r.Start(); err != nil {
+			x.t.Fatal(err)
+		}
+		if err := x.c.WaitServing(x.t.Context(), r, 2*time.Minute); err != nil {
+			x.t.Fatal(err)
+		}
+	}
+	ours := x.provisionWith("parity-vp", "^"+devcsi.DefaultName+"_")
+	for _, d := range diffMade(theirs, ours) {
+		x.t.Error(d)
+	}
+	x.t.Logf("external-provisioner and volplane made the same PV (%d annotations, finalizers %v), the same volume %v and the same Events %q",
+		len(ours.pv.Annotations), ours.pv.Finalizers, normalVolume(ours.volume), ours.events)
+}
+
+// provisionWith makes a claim of classDelete, waits for it to be bound,
+// and returns what was made, with the events from sources matching
+// component.
+func (x *env) provisionWith(name, component string) made {
+	x.t.Helper()
+	cl := x.claim(name, classDelete, nil)
+	pv := x.bound(cl, corev1.PersistentVolumeReclaimDelete)
+	m := made{pv: pv}
+	vols, err := x.c.CSIVolumeStates()
+	if err != nil {
+		x.t.Fatal(err)
+	}
+	if m.volume = vols[pv.Spec.CSI.VolumeHandle]; m.volume == nil {
+		x.t.Fatalf("the driver has no volume %s for PV %s", pv.Spec.CSI.VolumeHandle, pv.Name)
+	}
+	e2e.Eventually(x.t, 30*time.Second, func() string {
+		evs, err := e2e.Events(x.c.Client, namespace, "PersistentVolumeClaim", name)
+		if err != nil {
+			return err.Error()
+		}
+		m.events = nil
+		for _, e := range evs {
+			if regexp.MustCompile(component).MatchString(e.Source.Component) {
+				m.events = append(m.events, e.Reason+": "+strings.NewReplacer(name, "NAME", string(cl.UID), "UID").Replace(e.Message))
+			}
+		}
+		slices.Sort(m.events)
+		if len(m.events) < 2 {
+			return fmt.Sprintf("provisioner events of %s: %q", name, m.events)
+		}
+		return ""
+	})
+	return m
+}
+
+// diffMade lists how ours differs from theirs, beyond names, UIDs,
+// times (the driver's creation-time attribute too), the driver's volume
+// ID and the provisioner's identity (its format is compared).
+func diffMade(theirs, ours made) []string {
+	var out []string
+	a, b := normalPV(theirs.pv), normalPV(ours.pv)
+	if !reflect.DeepEqual(a, b) {
+		ja, _ := json.MarshalIndent(a, "", " ")
+		jb, _ := json.MarshalIndent(b, "", " ")
+		out = append(out, fmt.Sprintf("PV differs:\nexternal-provisioner: %s\nvolplane: %s", ja, jb))
+	}
+	va, vb := normalVolume(theirs.volume), normalVolume(ours.volume)
+	if !reflect.DeepEqual(va, vb) {
+		out = append(out, fmt.Sprintf("the driver's volume (what CreateVolume asked) differs: external-provisioner %v, volplane %v", va, vb))
+	}
+	if !slices.Equal(theirs.events, ours.events) {
+		out = append(out, fmt.Sprintf("Events differ: external-provisioner %q, volplane %q", theirs.events, ours.events))
+	}
+	return out
+}
+
+// normalPV is the PV without what differs by claim and by run.
+func normalPV(pv *corev1.PersistentVolume) *corev1.PersistentVolume {
+	n := pv.DeepCopy()
+	n.ObjectMeta = metav1.ObjectMeta{Annotations: n.Annotations, Labels: n.Labels, Finalizers: n.Finalizers}
+	slices.Sort(n.Finalizers)
+	n.Spec.ClaimRef = &corev1.ObjectReference{Kind: n.Spec.ClaimRef.Kind, APIVersion: n.Spec.ClaimRef.APIVersion, Namespace: n.Spec.ClaimRef.Namespace}
+	n.Spec.CSI.VolumeHandle = ""
+	delete(n.Spec.CSI.VolumeAttributes, "volplane.io/creation-time") // the driver's, per volume
+	if id, ok := n.Spec.CSI.VolumeAttributes["storage.kubernetes.io/csiProvisionerIdentity"]; ok {
+		parts := strings.SplitN(id, "-", 3)
+		n.Spec.CSI.VolumeAttributes["storage.kubernetes.io/csiProvisionerIdentity"] = fmt.Sprintf("<%d parts>-%s", len(parts), parts[len(parts)-1])
+	}
+	n.Status = corev1.PersistentVolumeStatus{Phase: n.Status.Phase}
+	return n
+}
+
+// normalVolume is the driver's record of a volume without its ID, name
+// and time.
+func normalVolume(v map[string]any) map[string]any {
+	out := map[string]any{}
+	for k, val := range v {
+		switch k {
+		case "id", "name", "createdAt":
+		default:
+			out[k] = val
+		}
+	}
+	return out
 }

@@ -412,6 +412,34 @@ func (c *Cluster) journalNames(ctx context.Context) (map[string]bool, error) {
 	return out, nil
 }
 
+// CSIVolumeStates reads the dev CSI driver's volumes from its state
+// files, by ID, each as the driver records it (name, capacity, node,
+// parameters, source): what CreateVolume asked for, for comparisons.
+func (c *Cluster) CSIVolumeStates() (map[string]map[string]any, error) {
+	dir := filepath.Join(c.CSIRoot, "state", "volumes")
+	entries, err := os.ReadDir(dir)
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		return nil, err
+	}
+	out := map[string]map[string]any{}
+	for _, e := range entries {
+		raw, err := os.ReadFile(filepath.Join(dir, e.Name()))
+		if !strings.HasSuffix(e.Name(), ".json") || errors.Is(err, os.ErrNotExist) {
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		var v map[string]any
+		if err := json.Unmarshal(raw, &v); err != nil {
+			return nil, fmt.Errorf("CSI driver state %s: %w", e.Name(), err)
+		}
+		id, _ := v["id"].(string)
+		out[id] = v
+	}
+	return out, nil
+}
+
 // CSIVolumes lists the dev CSI driver's volumes from its state files: ID
 // to name.
 func (c *Cluster) CSIVolumes() (map[string]string, error) {
