@@ -38,9 +38,9 @@ const standaloneWorkers = 4
 // isProvisionerForVolume and shouldDelete with AddFinalizer(true)): a
 // volume of a served provisioner or driver, Released, with policy
 // Delete, and not being deleted unless the external-provisioner
-// finalizer still holds it. Failed is taken too: it is the phase
-// volplane's reclaimer gives a volume whose deletion failed, and the
-// reclaim goes on from its journal.
+// finalizer still holds it. Failed is not (as upstream): in this mode a
+// failed deletion is an Event only (markFailed), and the phase stays
+// Released, so the reclaim's retries go on.
 func shouldDelete(v *corev1.PersistentVolume, s served.Set) bool {
 	if !s.Known || !s.Owns(v) {
 		return false
@@ -48,7 +48,7 @@ func shouldDelete(v *corev1.PersistentVolume, s served.Set) bool {
 	if v.DeletionTimestamp != nil && !slices.Contains(v.Finalizers, kube.FinalizerExternalProvisioner) {
 		return false // the finalizer was removed: the backing volume is gone
 	}
-	if v.Status.Phase != corev1.VolumeReleased && v.Status.Phase != corev1.VolumeFailed {
+	if v.Status.Phase != corev1.VolumeReleased {
 		return false
 	}
 	return v.Spec.PersistentVolumeReclaimPolicy == corev1.PersistentVolumeReclaimDelete && claimUID(v) != ""

@@ -1,6 +1,7 @@
 package reclaimer
 
 import (
+	"slices"
 	"strings"
 	"testing"
 
@@ -9,6 +10,7 @@ import (
 
 	"github.com/volplane/volplane/pkg/kube"
 	"github.com/volplane/volplane/pkg/served"
+	reclaimerv1 "github.com/volplane/volplane/proto/volplane/reclaimer/v1"
 )
 
 // TestShouldDelete is the library's shouldDelete table (with
@@ -39,7 +41,7 @@ func TestShouldDelete(t *testing.T) {
 		want bool
 	}{
 		{"released delete", pv(), set, true},
-		{"failed delete (volplane's failed attempt)", pv(func(v *corev1.PersistentVolume) { v.Status.Phase = corev1.VolumeFailed }), set, true},
+		{"failed", pv(func(v *corev1.PersistentVolume) { v.Status.Phase = corev1.VolumeFailed }), set, false},
 		{"bound", pv(func(v *corev1.PersistentVolume) { v.Status.Phase = corev1.VolumeBound }), set, false},
 		{"available", pv(func(v *corev1.PersistentVolume) { v.Status.Phase = corev1.VolumeAvailable }), set, false},
 		{"retain", pv(func(v *corev1.PersistentVolume) {
@@ -74,5 +76,28 @@ func TestStandaloneNeedsTheProvisioner(t *testing.T) {
 	o := Options{Standalone: true}
 	if err := o.validate(); err == nil || !strings.Contains(err.Error(), "--provisioner-address") {
 		t.Errorf("validate without --provisioner-address: %v", err)
+	}
+}
+
+// In standalone mode a failed deletion is an Event at each attempt, as
+// external-provisioner's, and the phase stays kube-controller-manager's
+// (Released).
+func TestStandaloneFailureIsAnEventOnly(t *testing.T) {
+	kc, j := newFakeCluster(), newFakeJournal()
+	r := newReplica(t, "me", kc, j, nil, config{standalone: true})
+	v := releasedPV("static", corev1.PersistentVolumeReclaimDelete, withHostPath("/data/static"))
+	kc.addPV(v)
+	r.start(t, v)
+	want := "host_path deleter only supports /tmp/.+ but received provided /data/static"
+	for i := range 2 {
+		if rec := r.step(t, "static"); rec.State != reclaimerv1.State_STATE_FAILED {
+			t.Fatalf("attempt %d: record %v", i, rec)
+		}
+		if got := kc.pv("static"); got.Status.Phase != corev1.VolumeReleased {
+			t.Errorf("attempt %d: phase %s, want Released (kube-controller-manager's)", i, got.Status.Phase)
+		}
+		if events := r.drain(); !slices.Equal(events, []string{"Warning VolumeFailedDelete " + want}) {
+			t.Errorf("attempt %d: events %q", i, events)
+		}
 	}
 }
