@@ -6,12 +6,14 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
+	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
@@ -86,6 +88,18 @@ type standalone struct {
 	// PV exists already (kube-controller-manager has not bound it yet).
 	volumes cache.Indexer
 	queue   workqueue.TypedRateLimitingInterface[string]
+	// slow: claims (by key) whose last attempt was infeasible, not
+	// tried again before retryMax unless their class is replaced (the
+	// library's slowSet).
+	slow     sync.Map // string -> slowRetry
+	retryMax time.Duration
+	now      func() time.Time
+}
+
+// slowRetry is a claim's infeasible attempt: when, with which class.
+type slowRetry struct {
+	at           time.Time
+	claim, class types.UID
 }
 
 // newStandalone is the controller of p over the claim and class cache
@@ -93,7 +107,7 @@ type standalone struct {
 func newStandalone(log *slog.Logger, p *provisioner, objs *objectCache, volumes cache.Indexer, retryStart, retryMax time.Duration) *standalone {
 	limiter := workqueue.NewTypedItemExponentialFailureRateLimiter[string](retryStart, retryMax)
 	return &standalone{
-		log: log, p: p, client: p.client, claims: objs.claims, classes: objs.classes, volumes: volumes,
+		log: log, p: p, client: p.client, claims: objs.claims, classes: objs.classes, volumes: volumes, retryMax: retryMax, now: time.Now,
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(limiter, workqueue.TypedRateLimitingQueueConfig[string]{Name: "standalone-claims"}),
 	}
 }
@@ -161,6 +175,7 @@ func (s *standalone) sync(ctx context.Context, key string, retried bool) (retry 
 	obj, ok, err := s.claims.GetByKey(key)
 	if err != nil || !ok {
 		// Gone: a journaled attempt is undone by recovery.
+		s.slow.Delete(key)
 		return false, err
 	}
 	claim := obj.(*corev1.PersistentVolumeClaim)
@@ -179,6 +194,9 @@ func (s *standalone) sync(ctx context.Context, key string, retried bool) (retry 
 		// The class's provisioner changed since the claim was annotated:
 		// as external-provisioner, stop.
 		return false, nil
+	}
+	if s.delayed(claim, class) {
+		return true, nil
 	}
 	ctx, step := s.p.timeline.Start(ctx, string(claim.UID), "provision")
 	res, err := s.p.provision(ctx, claim, class, false)
@@ -209,8 +227,14 @@ func (s *standalone) provisioned(ctx context.Context, name string, live bool) (b
 // event); RESCHEDULE removes the selected node, as external-provisioner
 // does, so the scheduler picks another; anything else is retried.
 func (s *standalone) ended(ctx context.Context, claim *corev1.PersistentVolumeClaim, res result) (bool, error) {
+	if res.infeasible {
+		if class, err := s.class(match.ClaimClass(claim)); err == nil {
+			s.slow.Store(claimKey(claim), slowRetry{at: s.now(), claim: claim.UID, class: class.UID})
+		}
+	}
 	switch res.outcome {
 	case provisionerv1.Outcome_OUTCOME_FINISHED:
+		s.slow.Delete(claimKey(claim))
 		if res.volume != nil {
 			_ = s.volumes.Add(res.volume) // a keyed object: no error
 		}
@@ -221,6 +245,26 @@ func (s *standalone) ended(ctx context.Context, claim *corev1.PersistentVolumeCl
 	s.log.Debug("provisioning not finished", logging.Claim(claim), "outcome", res.outcome, "message", res.message)
 	return true, nil
 }
+
+// delayed reports whether the claim's last attempt was infeasible less
+// than retryMax ago with the same class (the library's
+// delayProvisioningIfRecentlyInfeasible): the driver would refuse it
+// again.
+func (s *standalone) delayed(claim *corev1.PersistentVolumeClaim, class *storagev1.StorageClass) bool {
+	v, ok := s.slow.Load(claimKey(claim))
+	if !ok {
+		return false
+	}
+	r := v.(slowRetry)
+	if r.claim != claim.UID || r.class != class.UID || s.now().Sub(r.at) >= s.retryMax {
+		s.slow.Delete(claimKey(claim))
+		return false
+	}
+	return true
+}
+
+// claimKey is the claim's queue key.
+func claimKey(c *corev1.PersistentVolumeClaim) string { return c.Namespace + "/" + c.Name }
 
 // reschedule removes the claim's selected-node annotation (the library's
 // rescheduleProvisioning): the scheduler then selects a node again.

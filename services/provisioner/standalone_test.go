@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/grpc/codes"
 	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -219,5 +220,56 @@ func TestStandaloneRetrySeesAnotherReplicasVolume(t *testing.T) {
 	defer g.mu.Unlock()
 	if len(g.creates) != 0 {
 		t.Errorf("CreateVolume called %d times for a claim another replica provisioned", len(g.creates))
+	}
+}
+
+// An infeasible request (InvalidArgument) is not sent again before
+// --retry-interval-max, unless the claim's class is replaced (the
+// library's slowSet).
+func TestStandaloneDelaysInfeasibleClaims(t *testing.T) {
+	g := newGuarded(t)
+	class := &storagev1.StorageClass{ObjectMeta: metav1.ObjectMeta{Name: "fast", UID: "class-1"}, Provisioner: devcsi.DefaultName}
+	if err := g.classes.Add(class); err != nil {
+		t.Fatal(err)
+	}
+	s := newStandaloneOf(g)
+	now := time.Now()
+	s.now = func() time.Time { return now }
+	creates := func() int {
+		g.mu.Lock()
+		defer g.mu.Unlock()
+		return len(g.creates)
+	}
+	if err := g.classes.Add(&storagev1.StorageClass{ObjectMeta: metav1.ObjectMeta{Name: "steady", UID: "class-s"}, Provisioner: devcsi.DefaultName}); err != nil {
+		t.Fatal(err)
+	}
+	b := annotatedClaim("7", devcsi.DefaultName)
+	b.Spec.StorageClassName = new("steady")
+	a, b := g.addClaim(t, annotatedClaim("6", devcsi.DefaultName)), g.addClaim(t, b)
+	for _, c := range []*corev1.PersistentVolumeClaim{a, b} {
+		g.drv.Faults().FailNext("CreateVolume", 1, codes.InvalidArgument, "no such disk type")
+		if retry, err := s.sync(t.Context(), claimKey(c), false); !retry || err != nil {
+			t.Fatalf("infeasible attempt: %v, %v", retry, err)
+		}
+	}
+	if retry, err := s.sync(t.Context(), claimKey(a), true); !retry || err != nil || creates() != 2 {
+		t.Fatalf("retry within the delay: %v, %v, %d CreateVolume calls, want 2", retry, err, creates())
+	}
+	// The class is replaced (a new UID): a is tried at once.
+	class = class.DeepCopy()
+	class.UID = "class-2"
+	if err := g.classes.Update(class); err != nil {
+		t.Fatal(err)
+	}
+	if retry, err := s.sync(t.Context(), claimKey(a), true); retry || err != nil || creates() != 3 {
+		t.Fatalf("after the class changed: %v, %v, %d CreateVolume calls, want 3", retry, err, creates())
+	}
+	// b's class stays: its delay ends after retryMax.
+	if retry, _ := s.sync(t.Context(), claimKey(b), true); !retry || creates() != 3 {
+		t.Fatalf("b within the delay: retry %v, %d CreateVolume calls, want 3", retry, creates())
+	}
+	now = now.Add(s.retryMax)
+	if retry, err := s.sync(t.Context(), claimKey(b), true); retry || err != nil || creates() != 4 {
+		t.Fatalf("after retryMax: %v, %v, %d CreateVolume calls, want 4", retry, err, creates())
 	}
 }
