@@ -438,6 +438,9 @@ func dumpLogs(t *testing.T, dir string) {
 // the cluster tests; "" when there is none.
 func findCSIProvisioner() string {
 	if p := os.Getenv("VOLPLANE_CSI_PROVISIONER"); p != "" {
+		if _, err := os.Stat(p); err != nil {
+			return ""
+		}
 		return p
 	}
 	home, err := os.UserCacheDir()
