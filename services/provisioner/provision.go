@@ -250,7 +250,9 @@ func (p *provisioner) createVolume(ctx context.Context, a *attempt, secrets map[
 	resp, err := a.d.controller.CreateVolume(cctx, call)
 	step.EndErr(err, a.name)
 	cancel()
-	out := classify(err, a.claim.Annotations[kube.AnnSelectedNode] != "")
+	// As external-provisioner: rescheduling helps only a driver with
+	// topology, whose next request names the newly selected node.
+	out := classify(err, a.d.current().topology && a.claim.Annotations[kube.AnnSelectedNode] != "")
 	if out == provisionerv1.Outcome_OUTCOME_FINISHED {
 		return resp.GetVolume(), result{}, false, nil
 	}

@@ -2,6 +2,7 @@ package provisioner
 
 import (
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -271,5 +272,40 @@ func TestStandaloneDelaysInfeasibleClaims(t *testing.T) {
 	now = now.Add(s.retryMax)
 	if retry, err := s.sync(t.Context(), claimKey(b), true); retry || err != nil || creates() != 4 {
 		t.Fatalf("after retryMax: %v, %v, %d CreateVolume calls, want 4", retry, err, creates())
+	}
+}
+
+// ResourceExhausted on the selected node reschedules a claim only with a
+// driver that reports topology, as external-provisioner's
+// supportsTopology: without it the next request would be the same. The
+// selected node is then removed; without topology the attempt is retried.
+func TestStandaloneReschedulesOnlyWithTopology(t *testing.T) {
+	for _, topology := range []bool{true, false} {
+		t.Run(fmt.Sprintf("topology=%v", topology), func(t *testing.T) {
+			g := newGuarded(t)
+			if err := g.classes.Add(&storagev1.StorageClass{ObjectMeta: metav1.ObjectMeta{Name: "fast"}, Provisioner: devcsi.DefaultName}); err != nil {
+				t.Fatal(err)
+			}
+			d := g.s.p.drivers.byProvisioner(devcsi.DefaultName)
+			st := *d.current()
+			st.topology = topology
+			d.state.Store(&st)
+			s := newStandaloneOf(g)
+			c := annotatedClaim("8", devcsi.DefaultName)
+			c.Annotations[kube.AnnSelectedNode] = "node-a"
+			c = g.addClaim(t, c)
+			g.drv.Faults().FailNext("CreateVolume", 1, codes.ResourceExhausted, "node-a is full")
+			retry, err := s.sync(t.Context(), claimKey(c), false)
+			if err != nil || retry == topology {
+				t.Fatalf("sync = %v, %v; want a retry %v", retry, err, !topology)
+			}
+			got, err := g.api.CoreV1().PersistentVolumeClaims(c.Namespace).Get(t.Context(), c.Name, metav1.GetOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, selected := got.Annotations[kube.AnnSelectedNode]; selected == topology {
+				t.Errorf("selected-node present %v after ResourceExhausted, want %v", selected, !topology)
+			}
+		})
 	}
 }
