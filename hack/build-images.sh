@@ -5,8 +5,11 @@
 #
 #   hack/build-images.sh VERSION KUBE_APISERVER_BINARY KUBE_VERSION
 #
-#   volplane:VERSION                  the services, the gateway, the dev CSI driver
+#   volplane:VERSION                  the services, the gateway, the dev CSI driver, the driver sidecar
 #                                     (also ghcr.io/volplane/volplane:VERSION, the manifests' name)
+#   volplane-csi-sidecar:VERSION      the same volplane-csi-sidecar with it as the ENTRYPOINT, so that a
+#                                     driver's chart swaps csi-provisioner's image and keeps its args
+#                                     (also ghcr.io/volplane/volplane-csi-sidecar:VERSION)
 #   volplane-etcd:ETCD_VERSION        etcd itself, from hack/etcd (go.mod's etcd version), and
 #                                     volplane-etcd-member and volplane-etcd-backup
 #                                     (also ghcr.io/volplane/etcd:ETCD_VERSION, deploy/kubernetes')
@@ -70,8 +73,15 @@ ldflags="-s -w -X github.com/volplane/volplane/pkg/version.Version=v$version -X 
 bin=$(stage volplane)
 (cd "$root" && go build -trimpath -ldflags="$ldflags" -o "$bin/" \
 	./services/watcher/cmd/watcher ./services/binder/cmd/binder ./services/provisioner/cmd/provisioner \
-	./services/reclaimer/cmd/reclaimer ./gateway/cmd/gateway ./cmd/volplane-csi)
+	./services/reclaimer/cmd/reclaimer ./gateway/cmd/gateway ./cmd/volplane-csi ./cmd/volplane-csi-sidecar)
 build volplane "volplane:$version" "ghcr.io/volplane/volplane:$version"
+
+# csi-provisioner's image runs csi-provisioner as its ENTRYPOINT and charts
+# give only args: the sidecar's image does the same.
+sidecar_bin=$(stage csi-sidecar)
+cp "$bin/volplane-csi-sidecar" "$sidecar_bin/"
+echo 'ENTRYPOINT ["/usr/local/bin/volplane-csi-sidecar"]' >>"$out/csi-sidecar/Dockerfile"
+build csi-sidecar "volplane-csi-sidecar:$version" "ghcr.io/volplane/volplane-csi-sidecar:$version"
 
 bin=$(stage etcd)
 (cd "$root/hack/etcd" && GOFLAGS=-mod=mod go build -trimpath -ldflags='-s -w' -o "$bin/etcd" .)

@@ -9,8 +9,11 @@
 #   coredns     CoreDNS with a minimal plugin set from hack/coredns
 #   images      the image tarballs, FROM scratch (hack/ociimage): pause,
 #               volplane, etcd, coredns, workload
+#   sidecars    the upstream CSI sidecars and their images, for a driver
+#               deployed as vendors ship them (hack/build-csi-sidecars.sh);
+#               only when asked: make test-cluster-driver
 #
-#   hack/cluster/build.sh [PART...]     (default: every part)
+#   hack/cluster/build.sh [PART...]     (default: every part but sidecars)
 #
 # The versioned parts are built once; the images are packed again each time
 # (the volplane binaries come from the working tree; an unchanged input
@@ -51,6 +54,8 @@ build_module() {
 	mv -f "$out.tmp" "$out"
 	rm -f "$out.build.log"
 }
+
+build_sidecars() { "$root/hack/build-csi-sidecars.sh"; }
 
 build_etcd() { build_module "$root/hack/etcd" "$etcd_bin"; }
 build_coredns() { build_module "$root/hack/coredns" "$coredns_bin"; }
@@ -104,7 +109,7 @@ parts=("$@")
 mkdir -p "$cache"
 for p in "${parts[@]}"; do
 	case $p in
-	kube | containerd | etcd | coredns | images) step "build $p" "build_$p" ;;
-	*) die "unknown part $p (kube, containerd, etcd, coredns, images)" ;;
+	kube | containerd | etcd | coredns | images | sidecars) step "build $p" "build_$p" ;;
+	*) die "unknown part $p (kube, containerd, etcd, coredns, images, sidecars)" ;;
 	esac
 done

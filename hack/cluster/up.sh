@@ -9,7 +9,10 @@
 # cluster-down) stops it and undoes what it changed on the host.
 #
 # Every part is pinned and built by hack/cluster/build.sh; the Debian
-# packages are installed by hack/cluster/deps.sh when missing.
+# packages are installed by hack/cluster/deps.sh when missing. With
+# VOLPLANE_CSI_SIDECARS=1 (make test-cluster-driver) the upstream CSI
+# sidecars are built too (hack/build-csi-sidecars.sh) and their images
+# imported beside volplane's, for deploy/drivers/volplane-csi.
 set -euo pipefail
 # shellcheck source=lib.sh
 source "$(dirname "$0")/lib.sh"
@@ -18,7 +21,11 @@ here=$root/hack/cluster
 total_start=$SECONDS
 
 step "Debian packages" "$here/deps.sh"
-step "build" "$here/build.sh"
+if [[ ${VOLPLANE_CSI_SIDECARS:-} == 1 ]]; then
+	step "build" "$here/build.sh" kube containerd etcd coredns images sidecars
+else
+	step "build" "$here/build.sh"
+fi
 
 # alive NAME: the process of $run/NAME.pid runs, and runs the binary it was
 # started as (a recycled PID is not ours).
@@ -188,6 +195,27 @@ control_plane() {
 }
 step "control plane" control_plane
 
+# import_image TAR REF: the image into containerd's k8s.io namespace,
+# pinned: no registry could give it back, so the kubelet's image garbage
+# collection must never remove it.
+import_image() {
+	"$ctr" --address "$containerd_sock" -n k8s.io images import "$1" >>"$logs/ctr.log" 2>&1
+	"$ctr" --address "$containerd_sock" -n k8s.io images label "$2" io.cri-containerd.pinned=pinned >>"$logs/ctr.log" 2>&1
+}
+
+# import_pulled_image TAR REF: import_image, and the image named by its
+# digest too (REPO@sha256:...), as a pull from a registry names it, so that
+# a pod may name it either way (the upstream sidecars: a chart pins them
+# by tag or by digest, and test/cluster's TestVendorDriver swaps one).
+import_pulled_image() {
+	local digest
+	import_image "$1" "$2"
+	digest=$("$ctr" --address "$containerd_sock" -n k8s.io images ls "name==$2" | awk 'NR == 2 {print $3}')
+	[[ $digest == sha256:* ]] || die "no digest for the image $2 in containerd"
+	"$ctr" --address "$containerd_sock" -n k8s.io images tag --local --force "$2" "${2%:*}@$digest" >>"$logs/ctr.log" 2>&1
+	"$ctr" --address "$containerd_sock" -n k8s.io images label "${2%:*}@$digest" io.cri-containerd.pinned=pinned >>"$logs/ctr.log" 2>&1
+}
+
 runtime() {
 	mkdir -p "$state/containerd"
 	# restrict_oom_score_adj: this host lacks CAP_SYS_RESOURCE, so runc may
@@ -232,12 +260,13 @@ EOF
 	wait_for "containerd" 60 "$logs/containerd.log" "$ctr" --address "$containerd_sock" version
 	# Pinned: no registry could give them back, so the kubelet's image
 	# garbage collection must never remove them.
-	local img ref
+	local img tar ref
 	for img in pause:$pause_image volplane:$volplane_image etcd:$etcd_image coredns:$coredns_image workload:$workload_image; do
-		ref=${img#*:}
-		"$ctr" --address "$containerd_sock" -n k8s.io images import "$images_dir/${img%%:*}.tar" >>"$logs/ctr.log" 2>&1
-		"$ctr" --address "$containerd_sock" -n k8s.io images label "$ref" io.cri-containerd.pinned=pinned >>"$logs/ctr.log" 2>&1
+		import_image "$images_dir/${img%%:*}.tar" "${img#*:}"
 	done
+	if [[ ${VOLPLANE_CSI_SIDECARS:-} == 1 ]]; then
+		while read -r tar ref; do import_pulled_image "$tar" "$ref"; done <"$images_dir/csi-sidecars/images.txt"
+	fi
 	"$ctr" --address "$containerd_sock" -n k8s.io images ls -q 2>>"$logs/ctr.log" | grep -v '^sha256:' | sed 's/^/    /' >&2
 }
 step "containerd and the images" runtime
@@ -388,7 +417,8 @@ cat >&2 <<EOF
 The cluster is up in $(elapsed $((SECONDS - total_start))) (the node was Ready $(elapsed "$ready_time") after the kubelet started).
   export KUBECONFIG=$admin_kubeconfig
   kubectl (the cluster's version): $kubectl
-  images: $pause_image (sandbox), $volplane_image, $etcd_image, $coredns_image, $workload_image
+  images: $pause_image (sandbox), $volplane_image, $etcd_image, $coredns_image, $workload_image$(
+	[[ ${VOLPLANE_CSI_SIDECARS:-} == 1 ]] && printf ', %s' $(cut -d' ' -f2 "$images_dir/csi-sidecars/images.txt"))
   logs: $logs
   kube-controller-manager: static pod kube-system/kube-controller-manager-$node_name, manifest $kcm_manifest_dir/kube-controller-manager.yaml (--controllers=$kcm_controllers)
 make cluster-down stops it and removes its state.

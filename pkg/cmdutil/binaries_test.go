@@ -20,6 +20,7 @@ var badValue = map[string][]string{
 	"watcher":              {"--history-size=x"},
 	"gateway":              {"--max-request-bytes=x"},
 	"volplane-csi":         {"--capacity=x"},
+	"volplane-csi-sidecar": {"--timeout=x"},
 	"volplane-etcd-member": {"--status-port=x"},
 	"volplane-etcd-backup": {"--keep=x"},
 	"volplane-etcd":        {"-listen-client-url"}, // a flag without its value

@@ -56,7 +56,7 @@ func (p *provisioner) runDelete(ctx context.Context, d *driver, name, handle str
 		p.log.Warn("cannot read the deletion secret; deleting the volume without secrets", "volume", name, "error", err)
 		secrets = nil
 	}
-	cctx, cancel := context.WithTimeout(ctx, p.timeout)
+	cctx, cancel := context.WithTimeout(ctx, p.timeoutFor(d))
 	_, err = d.controller.DeleteVolume(cctx, &csi.DeleteVolumeRequest{VolumeId: handle, Secrets: secrets})
 	cancel()
 	if status.Code(err) == codes.NotFound {

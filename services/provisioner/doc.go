@@ -12,4 +12,12 @@
 // CSIStorageCapacity objects; ListOrphans and DeleteOrphan the backing
 // volumes nothing accounts for. The README states the contract, which
 // pkg/conformance checks.
+//
+// Drivers are those of --csi-endpoint (a socket in the provisioner's pod)
+// and, with --discover-sidecars, those served by volplane-csi-sidecars in
+// the drivers' own pods (pkg/sidecar), found and checked at run time
+// (discovery.go), called through the pool of their verified sidecars
+// (sidecarpool.go), and remembered in etcd once seen (knowndrivers.go),
+// so that a driver that goes away is listed not ready rather than
+// forgotten (discovered.go).
 package provisioner

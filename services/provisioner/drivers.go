@@ -20,6 +20,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/volplane/volplane/pkg/logging"
+	"github.com/volplane/volplane/pkg/sidecar"
 	provisionerv1 "github.com/volplane/volplane/proto/volplane/provisioner/v1"
 )
 
@@ -37,6 +38,11 @@ type driver struct {
 	// outage reports once when the driver stops answering its probe and
 	// once when it answers again (set by registry.add).
 	outage *logging.Outage
+	// sidecars are the sidecars of a discovered driver (discovered.go),
+	// nil for a --csi-endpoint one; gates are the provisioner's feature
+	// gates, which a sidecar's must match.
+	sidecars *sidecarPool
+	gates    FeatureGates
 }
 
 // driverState is what the last probe learnt.
@@ -47,6 +53,11 @@ type driverState struct {
 	// unreachable is why the driver did not answer the probe's first
 	// call; nil when it answered (ready or not).
 	unreachable error
+	// settings are a discovered driver's sidecar settings (nil: the
+	// provisioner's flags); clash, that its name is also a --csi-endpoint
+	// driver's (markSidecarClashes).
+	settings *sidecar.Settings
+	clash    bool
 }
 
 func newDriver(endpoint, configured string, cc grpc.ClientConnInterface) *driver {
@@ -72,9 +83,10 @@ func (d *driver) ready() bool { return d.current().info.GetReady() }
 
 func (d *driver) has(c csi.ControllerServiceCapability_RPC_Type) bool { return d.current().caps[c] }
 
-// probe asks the driver who it is, what it can do and whether it is ready
-// (GetPluginInfo, GetPluginCapabilities, ControllerGetCapabilities, Probe).
-func (d *driver) probe(ctx context.Context) *driverState {
+// probeCSI asks the driver who it is, what it can do and whether it is
+// ready (GetPluginInfo, GetPluginCapabilities, ControllerGetCapabilities,
+// Probe).
+func (d *driver) probeCSI(ctx context.Context) *driverState {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	st := &driverState{info: &provisionerv1.Driver{Endpoint: d.endpoint, ProvisionerName: d.configured}, caps: map[csi.ControllerServiceCapability_RPC_Type]bool{}}
@@ -155,10 +167,21 @@ type registry struct {
 	drivers []*driver
 	probed  chan struct{} // closed after the first round of probes
 	once    sync.Once
+	// kicked asks the probe loop for a round now (kick); gates are the
+	// provisioner's feature gates (discovered drivers check theirs).
+	kicked chan struct{}
+	gates  FeatureGates
+	// onChange, when set, is called after a round of probes in which a
+	// driver's readiness or provisioner name changed (standalone mode
+	// looks at its claims again); set before the probe loop runs.
+	onChange func()
 }
 
+// setOnChange sets onChange; call it before the probe loop starts.
+func (r *registry) setOnChange(f func()) { r.onChange = f }
+
 func newRegistry(log *slog.Logger) *registry {
-	return &registry{log: log, probed: make(chan struct{})}
+	return &registry{log: log, probed: make(chan struct{}), kicked: make(chan struct{}, 1)}
 }
 
 func (r *registry) add(d *driver) {
@@ -177,7 +200,9 @@ func (r *registry) all() []*driver {
 }
 
 // check is the readiness check "csi-drivers": every driver has been
-// probed and is ready.
+// probed and every --csi-endpoint driver is ready. A discovered driver's
+// readiness is its own (ListDrivers): one vendor's driver going away does
+// not stop the provisioner serving the others.
 func (r *registry) check() error {
 	select {
 	case <-r.probed:
@@ -186,7 +211,7 @@ func (r *registry) check() error {
 	}
 	var bad []string
 	for _, d := range r.all() {
-		if info := d.current().info; !info.GetReady() {
+		if info := d.current().info; !info.GetReady() && d.sidecars == nil {
 			bad = append(bad, fmt.Sprintf("%s not ready: %s", d.endpoint, info.GetMessage()))
 		}
 	}
@@ -223,7 +248,9 @@ func (r *registry) probeAll(ctx context.Context) {
 	for i, d := range drivers {
 		states[i] = d.probe(ctx)
 	}
+	markSidecarClashes(drivers, states)
 	markConflicts(drivers, states)
+	changed := false
 	for i, d := range drivers {
 		st := states[i]
 		if st.unreachable != nil {
@@ -233,13 +260,18 @@ func (r *registry) probeAll(ctx context.Context) {
 			continue
 		}
 		d.outage.Recovered("driver", st.info.DriverName)
-		if old := d.current().info; old.GetReady() != st.info.GetReady() || old.GetMessage() != st.info.GetMessage() {
+		old := d.current().info
+		changed = changed || old.GetReady() != st.info.GetReady() || old.GetProvisionerName() != st.info.GetProvisionerName()
+		if old.GetReady() != st.info.GetReady() || old.GetMessage() != st.info.GetMessage() {
 			r.log.Info("CSI driver", "endpoint", d.endpoint, "driver", st.info.DriverName, "provisioner", st.info.ProvisionerName,
 				"ready", st.info.Ready, "message", st.info.Message, "capabilities", st.info.Capabilities)
 		}
 		d.state.Store(st)
 	}
 	r.once.Do(func() { close(r.probed) })
+	if changed && r.onChange != nil {
+		r.onChange()
+	}
 }
 
 // markConflicts makes not ready, saying why, the drivers of endpoints that
@@ -259,13 +291,13 @@ func markConflicts(drivers []*driver, states []*driverState) {
 	} {
 		endpoints := map[string][]string{}
 		for i, st := range states {
-			if n := key.name(st); n != "" && !slices.Contains(endpoints[n], drivers[i].endpoint) {
+			if n := key.name(st); n != "" && !st.clash && !slices.Contains(endpoints[n], drivers[i].endpoint) {
 				endpoints[n] = append(endpoints[n], drivers[i].endpoint)
 			}
 		}
 		for _, st := range states {
 			eps := endpoints[key.name(st)]
-			if len(eps) < 2 {
+			if len(eps) < 2 || st.clash {
 				continue
 			}
 			why := fmt.Sprintf(key.what, key.name(st), len(eps), strings.Join(eps, ", ")) +
@@ -293,6 +325,7 @@ func (r *registry) probeLoop(ctx context.Context, period time.Duration) {
 		}
 		select {
 		case <-time.After(wait):
+		case <-r.kicked:
 		case <-ctx.Done():
 			return
 		}

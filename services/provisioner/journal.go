@@ -137,10 +137,20 @@ func (p *provisioner) operations(ctx context.Context, kind string) ([]*provision
 // claimOperation is the provisioning of the claim with uid in the journal,
 // nil when there is none: one read, its volume's name derives from the UID.
 func (p *provisioner) claimOperation(ctx context.Context, uid string) (*provisionerv1.Operation, error) {
-	name := VolumeName(p.prefix, &corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{UID: types.UID(uid)}})
-	r, ok, err := p.journal.Get(ctx, kindProvision, name)
-	if err != nil || !ok {
-		return nil, err
+	var r coord.Record
+	for _, prefix := range p.prefixes() {
+		name := VolumeName(prefix, &corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{UID: types.UID(uid)}})
+		rec, ok, err := p.journal.Get(ctx, kindProvision, name)
+		if err != nil {
+			return nil, err
+		}
+		if ok {
+			r = rec
+			break
+		}
+	}
+	if r.Name == "" {
+		return nil, nil
 	}
 	o := provisionOperation(r)
 	if o == nil || o.ClaimUid != uid {

@@ -55,7 +55,7 @@ func (o orphanDrivers) ListVolumes(ctx context.Context, driver string, req *csi.
 	if d == nil {
 		return nil, fmt.Errorf("CSI driver %q is %w", driver, errNotServed)
 	}
-	ctx, cancel := context.WithTimeout(ctx, o.p.timeout)
+	ctx, cancel := context.WithTimeout(ctx, o.p.timeoutFor(d))
 	defer cancel()
 	return d.controller.ListVolumes(ctx, req)
 }
@@ -65,7 +65,7 @@ func (o orphanDrivers) DeleteVolume(ctx context.Context, driver, volumeID string
 	if d == nil {
 		return fmt.Errorf("CSI driver %q is %w", driver, errNotServed)
 	}
-	ctx, cancel := context.WithTimeout(ctx, o.p.timeout)
+	ctx, cancel := context.WithTimeout(ctx, o.p.timeoutFor(d))
 	defer cancel()
 	_, err := d.controller.DeleteVolume(ctx, &csi.DeleteVolumeRequest{VolumeId: volumeID})
 	return err

@@ -69,7 +69,7 @@ func (p *provisioner) plan(ctx context.Context, claim *corev1.PersistentVolumeCl
 	if d == nil {
 		return nil, nil, nil, fmt.Errorf("provisioner %q of StorageClass %q is %w", class.Provisioner, class.Name, errNotServed)
 	}
-	spec := p.spec(claim, class)
+	spec := p.spec(d, claim, class)
 	if secrets, err = p.secretRefs(class, claim, spec.name); err != nil {
 		return d, nil, nil, err
 	}
@@ -81,8 +81,8 @@ func (p *provisioner) plan(ctx context.Context, claim *corev1.PersistentVolumeCl
 
 // spec is what provision and plan know of a claim's volume before the
 // driver is asked.
-func (p *provisioner) spec(claim *corev1.PersistentVolumeClaim, class *storagev1.StorageClass) volumeSpec {
-	return volumeSpec{name: VolumeName(p.prefix, claim), provisioner: class.Provisioner, claim: claim, class: class, fsType: fsType(class, claim, p.defaultFSType)}
+func (p *provisioner) spec(d *driver, claim *corev1.PersistentVolumeClaim, class *storagev1.StorageClass) volumeSpec {
+	return volumeSpec{name: VolumeName(p.prefixFor(d), claim), provisioner: class.Provisioner, claim: claim, class: class, fsType: fsType(class, claim, p.fsTypeFor(d))}
 }
 
 // planOf is a CreateVolume request as PlanVolume shows it. The request

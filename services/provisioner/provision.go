@@ -118,9 +118,11 @@ func (p *provisioner) provision(ctx context.Context, claim *corev1.PersistentVol
 		return result{}, fmt.Errorf("provisioner %q of StorageClass %q is %w", class.Provisioner, class.Name, errNotServed)
 	}
 	if !d.ready() {
-		return result{outcome: provisionerv1.Outcome_OUTCOME_IN_BACKGROUND, message: fmt.Sprintf("CSI driver %q is not ready: %s", class.Provisioner, d.current().info.GetMessage())}, nil
+		msg := fmt.Sprintf("CSI driver %q is not ready: %s", class.Provisioner, d.current().info.GetMessage())
+		p.sidecarNotReady(claim, class, d, msg)
+		return result{outcome: provisionerv1.Outcome_OUTCOME_IN_BACKGROUND, message: msg}, nil
 	}
-	name := VolumeName(p.prefix, claim)
+	name := VolumeName(p.prefixFor(d), claim)
 	if claim.DeletionTimestamp != nil {
 		return result{outcome: provisionerv1.Outcome_OUTCOME_NO_CHANGE, message: "the claim is being deleted"}, nil
 	}
@@ -224,7 +226,7 @@ func (p *provisioner) lock(ctx context.Context, a *attempt, journaledOnly bool) 
 // prepare finds the secrets the PV will name and, on a first attempt,
 // builds the request and the record to journal.
 func (p *provisioner) prepare(ctx context.Context, a *attempt) error {
-	a.spec = p.spec(a.claim, a.class)
+	a.spec = p.spec(a.d, a.claim, a.class)
 	var err error
 	a.spec.secrets, err = p.secretRefs(a.class, a.claim, a.name)
 	if err != nil || a.found {
@@ -245,7 +247,7 @@ func (p *provisioner) prepare(ctx context.Context, a *attempt) error {
 func (p *provisioner) createVolume(ctx context.Context, a *attempt, secrets map[string]string) (vol *csi.Volume, res result, done bool, err error) {
 	call := proto.Clone(a.req).(*csi.CreateVolumeRequest)
 	call.Secrets = secrets
-	cctx, cancel := context.WithTimeout(ctx, p.timeout)
+	cctx, cancel := context.WithTimeout(ctx, p.timeoutFor(a.d))
 	cctx, step := p.timeline.Start(cctx, string(a.claim.UID), "CreateVolume")
 	resp, err := a.d.controller.CreateVolume(cctx, call)
 	step.EndErr(err, a.name)
@@ -350,10 +352,10 @@ func (p *provisioner) createRequest(ctx context.Context, d *driver, claim *corev
 		Name:               spec.name,
 		CapacityRange:      capRange,
 		VolumeCapabilities: caps,
-		Parameters:         driverParameters(class, claim, spec.name, p.extraMetadata),
+		Parameters:         driverParameters(class, claim, spec.name, p.extraMetadataFor(d)),
 	}
 	if d.current().topology {
-		req.AccessibilityRequirements, err = accessibilityRequirements(p.nodes, d.name(), class, claim.Annotations[kube.AnnSelectedNode], claim.Name, p.strictTopology)
+		req.AccessibilityRequirements, err = accessibilityRequirements(p.nodes, d.name(), class, claim.Annotations[kube.AnnSelectedNode], claim.Name, p.strictTopologyFor(d))
 		if err != nil {
 			return nil, err
 		}

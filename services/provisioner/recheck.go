@@ -79,7 +79,7 @@ func (p *provisioner) discard(ctx context.Context, d *driver, name string, op pr
 	if err != nil {
 		p.log.Warn("delete an unwanted volume without its secret", "volume", name, logging.ClaimRef(op.ClaimNamespace, op.ClaimName, op.ClaimUID), "error", err)
 	}
-	cctx, cancel := context.WithTimeout(ctx, p.timeout)
+	cctx, cancel := context.WithTimeout(ctx, p.timeoutFor(d))
 	_, err = d.controller.DeleteVolume(cctx, &csi.DeleteVolumeRequest{VolumeId: handle, Secrets: secrets})
 	cancel()
 	if err != nil && status.Code(err) != codes.NotFound {
@@ -114,7 +114,7 @@ func (p *provisioner) undo(ctx context.Context, d *driver, name string, op provi
 		p.log.Warn("undo provisioning without its secret", "volume", name, logging.ClaimRef(op.ClaimNamespace, op.ClaimName, op.ClaimUID), "error", err)
 	}
 	req.Secrets = secrets
-	cctx, cancel := context.WithTimeout(ctx, p.timeout)
+	cctx, cancel := context.WithTimeout(ctx, p.timeoutFor(d))
 	resp, err := d.controller.CreateVolume(cctx, req)
 	cancel()
 	switch classify(err, false) {
@@ -127,7 +127,7 @@ func (p *provisioner) undo(ctx context.Context, d *driver, name string, op provi
 		p.log.Info("provisioning undone: no volume was made", "volume", name, logging.ClaimRef(op.ClaimNamespace, op.ClaimName, op.ClaimUID), "answer", err)
 		return p.journal.Finish(ctx, kindProvision, name, p.member)
 	}
-	cctx, cancel = context.WithTimeout(ctx, p.timeout)
+	cctx, cancel = context.WithTimeout(ctx, p.timeoutFor(d))
 	_, err = d.controller.DeleteVolume(cctx, &csi.DeleteVolumeRequest{VolumeId: resp.GetVolume().GetVolumeId(), Secrets: secrets})
 	cancel()
 	if err != nil && status.Code(err) != codes.NotFound {

@@ -56,8 +56,19 @@ type Options struct {
 	// StorageClasses of that provisioner name; by default a driver serves
 	// the name it reports in GetPluginInfo. At least one is required. CSI
 	// is plaintext, as between every CSI driver and its sidecars: use unix
-	// sockets.
+	// sockets. Optional with DiscoverSidecars.
 	CSIEndpoints []string
+	// DiscoverSidecars finds, at run time, the CSI drivers served by
+	// volplane-csi-sidecars in the drivers' own pods (pkg/sidecar;
+	// discovery.go): --discover-sidecars. Off by default in the flag; on
+	// in the shipped manifests. It needs the TLS files (the sidecars
+	// accept only the provisioner's client certificate).
+	DiscoverSidecars bool
+	// Namespace is the provisioner's own namespace, where it publishes
+	// its CA bundle for the sidecars (ConfigMap sidecar.CAConfigMap) with
+	// DiscoverSidecars: --namespace, default $POD_NAMESPACE, else
+	// DefaultNamespace.
+	Namespace string
 	// VolumeNamePrefix names provisioned PVs <prefix>-<claim UID>.
 	VolumeNamePrefix string
 	// DefaultFSType is the filesystem of volumes whose class sets no
@@ -133,9 +144,7 @@ const etcdUse = "the operation journal"
 func (o *Options) validate() error {
 	var errs []error
 	errs = append(errs, o.Options.Validate(etcdUse)...)
-	if len(o.CSIEndpoints) == 0 {
-		errs = append(errs, errors.New("no CSI driver to provision with: name each driver's controller socket (--csi-endpoint [provisioner-name=]unix:///path/csi.sock or host:port)"))
-	}
+	errs = append(errs, o.validateDiscovery()...)
 	seen, listed := map[string]bool{}, map[string]bool{}
 	for _, e := range o.CSIEndpoints {
 		e = strings.TrimSpace(e)
@@ -240,6 +249,12 @@ func Run(ctx context.Context, o Options) error {
 	if err != nil {
 		return err
 	}
+	var discoveryTasks []replica.Task
+	if o.DiscoverSidecars {
+		if discoveryTasks, err = sidecarTasks(r, o, reg, capc); err != nil {
+			return err
+		}
+	}
 	objs.onClass = capc.EnqueueAll
 	p, err := newProvisionerOf(r, o, reg, nodes)
 	if err != nil {
@@ -265,7 +280,8 @@ func Run(ctx context.Context, o Options) error {
 	var informersSynced atomic.Bool
 	r.Health.AddReadiness("informers", replica.Condition(informersSynced.Load, "nodes and CSINodes (and, without a watcher, claims and classes) are not listed yet"))
 	r.Health.AddReadiness("csi-drivers", reg.check)
-	r.Log.Info("provisioner starting", "feature_gates", o.FeatureGates.String(), "member", o.MemberID, "listen", r.Addr(), "csi_endpoints", o.CSIEndpoints, "watcher", o.WatcherAddress, "standalone", o.Standalone)
+	r.Log.Info("provisioner starting", "feature_gates", o.FeatureGates.String(), "member", o.MemberID, "listen", r.Addr(), "csi_endpoints", o.CSIEndpoints,
+		"discover_sidecars", o.DiscoverSidecars, "watcher", o.WatcherAddress, "standalone", o.Standalone)
 	tasks := []func(context.Context) error{
 		replica.Until(func(ctx context.Context) { reg.probeLoop(ctx, o.ProbePeriod) }),
 		replica.Until(func(ctx context.Context) { informersSynced.Store(allSynced(factory.WaitForCacheSync(ctx.Done()))) }),
@@ -280,17 +296,9 @@ func Run(ctx context.Context, o Options) error {
 		feed.run,
 		replica.Until(func(ctx context.Context) { objs.report(ctx, r.Log, feed) }),
 	}
+	tasks = append(tasks, discoveryTasks...)
 	if o.Standalone {
-		sa := newStandalone(r.Log.With("controller", "standalone"), p, objs, standaloneVolumes.GetIndexer(), o.RetryIntervalStart, o.RetryIntervalMax)
-		objs.onClaim = func(obj any) { clones.claimChanged(obj); sa.enqueue(obj) }
-		tasks = append(tasks, func(ctx context.Context) error {
-			select { // a driver's provisioner name is known once probed
-			case <-reg.probed:
-			case <-ctx.Done():
-				return nil
-			}
-			return sa.run(ctx, o.StandaloneWorkers, func() bool { return objs.hasSynced() && standaloneVolumes.HasSynced() })
-		})
+		tasks = append(tasks, standaloneTask(r.Log, o, p, objs, standaloneVolumes, clones.claimChanged))
 	}
 	if o.SnapshotOrphanSweepInterval > 0 {
 		sweeper := &snapshotSweeper{log: r.Log, client: r.Client, dynamic: p.sources.dynamic, claims: corelisters.NewPersistentVolumeClaimLister(objs.claims)}
@@ -307,6 +315,7 @@ func Run(ctx context.Context, o Options) error {
 func newDrivers(r *replica.Replica, o Options, factory informers.SharedInformerFactory, nodes listers, classes cache.Indexer) (
 	reg *registry, capc *capacity.Controller, closeDrivers func(), err error) {
 	reg = newRegistry(r.Log)
+	reg.gates = o.FeatureGates
 	capc = capacity.New(o.Capacity, capacity.Config{Log: r.Log, Member: o.MemberID, Elect: r.Coord, Client: r.Client,
 		Drivers: capacityDrivers{reg: reg, nodes: nodes}, Factory: factory,
 		Classes: storagelisters.NewStorageClassLister(classes), Timeout: o.Timeout})

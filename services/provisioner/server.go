@@ -66,7 +66,7 @@ func (s *server) Provision(ctx context.Context, req *provisionerv1.ProvisionRequ
 	if name == "" {
 		return nil, status.Errorf(codes.FailedPrecondition, "claim %s/%s names no StorageClass: nothing to provision", claim.Namespace, claim.Name)
 	}
-	if v := claim.Spec.VolumeName; v != "" && v != VolumeName(s.p.prefix, claim) {
+	if v := claim.Spec.VolumeName; v != "" && !s.p.ownVolumeName(v, claim) {
 		return nil, status.Errorf(codes.FailedPrecondition, "claim %s/%s asks for volume %s (spec.volumeName): nothing to provision", claim.Namespace, claim.Name, v)
 	}
 	class, err := s.readClass(ctx, name, sentClass)
@@ -81,7 +81,7 @@ func (s *server) Provision(ctx context.Context, req *provisionerv1.ProvisionRequ
 	}
 	step.End(strings.TrimPrefix(res.outcome.String(), "OUTCOME_"), res.message)
 	outcomes.WithLabelValues(kindProvision, res.outcome.String()).Inc()
-	out := &provisionerv1.ProvisionResponse{Outcome: res.outcome, VolumeName: VolumeName(s.p.prefix, claim), Message: res.message}
+	out := &provisionerv1.ProvisionResponse{Outcome: res.outcome, VolumeName: s.p.volumeNameFor(class, claim), Message: res.message}
 	if res.volume != nil {
 		if out.Volume, err = kube.EncodeProto(res.volume); err != nil {
 			return nil, status.Errorf(codes.Internal, "encode volume: %v", err)

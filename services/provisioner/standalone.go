@@ -126,9 +126,7 @@ func (s *standalone) run(ctx context.Context, workers int, synced cache.Informer
 	if !cache.WaitForCacheSync(ctx.Done(), synced) {
 		return nil
 	}
-	for _, key := range s.claims.ListKeys() {
-		s.queue.Add(key)
-	}
+	s.enqueueAll()
 	done := make(chan struct{})
 	for range workers {
 		go func() {
@@ -301,6 +299,33 @@ func (s *standalone) class(name string) (*storagev1.StorageClass, error) {
 		return nil, fmt.Errorf("%w: %q", errNoClass, name)
 	}
 	return obj.(*storagev1.StorageClass), nil
+}
+
+// standaloneTask is the standalone controller of p as a replica task:
+// the claim cache tells it (besides the cloning protection, cloned) of
+// every claim's change, the registry of every driver that comes, goes or
+// changes readiness (a discovered driver appears after the claims that
+// wait for it), and it runs once the drivers are probed (a driver's
+// provisioner name is known then) and the caches are listed.
+func standaloneTask(log *slog.Logger, o Options, p *provisioner, objs *objectCache, volumes cache.SharedIndexInformer, cloned func(any)) func(context.Context) error {
+	sa := newStandalone(log.With("controller", "standalone"), p, objs, volumes.GetIndexer(), o.RetryIntervalStart, o.RetryIntervalMax)
+	objs.onClaim = func(obj any) { cloned(obj); sa.enqueue(obj) }
+	p.drivers.setOnChange(sa.enqueueAll)
+	return func(ctx context.Context) error {
+		select {
+		case <-p.drivers.probed:
+		case <-ctx.Done():
+			return nil
+		}
+		return sa.run(ctx, o.StandaloneWorkers, func() bool { return objs.hasSynced() && volumes.HasSynced() })
+	}
+}
+
+// enqueueAll enqueues every cached claim: a driver came or became ready.
+func (s *standalone) enqueueAll() {
+	for _, key := range s.claims.ListKeys() {
+		s.queue.Add(key)
+	}
 }
 
 // validateStandalone checks and defaults the standalone mode's options.

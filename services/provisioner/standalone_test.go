@@ -15,6 +15,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/volplane/volplane/internal/devcsi"
+	"github.com/volplane/volplane/pkg/grpcutil"
 	"github.com/volplane/volplane/pkg/kube"
 )
 
@@ -307,5 +308,28 @@ func TestStandaloneReschedulesOnlyWithTopology(t *testing.T) {
 				t.Errorf("selected-node present %v after ResourceExhausted, want %v", selected, !topology)
 			}
 		})
+	}
+}
+
+// A driver that comes or becomes ready has standalone mode look at every
+// claim again (onChange); a probe that changes nothing does not.
+func TestRegistryTellsOfDriverChanges(t *testing.T) {
+	_, ep := startDriver(t)
+	cc, err := grpcutil.DialCSI(ep)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cc.Close() })
+	reg := newRegistry(discard)
+	reg.add(newDriver(ep, "", cc))
+	changes := 0
+	reg.setOnChange(func() { changes++ })
+	reg.probeAll(t.Context())
+	if changes != 1 {
+		t.Fatalf("first probe: %d changes, want 1 (the driver became ready)", changes)
+	}
+	reg.probeAll(t.Context())
+	if changes != 1 {
+		t.Errorf("an unchanged probe told of %d more changes", changes-1)
 	}
 }

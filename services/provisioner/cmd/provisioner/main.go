@@ -25,7 +25,9 @@ func main() {
 	var o provisioner.Options
 	cmd := cmdutil.NewCommand(provisioner.Service, description)
 	fs := cmd.Flags("Provisioner")
-	fs.Var(cmdutil.NewList(&o.CSIEndpoints, "endpoints"), "csi-endpoint", "a CSI driver's gRPC address, [provisioner-name=]unix:///path/csi.sock or host:port; repeat or comma-separate for several drivers (the name defaults to the driver's own); at least one is required")
+	fs.Var(cmdutil.NewList(&o.CSIEndpoints, "endpoints"), "csi-endpoint", "a CSI driver's gRPC address, [provisioner-name=]unix:///path/csi.sock or host:port; repeat or comma-separate for several drivers (the name defaults to the driver's own); at least one is required unless --discover-sidecars")
+	fs.BoolVar(&o.DiscoverSidecars, "discover-sidecars", false, "find the CSI drivers served by volplane-csi-sidecars in the drivers' own pods (registration Leases labelled volplane.io/csi-sidecar), and publish the CA the sidecars check the provisioner with (ConfigMap volplane-provisioner-ca in --namespace); --csi-endpoint is then optional")
+	fs.StringVar(&o.Namespace, "namespace", os.Getenv("POD_NAMESPACE"), "the provisioner's own namespace, where --discover-sidecars publishes its CA; defaults to $POD_NAMESPACE, else volplane-system")
 	fs.StringVar(&o.VolumeNamePrefix, "volume-name-prefix", provisioner.DefaultVolumeNamePrefix, "provisioned PVs are named <prefix>-<claim UID>")
 	fs.BoolVar(&o.StrictTopology, "strict-topology", false, "a claim with a selected node asks only for that node's topology segment (as external-provisioner's flag)")
 	fs.StringVar(&o.DefaultFSType, "default-fstype", provisioner.DefaultFSType, "filesystem of volumes whose StorageClass sets no csi.storage.k8s.io/fstype; empty leaves it to the driver")
