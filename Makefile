@@ -168,7 +168,9 @@ test-cluster-driver: ## make cluster with the upstream CSI sidecars, the dev dri
 .PHONY: test
 # internal/csisidecar compares its flags with the pinned csi-provisioner's --help.
 test: export VOLPLANE_CSI_PROVISIONER := $(CSI_PROVISIONER)
-test: verify kube-apiserver external-provisioner $(BIN)/csi-sanity ## Run every check and test (the CI command): the Go tests, then make test-cluster (as root).
+# test/e2e/standalone runs beside the pinned kube-controller-manager (the same build as kube-apiserver).
+test: export VOLPLANE_KUBE_CONTROLLER_MANAGER := $(KUBE_CONTROLLER_MANAGER)
+test: verify kube-apiserver kube-controller-manager external-provisioner $(BIN)/csi-sanity ## Run every check and test (the CI command): the Go tests, then make test-cluster (as root).
 	$(GO) test -count=1 -timeout 25m ./...
 	@if [ "$$(id -u)" = 0 ]; then $(MAKE) --no-print-directory test-cluster; \
 	else echo "test-cluster: SKIPPED, it runs a kubelet and needs root"; fi
