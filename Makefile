@@ -169,7 +169,9 @@ test-cluster-driver: ## make cluster with the upstream CSI sidecars, the dev dri
 .PHONY: test
 # internal/csisidecar compares its flags with the pinned csi-provisioner's --help.
 test: export VOLPLANE_CSI_PROVISIONER := $(CSI_PROVISIONER)
-test: verify kube-apiserver external-provisioner $(BIN)/csi-sanity ## Run every check and test (the CI command): the Go tests, then make test-cluster (as root).
+# test/e2e/standalone runs beside the pinned kube-controller-manager (the same build as kube-apiserver).
+test: export VOLPLANE_KUBE_CONTROLLER_MANAGER := $(KUBE_CONTROLLER_MANAGER)
+test: verify kube-apiserver kube-controller-manager external-provisioner $(BIN)/csi-sanity ## Run every check and test (the CI command): the Go tests, then make test-cluster (as root).
 	$(GO) test -count=1 -timeout 25m ./...
 	@if [ "$$(id -u)" = 0 ]; then $(MAKE) --no-print-directory test-cluster; \
 	else echo "test-cluster: SKIPPED, it runs a kubelet and needs root"; fi
@@ -195,6 +197,10 @@ fuzz: ## Fuzz every request decoder and validator for FUZZTIME each (30s).
 .PHONY: compare-kcm
 compare-kcm: kube-apiserver kube-controller-manager ## Run the fidelity checks (test/harness/e2e: in-tree classes, WaitForPodScheduled) on kube-controller-manager itself; make test runs them only when it is cached.
 	VOLPLANE_KUBE_CONTROLLER_MANAGER=$(KUBE_CONTROLLER_MANAGER) $(GO) test -count=1 -v ./test/e2e/kcm/
+
+.PHONY: test-standalone
+test-standalone: kube-apiserver kube-controller-manager ## Run standalone mode (managed clusters) end to end beside kube-controller-manager's binder (test/e2e/standalone, about 3 minutes), with the parity check against csi-provisioner when make external-provisioner cached it; make test runs it only when kube-controller-manager is cached.
+	VOLPLANE_KUBE_CONTROLLER_MANAGER=$(KUBE_CONTROLLER_MANAGER) VOLPLANE_CSI_PROVISIONER=$(CSI_PROVISIONER) $(GO) test -count=1 -v -timeout 20m ./test/e2e/standalone/
 
 .PHONY: test-unit
 test-unit: ## Run the tests that need no kube-apiserver.

@@ -90,7 +90,7 @@ func flags(command []string) map[string]string {
 // quorum through a drain, and certificates that name every member.
 func TestEtcdNeedsNoVolplaneBoundClaim(t *testing.T) {
 	version := makefileVersion(t)
-	for _, dir := range []string{"kubernetes", "overlays/dev", "overlays/csi-driver", "overlays/cluster-dev"} {
+	for _, dir := range []string{"kubernetes", "overlays/dev", "overlays/csi-driver", "overlays/cluster-dev", "overlays/standalone"} {
 		t.Run(dir, func(t *testing.T) {
 			objs := renderObjects(t, dir)
 			var sts appsv1.StatefulSet

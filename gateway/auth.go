@@ -78,6 +78,8 @@ type guard struct {
 	apiCheck func() error
 	// backends are the configured backends by gRPC service name.
 	backends map[string]*backend
+	// client is the API client (standalone mode reads claims with it).
+	client kubernetes.Interface
 }
 
 func newGuard(o AuthOptions, log *slog.Logger) (*guard, error) {
@@ -89,7 +91,7 @@ func newGuard(o AuthOptions, log *slog.Logger) (*guard, error) {
 			return nil, fmt.Errorf("the gateway authenticates and authorizes callers with the Kubernetes API: %w", err)
 		}
 	}
-	g := &guard{anonymous: o.AllowAnonymous, log: log, api: kube.NewAPIProbe(cs)}
+	g := &guard{anonymous: o.AllowAnonymous, log: log, api: kube.NewAPIProbe(cs), client: cs}
 	g.apiCheck = func() error { return g.api.Check(apiGrace) }
 	var err error
 	if g.tokens, err = auth.NewTokenAuthenticator(auth.TokenOptions{

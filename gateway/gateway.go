@@ -65,11 +65,20 @@ type Options struct {
 	EnablePprof  bool
 	// Logger; default slog.Default().
 	Logger *slog.Logger
+	// Standalone: volplane's binder does not run, kube-controller-manager's
+	// binds claims (--standalone; standalone.go). The binder's routes are
+	// answered by the gateway: FailedPrecondition naming the mode, and the
+	// provisioning side for explain and timeline. BinderAddress must be
+	// empty.
+	Standalone bool
 }
 
 func (o *Options) validate() error {
 	errs := grpcutil.ValidateListenAndTLS(o.Listen, o.TLS)
-	if o.BinderAddress == "" {
+	switch {
+	case o.Standalone && o.BinderAddress != "":
+		errs = append(errs, errors.New("volplane's binder does not run in standalone mode: drop --binder-address"))
+	case !o.Standalone && o.BinderAddress == "":
 		errs = append(errs, errors.New("the binder's address is required (--binder-address)"))
 	}
 	if err := o.HTTP.defaults(); err != nil {
@@ -219,6 +228,16 @@ func NewHandler(ctx context.Context, o Options) (http.Handler, func(), error) {
 			return nil, nil, fmt.Errorf("register %s routes: %w", b.name, err)
 		}
 		live = append(live, b)
+	}
+	if o.Standalone {
+		sb := &standaloneBinder{client: g.client}
+		if b := g.backends[provisionerv1.ProvisionerService_ServiceDesc.ServiceName]; b != nil {
+			sb.prov = provisionerv1.NewProvisionerServiceClient(b.cc)
+		}
+		if err := binderv1.RegisterBinderServiceHandlerServer(ctx, mux, sb); err != nil {
+			closeAll()
+			return nil, nil, fmt.Errorf("register the standalone binder routes: %w", err)
+		}
 	}
 
 	// The backends' health is checked in the background, never on a

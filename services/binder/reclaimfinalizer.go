@@ -2,12 +2,10 @@ package binder
 
 import (
 	"context"
-	"slices"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/volplane/volplane/pkg/kube"
 	"github.com/volplane/volplane/pkg/served"
 )
 
@@ -35,38 +33,10 @@ func (p *provisionerClient) ServedNow(ctx context.Context) served.Set {
 	return p.served.Get(done)
 }
 
-// ownedByServedProvisioner is the library's isProvisionerForVolume: a
-// provisioned volume by its provisioned-by (or migrated-to) annotation, a
-// static CSI volume by its driver, any other static one by migrated-to.
-func ownedByServedProvisioner(v *corev1.PersistentVolume, s served.Set) bool {
-	if by, ok := v.Annotations[kube.AnnDynamicallyProvisioned]; ok {
-		return s.Has(by) || s.Has(v.Annotations[kube.AnnMigratedTo])
-	}
-	if v.Spec.CSI != nil {
-		return s.Has(v.Spec.CSI.Driver)
-	}
-	return s.Has(v.Annotations[kube.AnnMigratedTo])
-}
-
-// reclaimFinalizers returns the finalizers of a volume of a served
-// provisioner as handleProtectionFinalizer leaves them, and whether they
-// changed: the external-provisioner finalizer is added to a Bound volume
-// with policy Delete that is not being deleted, and removed from one
-// whose policy is Retain or Recycle. Anything else, and any volume of
-// another provisioner, or while the served set is not known, is left
-// alone.
+// reclaimFinalizers is served.Set.ProtectionFinalizers (the library's
+// handleProtectionFinalizer), shared with the reclaimer's standalone mode.
 func reclaimFinalizers(v *corev1.PersistentVolume, s served.Set) ([]string, bool) {
-	if !s.Known || !ownedByServedProvisioner(v, s) {
-		return v.Finalizers, false
-	}
-	has := slices.Contains(v.Finalizers, kube.FinalizerExternalProvisioner)
-	switch policy := v.Spec.PersistentVolumeReclaimPolicy; {
-	case policy == corev1.PersistentVolumeReclaimDelete && !has && v.DeletionTimestamp == nil && v.Status.Phase == corev1.VolumeBound:
-		return append(slices.Clone(v.Finalizers), kube.FinalizerExternalProvisioner), true
-	case (policy == corev1.PersistentVolumeReclaimRetain || policy == corev1.PersistentVolumeReclaimRecycle) && has:
-		return slices.DeleteFunc(slices.Clone(v.Finalizers), func(f string) bool { return f == kube.FinalizerExternalProvisioner }), true
-	}
-	return v.Finalizers, false
+	return s.ProtectionFinalizers(v)
 }
 
 // annealReclaimFinalizer writes reclaimFinalizers' answer, if it changes

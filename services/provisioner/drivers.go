@@ -171,7 +171,14 @@ type registry struct {
 	// provisioner's feature gates (discovered drivers check theirs).
 	kicked chan struct{}
 	gates  FeatureGates
+	// onChange, when set, is called after a round of probes in which a
+	// driver's readiness or provisioner name changed (standalone mode
+	// looks at its claims again); set before the probe loop runs.
+	onChange func()
 }
+
+// setOnChange sets onChange; call it before the probe loop starts.
+func (r *registry) setOnChange(f func()) { r.onChange = f }
 
 func newRegistry(log *slog.Logger) *registry {
 	return &registry{log: log, probed: make(chan struct{}), kicked: make(chan struct{}, 1)}
@@ -243,6 +250,7 @@ func (r *registry) probeAll(ctx context.Context) {
 	}
 	markSidecarClashes(drivers, states)
 	markConflicts(drivers, states)
+	changed := false
 	for i, d := range drivers {
 		st := states[i]
 		if st.unreachable != nil {
@@ -252,13 +260,18 @@ func (r *registry) probeAll(ctx context.Context) {
 			continue
 		}
 		d.outage.Recovered("driver", st.info.DriverName)
-		if old := d.current().info; old.GetReady() != st.info.GetReady() || old.GetMessage() != st.info.GetMessage() {
+		old := d.current().info
+		changed = changed || old.GetReady() != st.info.GetReady() || old.GetProvisionerName() != st.info.GetProvisionerName()
+		if old.GetReady() != st.info.GetReady() || old.GetMessage() != st.info.GetMessage() {
 			r.log.Info("CSI driver", "endpoint", d.endpoint, "driver", st.info.DriverName, "provisioner", st.info.ProvisionerName,
 				"ready", st.info.Ready, "message", st.info.Message, "capabilities", st.info.Capabilities)
 		}
 		d.state.Store(st)
 	}
 	r.once.Do(func() { close(r.probed) })
+	if changed && r.onChange != nil {
+		r.onChange()
+	}
 }
 
 // markConflicts makes not ready, saying why, the drivers of endpoints that

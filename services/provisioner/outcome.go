@@ -19,7 +19,9 @@ import (
 //     scheduler picks another node (nothing was made);
 //   - anything else is final: the driver made nothing. NO_CHANGE.
 //
-// mayReschedule is true when the claim has a selected node.
+// mayReschedule is true when the claim has a selected node and the driver
+// reports topology (VOLUME_ACCESSIBILITY_CONSTRAINTS), as
+// external-provisioner's supportsTopology.
 func classify(err error, mayReschedule bool) provisionerv1.Outcome {
 	if err == nil {
 		return provisionerv1.Outcome_OUTCOME_FINISHED

@@ -75,6 +75,9 @@ type result struct {
 	outcome provisionerv1.Outcome
 	volume  *corev1.PersistentVolume // FINISHED only
 	message string
+	// infeasible: the driver refused the request as it stands
+	// (InvalidArgument); external-provisioner delays the next attempt.
+	infeasible bool
 }
 
 func (p *provisioner) begin(kind, name string) bool {
@@ -249,7 +252,9 @@ func (p *provisioner) createVolume(ctx context.Context, a *attempt, secrets map[
 	resp, err := a.d.controller.CreateVolume(cctx, call)
 	step.EndErr(err, a.name)
 	cancel()
-	out := classify(err, a.claim.Annotations[kube.AnnSelectedNode] != "")
+	// As external-provisioner: rescheduling helps only a driver with
+	// topology, whose next request names the newly selected node.
+	out := classify(err, a.d.current().topology && a.claim.Annotations[kube.AnnSelectedNode] != "")
 	if out == provisionerv1.Outcome_OUTCOME_FINISHED {
 		return resp.GetVolume(), result{}, false, nil
 	}
@@ -265,7 +270,7 @@ func (p *provisioner) createVolume(ctx context.Context, a *attempt, secrets map[
 	}
 	msg := failedMessage(err)
 	a.recorder.Event(a.claim, corev1.EventTypeWarning, kube.EventProvisioningFailed, msg)
-	return nil, result{outcome: out, message: msg}, true, nil
+	return nil, result{outcome: out, message: msg, infeasible: status.Code(err) == codes.InvalidArgument}, true, nil
 }
 
 // finish saves the PV of the volume the driver made, and removes the

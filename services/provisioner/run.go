@@ -120,6 +120,22 @@ type Options struct {
 	// server; 0 means DefaultStaleAfter, and with WatcherAddress anything
 	// below watchclient.MinStaleAfter is refused.
 	StaleAfter time.Duration
+	// Standalone runs the provisioner without volplane's binder, beside
+	// kube-controller-manager's (a managed cluster): it provisions by
+	// itself every claim annotated for one of its drivers, as
+	// external-provisioner does (standalone.go), and
+	// kube-controller-manager binds the PVs it makes.
+	Standalone bool
+	// StandaloneWorkers is the number of claims provisioned at once in
+	// standalone mode (external-provisioner's --worker-threads); 0 means
+	// DefaultStandaloneWorkers.
+	StandaloneWorkers int
+	// RetryIntervalStart is how long a claim whose attempt did not finish
+	// waits, in standalone mode, before the next; the wait doubles with
+	// each further failure up to RetryIntervalMax (external-provisioner's
+	// --retry-interval-start and --retry-interval-max); 0 means the
+	// defaults.
+	RetryIntervalStart, RetryIntervalMax time.Duration
 }
 
 // etcdUse is what the provisioner keeps in etcd besides membership.
@@ -165,6 +181,7 @@ func (o *Options) validate() error {
 			*d.v = d.def
 		}
 	}
+	errs = append(errs, o.validateStandalone()...)
 	if o.SnapshotOrphanSweepInterval < 0 {
 		errs = append(errs, fmt.Errorf("--snapshot-orphan-sweep-interval must not be negative, got %s", o.SnapshotOrphanSweepInterval))
 	}
@@ -249,6 +266,12 @@ func Run(ctx context.Context, o Options) error {
 	provisionerv1.RegisterProvisionerServiceServer(r.Server.Server, api)
 	clones := newCloneProtection(r.Log, r.Client, corelisters.NewPersistentVolumeClaimLister(objs.claims))
 	objs.onClaim = clones.claimChanged
+	var standaloneVolumes cache.SharedIndexInformer
+	if o.Standalone {
+		if standaloneVolumes, err = volumeInformer(factory); err != nil {
+			return err
+		}
+	}
 	factory.Start(ctx.Done())
 	defer factory.Shutdown()
 	// Serving once the informers have synced and every driver is ready (and
@@ -258,7 +281,7 @@ func Run(ctx context.Context, o Options) error {
 	r.Health.AddReadiness("informers", replica.Condition(informersSynced.Load, "nodes and CSINodes (and, without a watcher, claims and classes) are not listed yet"))
 	r.Health.AddReadiness("csi-drivers", reg.check)
 	r.Log.Info("provisioner starting", "feature_gates", o.FeatureGates.String(), "member", o.MemberID, "listen", r.Addr(), "csi_endpoints", o.CSIEndpoints,
-		"discover_sidecars", o.DiscoverSidecars, "watcher", o.WatcherAddress)
+		"discover_sidecars", o.DiscoverSidecars, "watcher", o.WatcherAddress, "standalone", o.Standalone)
 	tasks := []func(context.Context) error{
 		replica.Until(func(ctx context.Context) { reg.probeLoop(ctx, o.ProbePeriod) }),
 		replica.Until(func(ctx context.Context) { informersSynced.Store(allSynced(factory.WaitForCacheSync(ctx.Done()))) }),
@@ -274,6 +297,9 @@ func Run(ctx context.Context, o Options) error {
 		replica.Until(func(ctx context.Context) { objs.report(ctx, r.Log, feed) }),
 	}
 	tasks = append(tasks, discoveryTasks...)
+	if o.Standalone {
+		tasks = append(tasks, standaloneTask(r.Log, o, p, objs, standaloneVolumes, clones.claimChanged))
+	}
 	if o.SnapshotOrphanSweepInterval > 0 {
 		sweeper := &snapshotSweeper{log: r.Log, client: r.Client, dynamic: p.sources.dynamic, claims: corelisters.NewPersistentVolumeClaimLister(objs.claims)}
 		tasks = append(tasks, replica.Until(func(ctx context.Context) {

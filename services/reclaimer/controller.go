@@ -38,6 +38,8 @@ type config struct {
 	minTimeout time.Duration
 	increment  time.Duration
 	ttl        time.Duration
+	// standalone: Options.Standalone (standalone.go).
+	standalone bool
 }
 
 // entry is one volume's reclaim as this replica knows it.

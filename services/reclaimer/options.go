@@ -106,6 +106,12 @@ type Options struct {
 	// RecordTTL is how long a finished, retained or skipped reclaim stays
 	// visible in the API; default 10m.
 	RecordTTL time.Duration
+	// Standalone runs the reclaimer without volplane's binder, beside
+	// kube-controller-manager's (a managed cluster): it watches the PVs
+	// itself and deletes the Released volumes with policy Delete of the
+	// provisioner's drivers, as external-provisioner does
+	// (standalone.go). It needs ProvisionerAddress.
+	Standalone bool
 
 	template *corev1.Pod // parsed RecyclerPodTemplate
 }
@@ -123,6 +129,9 @@ func (o *Options) validate() error {
 	}
 	errs = append(errs, o.validateRecycling()...)
 	errs = append(errs, o.validateTiming()...)
+	if o.Standalone && o.ProvisionerAddress == "" {
+		errs = append(errs, errors.New("--standalone deletes volumes through volplane's provisioner: set --provisioner-address"))
+	}
 	if o.RecyclerImage == "" && o.template == nil {
 		o.RecyclerImage = DefaultRecyclerImage
 	}

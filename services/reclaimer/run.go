@@ -60,10 +60,20 @@ func Run(ctx context.Context, o Options) error {
 	r.Health.AddReadiness("claims-informer", startup.Condition(claims.synced, "the claims are not listed yet"))
 	reclaimerv1.RegisterReclaimerServiceServer(r.Server.Server, &server{c: c, tls: o.TLS, peer: memberAddress(r.Coord)})
 	r.Log.Info("reclaimer starting", "member", o.MemberID, "listen", r.Addr(), "recycleMode", o.RecycleMode,
-		"node", o.NodeName, "provisioner", o.ProvisionerAddress)
+		"node", o.NodeName, "provisioner", o.ProvisionerAddress, "standalone", o.Standalone)
 	tasks := []startup.Task{
 		startup.Until(func(ctx context.Context) { followSessions(ctx, r.Coord, c.sessionOpened) }),
 		startup.Until(func(ctx context.Context) { c.run(ctx, o.Workers, o.TakeoverPeriod) }),
+	}
+	if o.Standalone {
+		f := informers.NewSharedInformerFactoryWithOptions(r.Client, 0, informers.WithTransform(kube.StripManagedFields))
+		w, synced, err := startVolumeWatch(r.Log.With("controller", "standalone"), c, f, o)
+		if err != nil {
+			return err
+		}
+		f.Start(ctx.Done())
+		defer f.Shutdown()
+		tasks = append(tasks, func(ctx context.Context) error { return w.run(ctx, synced) })
 	}
 	if o.RecycleMode == RecyclePod {
 		tasks = append(tasks, func(ctx context.Context) error { return c.watchRecyclers(ctx, r.Client) })
@@ -75,7 +85,7 @@ func Run(ctx context.Context, o Options) error {
 func (o *Options) config() config {
 	return config{
 		mode: o.RecycleMode, nodeName: o.NodeName, prefixes: o.RecyclePathPrefixes, template: o.template, image: o.RecyclerImage, namespace: o.RecyclerNamespace,
-		minTimeout: o.RecyclerMinimumTimeout, increment: o.RecyclerTimeoutIncrement, ttl: o.RecordTTL,
+		minTimeout: o.RecyclerMinimumTimeout, increment: o.RecyclerTimeoutIncrement, ttl: o.RecordTTL, standalone: o.Standalone,
 	}
 }
 

@@ -153,7 +153,15 @@ func (c *controller) fail(ctx context.Context, r *reclaimerv1.Reclaim, v *corev1
 // markFailed sets the volume's phase Failed with the message and emits the
 // Event, once per new message (Kubernetes emits it on the change to
 // Failed).
+//
+// In standalone mode the phase is kube-controller-manager's to set:
+// external-provisioner only emits the Event, at every failed attempt, and
+// so does the reclaimer.
 func (c *controller) markFailed(ctx context.Context, v *corev1.PersistentVolume, reason, msg string) error {
+	if c.cfg.standalone {
+		c.recorder.Event(v, corev1.EventTypeWarning, reason, msg)
+		return nil
+	}
 	if v.Status.Phase == corev1.VolumeFailed && v.Status.Message == msg {
 		return nil
 	}

@@ -29,6 +29,7 @@ func main() {
 	fs.StringVar(&o.BinderAddress, "binder-address", "127.0.0.1:7702", "gRPC address of the binder (required)")
 	fs.StringVar(&o.ProvisionerAddress, "provisioner-address", "127.0.0.1:7703", "gRPC address of the provisioner; empty leaves its routes out")
 	fs.StringVar(&o.ReclaimerAddress, "reclaimer-address", "127.0.0.1:7704", "gRPC address of the reclaimer; empty leaves its routes out")
+	fs.BoolVar(&o.Standalone, "standalone", false, "volplane's binder does not run (kube-controller-manager's binds claims): the binder's routes answer FailedPrecondition naming the mode, explain and timeline the provisioning side; --binder-address is then ignored unless set, and refused when set")
 	gateway.HTTPFlags(cmd.Flags("HTTP serving"), &o.HTTP)
 	gateway.AuthFlags(cmd.Flags("Authentication and authorization"), &o.Auth)
 	gateway.ExpensiveFlags(cmd.Flags("Expensive requests"), &o.Expensive)
@@ -39,6 +40,9 @@ func main() {
 	logging := cmd.LogFlags()
 	os.Exit(cmd.Run(logging, func(ctx context.Context, log *slog.Logger) error {
 		o.Logger = log
+		if o.Standalone && !fs.Changed("binder-address") {
+			o.BinderAddress = ""
+		}
 		return gateway.Run(ctx, o)
 	}))
 }

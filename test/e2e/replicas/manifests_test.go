@@ -33,7 +33,7 @@ func TestManifestsPassServerSideDryRun(t *testing.T) {
 		t.Fatal(err)
 	}
 	mapper := restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(dc))
-	for _, dir := range []string{"kubernetes", "overlays/dev", "overlays/csi-driver", "overlays/cluster-dev"} {
+	for _, dir := range []string{"kubernetes", "overlays/dev", "overlays/csi-driver", "overlays/cluster-dev", "overlays/standalone"} {
 		t.Run(dir, func(t *testing.T) {
 			_, objs, err := manifests.Render(filepath.Join("..", "..", "..", "deploy", dir))
 			if err != nil {

@@ -382,6 +382,12 @@ func phaseOr(p string) string {
 	return p
 }
 
+// JournalNames is journalNames, for the tests that check the journal
+// themselves (test/e2e/standalone).
+func (c *Cluster) JournalNames(ctx context.Context) (map[string]bool, error) {
+	return c.journalNames(ctx)
+}
+
 // journalNames lists the journal records in etcd of provisionings and of
 // reclaims (whose record is also the journal of a backing volume's
 // deletion), by volume name.
@@ -402,6 +408,34 @@ func (c *Cluster) journalNames(ctx context.Context) (map[string]bool, error) {
 		for _, kv := range resp.Kvs {
 			out[strings.TrimPrefix(string(kv.Key), prefix)] = true
 		}
+	}
+	return out, nil
+}
+
+// CSIVolumeStates reads the dev CSI driver's volumes from its state
+// files, by ID, each as the driver records it (name, capacity, node,
+// parameters, source): what CreateVolume asked for, for comparisons.
+func (c *Cluster) CSIVolumeStates() (map[string]map[string]any, error) {
+	dir := filepath.Join(c.CSIRoot, "state", "volumes")
+	entries, err := os.ReadDir(dir)
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		return nil, err
+	}
+	out := map[string]map[string]any{}
+	for _, e := range entries {
+		raw, err := os.ReadFile(filepath.Join(dir, e.Name()))
+		if !strings.HasSuffix(e.Name(), ".json") || errors.Is(err, os.ErrNotExist) {
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		var v map[string]any
+		if err := json.Unmarshal(raw, &v); err != nil {
+			return nil, fmt.Errorf("CSI driver state %s: %w", e.Name(), err)
+		}
+		id, _ := v["id"].(string)
+		out[id] = v
 	}
 	return out, nil
 }

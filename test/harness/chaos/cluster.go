@@ -43,6 +43,13 @@ type ClusterOptions struct {
 	Watchers, Binders, Provisioners, Reclaimers int
 	// Gateway runs the REST gateway too.
 	Gateway bool
+	// Standalone runs the provisioners and reclaimers with --standalone:
+	// they act on their own, beside kube-controller-manager's binder
+	// (which the caller runs: test/e2e/standalone); run no binder then.
+	Standalone bool
+	// CSIArgs are added to the dev CSI driver's command line, e.g.
+	// --driver-fault=CreateVolume=delay:3s.
+	CSIArgs []string
 	// Env gives a replica (by name, e.g. "provisioner-1") environment
 	// variables for its first start only, e.g. a fault point; a restart
 	// runs without them, as a fresh replica would.
@@ -113,6 +120,15 @@ type Replica struct {
 	exit    int  // the last run's exit code, -1 for a signal
 	killing bool // the run ends because Kill or Stop asked
 	crashes int  // runs that ended without Kill or Stop
+}
+
+// standaloneFlag is the reclaimer's --standalone as set (a flag is always
+// given, so the argument list stays one shape).
+func standaloneFlag(on bool) string {
+	if on {
+		return "--standalone=true"
+	}
+	return "--standalone=false"
 }
 
 // StartCluster starts etcd, kube-apiserver, the CSI driver and the
@@ -196,7 +212,7 @@ func StartCluster(ctx context.Context, o ClusterOptions) (_ *Cluster, err error)
 	}
 	csi := "unix://" + filepath.Join(o.Dir, "csi", "csi.sock")
 	c.CSI = c.replica("volplane-csi", "volplane-csi", csi, "volplane-csi", func(int) []string {
-		return []string{"--endpoint", csi, "--root-dir", c.CSIRoot, "--node-id", NodeName, "--log-level", o.LogLevel}
+		return append([]string{"--endpoint", csi, "--root-dir", c.CSIRoot, "--node-id", NodeName, "--log-level", o.LogLevel}, o.CSIArgs...)
 	})
 	if err := c.CSI.Start(); err != nil {
 		return nil, err
@@ -235,18 +251,22 @@ func StartCluster(ctx context.Context, o ClusterOptions) (_ *Cluster, err error)
 	for i, a := range addrs["watcher"] {
 		c.service("watcher", i, a, func(int) []string { return append(common("watcher"), "--listen", a) })
 	}
+	var standalone []string
+	if o.Standalone {
+		standalone = []string{"--standalone", "--retry-interval-max", "5s"}
+	}
 	for i, a := range addrs["provisioner"] {
 		c.service("provisioner", i, a, func(gen int) []string {
-			return append(append(common("provisioner"), etcdArgs...), "--listen", a, "--member-id", memberID("provisioner", i, gen),
+			return append(append(append(common("provisioner"), etcdArgs...), "--listen", a, "--member-id", memberID("provisioner", i, gen),
 				"--csi-endpoint", csi, "--recovery-period", "2s", "--timeout", "10s", "--probe-period", "2s",
-				"--watcher-address", strings.Join(addrs["watcher"], ","))
+				"--watcher-address", strings.Join(addrs["watcher"], ",")), standalone...)
 		})
 	}
 	for i, a := range addrs["reclaimer"] {
 		c.service("reclaimer", i, a, func(gen int) []string {
 			return append(append(common("reclaimer"), etcdArgs...), "--listen", a, "--member-id", memberID("reclaimer", i, gen),
 				"--provisioner-address", pick("provisioner", i), "--recycle-mode", "node-local", "--node-name", NodeName,
-				"--recycle-path-prefixes", c.HostPath, "--takeover-period", "2s", "--retry-interval-max", "5s")
+				"--recycle-path-prefixes", c.HostPath, "--takeover-period", "2s", "--retry-interval-max", "5s", standaloneFlag(o.Standalone))
 		})
 	}
 	for i, a := range addrs["binder"] {

@@ -32,6 +32,7 @@ func main() {
 	fs.DurationVar(&o.RetryIntervalMax, "retry-interval-max", reclaimer.DefaultRetryIntervalMax, "longest delay between retries of a failed reclaim step")
 	fs.DurationVar(&o.TakeoverPeriod, "takeover-period", reclaimer.DefaultTakeoverPeriod, "how often the journal is scanned for reclaims whose replica stopped")
 	fs.DurationVar(&o.RecordTTL, "record-ttl", reclaimer.DefaultRecordTTL, "how long a finished, retained or skipped reclaim stays visible in the API")
+	fs.BoolVar(&o.Standalone, "standalone", false, "run without volplane's binder, beside kube-controller-manager's: watch PersistentVolumes and delete the Released volumes with policy Delete of the provisioner's drivers, as external-provisioner does (Recycle is left to kube-controller-manager); needs --provisioner-address")
 	rec := cmd.Flags("Recycle")
 	rec.StringVar((*string)(&o.RecycleMode), "recycle-mode", string(reclaimer.RecyclePod), "how Recycle scrubs a volume: pod (a recycler pod, as Kubernetes does; hostPath and NFS) or node-local (this process scrubs hostPath volumes and the local volumes of --node-name)")
 	rec.StringVar(&o.NodeName, "node-name", os.Getenv("NODE_NAME"), "the node this replica runs on (required with --recycle-mode=node-local); defaults to $NODE_NAME")
