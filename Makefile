@@ -153,9 +153,11 @@ test-cluster: ## make cluster, volplane installed by docs/install.md, workloads,
 # The dev CSI driver deployed as vendors ship drivers, with the upstream
 # sidecars built from their pinned modules (hack/build-csi-sidecars.sh,
 # deploy/drivers/volplane-csi), next to kube-controller-manager's binder;
-# volplane is not installed. Not part of make test yet.
+# then volplane installed beside it (deploy/overlays/sidecar-drivers), the
+# cutover to volplane-csi-sidecar, the rollback, and standalone mode.
+# Not part of make test yet.
 .PHONY: test-cluster-driver
-test-cluster-driver: ## make cluster with the upstream CSI sidecars, the dev driver deployed as a vendor's chart does, its workloads (test/cluster TestVendorDriver), make cluster-down even when it fails.
+test-cluster-driver: ## make cluster with the upstream CSI sidecars, the dev driver deployed as a vendor's chart does, its workloads, the cutover to volplane-csi-sidecar, the rollback and standalone mode (test/cluster TestVendorDriver), make cluster-down even when it fails.
 	@trap 'rc=$$?; $(CLUSTER_ENV) hack/cluster/down.sh || rc=1; exit $$rc' EXIT; \
 	start=$$(date +%s); \
 	$(GO) build -o $(BIN)/ ./cmd/volplane-certs ./cmd/kubectl-volplane && \

@@ -232,29 +232,35 @@ func claimPhase(t testing.TB, ns, name string) string {
 	return string(pvc.Status.Phase)
 }
 
-// waitDiscovered waits until every provisioner pod logged the discovery
-// of the dev driver through its sidecar, and returns those lines.
+// waitDiscovered waits until every provisioner pod logged that it uses
+// the dev driver's sidecar registration ("volplane-csi-sidecar
+// registered"; "CSI driver discovered" comes only with a driver that etcd
+// did not remember), and returns those lines.
 func waitDiscovered(t *testing.T) string {
 	var lines []string
 	waitFor(t, 2*time.Minute, func() string {
 		lines = nil
+		var last string // the last line about a sidecar, for the failure
 		pods := podsOf(t, "volplane-provisioner")
 		for _, p := range pods {
 			out, _ := c.Run(t.Context(), "", "logs", "-n", volplaneNS, p.Name)
 			for _, l := range strings.Split(out, "\n") {
-				if strings.Contains(l, "CSI driver discovered") && strings.Contains(l, devDriverName) {
+				if strings.Contains(l, "sidecar") {
+					last = p.Name + ": " + l
+				}
+				if strings.Contains(l, "volplane-csi-sidecar registered") && strings.Contains(l, "driver="+devDriverName) {
 					lines = append(lines, p.Name+": "+l)
 					break
 				}
 			}
 		}
 		if len(pods) == 0 || len(lines) < len(pods) {
-			return fmt.Sprintf("%d of %d provisioner pods discovered %s", len(lines), len(pods), devDriverName)
+			return fmt.Sprintf("%d of %d provisioner pods use a sidecar of %s (last: %s)", len(lines), len(pods), devDriverName, last)
 		}
 		return ""
 	})
 	t.Logf("the provisioners' logs:\n  %s", strings.Join(lines, "\n  "))
-	return fmt.Sprintf("%d provisioners discovered %s", len(lines), devDriverName)
+	return fmt.Sprintf("%d provisioners use the sidecar of %s", len(lines), devDriverName)
 }
 
 // volplaneNotReadyOf is volplaneNotReady with other replica counts.

@@ -62,9 +62,11 @@ func (s *stepTable) print() {
 // and read their data; csi-resizer expands a claim; Delete removes the
 // driver's volume and Retain keeps it; csi-provisioner's image swapped
 // (to the same image by digest) and back changes nothing else and keeps
-// provisioning; nothing leaks. It is the "before" of the cutover to
-// volplane's sidecar, whose steps swapProvisionerImage and
-// driverVolumesAgainstPVs are written for.
+// provisioning; nothing leaks. That is the "before" of the cutover to
+// volplane's sidecar (driver_cutover_test.go): volplane installed beside
+// the driver with no copy of it, the flip, the cutover's after, the
+// rollback, and the managed mode (driver_managed_test.go), each checked
+// against the driver's own volumes.
 //
 // make test-cluster-driver runs it on a fresh cluster (binder on),
 // $VOLPLANE_SNAPSHOT_CRDS naming the CRDs hack/build-csi-sidecars.sh
@@ -102,6 +104,7 @@ func TestVendorDriver(t *testing.T) {
 		{"after: expand a claim volplane made 10Mi -> 20Mi (csi-resizer)", cu.expand},
 		{"rollback: volplane's binder off, kcm's on, csi-provisioner back", cu.rollback},
 		{"rollback: csi-provisioner deletes volplane's volumes; driver volumes against PVs", cu.rollbackDeletes},
+		{"managed mode: kcm binds, volplane standalone provisions through the sidecar", cu.managed},
 		{"delete everything: nothing left in the driver", cu.cleanup},
 	} {
 		if !s.run(step.name, step.f) {
