@@ -323,8 +323,9 @@ func (t *trial) startDriver(ctx context.Context) error {
 }
 
 // startVolplane runs the watcher and the binder, and the provisioner when
-// dynamic (fed by the watcher's stream, as deployed) and the reclaimer for
-// a deletion burst, with mutual TLS between them as in production.
+// dynamic (fed by the watcher's stream, as deployed; for the hop's B, with
+// the dev driver behind a volplane-csi-sidecar, hop.go) and the reclaimer
+// for a deletion burst, with mutual TLS between them as in production.
 func (t *trial) startVolplane(ctx context.Context) error {
 	var err error
 	if t.certs, err = pki.Generate(filepath.Join(t.dir, "tls"), append(pki.Services, "bench")...); err != nil {
