@@ -19,6 +19,7 @@ import (
 	"k8s.io/client-go/rest"
 
 	"github.com/volplane/volplane/internal/devcsi"
+	"github.com/volplane/volplane/pkg/callers"
 	"github.com/volplane/volplane/pkg/grpcutil"
 	"github.com/volplane/volplane/pkg/kube"
 	"github.com/volplane/volplane/test/harness/devenv"
@@ -328,7 +329,7 @@ func (t *trial) startDriver(ctx context.Context) error {
 // for a deletion burst, with mutual TLS between them as in production.
 func (t *trial) startVolplane(ctx context.Context) error {
 	var err error
-	if t.certs, err = pki.Generate(filepath.Join(t.dir, "tls"), append(pki.Services, "bench")...); err != nil {
+	if t.certs, err = pki.Generate(filepath.Join(t.dir, "tls"), append(pki.Services, "bench", callers.Conformance)...); err != nil {
 		return fmt.Errorf("generate certificates: %w", err)
 	}
 	etcd := t.etcdURL

@@ -12,6 +12,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/volplane/volplane/internal/devcsi"
+	"github.com/volplane/volplane/pkg/callers"
 	"github.com/volplane/volplane/pkg/grpcutil"
 	"github.com/volplane/volplane/pkg/sidecar"
 	provisionerv1 "github.com/volplane/volplane/proto/volplane/provisioner/v1"
@@ -167,7 +168,7 @@ func (t *trial) startSidecar(ctx context.Context, provisionerAddr string) error 
 		return err
 	}
 	t.procs = append(t.procs, p)
-	if err := waitDriverReady(ctx, provisionerAddr, t.certs["binder"], t.fail, time.Minute); err != nil {
+	if err := waitDriverReady(ctx, provisionerAddr, t.certs[callers.Conformance], t.fail, time.Minute); err != nil {
 		return fmt.Errorf("%w (log: %s)", err, p.LogPath)
 	}
 	return nil
