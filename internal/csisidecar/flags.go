@@ -88,7 +88,7 @@ var Flags = []Flag{
 	{"node-deployment-base-delay", Accepted, "only used with --node-deployment, which is refused"},
 	{"node-deployment-immediate-binding", Accepted, "only used with --node-deployment, which is refused"},
 	{"node-deployment-max-delay", Accepted, "only used with --node-deployment, which is refused"},
-	{"prevent-volume-mode-conversion", Accepted, "volplane's provisioner checks the volume mode of clones; snapshots' is not checked (see the differences above)"},
+	{"prevent-volume-mode-conversion", Accepted, "volplane's provisioner checks restores by its own --prevent-volume-mode-conversion (default true), for every driver"},
 	{"retry-interval-max", Accepted, "volplane's binder and reclaimer schedule the retries (their own --retry-interval-max)"},
 	{"retry-interval-start", Accepted, "volplane's binder and reclaimer schedule the retries (their own --retry-interval-start)"},
 	{"snapshot-orphan-sweep-interval", Accepted, "volplane's provisioner sweeps snapshot finalizers (its own --snapshot-orphan-sweep-interval)"},

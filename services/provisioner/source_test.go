@@ -2,6 +2,7 @@ package provisioner
 
 import (
 	"slices"
+	"strings"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
@@ -180,5 +181,32 @@ func TestSnapshotVolumeModeConversion(t *testing.T) {
 				t.Error("a refused restore protected the snapshot")
 			}
 		})
+	}
+}
+
+// In --standalone mode too, a populator's claim is not retried: the
+// library's errStopProvision.
+func TestStandaloneLeavesPopulatorClaimsAlone(t *testing.T) {
+	g := newGuarded(t)
+	rec := record.NewFakeRecorder(10)
+	g.s.p.events = func(string) record.EventRecorder { return rec }
+	if err := g.classes.Add(testClass()); err != nil {
+		t.Fatal(err)
+	}
+	s := newStandaloneOf(g)
+	c := annotatedClaim("p", devcsi.DefaultName)
+	group := "populator.example.io"
+	c.Spec.DataSourceRef = &corev1.TypedObjectReference{APIGroup: &group, Kind: "Hello", Name: "src"}
+	c = g.addClaim(t, c)
+	if retry, err := s.sync(t.Context(), c.Namespace+"/"+c.Name, false); retry || err != nil {
+		t.Fatalf("sync = %v, %v; want no retry", retry, err)
+	}
+	for range 2 {
+		if ev := <-rec.Events; !strings.HasPrefix(ev, "Normal Provisioning ") {
+			t.Errorf("event %q, want a Normal Provisioning", ev)
+		}
+	}
+	if len(g.creates) != 0 {
+		t.Errorf("CreateVolume called: %v", g.creates)
 	}
 }
