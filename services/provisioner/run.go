@@ -322,7 +322,7 @@ func Run(ctx context.Context, o Options) error {
 func newDrivers(r *replica.Replica, o Options, factory informers.SharedInformerFactory, nodes listers, classes cache.Indexer) (
 	reg *registry, capc *capacity.Controller, closeDrivers func(), err error) {
 	reg = newRegistry(r.Log)
-	reg.gates = o.FeatureGates
+	reg.gates, reg.allowModeConversion = o.FeatureGates, o.AllowVolumeModeConversion
 	capc = capacity.New(o.Capacity, capacity.Config{Log: r.Log, Member: o.MemberID, Elect: r.Coord, Client: r.Client,
 		Drivers: capacityDrivers{reg: reg, nodes: nodes}, Factory: factory,
 		Classes: storagelisters.NewStorageClassLister(classes), Timeout: o.Timeout})
