@@ -264,6 +264,10 @@ bench-delete: build kube-apiserver kube-controller-manager external-provisioner 
 	$(VOLPLANE_BENCH) -n $(N) --existing $(EXISTING) --dynamic --delete
 	$(VOLPLANE_BENCH) -n $(N) --existing $(EXISTING) --dynamic --delete $(KCM_FLAGS) --external-provisioner $(CSI_PROVISIONER)
 
+.PHONY: bench-hop
+bench-hop: build kube-apiserver ## The sidecar's hop: dynamic provisioning of N claims with the dev CSI driver on the provisioner's socket and through volplane-csi-sidecar (mTLS), ROUNDS A/B pairs, and the ratio.
+	$(VOLPLANE_BENCH) -n $(N) --existing $(EXISTING) --hop $(ROUNDS)
+
 .PHONY: bench-dynamic
 bench-dynamic: build kube-apiserver ## Measure dynamic provisioning only (volumes/s through the dev CSI driver), one burst of N.
 	$(VOLPLANE_BENCH) -n $(N) --existing $(EXISTING) --dynamic

@@ -88,7 +88,7 @@ var Flags = []Flag{
 	{"node-deployment-base-delay", Accepted, "only used with --node-deployment, which is refused"},
 	{"node-deployment-immediate-binding", Accepted, "only used with --node-deployment, which is refused"},
 	{"node-deployment-max-delay", Accepted, "only used with --node-deployment, which is refused"},
-	{"prevent-volume-mode-conversion", Accepted, "volplane's provisioner checks the volume mode of clones; snapshots' is not checked (see the differences above)"},
+	{"prevent-volume-mode-conversion", Carried, "the provisioner's check of a restore's volume mode; a value other than the provisioner's own --prevent-volume-mode-conversion makes the driver not ready"},
 	{"retry-interval-max", Accepted, "volplane's binder and reclaimer schedule the retries (their own --retry-interval-max)"},
 	{"retry-interval-start", Accepted, "volplane's binder and reclaimer schedule the retries (their own --retry-interval-start)"},
 	{"snapshot-orphan-sweep-interval", Accepted, "volplane's provisioner sweeps snapshot finalizers (its own --snapshot-orphan-sweep-interval)"},
@@ -137,8 +137,10 @@ type ProvisionerFlags struct {
 	// UUIDLength is --volume-name-uuid-length (-1: the whole UID).
 	UUIDLength        int
 	ImmediateTopology bool
-	NodeDeployment    bool
-	PublishReadOnly   bool
+	// PreventVolumeModeConversion is --prevent-volume-mode-conversion.
+	PreventVolumeModeConversion bool
+	NodeDeployment              bool
+	PublishReadOnly             bool
 }
 
 // addProvisionerFlags registers csi-provisioner v6.3.0's flags, with its
@@ -190,7 +192,7 @@ func addProvisionerFlags(fs *pflag.FlagSet, p *ProvisionerFlags, s *sidecar.Sett
 	fs.DurationVar(new(time.Duration), "node-deployment-base-delay", 20*time.Second, "Initial delay before trying to own a PVC with immediate binding.")
 	fs.DurationVar(new(time.Duration), "node-deployment-max-delay", 60*time.Second, "Maximum delay before trying to own a PVC with immediate binding.")
 	fs.BoolVar(&p.PublishReadOnly, "controller-publish-readonly", false, "Mark PVs readonly at controller publish volume call if PVC accessmode has been set to ROX.")
-	fs.BoolVar(new(bool), "prevent-volume-mode-conversion", true, "Prevents an unauthorised user from modifying the volume mode when creating a PVC from an existing VolumeSnapshot.")
+	fs.BoolVar(&p.PreventVolumeModeConversion, "prevent-volume-mode-conversion", true, "Prevents an unauthorised user from modifying the volume mode when creating a PVC from an existing VolumeSnapshot.")
 	s.FeatureGates = map[string]bool{}
 	fs.Var((*gateMap)(&s.FeatureGates), "feature-gates", "A set of key=value pairs that describe feature gates for alpha/experimental features.")
 	addLoggingFlags(fs, p)

@@ -163,8 +163,24 @@ func TestDefaultsRefuseNothing(t *testing.T) {
 		t.Fatalf("defaults logged as not needed: %q", lines)
 	}
 	if s := o.Settings; s.VolumeNamePrefix != "pvc" || s.VolumeNameUUIDLength != 0 || s.ImmediateTopology == nil || !*s.ImmediateTopology ||
+		s.PreventVolumeModeConversion == nil || !*s.PreventVolumeModeConversion ||
 		s.Timeout != 10*time.Second || s.FeatureGates != nil || s.ExtraCreateMetadata || s.StrictTopology || s.DefaultFSType != "" {
 		t.Fatalf("default settings %+v", s)
+	}
+}
+
+// --prevent-volume-mode-conversion is carried as given, not refused: the
+// provisioner compares it with its own.
+func TestVolumeModeConversionIsCarried(t *testing.T) {
+	o, err := Parse([]string{"--prevent-volume-mode-conversion=false"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := o.Refusals(); len(r) != 0 {
+		t.Fatalf("refused: %v", r)
+	}
+	if p := o.Settings.PreventVolumeModeConversion; p == nil || *p {
+		t.Fatalf("carried %v, want false", p)
 	}
 }
 

@@ -113,6 +113,8 @@ func (o *Options) carry() {
 	}
 	it := o.Provisioner.ImmediateTopology
 	o.Settings.ImmediateTopology = &it
+	prevent := o.Provisioner.PreventVolumeModeConversion
+	o.Settings.PreventVolumeModeConversion = &prevent
 	o.Settings.Timeout = o.Provisioner.Timeout
 	if len(o.Settings.FeatureGates) == 0 {
 		o.Settings.FeatureGates = nil

@@ -75,7 +75,7 @@ var services = Table{
 	provisionerv1.ProvisionerService_ListOrphans_FullMethodName:      {Gateway},
 	provisionerv1.ProvisionerService_DeleteOrphan_FullMethodName:     {Gateway},
 	provisionerv1.ProvisionerService_PlanVolume_FullMethodName:       {Binder},
-	provisionerv1.ProvisionerService_GetClaimTimeline_FullMethodName: {Binder},
+	provisionerv1.ProvisionerService_GetClaimTimeline_FullMethodName: {Binder, Gateway},
 
 	// The reclaimer forwards a retry to the replica holding the reclaim.
 	reclaimerv1.ReclaimerService_Reclaim_FullMethodName:      {Binder, Gateway},

@@ -67,6 +67,7 @@ var identities = map[string]string{
 var harnesses = []string{
 	module + "/cmd/volplane-conformance",
 	module + "/test/cmd/volplane-chaos",
+	module + "/test/cmd/volplane-bench",
 }
 
 // rpc is one RPC as the scan recognises it.

@@ -91,6 +91,11 @@ type Settings struct {
 	StrictTopology       bool          `json:"strictTopology,omitempty"`
 	ImmediateTopology    *bool         `json:"immediateTopology,omitempty"`
 	Timeout              time.Duration `json:"timeout,omitempty"`
+	// PreventVolumeModeConversion is --prevent-volume-mode-conversion
+	// (nil from a sidecar that predates it); the provisioner checks
+	// restores with its own flag and refuses a driver whose sidecar says
+	// otherwise.
+	PreventVolumeModeConversion *bool `json:"preventVolumeModeConversion,omitempty"`
 	// FeatureGates are csi-provisioner's --feature-gates as given.
 	FeatureGates map[string]bool `json:"featureGates,omitempty"`
 }

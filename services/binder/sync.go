@@ -271,7 +271,10 @@ func (c *controller) provisioned(ctx context.Context, claim *corev1.PersistentVo
 	if out.err == nil && out.res.outcome == provisionerv1.Outcome_OUTCOME_FINISHED {
 		c.provisions.finished(key)
 		if out.res.volume == nil {
-			return nil // its watch event brings it
+			// Its watch event brings it; or the claim is a volume
+			// populator's, whose PV the populator makes: either way the
+			// claim is not retried.
+			return nil
 		}
 		// The new volume enters the cache with its watch event; the bind
 		// goes on with the provisioner's copy.

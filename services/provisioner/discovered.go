@@ -55,7 +55,7 @@ func (d *driver) probe(ctx context.Context) *driverState {
 	pool := d.sidecars
 	eps := pool.endpoints()
 	var st *driverState
-	settings, why := sidecarSettings(eps, d.gates)
+	settings, why := sidecarSettings(eps, d.gates, d.allowModeConversion)
 	switch {
 	case len(eps) == 0:
 		st = &driverState{info: &provisionerv1.Driver{Message: pool.missing()}}
@@ -77,7 +77,7 @@ func (d *driver) probe(ctx context.Context) *driverState {
 // why the driver cannot be used with them ("" when it can): the
 // registrations must agree, and every setting must be one the provisioner
 // honours.
-func sidecarSettings(eps []*sidecarEndpoint, gates FeatureGates) (*sidecar.Settings, string) {
+func sidecarSettings(eps []*sidecarEndpoint, gates FeatureGates, allowModeConversion bool) (*sidecar.Settings, string) {
 	if len(eps) == 0 {
 		return nil, ""
 	}
@@ -88,21 +88,26 @@ func sidecarSettings(eps []*sidecarEndpoint, gates FeatureGates) (*sidecar.Setti
 				eps[0].pod, ep.pod, s, ep.settings)
 		}
 	}
-	if why := unsupportedSettings(s, gates); why != "" {
+	if why := unsupportedSettings(s, gates, allowModeConversion); why != "" {
 		return nil, fmt.Sprintf("the sidecar of pod %s runs with %s", eps[0].pod, why)
 	}
 	return &s, ""
 }
 
 // unsupportedSettings names the sidecar flags (with their values) that
-// volplane's provisioner cannot honour for one driver, "" when none.
-func unsupportedSettings(s sidecar.Settings, gates FeatureGates) string {
+// volplane's provisioner cannot honour for one driver, "" when none:
+// gates and allowModeConversion are the provisioner's own, which apply to
+// every driver.
+func unsupportedSettings(s sidecar.Settings, gates FeatureGates, allowModeConversion bool) string {
 	var bad []string
 	if n := s.VolumeNameUUIDLength; n != 0 && n != -1 {
 		bad = append(bad, fmt.Sprintf("--volume-name-uuid-length=%d, which volplane does not honour (it names volumes <prefix>-<claim UID>, the whole UID)", n))
 	}
 	if s.ImmediateTopology != nil && !*s.ImmediateTopology {
 		bad = append(bad, "--immediate-topology=false, which volplane does not honour (an Immediate claim asks for every segment of the driver)")
+	}
+	if p := s.PreventVolumeModeConversion; p != nil && *p == allowModeConversion {
+		bad = append(bad, fmt.Sprintf("--prevent-volume-mode-conversion=%t, which volplane's provisioner runs with %t for every driver (its --prevent-volume-mode-conversion)", *p, !allowModeConversion))
 	}
 	for _, name := range slices.Sorted(maps.Keys(s.FeatureGates)) {
 		if why := sidecarGate(name, s.FeatureGates[name], gates); why != "" {
@@ -176,7 +181,7 @@ func (r *registry) sidecarDriver(name string) (d *driver, made bool) {
 	cm := newCSIMetrics()
 	cm.SetDriverName(name)
 	d = newDiscoveredDriver(newSidecarPool(name), cm)
-	d.gates = r.gates
+	d.gates, d.allowModeConversion = r.gates, r.allowModeConversion
 	d.outage = logging.NewOutage(r.log, "CSI driver", "endpoint", d.endpoint)
 	r.drivers = append(r.drivers, d)
 	return d, true

@@ -483,13 +483,15 @@ func TestDiscoveredNameClashingWithAnEndpoint(t *testing.T) {
 // a flag the provisioner cannot honour makes the driver not ready, named
 // with its value; sidecars of one driver that disagree too.
 func TestSidecarSettings(t *testing.T) {
-	no := false
+	no, yes := false, true
 	for _, tc := range []struct {
 		name     string
 		settings []sidecar.Settings
 		why      string
 	}{
-		{"honoured", []sidecar.Settings{{VolumeNamePrefix: "vendor", ExtraCreateMetadata: true, DefaultFSType: "xfs", StrictTopology: true, Timeout: 3 * time.Minute,
+		{"volume mode conversion allowed", []sidecar.Settings{{PreventVolumeModeConversion: &no}},
+			"--prevent-volume-mode-conversion=false, which volplane's provisioner runs with true for every driver (its --prevent-volume-mode-conversion)"},
+		{"honoured", []sidecar.Settings{{VolumeNamePrefix: "vendor", PreventVolumeModeConversion: &yes, ExtraCreateMetadata: true, DefaultFSType: "xfs", StrictTopology: true, Timeout: 3 * time.Minute,
 			FeatureGates: map[string]bool{"Topology": true, "ReleaseLeaderElectionOnExit": true}}}, ""},
 		{"uuid length", []sidecar.Settings{{VolumeNameUUIDLength: 16}}, "--volume-name-uuid-length=16"},
 		{"immediate topology off", []sidecar.Settings{{ImmediateTopology: &no}}, "--immediate-topology=false"},
@@ -502,7 +504,7 @@ func TestSidecarSettings(t *testing.T) {
 			for i, s := range tc.settings {
 				eps = append(eps, &sidecarEndpoint{lease: fmt.Sprint(i), pod: fmt.Sprintf("vendor/ctrl-%d", i), settings: s})
 			}
-			got, why := sidecarSettings(eps, FeatureGates{})
+			got, why := sidecarSettings(eps, FeatureGates{}, false)
 			if tc.why == "" {
 				if why != "" || got == nil {
 					t.Fatalf("refused: %s", why)
@@ -525,6 +527,17 @@ func TestSidecarSettings(t *testing.T) {
 				t.Errorf("got %+v, %q; want refused with %q", got, why, tc.why)
 			}
 		})
+	}
+	// A provisioner run with --prevent-volume-mode-conversion=false
+	// refuses a sidecar that prevents it (its default), and takes one
+	// that allows it.
+	eps := []*sidecarEndpoint{{lease: "0", pod: "vendor/ctrl-0", settings: sidecar.Settings{PreventVolumeModeConversion: &yes}}}
+	if got, why := sidecarSettings(eps, FeatureGates{}, true); got != nil || !strings.Contains(why, "--prevent-volume-mode-conversion=true, which volplane's provisioner runs with false") {
+		t.Errorf("a preventing sidecar, an allowing provisioner: %+v, %q", got, why)
+	}
+	eps[0].settings.PreventVolumeModeConversion = &no
+	if _, why := sidecarSettings(eps, FeatureGates{}, true); why != "" {
+		t.Errorf("an allowing sidecar, an allowing provisioner: refused: %s", why)
 	}
 }
 

@@ -40,9 +40,11 @@ type driver struct {
 	outage *logging.Outage
 	// sidecars are the sidecars of a discovered driver (discovered.go),
 	// nil for a --csi-endpoint one; gates are the provisioner's feature
-	// gates, which a sidecar's must match.
-	sidecars *sidecarPool
-	gates    FeatureGates
+	// gates, and allowModeConversion its --prevent-volume-mode-conversion
+	// turned off, which a sidecar's must match.
+	sidecars            *sidecarPool
+	gates               FeatureGates
+	allowModeConversion bool
 }
 
 // driverState is what the last probe learnt.
@@ -168,9 +170,12 @@ type registry struct {
 	probed  chan struct{} // closed after the first round of probes
 	once    sync.Once
 	// kicked asks the probe loop for a round now (kick); gates are the
-	// provisioner's feature gates (discovered drivers check theirs).
-	kicked chan struct{}
-	gates  FeatureGates
+	// provisioner's feature gates and allowModeConversion its
+	// --prevent-volume-mode-conversion turned off (discovered drivers
+	// check theirs).
+	kicked              chan struct{}
+	gates               FeatureGates
+	allowModeConversion bool
 	// onChange, when set, is called after a round of probes in which a
 	// driver's readiness or provisioner name changed (standalone mode
 	// looks at its claims again); set before the probe loop runs.

@@ -126,6 +126,9 @@ func (p *provisioner) provision(ctx context.Context, claim *corev1.PersistentVol
 	if claim.DeletionTimestamp != nil {
 		return result{outcome: provisionerv1.Outcome_OUTCOME_NO_CHANGE, message: "the claim is being deleted"}, nil
 	}
+	if kind, ok := p.sources.populatorKind(claim); ok {
+		return p.leaveToPopulator(claim, class, kind), nil
+	}
 	if !p.begin(kindProvision, name) {
 		return result{outcome: provisionerv1.Outcome_OUTCOME_IN_BACKGROUND, message: "an attempt to provision " + name + " is running"}, nil
 	}
@@ -172,6 +175,22 @@ func (p *provisioner) provision(ctx context.Context, claim *corev1.PersistentVol
 	}
 	faultpoint.Hit(faultpoint.ProvisionerAfterCreateVolume)
 	return p.finish(ctx, a, vol)
+}
+
+// leaveToPopulator ends the attempt for a claim whose data source is kind,
+// a volume populator's, as external-provisioner v6.3.0 does: two Normal
+// Provisioning events, no ProvisioningFailed, nothing asked of the driver
+// nor journaled, and FINISHED without a volume (its IgnoredError with
+// ProvisioningFinished), so it is not tried again until the claim changes
+// or is resynced. The populator makes the volume (through a claim of its
+// own, which is provisioned as any other).
+func (p *provisioner) leaveToPopulator(claim *corev1.PersistentVolumeClaim, class *storagev1.StorageClass, kind string) result {
+	rec := p.events(class.Provisioner)
+	rec.Eventf(claim, corev1.EventTypeNormal, kube.EventProvisioning, "External provisioner is provisioning volume for claim %q", claim.Namespace+"/"+claim.Name)
+	rec.Event(claim, corev1.EventTypeNormal, kube.EventProvisioning, "Assuming an external populator will provision the volume")
+	msg := fmt.Sprintf("ignored because data source (%s) is not handled by the provisioner, assuming an external populator will provision it", kind)
+	p.log.Debug("claim left to its volume populator", logging.Claim(claim), "kind", kind)
+	return result{outcome: provisionerv1.Outcome_OUTCOME_FINISHED, message: msg}
 }
 
 // attempt is one provisioning attempt, from its journal record on.

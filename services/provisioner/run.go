@@ -98,6 +98,13 @@ type Options struct {
 	// volplane_provisioner_orphans (package orphans); default
 	// DefaultOrphanScanPeriod, negative never (only ListOrphans does).
 	OrphanScanPeriod time.Duration
+	// AllowVolumeModeConversion lets a claim restored from a
+	// VolumeSnapshot have another volume mode than the snapshot's source
+	// volume without the VolumeSnapshotContent's
+	// snapshot.storage.kubernetes.io/allow-volume-mode-change annotation:
+	// --prevent-volume-mode-conversion=false (external-provisioner's flag,
+	// true by default there and here; the zero Options checks).
+	AllowVolumeModeConversion bool
 	// FeatureGates are external-provisioner's gates this provisioner knows
 	// (--feature-gates; featuregates.go): CrossNamespaceVolumeDataSource.
 	FeatureGates FeatureGates
@@ -315,7 +322,7 @@ func Run(ctx context.Context, o Options) error {
 func newDrivers(r *replica.Replica, o Options, factory informers.SharedInformerFactory, nodes listers, classes cache.Indexer) (
 	reg *registry, capc *capacity.Controller, closeDrivers func(), err error) {
 	reg = newRegistry(r.Log)
-	reg.gates = o.FeatureGates
+	reg.gates, reg.allowModeConversion = o.FeatureGates, o.AllowVolumeModeConversion
 	capc = capacity.New(o.Capacity, capacity.Config{Log: r.Log, Member: o.MemberID, Elect: r.Coord, Client: r.Client,
 		Drivers: capacityDrivers{reg: reg, nodes: nodes}, Factory: factory,
 		Classes: storagelisters.NewStorageClassLister(classes), Timeout: o.Timeout})
@@ -375,10 +382,11 @@ func newProvisionerOf(r *replica.Replica, o Options, reg *registry, nodes lister
 	}
 	return &provisioner{
 		log: r.Log, member: o.MemberID, client: r.Client, journal: r.Coord, session: r.Coord.Ready, drivers: reg,
-		nodes:   nodes,
-		sources: sources{client: r.Client, dynamic: dyn, crossNamespace: o.FeatureGates.Enabled(GateCrossNamespaceVolumeDataSource)},
-		events:  recorders(r.Events),
-		prefix:  o.VolumeNamePrefix, defaultFSType: o.DefaultFSType, strictTopology: o.StrictTopology, extraMetadata: o.ExtraCreateMetadata,
+		nodes: nodes,
+		sources: sources{client: r.Client, dynamic: dyn, crossNamespace: o.FeatureGates.Enabled(GateCrossNamespaceVolumeDataSource),
+			allowModeConversion: o.AllowVolumeModeConversion},
+		events: recorders(r.Events),
+		prefix: o.VolumeNamePrefix, defaultFSType: o.DefaultFSType, strictTopology: o.StrictTopology, extraMetadata: o.ExtraCreateMetadata,
 		timeout: o.Timeout, now: time.Now, inflight: map[string]bool{}, instance: newInstance(time.Now()),
 	}, nil
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strconv"
 
 	csi "github.com/container-storage-interface/spec/lib/go/csi"
 	corev1 "k8s.io/api/core/v1"
@@ -32,6 +33,39 @@ type sources struct {
 	// crossNamespace is the CrossNamespaceVolumeDataSource gate
 	// (crossns.go).
 	crossNamespace bool
+	// allowModeConversion turns off external-provisioner's
+	// --prevent-volume-mode-conversion (on by default there and here):
+	// see checkSnapshotVolumeMode.
+	allowModeConversion bool
+}
+
+// annAllowVolumeModeChange on a VolumeSnapshotContent lets a restore
+// change the snapshot's volume mode (external-provisioner's name).
+const annAllowVolumeModeChange = "snapshot.storage.kubernetes.io/allow-volume-mode-change"
+
+// populatorKind returns the kind of claim's data source when it is a
+// volume populator's (AnyVolumeDataSource): any kind but
+// PersistentVolumeClaim and VolumeSnapshot, which this provisioner
+// handles. As external-provisioner v6.3.0's prepareProvision: dataSource
+// is read first, else dataSourceRef (unless it names another namespace,
+// which the cross-namespace checks of contentSource decide first), and
+// the kind alone decides, whatever the group.
+func (s sources) populatorKind(claim *corev1.PersistentVolumeClaim) (string, bool) {
+	var kind string
+	switch ref := claim.Spec.DataSourceRef; {
+	case claim.Spec.DataSource != nil:
+		kind = claim.Spec.DataSource.Kind
+	case ref == nil:
+		return "", false
+	case ref.Namespace != nil && *ref.Namespace != "" && *ref.Namespace != claim.Namespace:
+		return "", false
+	default:
+		kind = ref.Kind
+	}
+	if kind == "PersistentVolumeClaim" || kind == "VolumeSnapshot" {
+		return "", false
+	}
+	return kind, true
 }
 
 // contentSource returns nil for a claim without a data source. Its errors
@@ -146,6 +180,11 @@ func (s sources) snapshotSource(ctx context.Context, claim *corev1.PersistentVol
 	if handle == "" {
 		return nil, fmt.Errorf("VolumeSnapshotContent %s has no snapshot handle yet", content)
 	}
+	if err := s.checkSnapshotVolumeMode(claim, c); err != nil {
+		// External-provisioner's words, with its prefix for every error
+		// of the snapshot's handle.
+		return nil, fmt.Errorf("error getting handle for DataSource Type VolumeSnapshot by Name %s: %w", name, err)
+	}
 	// Protected from here until the volume is provisioned
 	// (snapshotprotection.go).
 	if err := s.protectSnapshot(ctx, snap); err != nil {
@@ -154,6 +193,33 @@ func (s sources) snapshotSource(ctx context.Context, claim *corev1.PersistentVol
 	return &csi.VolumeContentSource{Type: &csi.VolumeContentSource_Snapshot{
 		Snapshot: &csi.VolumeContentSource_SnapshotSource{SnapshotId: handle},
 	}}, nil
+}
+
+// checkSnapshotVolumeMode is external-provisioner's
+// --prevent-volume-mode-conversion: a restore may not give the volume
+// another mode than the snapshot's source volume had
+// (spec.sourceVolumeMode of its VolumeSnapshotContent; a Filesystem
+// snapshot restored as Block hands the user the raw file system) unless
+// the content's annotation annAllowVolumeModeChange parses as true. A
+// content or a claim without a mode is not checked, as there.
+func (s sources) checkSnapshotVolumeMode(claim *corev1.PersistentVolumeClaim, content *unstructured.Unstructured) error {
+	source, ok, _ := unstructured.NestedString(content.Object, "spec", "sourceVolumeMode")
+	if s.allowModeConversion || !ok || claim.Spec.VolumeMode == nil || corev1.PersistentVolumeMode(source) == *claim.Spec.VolumeMode {
+		return nil
+	}
+	denied := fmt.Sprintf("requested volume %s/%s modifies the mode of the source volume but does not have permission to do so. ", claim.Namespace, claim.Name)
+	v, ok := content.GetAnnotations()[annAllowVolumeModeChange]
+	if !ok {
+		return fmt.Errorf("%s%s annotation is not present on snapshotcontent %s", denied, annAllowVolumeModeChange, content.GetName())
+	}
+	allow, err := strconv.ParseBool(v)
+	if err != nil {
+		return fmt.Errorf("%sfailed to convert %s annotation value to boolean with error: %v", denied, annAllowVolumeModeChange, err)
+	}
+	if !allow {
+		return fmt.Errorf("%s%s is set to false on snapshotcontent %s", denied, annAllowVolumeModeChange, content.GetName())
+	}
+	return nil
 }
 
 // isMissingResource tells "the resource type does not exist" (no CRD) from

@@ -4,7 +4,8 @@
 // bind's API writes (--ceiling, or interleaved with --vs-ceiling), or
 // claims arriving at fixed rates (--rate). --dynamic measures dynamic
 // provisioning through the dev CSI driver instead, --dynamic --delete the
-// deletion of N provisioned volumes at once; --existing runs on a
+// deletion of N provisioned volumes at once, --hop dynamic provisioning
+// through volplane-csi-sidecar against the in-pod socket; --existing runs on a
 // cluster already holding that many volumes. Every run prints each
 // process's peak RSS and CPU time and the apiserver's and etcd's requests
 // per claim. `make bench`, `make bench-rate` and `make help` show the
@@ -26,8 +27,9 @@ const description = `volplane-bench measures how fast volplane binds, each run o
 and kube-apiserver: a burst of N claims (binds/s and create-to-Bound latency), the same bound by
 a bare client doing only a bind's API writes (--ceiling, or interleaved with --vs-ceiling), or
 claims arriving at fixed rates (--rate). --dynamic measures dynamic provisioning through the dev
-CSI driver instead, --dynamic --delete the deletion of N provisioned volumes at once; --existing
-runs on a cluster already holding that many volumes. Every run
+CSI driver instead, --dynamic --delete the deletion of N provisioned volumes at once, --hop
+dynamic provisioning through volplane-csi-sidecar against the in-pod socket; --existing runs on a
+cluster already holding that many volumes. Every run
 prints each process's peak RSS and CPU time and the API server's and etcd's requests per claim.`
 
 func main() {
@@ -55,6 +57,7 @@ func main() {
 	fs.StringArrayVar(&o.ServiceFlags, "service-flag", nil, "a flag for volplane's binder and provisioner, repeatable (e.g. --service-flag=--timeline=false to measure the timeline's cost)")
 	fs.StringArrayVar(&o.BinderFlags, "binder-flag", nil, "a flag for volplane's binders only, repeatable (e.g. --binder-flag=--claims-by-shard=false with --binders 2, every replica caching every claim)")
 	fs.IntVar(&o.Compare, "compare", 0, "run this many rounds of volplane and of --kube-controller-manager (with --external-provisioner, dynamic) interleaved, static then dynamic, at each of --sizes, and print one table of both and their ratios")
+	fs.IntVar(&o.Hop, "hop", 0, "measure the sidecar's hop: this many rounds of dynamic provisioning with the dev CSI driver on the provisioner's unix socket (--csi-endpoint) and through a volplane-csi-sidecar over mutual TLS (--discover-sidecars), interleaved, and one table of both and their ratio")
 	fs.Var(&o.Sizes, "sizes", "with --compare, the burst sizes, comma separated (e.g. 1000,10000); default -n")
 	fs.StringVar(&o.Placement, "placement", bench.PlacementShared, "where the processes run: shared (any CPU) or split (kube-apiserver and etcd on --control-plane-cpus, everything else, the bench included, on the other CPUs; the ceiling too)")
 	fs.Var(&o.ControlPlaneCPUs, "control-plane-cpus", "with --placement split, the control plane's CPUs (e.g. 0 or 0-3); default the first half of the CPUs the bench may use")

@@ -19,6 +19,7 @@ import (
 	"k8s.io/client-go/rest"
 
 	"github.com/volplane/volplane/internal/devcsi"
+	"github.com/volplane/volplane/pkg/callers"
 	"github.com/volplane/volplane/pkg/grpcutil"
 	"github.com/volplane/volplane/pkg/kube"
 	"github.com/volplane/volplane/test/harness/devenv"
@@ -150,11 +151,17 @@ func (t *trial) failed(err error) {
 
 // startProcess starts a child whose unexpected exit fails the trial.
 func (t *trial) startProcess(name, bin string, args ...string) (*devenv.Process, error) {
+	return t.startProcessEnv(name, bin, nil, args...)
+}
+
+// startProcessEnv is startProcess with env added to the child's
+// environment.
+func (t *trial) startProcessEnv(name, bin string, env []string, args ...string) (*devenv.Process, error) {
 	cpus := t.o.others
 	if name == "etcd" {
 		cpus = t.o.controlPlane
 	}
-	p, err := devenv.StartProcessOn(t.dir, name, bin, cpus, nil, args...)
+	p, err := devenv.StartProcessOn(t.dir, name, bin, cpus, env, args...)
 	if err != nil {
 		return nil, err
 	}
@@ -317,11 +324,12 @@ func (t *trial) startDriver(ctx context.Context) error {
 }
 
 // startVolplane runs the watcher and the binder, and the provisioner when
-// dynamic (fed by the watcher's stream, as deployed) and the reclaimer for
-// a deletion burst, with mutual TLS between them as in production.
+// dynamic (fed by the watcher's stream, as deployed; for the hop's B, with
+// the dev driver behind a volplane-csi-sidecar, hop.go) and the reclaimer
+// for a deletion burst, with mutual TLS between them as in production.
 func (t *trial) startVolplane(ctx context.Context) error {
 	var err error
-	if t.certs, err = pki.Generate(filepath.Join(t.dir, "tls"), append(pki.Services, "bench")...); err != nil {
+	if t.certs, err = pki.Generate(filepath.Join(t.dir, "tls"), append(pki.Services, "bench", callers.Conformance)...); err != nil {
 		return fmt.Errorf("generate certificates: %w", err)
 	}
 	etcd := t.etcdURL
@@ -347,8 +355,14 @@ func (t *trial) startVolplane(ctx context.Context) error {
 		if provisionerAddr, err = devenv.FreeAddr(); err != nil {
 			return err
 		}
+		if t.sys == sysSidecar {
+			if err := t.prepareHop(ctx); err != nil {
+				return fmt.Errorf("the sidecar's pod and role: %w", err)
+			}
+		}
 		args := append([]string{"--kubeconfig", t.api.Kubeconfig, "--etcd-endpoints", etcd,
-			"--listen", provisionerAddr, "--csi-endpoint", "unix://" + t.csiSock, "--watcher-address", watcherAddr, "--log-level", "warn"}, devenv.TLSArgs(t.certs["provisioner"])...)
+			"--listen", provisionerAddr, "--watcher-address", watcherAddr, "--log-level", "warn"}, devenv.TLSArgs(t.certs["provisioner"])...)
+		args = append(args, provisionerDriverArgs(t.sys, t.csiSock)...)
 		args = append(args, t.o.ServiceFlags...)
 		if t.o.ProfileDir != "" {
 			if t.debug["provisioner"], err = devenv.FreeAddr(); err != nil {
@@ -363,6 +377,11 @@ func (t *trial) startVolplane(ctx context.Context) error {
 		t.procs = append(t.procs, p)
 		if err := devenv.WaitServing(ctx, provisionerAddr, "", t.certs["bench"], 2*time.Minute); err != nil {
 			return fmt.Errorf("provisioner: %w (log: %s)", err, p.LogPath)
+		}
+		if t.sys == sysSidecar {
+			if err := t.startSidecar(ctx, provisionerAddr); err != nil {
+				return fmt.Errorf("%w (provisioner's log: %s)", err, p.LogPath)
+			}
 		}
 	}
 	// The reclaimer, for deletion bursts: the binder hands it the volumes

@@ -108,6 +108,13 @@ type Options struct {
 	Compare int
 	// Sizes are the burst sizes of Compare; empty means N.
 	Sizes Sizes
+	// Hop, when positive, measures the sidecar's hop: that many rounds of
+	// dynamic provisioning by volplane with the dev CSI driver on the
+	// provisioner's own unix socket (--csi-endpoint) and through a
+	// volplane-csi-sidecar process over mutual TLS (--discover-sidecars),
+	// interleaved A/B, and one table of both and their ratio. It implies
+	// Dynamic. See hop.go.
+	Hop int
 	// Placement is where the processes run: PlacementShared (the
 	// default: every process on every CPU, as on one machine) or
 	// PlacementSplit (kube-apiserver and etcd on ControlPlaneCPUs, what
@@ -293,6 +300,7 @@ func (o *Options) validate() error {
 	} else if len(o.Sizes) > 0 {
 		errs = append(errs, errors.New("--sizes goes with --compare (use -n for one burst)"))
 	}
+	errs = append(errs, o.validateHop()...)
 	for _, n := range o.Sizes {
 		if n <= 0 {
 			errs = append(errs, fmt.Errorf("sizes must be positive, got %d", n))
@@ -314,6 +322,22 @@ func (o *Options) validate() error {
 	return errors.Join(errs...)
 }
 
+// validateHop checks Hop against the other modes; it makes the run
+// dynamic.
+func (o *Options) validateHop() []error {
+	if o.Hop < 0 {
+		return []error{fmt.Errorf("hop must not be negative, got %d", o.Hop)}
+	}
+	if o.Hop == 0 {
+		return nil
+	}
+	o.Dynamic = true
+	if o.KCM != "" || o.ExternalProvisioner != "" || o.Ceiling || o.VsCeiling > 0 || o.Compare > 0 || len(o.Rates) > 0 || o.Delete {
+		return []error{errors.New("--hop compares volplane with itself, the driver on its socket and through the sidecar: it does not go with --kube-controller-manager, --external-provisioner, --ceiling, --vs-ceiling, --compare, --rate or --delete")}
+	}
+	return nil
+}
+
 // system is what binds in a run.
 type system int
 
@@ -321,6 +345,7 @@ const (
 	sysVolplane system = iota
 	sysKCM             // kube-controller-manager, with csi-provisioner when dynamic
 	sysCeiling         // the bare client
+	sysSidecar         // volplane, reaching the dev CSI driver through volplane-csi-sidecar
 )
 
 func (o *Options) system() system {
@@ -338,6 +363,8 @@ func (o *Options) name(s system) string {
 	switch s {
 	case sysCeiling:
 		return "ceiling (bare client)"
+	case sysSidecar:
+		return "volplane via volplane-csi-sidecar (mTLS, loopback)"
 	case sysKCM:
 		if o.ExternalProvisioner != "" {
 			return "kube-controller-manager + external-provisioner"
@@ -346,6 +373,9 @@ func (o *Options) name(s system) string {
 	default:
 		if o.Binders > 1 {
 			return fmt.Sprintf("volplane (%d binders)", o.Binders)
+		}
+		if o.Hop > 0 {
+			return "volplane, driver on its unix socket"
 		}
 		return "volplane"
 	}

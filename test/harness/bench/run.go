@@ -28,6 +28,8 @@ func Run(ctx context.Context, o Options) error {
 	switch {
 	case o.Compare > 0:
 		return runCompare(ctx, &o)
+	case o.Hop > 0:
+		return runHop(ctx, &o)
 	case o.VsCeiling > 0:
 		return runVsCeiling(ctx, &o)
 	case len(o.Rates) > 0:

@@ -29,7 +29,9 @@ type Outcome int32
 const (
 	Outcome_OUTCOME_UNSPECIFIED Outcome = 0
 	// Done: the volume (and for Provision its PersistentVolume) exists, or for
-	// DeleteVolume is gone.
+	// DeleteVolume is gone. For Provision without a volume: the claim is not
+	// this provisioner's to provision (its data source is a volume
+	// populator's, as external-provisioner leaves it); do not retry.
 	Outcome_OUTCOME_FINISHED Outcome = 1
 	// The driver may still be working: retry later with the same name.
 	Outcome_OUTCOME_IN_BACKGROUND Outcome = 2

@@ -37,6 +37,7 @@ func main() {
 	fs.DurationVar(&o.ProbePeriod, "probe-period", provisioner.DefaultProbePeriod, "how often the CSI drivers are probed")
 	fs.Var(&o.FeatureGates, "feature-gates", "external-provisioner's feature gates, Name=true|false comma-separated: CrossNamespaceVolumeDataSource=true lets a claim's dataSourceRef name a claim or VolumeSnapshot of another namespace that a ReferenceGrant there allows (kube-apiserver needs the same gate)")
 	fs.DurationVar(&o.SnapshotOrphanSweepInterval, "snapshot-orphan-sweep-interval", provisioner.DefaultSnapshotOrphanSweepInterval, "how often snapshot-as-source finalizers that no Pending claim needs any more are removed from VolumeSnapshots; 0 disables the sweep")
+	prevent := fs.Bool("prevent-volume-mode-conversion", true, "refuse to restore a VolumeSnapshot as a volume of another mode (Filesystem, Block) than its source unless its VolumeSnapshotContent has the annotation snapshot.storage.kubernetes.io/allow-volume-mode-change=true (external-provisioner's flag)")
 	var watchers []string
 	fs.Var(cmdutil.NewList(&watchers, "addresses"), "watcher-address", "gRPC address of the watcher service; repeat the flag or separate addresses with commas for several watcher replicas. When set, claims and StorageClasses come from the watcher's stream instead of the provisioner's own watches on the API server; empty: its own watches")
 	fs.DurationVar(&o.StaleAfter, "watcher-stale-after", provisioner.DefaultStaleAfter, "how long without a live, caught-up watcher stream before the provisioner stops trusting its stream-fed cache and reads claims and classes from the API server; at least 2s")
@@ -57,6 +58,7 @@ func main() {
 	logging := cmd.LogFlags()
 	os.Exit(cmd.Run(logging, func(ctx context.Context, log *slog.Logger) error {
 		o.WatcherAddress = strings.Join(watchers, ",")
+		o.AllowVolumeModeConversion = !*prevent
 		o.Logger = log
 		return provisioner.Run(ctx, o)
 	}))
