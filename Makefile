@@ -155,7 +155,8 @@ test-cluster: ## make cluster, volplane installed by docs/install.md, workloads,
 # deploy/drivers/volplane-csi), next to kube-controller-manager's binder;
 # then volplane installed beside it (deploy/overlays/sidecar-drivers), the
 # cutover to volplane-csi-sidecar, the rollback, and standalone mode.
-# Not part of make test yet.
+# make test runs it after make test-cluster (a second bring-up: the two
+# install the same dev driver in different ways).
 .PHONY: test-cluster-driver
 test-cluster-driver: ## make cluster with the upstream CSI sidecars, the dev driver deployed as a vendor's chart does, its workloads, the cutover to volplane-csi-sidecar, the rollback and standalone mode (test/cluster TestVendorDriver), make cluster-down even when it fails.
 	@trap 'rc=$$?; $(CLUSTER_ENV) hack/cluster/down.sh || rc=1; exit $$rc' EXIT; \
@@ -173,10 +174,10 @@ test-cluster-driver: ## make cluster with the upstream CSI sidecars, the dev dri
 test: export VOLPLANE_CSI_PROVISIONER := $(CSI_PROVISIONER)
 # test/e2e/standalone runs beside the pinned kube-controller-manager (the same build as kube-apiserver).
 test: export VOLPLANE_KUBE_CONTROLLER_MANAGER := $(KUBE_CONTROLLER_MANAGER)
-test: verify kube-apiserver kube-controller-manager external-provisioner $(BIN)/csi-sanity ## Run every check and test (the CI command): the Go tests, then make test-cluster (as root).
+test: verify kube-apiserver kube-controller-manager external-provisioner $(BIN)/csi-sanity ## Run every check and test (the CI command): the Go tests, then make test-cluster and test-cluster-driver (as root).
 	$(GO) test -count=1 -timeout 25m ./...
-	@if [ "$$(id -u)" = 0 ]; then $(MAKE) --no-print-directory test-cluster; \
-	else echo "test-cluster: SKIPPED, it runs a kubelet and needs root"; fi
+	@if [ "$$(id -u)" = 0 ]; then $(MAKE) --no-print-directory test-cluster && $(MAKE) --no-print-directory test-cluster-driver; \
+	else echo "test-cluster, test-cluster-driver: SKIPPED, they run a kubelet and need root"; fi
 	@if docker info >/dev/null 2>&1; then $(MAKE) --no-print-directory test-compose; \
 	else echo "test-compose: SKIPPED, no Docker daemon answers (make docker-daemon installs and starts one)"; fi
 
