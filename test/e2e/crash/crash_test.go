@@ -59,10 +59,10 @@ func TestCrashAtEveryFaultPoint(t *testing.T) {
 	// one that crashes.
 	t.Run(faultpoint.BinderAfterClaimRef, func(t *testing.T) {
 		x.t = t
-		x.arm(binder, faultpoint.BinderAfterClaimRef)
+		x.c.ArmFault(x.t, binder, faultpoint.BinderAfterClaimRef)
 		x.staticVolume("b1", corev1.PersistentVolumeReclaimRetain)
 		cl := x.claim("b1", "")
-		x.crashed(binder)
+		chaos.WaitFaultExit(x.t, binder)
 		pv, err := c.Client.CoreV1().PersistentVolumes().Get(ctx, "crash-b1", metav1.GetOptions{})
 		if err != nil || pv.Spec.ClaimRef == nil || pv.Spec.ClaimRef.UID != cl.UID || pv.Status.Phase == corev1.VolumeBound {
 			t.Fatalf("at the crash the volume should name the claim and not be Bound yet: %v %v", pv, err)
@@ -72,17 +72,17 @@ func TestCrashAtEveryFaultPoint(t *testing.T) {
 	})
 	t.Run(faultpoint.ProvisionerAfterCreateVolume+"/claim-kept", func(t *testing.T) {
 		x.t = t
-		x.arm(provisioner, faultpoint.ProvisionerAfterCreateVolume)
+		x.c.ArmFault(x.t, provisioner, faultpoint.ProvisionerAfterCreateVolume)
 		cl := x.claim("p1-keep", chaos.DynamicClass)
-		x.crashed(provisioner)
+		chaos.WaitFaultExit(x.t, provisioner)
 		x.restart(provisioner)
 		x.bound(cl, "pvc-"+string(cl.UID))
 	})
 	t.Run(faultpoint.ProvisionerAfterCreateVolume+"/claim-deleted-meanwhile", func(t *testing.T) {
 		x.t = t
-		x.arm(provisioner, faultpoint.ProvisionerAfterCreateVolume)
+		x.c.ArmFault(x.t, provisioner, faultpoint.ProvisionerAfterCreateVolume)
 		cl := x.claim("p1-gone", chaos.DynamicClass)
-		x.crashed(provisioner)
+		chaos.WaitFaultExit(x.t, provisioner)
 		if !x.hasCSIVolume("pvc-" + string(cl.UID)) {
 			t.Fatal("at the crash the CSI volume should exist")
 		}
@@ -92,9 +92,9 @@ func TestCrashAtEveryFaultPoint(t *testing.T) {
 	})
 	t.Run(faultpoint.ProvisionerAfterSaveVolume, func(t *testing.T) {
 		x.t = t
-		x.arm(provisioner, faultpoint.ProvisionerAfterSaveVolume)
+		x.c.ArmFault(x.t, provisioner, faultpoint.ProvisionerAfterSaveVolume)
 		cl := x.claim("p2", chaos.DynamicClass)
-		x.crashed(provisioner)
+		chaos.WaitFaultExit(x.t, provisioner)
 		x.restart(provisioner)
 		x.bound(cl, "pvc-"+string(cl.UID))
 	})
@@ -104,9 +104,9 @@ func TestCrashAtEveryFaultPoint(t *testing.T) {
 		cl := x.claim("r1", "")
 		x.bound(cl, "crash-r1")
 		x.mark()
-		x.arm(reclaimer, faultpoint.ReclaimerAfterScrub)
+		x.c.ArmFault(x.t, reclaimer, faultpoint.ReclaimerAfterScrub)
 		x.delete(cl)
-		x.crashed(reclaimer)
+		chaos.WaitFaultExit(x.t, reclaimer)
 		x.restart(reclaimer)
 		e2e.VolumePhase(t, c.Client, "crash-r1", corev1.VolumeAvailable, 2*time.Minute)
 		if left, _ := os.ReadDir(filepath.Join(c.HostPath, "r1")); len(left) != 0 {
@@ -124,9 +124,9 @@ func TestCrashAtEveryFaultPoint(t *testing.T) {
 		name := "pvc-" + string(cl.UID)
 		x.bound(cl, name)
 		x.mark()
-		x.arm(reclaimer, faultpoint.ReclaimerBeforeDeleteVolume)
+		x.c.ArmFault(x.t, reclaimer, faultpoint.ReclaimerBeforeDeleteVolume)
 		x.delete(cl)
-		x.crashed(reclaimer)
+		chaos.WaitFaultExit(x.t, reclaimer)
 		pvs := c.Client.CoreV1().PersistentVolumes()
 		if _, err := pvs.Patch(ctx, name, types.MergePatchType, []byte(`{"metadata":{"finalizers":null}}`), metav1.PatchOptions{}); err != nil {
 			t.Fatal(err)
@@ -148,9 +148,9 @@ func TestCrashAtEveryFaultPoint(t *testing.T) {
 		cl := x.claim("d1", chaos.DynamicClass)
 		x.bound(cl, "pvc-"+string(cl.UID))
 		x.mark()
-		x.arm(reclaimer, faultpoint.ReclaimerAfterDeleteVolume)
+		x.c.ArmFault(x.t, reclaimer, faultpoint.ReclaimerAfterDeleteVolume)
 		x.delete(cl)
-		x.crashed(reclaimer)
+		chaos.WaitFaultExit(x.t, reclaimer)
 		x.restart(reclaimer)
 		x.gone(cl)
 	})
@@ -241,31 +241,6 @@ func (x *crashes) setup() {
 	del := corev1.PersistentVolumeReclaimDelete
 	e2e.CreateClass(x.t, x.c.Client, &storagev1.StorageClass{ObjectMeta: metav1.ObjectMeta{Name: chaos.DynamicClass},
 		Provisioner: devcsi.DefaultName, ReclaimPolicy: &del})
-}
-
-// arm restarts r with the fault point armed.
-func (x *crashes) arm(r *chaos.Replica, point string) {
-	x.t.Helper()
-	r.Kill()
-	if err := r.StartWithEnv(faultpoint.EnvVar + "=" + point); err != nil {
-		x.t.Fatal(err)
-	}
-	if err := x.c.WaitServing(x.t.Context(), r, 2*time.Minute); err != nil {
-		x.t.Fatal(err)
-	}
-}
-
-// crashed waits for r to exit at its fault point.
-func (x *crashes) crashed(r *chaos.Replica) {
-	x.t.Helper()
-	select {
-	case <-r.Done():
-	case <-time.After(2 * time.Minute):
-		x.t.Fatalf("%s did not reach its fault point within 2m (log %s)", r.Name, r.LogPath())
-	}
-	if code := r.ExitCode(); code != faultpoint.ExitCode {
-		x.t.Fatalf("%s exited with %d, want the fault point's %d (log %s)", r.Name, code, faultpoint.ExitCode, r.LogPath())
-	}
 }
 
 // restart starts r again without the fault.

@@ -344,9 +344,9 @@ func (x *env) killedAfterCreate() {
 		}
 	}()
 	for _, deleteMeanwhile := range []bool{false, true} {
-		x.arm(armed)
+		x.c.ArmFault(x.t, armed, faultpoint.ProvisionerAfterCreateVolume)
 		cl := x.claim(fmt.Sprintf("killed-%v", deleteMeanwhile), classDelete, nil)
-		x.crashed(armed)
+		chaos.WaitFaultExit(x.t, armed)
 		name := "pvc-" + string(cl.UID)
 		if !x.hasCSIVolume(name) {
 			x.t.Fatalf("the provisioner stopped after CreateVolume, yet the driver has no volume %s", name)
@@ -365,31 +365,6 @@ func (x *env) killedAfterCreate() {
 		x.bound(cl, corev1.PersistentVolumeReclaimDelete)
 		x.deleteClaim(cl)
 		x.gone(name)
-	}
-}
-
-// arm restarts r with the fault point after CreateVolume armed.
-func (x *env) arm(r *chaos.Replica) {
-	x.t.Helper()
-	r.Kill()
-	if err := r.StartWithEnv(faultpoint.EnvVar + "=" + faultpoint.ProvisionerAfterCreateVolume); err != nil {
-		x.t.Fatal(err)
-	}
-	if err := x.c.WaitServing(x.t.Context(), r, 2*time.Minute); err != nil {
-		x.t.Fatal(err)
-	}
-}
-
-// crashed waits for r to exit at its fault point.
-func (x *env) crashed(r *chaos.Replica) {
-	x.t.Helper()
-	select {
-	case <-r.Done():
-	case <-time.After(2 * time.Minute):
-		x.t.Fatalf("%s did not reach its fault point within 2m (log %s)", r.Name, r.LogPath())
-	}
-	if code := r.ExitCode(); code != faultpoint.ExitCode {
-		x.t.Fatalf("%s exited with %d, want the fault point's %d (log %s)", r.Name, code, faultpoint.ExitCode, r.LogPath())
 	}
 }
 
