@@ -138,6 +138,8 @@ type parsed struct {
 	metrics   []url.URL
 }
 
+// validate fills in the defaults and checks the options, returning what
+// is parsed from them and every problem found at once.
 func (o *Options) validate() (*parsed, error) {
 	var errs []error
 	if o.Name == "" {
@@ -146,6 +148,19 @@ func (o *Options) validate() (*parsed, error) {
 	if o.DataDir == "" {
 		errs = append(errs, errors.New("--data-dir is required"))
 	}
+	o.setDefaults()
+	if o.DefragFreeRatio < 0 || o.DefragFreeRatio > 1 {
+		errs = append(errs, fmt.Errorf("--defrag-free-ratio %v is not between 0 and 1", o.DefragFreeRatio))
+	}
+	p := &parsed{byURL: map[string]string{}, idPath: filepath.Clean(o.DataDir) + ".member-id"}
+	errs = append(errs, p.parsePeers(o.InitialCluster, o.Name)...)
+	errs = append(errs, p.parseURLs(o)...)
+	errs = append(errs, o.checkTLS(p)...)
+	return p, errors.Join(errs...)
+}
+
+// setDefaults gives every option left at its zero value its default.
+func (o *Options) setDefaults() {
 	if o.InitialClusterToken == "" {
 		o.InitialClusterToken = DefaultClusterToken
 	}
@@ -173,17 +188,19 @@ func (o *Options) validate() (*parsed, error) {
 	if o.DefragFreeRatio == 0 {
 		o.DefragFreeRatio = DefaultDefragFreeRatio
 	}
-	if o.DefragFreeRatio < 0 || o.DefragFreeRatio > 1 {
-		errs = append(errs, fmt.Errorf("--defrag-free-ratio %v is not between 0 and 1", o.DefragFreeRatio))
-	}
 	if o.EtcdLogLevel == "" {
 		o.EtcdLogLevel = "warn"
 	}
 	if o.Logger == nil {
 		o.Logger = slog.Default()
 	}
-	p := &parsed{byURL: map[string]string{}, idPath: filepath.Clean(o.DataDir) + ".member-id"}
-	for _, entry := range strings.Split(o.InitialCluster, ",") {
+}
+
+// parsePeers reads --initial-cluster (name=peerURL,...) into p.peers,
+// sorted by name, and finds this member (self) among them.
+func (p *parsed) parsePeers(initialCluster, self string) []error {
+	var errs []error
+	for _, entry := range strings.Split(initialCluster, ",") {
 		name, raw, ok := strings.Cut(strings.TrimSpace(entry), "=")
 		u, err := url.Parse(raw)
 		if !ok || name == "" || err != nil || u.Host == "" {
@@ -202,13 +219,19 @@ func (o *Options) validate() (*parsed, error) {
 		if i > 0 && p.peers[i-1].Name == pr.Name {
 			errs = append(errs, fmt.Errorf("--initial-cluster: member %s twice", pr.Name))
 		}
-		if pr.Name == o.Name {
+		if pr.Name == self {
 			p.self, p.index = pr, i
 		}
 	}
-	if p.index < 0 && o.Name != "" {
-		errs = append(errs, fmt.Errorf("--initial-cluster does not name this member (%s)", o.Name))
+	if p.index < 0 && self != "" {
+		errs = append(errs, fmt.Errorf("--initial-cluster does not name this member (%s)", self))
 	}
+	return errs
+}
+
+// parseURLs reads the advertised client URL and the listen URLs.
+func (p *parsed) parseURLs(o *Options) []error {
+	var errs []error
 	c, err := url.Parse(o.AdvertiseClientURL)
 	if err != nil || c.Host == "" || c.Port() == "" {
 		errs = append(errs, fmt.Errorf("--advertise-client-urls %q: want one URL with a port", o.AdvertiseClientURL))
@@ -232,18 +255,25 @@ func (o *Options) validate() (*parsed, error) {
 	if len(p.listenCli) == 0 || len(p.listenPr) == 0 {
 		errs = append(errs, errors.New("--listen-client-urls and --listen-peer-urls are required"))
 	}
+	return errs
+}
+
+// checkTLS checks that each TLS setting is whole and agrees with the
+// URLs' schemes.
+func (o *Options) checkTLS(p *parsed) []error {
+	var errs []error
 	for what, t := range map[string]TLSFiles{"client": o.ClientTLS, "peer": o.PeerTLS} {
 		if t.set() && !t.complete() {
 			errs = append(errs, fmt.Errorf("%s TLS needs a CA, a certificate and a key together", what))
 		}
 	}
-	if o.ClientTLS.set() != (c != nil && c.Scheme == "https") {
+	if o.ClientTLS.set() != (p.client != nil && p.client.Scheme == "https") {
 		errs = append(errs, errors.New("client TLS (--cert-file) and an https:// --advertise-client-urls go together"))
 	}
 	if p.index >= 0 && o.PeerTLS.set() != (p.self.PeerURL.Scheme == "https") {
 		errs = append(errs, errors.New("peer TLS (--peer-cert-file) and https:// peer URLs in --initial-cluster go together"))
 	}
-	return p, errors.Join(errs...)
+	return errs
 }
 
 func urls(flag string, raw []string) ([]url.URL, error) {

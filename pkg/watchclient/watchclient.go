@@ -345,29 +345,9 @@ func (s *subscription) stream(ctx context.Context, w int) (progressed bool, err 
 	rep := s.watchers[w]
 	req := &watcherv1.WatchRequest{Kinds: s.o.Kinds, Encoding: s.o.Encoding, ProgressMarks: true}
 	if s.o.Shard != nil {
-		shard, changed := s.o.Shard.wanted()
-		for shard == nil {
-			select {
-			case <-changed:
-			case <-ctx.Done():
-				return false, ctx.Err()
-			}
-			shard, changed = s.o.Shard.wanted()
+		if req.ClaimShard, err = s.awaitShard(ctx, cancel); err != nil {
+			return false, err
 		}
-		if s.shard != nil && !proto.Equal(s.shard, shard) {
-			// A resumed stream would never send the claims gained.
-			s.cursor = nil
-		}
-		s.shard = shard
-		s.o.Shard.opened(shard)
-		req.ClaimShard = shard
-		go func() {
-			select {
-			case <-changed:
-				cancel(errReshard)
-			case <-ctx.Done():
-			}
-		}()
 	}
 	s.o.Status.watcher.Store(&rep.name)
 	if s.cursor != nil {
@@ -378,92 +358,160 @@ func (s *subscription) stream(ctx context.Context, w int) (progressed bool, err 
 	if err != nil {
 		return false, err
 	}
-	var p progress
-	p.lastRecv.Store(opened.UnixNano())
-	p.caughtUp.Store(opened.UnixNano())
-	synced := s.cursor != nil
-	if synced {
-		p.lastSeq.Store(s.cursor.GetSequence())
-		p.epoch.Store(&s.cursor.Epoch)
-	}
-	p.listing.Store(!synced)
+	r := s.newReceiver(opened)
 	probeDone := make(chan struct{})
 	go func() {
 		defer close(probeDone)
-		s.probe(ctx, w, &p, cancel)
+		s.probe(ctx, w, &r.p, cancel)
 	}()
 	defer func() { cancel(nil); <-probeDone }()
-	listStart := opened
 	for {
 		ev, err := st.Recv()
 		if err != nil {
-			if c := context.Cause(ctx); errors.Is(c, errStalled) || errors.Is(c, errReshard) {
-				err = c
-			}
-			if errors.Is(err, io.EOF) {
-				err = errors.New("the watcher closed the stream")
-			}
-			if status.Code(err) == codes.InvalidArgument && s.cursor != nil {
-				// The watcher cannot resume from our cursor: start over.
-				s.o.Logger.Warn("the watcher rejected the resume cursor; listing again", "watcher", rep.name, "error", err)
-				s.cursor = nil
-			}
-			return progressed, err
+			return progressed, s.streamEnded(ctx, rep.name, err)
 		}
 		if !progressed {
 			s.outage.Recovered("watcher", rep.name)
 		}
 		progressed = true
-		if c := ev.GetCursor(); c != nil {
-			p.lastSeq.Store(c.GetSequence())
-			if e := p.epoch.Load(); e == nil || *e != c.GetEpoch() {
-				epoch := c.GetEpoch()
-				p.epoch.Store(&epoch)
-				s.o.Status.epoch.Store(&epoch)
-			}
-		}
-		p.lastRecv.Store(time.Now().UnixNano())
-		switch ev.Type {
-		case watcherv1.EventType_EVENT_TYPE_RESET:
-			synced = false
-			p.listing.Store(true)
-			s.cursor = nil
-			if listStart.IsZero() {
-				listStart = time.Now() // a RESET in the middle of a stream
-			}
-			s.h.Reset()
-		case watcherv1.EventType_EVENT_TYPE_SYNCED:
-			synced = true
-			s.cursor = ev.Cursor
-			s.h.Synced()
-			if s.shard != nil {
-				// After Synced: the view holds the shard's claims now.
-				s.o.Shard.delivered(s.shard)
-			}
-			p.listing.Store(false)
-			// The list holds every event the watcher had when the stream
-			// was opened (or, mid-stream, when RESET came).
-			s.o.Status.markFresh(listStart)
-			listStart = time.Time{}
-		case watcherv1.EventType_EVENT_TYPE_ADDED, watcherv1.EventType_EVENT_TYPE_UPDATED, watcherv1.EventType_EVENT_TYPE_DELETED:
-			if err := s.h.Event(ev); err != nil {
-				s.o.Logger.Error("handle watch event", "kind", ev.Kind, "key", ev.Key, "type", ev.Type, "error", err)
-			}
-			if synced {
-				s.cursor = ev.Cursor
-			}
-		case watcherv1.EventType_EVENT_TYPE_PROGRESS:
-			// Every event of our kinds up to its cursor has been
-			// delivered: the stream is caught up to there (the prober
-			// reads lastSeq), and a resume may start from it.
-			if synced {
-				s.cursor = ev.Cursor
-			}
-		default:
-			s.o.Logger.Warn("unknown watch event type; ignored", "type", ev.Type)
-		}
-		p.reached(s.o.Status)
+		r.receive(ev)
 	}
+}
+
+// awaitShard waits until the binder owns a shard, and returns it. The
+// stream is then canceled (errReshard) as soon as the wanted shard
+// changes, since a stream delivers only the shard it was opened for.
+func (s *subscription) awaitShard(ctx context.Context, cancel context.CancelCauseFunc) (*watcherv1.ClaimShard, error) {
+	shard, changed := s.o.Shard.wanted()
+	for shard == nil {
+		select {
+		case <-changed:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+		shard, changed = s.o.Shard.wanted()
+	}
+	if s.shard != nil && !proto.Equal(s.shard, shard) {
+		// A resumed stream would never send the claims gained.
+		s.cursor = nil
+	}
+	s.shard = shard
+	s.o.Shard.opened(shard)
+	go func() {
+		select {
+		case <-changed:
+			cancel(errReshard)
+		case <-ctx.Done():
+		}
+	}()
+	return shard, nil
+}
+
+// streamEnded is the error a stream ended with, told as its cause: a
+// stall or a reshard rather than the cancellation they caused. A resume
+// cursor the watcher refused is dropped, so the next stream lists again.
+func (s *subscription) streamEnded(ctx context.Context, watcher string, err error) error {
+	if c := context.Cause(ctx); errors.Is(c, errStalled) || errors.Is(c, errReshard) {
+		err = c
+	}
+	if errors.Is(err, io.EOF) {
+		err = errors.New("the watcher closed the stream")
+	}
+	if status.Code(err) == codes.InvalidArgument && s.cursor != nil {
+		// The watcher cannot resume from our cursor: start over.
+		s.o.Logger.Warn("the watcher rejected the resume cursor; listing again", "watcher", watcher, "error", err)
+		s.cursor = nil
+	}
+	return err
+}
+
+// receiver is what one stream keeps while it receives: the progress the
+// prober reads, whether the view is synced, and when the list in
+// progress began (zero when none is).
+type receiver struct {
+	s         *subscription
+	p         progress
+	synced    bool
+	listStart time.Time
+}
+
+// newReceiver starts the receiving side of a stream opened at opened:
+// resumed (synced) when the subscription has a cursor, listing otherwise.
+func (s *subscription) newReceiver(opened time.Time) *receiver {
+	r := &receiver{s: s, synced: s.cursor != nil, listStart: opened}
+	r.p.lastRecv.Store(opened.UnixNano())
+	r.p.caughtUp.Store(opened.UnixNano())
+	if r.synced {
+		r.p.lastSeq.Store(s.cursor.GetSequence())
+		r.p.epoch.Store(&s.cursor.Epoch)
+	}
+	r.p.listing.Store(!r.synced)
+	return r
+}
+
+// receive handles one message of the stream.
+func (r *receiver) receive(ev *watcherv1.WatchResponse) {
+	s := r.s
+	if c := ev.GetCursor(); c != nil {
+		r.p.lastSeq.Store(c.GetSequence())
+		if e := r.p.epoch.Load(); e == nil || *e != c.GetEpoch() {
+			epoch := c.GetEpoch()
+			r.p.epoch.Store(&epoch)
+			s.o.Status.epoch.Store(&epoch)
+		}
+	}
+	r.p.lastRecv.Store(time.Now().UnixNano())
+	switch ev.Type {
+	case watcherv1.EventType_EVENT_TYPE_RESET:
+		r.reset()
+	case watcherv1.EventType_EVENT_TYPE_SYNCED:
+		r.listed(ev)
+	case watcherv1.EventType_EVENT_TYPE_ADDED, watcherv1.EventType_EVENT_TYPE_UPDATED, watcherv1.EventType_EVENT_TYPE_DELETED:
+		if err := s.h.Event(ev); err != nil {
+			s.o.Logger.Error("handle watch event", "kind", ev.Kind, "key", ev.Key, "type", ev.Type, "error", err)
+		}
+		if r.synced {
+			s.cursor = ev.Cursor
+		}
+	case watcherv1.EventType_EVENT_TYPE_PROGRESS:
+		// Every event of our kinds up to its cursor has been
+		// delivered: the stream is caught up to there (the prober
+		// reads lastSeq), and a resume may start from it.
+		if r.synced {
+			s.cursor = ev.Cursor
+		}
+	default:
+		s.o.Logger.Warn("unknown watch event type; ignored", "type", ev.Type)
+	}
+	r.p.reached(s.o.Status)
+}
+
+// reset starts a list over: the watcher sends the whole view again.
+func (r *receiver) reset() {
+	r.synced = false
+	r.p.listing.Store(true)
+	r.s.cursor = nil
+	if r.listStart.IsZero() {
+		r.listStart = time.Now() // a RESET in the middle of a stream
+	}
+	r.s.h.Reset()
+}
+
+// listed ends a list (SYNCED): the view is whole as of the list's start.
+func (r *receiver) listed(ev *watcherv1.WatchResponse) {
+	s := r.s
+	r.synced = true
+	s.cursor = ev.Cursor
+	s.h.Synced()
+	if s.shard != nil {
+		// After Synced: the view holds the shard's claims now.
+		s.o.Shard.delivered(s.shard)
+	}
+	r.p.listing.Store(false)
+	// The list holds every event the watcher had when the stream was
+	// opened (or, mid-stream, when RESET came).
+	s.o.Status.markFresh(r.listStart)
+	r.listStart = time.Time{}
 }
 
 // probe checks replica w every ProbeInterval while its stream runs: it
