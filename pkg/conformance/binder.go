@@ -282,6 +282,8 @@ func checkPreBound(t *T) {
 	}
 }
 
+// checkListClaims checks ListClaims: a namespace's claims in key order,
+// in pages, by phase, and the whole list in key order; then ListVolumes.
 func checkListClaims(t *T) {
 	ns := t.namespace()
 	class := t.s.name("list")
@@ -302,24 +304,7 @@ func checkListClaims(t *T) {
 		}
 		return ""
 	})
-	var paged []string
-	token := ""
-	for range 10 {
-		resp, err := b.ListClaims(t.ctx, &binderv1.ListClaimsRequest{Namespace: ns, PageSize: 1, PageToken: token})
-		if err != nil {
-			t.Fatalf("ListClaims page: %s", describe(err))
-		}
-		if len(resp.GetClaims()) > 1 {
-			t.Errorf("ListClaims with page_size 1 answered %d claims", len(resp.GetClaims()))
-		}
-		paged = append(paged, claimKeys(resp.GetClaims())...)
-		if token = resp.GetNextPageToken(); token == "" {
-			break
-		}
-	}
-	if !slices.Equal(paged, want) {
-		t.Errorf("ListClaims in pages of 1: %v, want %v", paged, want)
-	}
+	checkClaimPages(t, b, ns, want)
 	for _, tc := range []struct {
 		phase string
 		want  []string
@@ -339,7 +324,13 @@ func checkListClaims(t *T) {
 	if keys := claimKeys(all.GetClaims()); !sort.StringsAreSorted(keys) {
 		t.Errorf("ListClaims is not in key order: %v", keys)
 	}
+	checkListVolumes(t, b, v)
+}
 
+// checkListVolumes checks ListVolumes' pages (in name order, each volume
+// once, v among them) and its phase filter, with v an unmatched, so
+// Available, volume.
+func checkListVolumes(t *T, b binderv1.BinderServiceClient, v *corev1.PersistentVolume) {
 	t.binderVolume(v.Name, func(bv *binderv1.Volume) string {
 		if bv.GetPhase() != "Available" {
 			return "phase " + bv.GetPhase()
@@ -347,7 +338,7 @@ func checkListClaims(t *T) {
 		return ""
 	})
 	var volumes []string
-	token = ""
+	token := ""
 	for pages := 0; ; pages++ {
 		if pages > 100000 {
 			t.Fatalf("ListVolumes pages do not end")
@@ -384,6 +375,29 @@ func checkListClaims(t *T) {
 		if got != tc.want {
 			t.Errorf("ListVolumes of phase %s lists Available volume %s: %v, want %v", tc.phase, v.Name, got, tc.want)
 		}
+	}
+}
+
+// checkClaimPages lists namespace ns's claims one a page and wants them
+// all, in key order.
+func checkClaimPages(t *T, b binderv1.BinderServiceClient, ns string, want []string) {
+	var paged []string
+	token := ""
+	for range 10 {
+		resp, err := b.ListClaims(t.ctx, &binderv1.ListClaimsRequest{Namespace: ns, PageSize: 1, PageToken: token})
+		if err != nil {
+			t.Fatalf("ListClaims page: %s", describe(err))
+		}
+		if len(resp.GetClaims()) > 1 {
+			t.Errorf("ListClaims with page_size 1 answered %d claims", len(resp.GetClaims()))
+		}
+		paged = append(paged, claimKeys(resp.GetClaims())...)
+		if token = resp.GetNextPageToken(); token == "" {
+			break
+		}
+	}
+	if !slices.Equal(paged, want) {
+		t.Errorf("ListClaims in pages of 1: %v, want %v", paged, want)
 	}
 }
 
