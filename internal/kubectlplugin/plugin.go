@@ -13,6 +13,8 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 	"k8s.io/cli-runtime/pkg/genericclioptions"
+
+	"github.com/volplane/volplane/pkg/version"
 )
 
 // Streams are where a run reads (match -f -, a prompt's answer) and
@@ -144,7 +146,10 @@ func NewCommand(s Streams) *cobra.Command {
 		SilenceErrors:     true,
 		SilenceUsage:      true,
 		ValidArgsFunction: cobra.NoFileCompletions,
+		// --version answers as every volplane binary does.
+		Version: version.Get().String(),
 	}
+	root.SetVersionTemplate("kubectl-volplane {{.Version}}\n")
 	root.SetIn(s.In)
 	root.SetOut(s.Out)
 	root.SetErr(s.ErrOut)

@@ -21,6 +21,8 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 	"sigs.k8s.io/yaml"
+
+	"github.com/volplane/volplane/pkg/version"
 )
 
 // fakeGateway answers like the gateway: claims in pages of the pageSize
@@ -365,5 +367,15 @@ func TestTokenFlag(t *testing.T) {
 	}
 	if !slices.Equal(f.auth, []string{"Bearer good"}) {
 		t.Errorf("sent %q, want the --token", f.auth)
+	}
+}
+
+// --version answers as every other volplane binary does (pkg/cmdutil's
+// TestEveryBinaryCommandLine): the name, then the build.
+func TestVersion(t *testing.T) {
+	out, _, err := run(t, "http://127.0.0.1:1", "--version")
+	want := "kubectl-volplane " + version.Get().String() + "\n"
+	if err != nil || out != want {
+		t.Errorf("--version: %q, %v; want %q", out, err, want)
 	}
 }
