@@ -385,7 +385,7 @@ func (c *controller) worker(ctx context.Context, q *queue, sync func(context.Con
 		case errors.Is(err, errGone), errors.Is(err, errNotOwner):
 			// The object is gone, or another replica has it now: nothing
 			// to retry here.
-			c.log.Debug("sync ended", "key", key, "reason", err)
+			c.log.Debug("sync ended", "key", key, "uid", c.uidOf(q, key), "reason", err)
 			q.forget(key)
 		default:
 			reason := retryReason(err)
@@ -402,6 +402,22 @@ func (c *controller) worker(ctx context.Context, q *queue, sync func(context.Con
 		}
 		q.Done(key)
 	}
+}
+
+// uidOf is the UID of the claim or volume key names as the cache has it
+// now, empty when it has none: with the key it tells a recreated object
+// from the one a log line was about.
+func (c *controller) uidOf(q *queue, key string) string {
+	if q == c.claimQueue {
+		if cl := c.store.claim(key); cl != nil {
+			return string(cl.UID)
+		}
+		return ""
+	}
+	if v := c.store.volume(key); v != nil {
+		return string(v.UID)
+	}
+	return ""
 }
 
 func (c *controller) syncClaimKey(ctx context.Context, key string) error {
