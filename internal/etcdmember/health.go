@@ -34,6 +34,14 @@ var (
 		Name: "volplane_etcd_member_quorum_recoveries_total",
 		Help: "Restarts as a cluster of one (--force-new-cluster) after the quorum was lost with every other member's data.",
 	})
+	noSpaceAlarm = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "volplane_etcd_member_nospace_alarm",
+		Help: "1 while etcd's NOSPACE alarm is raised (every write refused), as this member's last maintenance pass saw it.",
+	})
+	noSpaceAlarms = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "volplane_etcd_member_nospace_alarms_total",
+		Help: "NOSPACE alarms this member's entrypoint saw raised.",
+	})
 	waiting = prometheus.NewGauge(prometheus.GaugeOpts{
 		Name: "volplane_etcd_member_waiting",
 		Help: "1 while the member waits (for its peers, or for a quorum) before starting etcd.",
@@ -41,7 +49,7 @@ var (
 )
 
 func init() {
-	prometheus.MustRegister(defragmentations, alarmDisarms, replacements, quorumRecoveries, waiting)
+	prometheus.MustRegister(defragmentations, alarmDisarms, noSpaceAlarm, noSpaceAlarms, replacements, quorumRecoveries, waiting)
 }
 
 // healthHandler serves /metrics always, and etcd's own /health, /livez

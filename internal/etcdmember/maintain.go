@@ -54,7 +54,9 @@ func (r *runner) maintain(ctx context.Context, e *embed.Etcd, local, cluster *cl
 		}
 	}
 	if len(noSpace) > 0 {
+		noSpaceAlarm.Set(1)
 		if !r.alarmSeen {
+			noSpaceAlarms.Inc()
 			r.log.Error("etcd's NOSPACE alarm is raised: every write is refused; compacting, defragmenting member by member, then disarming",
 				"db_size", st.DbSize, "db_in_use", st.DbSizeInUse, "quota", r.o.QuotaBackendBytes)
 		}
@@ -65,6 +67,7 @@ func (r *runner) maintain(ctx context.Context, e *embed.Etcd, local, cluster *cl
 			return
 		}
 	} else {
+		noSpaceAlarm.Set(0)
 		r.alarmSeen = false
 	}
 	if shouldDefrag(dbStatus{Size: st.DbSize, InUse: st.DbSizeInUse}, len(noSpace) > 0, r.o.DefragMinFreeBytes, r.o.DefragFreeRatio) &&

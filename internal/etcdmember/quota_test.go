@@ -97,11 +97,17 @@ func TestTheNoSpaceAlarmTripsIsReportedAndRecovers(t *testing.T) {
 		t.Error("volplane did not log the alarm cleared")
 	}
 	code, body := get(t, c.metricsURL(0)+"/metrics")
-	for _, m := range []string{"volplane_etcd_member_alarm_disarms_total", "volplane_etcd_member_defragmentations_total", "etcd_mvcc_db_total_size_in_bytes"} {
+	for _, m := range []string{"volplane_etcd_member_alarm_disarms_total", "volplane_etcd_member_nospace_alarms_total", "volplane_etcd_member_defragmentations_total", "etcd_mvcc_db_total_size_in_bytes"} {
 		if code != http.StatusOK || !regexp.MustCompile(fmt.Sprintf(`(?m)^%s [1-9]`, m)).MatchString(body) {
 			t.Errorf("/metrics (%d): no %s above 0", code, m)
 		}
 	}
+	eventually(t, time.Minute, func() string {
+		if _, body := get(t, c.metricsURL(0)+"/metrics"); !regexp.MustCompile(`(?m)^volplane_etcd_member_nospace_alarm 0$`).MatchString(body) {
+			return "volplane_etcd_member_nospace_alarm is not 0 after the recovery"
+		}
+		return ""
+	})
 	st, err := cli.Status(ctx, c.clientURLs()[0])
 	if err != nil || st.DbSize >= quota/2 {
 		t.Errorf("database after the recovery: %v bytes, %v", st.DbSize, err)
