@@ -62,13 +62,14 @@ type Options struct {
 	// previous owner has stopped (--ownership-settle); 0 means
 	// DefaultOwnershipSettle.
 	OwnershipSettle time.Duration
-	// ClaimsByShard asks the watcher for this replica's shard of the
-	// claims only (--claims-by-shard, DefaultClaimsByShard in the
-	// command), so that each replica's CPU and memory for claims fall as
-	// 1/B; ListClaims then asks every replica for its shard (fanout.go).
-	// False: the cache holds every claim and any replica answers
-	// ListClaims alone.
-	ClaimsByShard bool
+	// AllClaims makes this replica cache every claim, and answer
+	// ListClaims alone (--claims-by-shard=false). The default, false, is
+	// how the binder ships (DefaultClaimsByShard): it asks the watcher for
+	// this replica's shard of the claims only, so that each replica's CPU
+	// and memory for claims fall as 1/B, and ListClaims asks every replica
+	// for its shard (fanout.go). The zero value is the shipped one, so
+	// that every harness that starts a binder in process runs it sharded.
+	AllClaims bool
 	// ForeignBinderManagers are the field managers of other binders whose
 	// binding writes to the claims and volumes this replica owns it
 	// reports (foreign.go; --foreign-binder-managers); nil means
@@ -202,7 +203,7 @@ func Run(ctx context.Context, o Options) error {
 		defer reporting.CompareAndSwap(c, nil)
 	}
 	own := newOwnership(o.MemberID, o.OwnershipSettle)
-	if o.ClaimsByShard {
+	if !o.AllClaims {
 		// The watcher sends this replica the claims of its shard only.
 		c.shard = watchclient.NewShard()
 		c.streams = c.shard.Streams

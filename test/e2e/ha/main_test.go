@@ -168,9 +168,6 @@ func run(m *testing.M) int {
 			ReclaimerAddress:   recl.addr,
 			ProvisionerAddress: prov.addr,
 			ResyncPeriod:       10 * time.Minute,
-			// The binder command's default: the watcher failovers
-			// here are proven with the claims' stream filtered.
-			ClaimsByShard: binder.DefaultClaimsByShard,
 		})
 	})
 	for _, s := range []*service{watchers[0], watchers[1], prov, recl, bind} {

@@ -123,11 +123,6 @@ func startBinder(t *testing.T, id string) *replica {
 			Options:        startup.Options{Kubeconfig: env.Kubeconfig, EtcdEndpoints: env.EtcdEndpoints, Etcd: env.EtcdSecurity, Listen: addr, TLS: cl.TLS("binder"), MemberID: id, Logger: logger(id)},
 			WatcherAddress: watcherAddr,
 			ResyncPeriod:   10 * time.Minute,
-			// Every replica of these tests holds only its shard's
-			// claims (the binder command's default), so that sharing
-			// the work, taking over and listing are proven with the
-			// stream filtered.
-			ClaimsByShard: true,
 		})
 	}()
 	t.Cleanup(r.stop)

@@ -34,7 +34,7 @@ func main() {
 	fs.DurationVar(&o.RetryIntervalStart, "retry-interval-start", binder.DefaultRetryIntervalStart, "initial retry interval of failed provisioning of a claim; it doubles with each failure, up to --retry-interval-max (external-provisioner's flag)")
 	fs.DurationVar(&o.RetryIntervalMax, "retry-interval-max", binder.DefaultRetryIntervalMax, "maximum retry interval of failed provisioning of a claim (external-provisioner's flag)")
 	fs.DurationVar(&o.ResyncPeriod, "resync-period", binder.DefaultResyncPeriod, "how often every claim and volume is synced again; 0 disables")
-	fs.BoolVar(&o.ClaimsByShard, "claims-by-shard", binder.DefaultClaimsByShard, "ask the watcher for this replica's shard of the claims only, so that replicas divide the claims' CPU and memory (ListClaims then asks every replica for its shard); false: every replica caches every claim")
+	byShard := fs.Bool("claims-by-shard", binder.DefaultClaimsByShard, "ask the watcher for this replica's shard of the claims only, so that replicas divide the claims' CPU and memory (ListClaims then asks every replica for its shard); false: every replica caches every claim")
 	fs.DurationVar(&o.OwnershipSettle, "ownership-settle", binder.DefaultOwnershipSettle, "how long the replica waits before acting on a claim or volume it gains (ring change, new etcd session, start), so that the previous owner has stopped")
 	foreign := append([]string{}, binder.DefaultForeignBinderManagers...)
 	fs.Var(cmdutil.NewList(&foreign, "strings"), "foreign-binder-managers", "field managers of other binders (kube-controller-manager's PV binder left on): their binding writes to this replica's claims and volumes are reported as a ForeignBinder Event, volplane_binder_foreign_binds_total and a warning; empty reports none")
@@ -42,6 +42,7 @@ func main() {
 	logging := cmd.LogFlags()
 	os.Exit(cmd.Run(logging, func(ctx context.Context, log *slog.Logger) error {
 		o.WatcherAddress = strings.Join(watchers, ",")
+		o.AllClaims = !*byShard
 		o.ForeignBinderManagers = append([]string{}, foreign...) // empty, not nil: none
 		o.Logger = log
 		return binder.Run(ctx, o)
