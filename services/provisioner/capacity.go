@@ -13,18 +13,6 @@ import (
 	"github.com/volplane/volplane/services/provisioner/capacity"
 )
 
-// Storage capacity tracking is package capacity; these names stay for
-// the provisioner's callers.
-type CapacityOptions = capacity.Options
-
-// Labels and defaults of capacity tracking (package capacity).
-const (
-	LabelDriverName             = capacity.LabelDriverName
-	LabelManagedBy              = capacity.LabelManagedBy
-	DefaultCapacityPollInterval = capacity.DefaultPollInterval
-	DefaultCapacityManagedBy    = capacity.DefaultManagedBy
-)
-
 // capacityDrivers is what capacity tracking asks of the drivers served
 // and of their nodes' topology.
 type capacityDrivers struct {

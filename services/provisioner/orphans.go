@@ -20,10 +20,6 @@ import (
 	"github.com/volplane/volplane/services/provisioner/orphans"
 )
 
-// DefaultOrphanScanPeriod is how often the orphan gauge is refreshed
-// (package orphans).
-const DefaultOrphanScanPeriod = orphans.DefaultScanPeriod
-
 // orphanDrivers is what the orphan scan asks of the drivers served.
 type orphanDrivers struct{ p *provisioner }
 

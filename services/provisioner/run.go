@@ -31,6 +31,7 @@ import (
 	"github.com/volplane/volplane/pkg/watchclient"
 	provisionerv1 "github.com/volplane/volplane/proto/volplane/provisioner/v1"
 	"github.com/volplane/volplane/services/provisioner/capacity"
+	"github.com/volplane/volplane/services/provisioner/orphans"
 )
 
 // Service is the provisioner's name in etcd membership.
@@ -96,7 +97,7 @@ type Options struct {
 	Capacity capacity.Options
 	// OrphanScanPeriod is how often the orphan report is made to refresh
 	// volplane_provisioner_orphans (package orphans); default
-	// DefaultOrphanScanPeriod, negative never (only ListOrphans does).
+	// orphans.DefaultScanPeriod, negative never (only ListOrphans does).
 	OrphanScanPeriod time.Duration
 	// AllowVolumeModeConversion lets a claim restored from a
 	// VolumeSnapshot have another volume mode than the snapshot's source
@@ -196,7 +197,7 @@ func (o *Options) validate() error {
 		errs = append(errs, err)
 	}
 	if o.OrphanScanPeriod == 0 {
-		o.OrphanScanPeriod = DefaultOrphanScanPeriod
+		o.OrphanScanPeriod = orphans.DefaultScanPeriod
 	}
 	switch {
 	case o.StaleAfter < 0:

@@ -16,7 +16,7 @@ import (
 	"github.com/volplane/volplane/internal/devcsi"
 	"github.com/volplane/volplane/pkg/kube"
 	provisionerv1 "github.com/volplane/volplane/proto/volplane/provisioner/v1"
-	"github.com/volplane/volplane/services/provisioner"
+	"github.com/volplane/volplane/services/provisioner/capacity"
 	"github.com/volplane/volplane/test/harness/e2e"
 )
 
@@ -96,7 +96,7 @@ func TestCapacityIsPublishedAndAFullSegmentIsNotProvisioned(t *testing.T) {
 	if !strings.HasPrefix(csc.Name, "csisc-") || csc.GenerateName != "csisc-" {
 		t.Errorf("name %q (generateName %q), want generated from csisc-", csc.Name, csc.GenerateName)
 	}
-	if csc.Labels[provisioner.LabelDriverName] != driverName || csc.Labels[provisioner.LabelManagedBy] != provisioner.DefaultCapacityManagedBy {
+	if csc.Labels[capacity.LabelDriverName] != driverName || csc.Labels[capacity.LabelManagedBy] != capacity.DefaultManagedBy {
 		t.Errorf("labels %v", csc.Labels)
 	}
 	if csc.StorageClassName != sc.Name || csc.NodeTopology == nil || len(csc.NodeTopology.MatchLabels) != 1 ||

@@ -26,6 +26,7 @@ import (
 	"github.com/volplane/volplane/pkg/replica"
 	"github.com/volplane/volplane/services/binder"
 	"github.com/volplane/volplane/services/provisioner"
+	"github.com/volplane/volplane/services/provisioner/capacity"
 	"github.com/volplane/volplane/services/reclaimer"
 	"github.com/volplane/volplane/services/watcher"
 	"github.com/volplane/volplane/test/harness/devenv"
@@ -139,7 +140,7 @@ func run(m *testing.M) int {
 			FeatureGates:                provisioner.FeatureGates{provisioner.GateCrossNamespaceVolumeDataSource: true},
 			// The poll is slow, so capacity_test.go proves the refresh
 			// after each CreateVolume and DeleteVolume.
-			Capacity: provisioner.CapacityOptions{Enabled: true, Namespace: capacityNamespace, PollInterval: 10 * time.Minute},
+			Capacity: capacity.Options{Enabled: true, Namespace: capacityNamespace, PollInterval: 10 * time.Minute},
 		})
 	}()
 	go func() {

@@ -11,6 +11,8 @@ import (
 
 	"github.com/volplane/volplane/pkg/cmdutil"
 	"github.com/volplane/volplane/services/provisioner"
+	"github.com/volplane/volplane/services/provisioner/capacity"
+	"github.com/volplane/volplane/services/provisioner/orphans"
 )
 
 const description = `provisioner is a replica of volplane's provisioner, in the place of
@@ -41,7 +43,7 @@ func main() {
 	var watchers []string
 	fs.Var(cmdutil.NewList(&watchers, "addresses"), "watcher-address", "gRPC address of the watcher service; repeat the flag or separate addresses with commas for several watcher replicas. When set, claims and StorageClasses come from the watcher's stream instead of the provisioner's own watches on the API server; empty: its own watches")
 	fs.DurationVar(&o.StaleAfter, "watcher-stale-after", provisioner.DefaultStaleAfter, "how long without a live, caught-up watcher stream before the provisioner stops trusting its stream-fed cache and reads claims and classes from the API server; at least 2s")
-	fs.DurationVar(&o.OrphanScanPeriod, "orphan-scan-period", provisioner.DefaultOrphanScanPeriod, "how often the orphan report refreshes volplane_provisioner_orphans; negative: only when asked (GET /v1/orphans)")
+	fs.DurationVar(&o.OrphanScanPeriod, "orphan-scan-period", orphans.DefaultScanPeriod, "how often the orphan report refreshes volplane_provisioner_orphans; negative: only when asked (GET /v1/orphans)")
 	sa := cmd.Flags("Standalone mode (managed clusters)")
 	sa.BoolVar(&o.Standalone, "standalone", false, "run without volplane's binder, beside kube-controller-manager's: provision every claim whose volume.kubernetes.io/storage-provisioner annotation names a served driver, as external-provisioner does; kube-controller-manager binds the PVs")
 	sa.IntVar(&o.StandaloneWorkers, "worker-threads", provisioner.DefaultStandaloneWorkers, "with --standalone: claims provisioned at once (external-provisioner's flag)")
@@ -49,9 +51,9 @@ func main() {
 	sa.DurationVar(&o.RetryIntervalMax, "retry-interval-max", provisioner.DefaultRetryIntervalMax, "with --standalone: longest delay between provisioning attempts of a claim")
 	cap := cmd.Flags("Storage capacity")
 	cap.BoolVar(&o.Capacity.Enabled, "enable-capacity", false, "publish CSIStorageCapacity objects for drivers with GET_CAPACITY, per topology segment and StorageClass, as external-provisioner does")
-	cap.DurationVar(&o.Capacity.PollInterval, "capacity-poll-interval", provisioner.DefaultCapacityPollInterval, "how often every CSIStorageCapacity object is refreshed (also after each volume created or deleted)")
+	cap.DurationVar(&o.Capacity.PollInterval, "capacity-poll-interval", capacity.DefaultPollInterval, "how often every CSIStorageCapacity object is refreshed (also after each volume created or deleted)")
 	cap.StringVar(&o.Capacity.Namespace, "capacity-namespace", os.Getenv("POD_NAMESPACE"), "namespace of the CSIStorageCapacity objects; defaults to $POD_NAMESPACE")
-	cap.StringVar(&o.Capacity.ManagedBy, "capacity-managed-by", provisioner.DefaultCapacityManagedBy, "csi.storage.k8s.io/managed-by label of the objects this provisioner owns (external-provisioner to adopt external-provisioner's)")
+	cap.StringVar(&o.Capacity.ManagedBy, "capacity-managed-by", capacity.DefaultManagedBy, "csi.storage.k8s.io/managed-by label of the objects this provisioner owns (external-provisioner to adopt external-provisioner's)")
 	cap.StringVar(&o.Capacity.Owner, "capacity-owner", "", "Kind/name (Deployment, StatefulSet, DaemonSet, ReplicaSet) in --capacity-namespace that owns the objects, so deleting it removes them; empty sets no owner")
 	cap.BoolVar(&o.Capacity.ForImmediateBinding, "capacity-for-immediate-binding", false, "also publish for StorageClasses with Immediate binding")
 	o.AddFlags(cmd, "127.0.0.1:7703", "the operation journal")
