@@ -17,8 +17,9 @@ import (
 // finalizer of volumes a non-migrated in-tree plugin provisioned. Objects of
 // CSI and external provisioners need no write.
 
-// annealClaim sets or removes the claim's migrated-to annotation.
-func (c *controller) annealClaim(ctx context.Context, claim *corev1.PersistentVolumeClaim) (*corev1.PersistentVolumeClaim, error) {
+// updateClaimMigrationAnnotations sets or removes the claim's migrated-to
+// annotation (upstream's function of the same name, pv_controller_base.go).
+func (c *controller) updateClaimMigrationAnnotations(ctx context.Context, claim *corev1.PersistentVolumeClaim) (*corev1.PersistentVolumeClaim, error) {
 	if !inTree(claim.Annotations, kube.AnnStorageProvisioner, kube.AnnBetaStorageProvisioner) {
 		return claim, nil // the common case, without a copy
 	}
@@ -31,14 +32,15 @@ func (c *controller) annealClaim(ctx context.Context, claim *corev1.PersistentVo
 	}
 	updated, err := c.client.CoreV1().PersistentVolumeClaims(claim.Namespace).Update(ctx, clone, metav1.UpdateOptions{})
 	if err != nil {
-		return nil, c.claimWriteFailed(claim, err, "anneal migration annotations of claim %s", claimKey(claim))
+		return nil, c.claimWriteFailed(claim, err, "update migration annotations of claim %s", claimKey(claim))
 	}
 	return c.store.refreshClaim(updated), nil
 }
 
-// annealVolume sets or removes the volume's migrated-to annotation and its
-// in-tree deletion finalizers.
-func (c *controller) annealVolume(ctx context.Context, volume *corev1.PersistentVolume) (*corev1.PersistentVolume, error) {
+// updateVolumeMigrationAnnotationsAndFinalizers sets or removes the
+// volume's migrated-to annotation and its in-tree deletion finalizers
+// (upstream's function of the same name).
+func (c *controller) updateVolumeMigrationAnnotationsAndFinalizers(ctx context.Context, volume *corev1.PersistentVolume) (*corev1.PersistentVolume, error) {
 	if !inTree(volume.Annotations, kube.AnnDynamicallyProvisioned) {
 		return volume, nil // the common case, without a copy
 	}
@@ -54,12 +56,12 @@ func (c *controller) annealVolume(ctx context.Context, volume *corev1.Persistent
 	}
 	updated, err := c.client.CoreV1().PersistentVolumes().Update(ctx, clone, metav1.UpdateOptions{})
 	if err != nil {
-		return nil, c.volumeWriteFailed(volume, err, "anneal migration annotations or finalizers of volume %s", volume.Name)
+		return nil, c.volumeWriteFailed(volume, err, "update migration annotations or finalizers of volume %s", volume.Name)
 	}
 	return c.store.refreshVolume(updated), nil
 }
 
-// inTree reports whether an object may need annealing: one of its
+// inTree reports whether an object may need updating: one of its
 // provisioner annotations names an in-tree plugin, or it carries
 // migrated-to (which may have to go).
 func inTree(ann map[string]string, keys ...string) bool {

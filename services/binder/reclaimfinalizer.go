@@ -39,9 +39,9 @@ func reclaimFinalizers(v *corev1.PersistentVolume, s served.Set) ([]string, bool
 	return s.ProtectionFinalizers(v)
 }
 
-// annealReclaimFinalizer writes reclaimFinalizers' answer, if it changes
+// updateReclaimFinalizer writes reclaimFinalizers' answer, if it changes
 // anything.
-func (c *controller) annealReclaimFinalizer(ctx context.Context, volume *corev1.PersistentVolume) (*corev1.PersistentVolume, error) {
+func (c *controller) updateReclaimFinalizer(ctx context.Context, volume *corev1.PersistentVolume) (*corev1.PersistentVolume, error) {
 	if c.served == nil {
 		return volume, nil
 	}

@@ -26,7 +26,7 @@ import (
 // idempotent and reads only the cache, except where noted.
 func (c *controller) syncClaim(ctx context.Context, claim *corev1.PersistentVolumeClaim) error {
 	ctx = forObject(ctx, "pvc/"+claimKey(claim))
-	claim, err := c.annealClaim(ctx, claim)
+	claim, err := c.updateClaimMigrationAnnotations(ctx, claim)
 	if err != nil {
 		return err
 	}
@@ -83,11 +83,11 @@ func (c *controller) act(ctx context.Context, claim *corev1.PersistentVolumeClai
 // syncVolume brings one volume's phase in line with its claim.
 func (c *controller) syncVolume(ctx context.Context, volume *corev1.PersistentVolume) error {
 	ctx = forObject(ctx, volumeOwnerKey(volume))
-	volume, err := c.annealVolume(ctx, volume)
+	volume, err := c.updateVolumeMigrationAnnotationsAndFinalizers(ctx, volume)
 	if err != nil {
 		return err
 	}
-	if volume, err = c.annealReclaimFinalizer(ctx, volume); err != nil {
+	if volume, err = c.updateReclaimFinalizer(ctx, volume); err != nil {
 		return err
 	}
 	ref := volume.Spec.ClaimRef
