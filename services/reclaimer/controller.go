@@ -156,10 +156,18 @@ func (c *controller) reclaim(ctx context.Context, v *corev1.PersistentVolume) (*
 		return nil, &preconditionError{fmt.Sprintf("volume %q has reclaim policy %q: set spec.persistentVolumeReclaimPolicy to Retain, Recycle or Delete",
 			v.Name, v.Spec.PersistentVolumeReclaimPolicy)}
 	}
-	if r := c.current(v); r != nil {
+	r := c.current(v)
+	if r != nil && r.State != reclaimerv1.State_STATE_SKIPPED {
 		return r, nil
 	}
+	// A SKIPPED volume is another deleter's only as long as volplane
+	// serves none of its names: planned again (from the served drivers'
+	// cache), it is reclaimed as soon as a driver that serves it is added,
+	// not RecordTTL later.
 	p := c.plan(ctx, v)
+	if r != nil && p.state == reclaimerv1.State_STATE_SKIPPED {
+		return r, nil
+	}
 	if !p.acts() {
 		r := c.newRecord(v, p)
 		c.remember(r)

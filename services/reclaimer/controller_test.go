@@ -255,6 +255,31 @@ func TestDeleteLeftToOtherDeleters(t *testing.T) {
 	}
 }
 
+// A volume SKIPPED as another deleter's is reclaimed as soon as the
+// provisioner serves its driver, not when the record of the skip expires
+// (RecordTTL, 10 minutes by default): issue 39's loose end.
+func TestSkippedVolumeReclaimedOnceItsDriverIsServed(t *testing.T) {
+	kc, j, p := newFakeCluster(), newFakeJournal(), servedDev()
+	r := newReplica(t, "me", kc, j, p, config{ttl: time.Hour})
+	v := releasedPV("pvc-ebs", corev1.PersistentVolumeReclaimDelete, withCSI("ebs.csi.aws.com"), withProvisionedBy("ebs.csi.aws.com"))
+	kc.addPV(v)
+	if rec := r.start(t, v); rec.State != reclaimerv1.State_STATE_SKIPPED {
+		t.Fatalf("before the driver is served: %v", rec)
+	}
+	if rec := r.start(t, v); rec.State != reclaimerv1.State_STATE_SKIPPED || j.len() != 0 {
+		t.Fatalf("asked again, nothing changed: %v, journal %d", rec, j.len())
+	}
+	p.mu.Lock()
+	p.drivers = append(p.drivers, &provisionerv1.Driver{DriverName: "ebs.csi.aws.com", ProvisionerName: "ebs.csi.aws.com", Ready: true})
+	p.mu.Unlock()
+	r.drivers.Refresh(t.Context()) // the served drivers' next refresh
+	p.answer(&provisionerv1.DeleteVolumeResponse{Outcome: provisionerv1.Outcome_OUTCOME_FINISHED}, nil)
+	rec := r.start(t, v)
+	if rec.State != reclaimerv1.State_STATE_PENDING || j.len() != 1 {
+		t.Fatalf("once the driver is served: %v, journal %d; want a PENDING, journaled reclaim", rec, j.len())
+	}
+}
+
 // The short chaos run's lost Delete volume: a claim deleted while the CSI
 // driver restarts. The provisioner then lists the driver's endpoint
 // without a name (GetPluginInfo fails), so the volume's driver was missing
