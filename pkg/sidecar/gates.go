@@ -47,12 +47,14 @@ type Gate struct {
 
 // Gates are every gate csi-provisioner v6.3.0's --feature-gates accepts:
 // its own four (pkg/features), component-base's AllAlpha and AllBeta, and
-// the gates of k8s.io/apiserver v0.36.1 its binary links (GA and
-// deprecated ones included, which its --help hides). The apiserver's gates
-// change nothing in csi-provisioner, which serves no API. Generated from
-// the module at the tag: utilfeature.DefaultMutableFeatureGate.GetAll()
-// with external-provisioner's pkg/features and k8s.io/apiserver's
-// pkg/features imported; a test checks each against the pinned binary.
+// those that k8s.io/apiserver v0.36.1 and component-base's metrics, which
+// its binary links, register (GA and deprecated ones included, which its
+// --help hides). Those others change nothing that volplane does for
+// csi-provisioner (NativeHistograms only the format of its own metrics).
+// Generated from the module at the tag: the resolved
+// utilfeature.DefaultMutableFeatureGate.GetAll() of a program importing
+// what cmd/csi-provisioner imports; a test checks each gate against the
+// pinned binary.
 var Gates = []Gate{
 	{"APIResponseCompression", Beta, true, false},
 	{"APIServerIdentity", Beta, true, false},
@@ -82,6 +84,7 @@ var Gates = []Gate{
 	{"ListFromCacheSnapshot", Beta, true, false},
 	{"ManifestBasedAdmissionControlConfig", Alpha, false, false},
 	{"MutatingAdmissionPolicy", GA, true, false},
+	{"NativeHistograms", Alpha, false, false},
 	{"OpenAPIEnums", Beta, true, false},
 	{"ReleaseLeaderElectionOnExit", Alpha, false, false},
 	{"RemoteRequestHeaderUID", Beta, true, false},
