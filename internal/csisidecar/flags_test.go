@@ -192,7 +192,6 @@ func TestRefusalsNameTheirFlag(t *testing.T) {
 		want string
 	}{
 		{[]string{"--node-deployment"}, "--node-deployment=true"},
-		{[]string{"--controller-publish-readonly=true"}, "--controller-publish-readonly=true"},
 		{[]string{"--volume-name-uuid-length=0"}, "--volume-name-uuid-length=0"},
 		{[]string{"--volume-name-uuid-length=33"}, "--volume-name-uuid-length=33"},
 		{[]string{"--http-endpoint=:8080", "--metrics-address=:8081"}, "--metrics-address"},

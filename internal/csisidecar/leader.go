@@ -19,6 +19,8 @@ import (
 	"k8s.io/client-go/tools/leaderelection"
 	"k8s.io/client-go/tools/leaderelection/resourcelock"
 	"k8s.io/client-go/tools/record"
+
+	"github.com/volplane/volplane/pkg/sidecar"
 )
 
 // leaderHealthTimeout is how long past a missed renewal the
@@ -77,7 +79,7 @@ type leader struct {
 // newLeader prepares the lock; mux, when set, gets the lock's health
 // check at /healthz/leader-election as csi-lib-utils adds it.
 func newLeader(client kubernetes.Interface, o Options, mux *http.ServeMux) *leader {
-	l := &leader{client: client, opts: o.Provisioner, release: o.Settings.FeatureGates["ReleaseLeaderElectionOnExit"]}
+	l := &leader{client: client, opts: o.Provisioner, release: sidecar.GateEnabled(o.Settings.FeatureGates, sidecar.GateReleaseLeaderElectionOnExit)}
 	l.health = leaderelection.NewLeaderHealthzAdaptor(leaderHealthTimeout)
 	if mux != nil {
 		mux.HandleFunc("/healthz/leader-election", func(w http.ResponseWriter, r *http.Request) {

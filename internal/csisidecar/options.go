@@ -116,6 +116,7 @@ func (o *Options) carry() {
 	prevent := o.Provisioner.PreventVolumeModeConversion
 	o.Settings.PreventVolumeModeConversion = &prevent
 	o.Settings.Timeout = o.Provisioner.Timeout
+	o.Settings.ControllerPublishReadOnly = o.Provisioner.PublishReadOnly
 	if len(o.Settings.FeatureGates) == 0 {
 		o.Settings.FeatureGates = nil
 	}
@@ -131,8 +132,8 @@ func (o Options) Refusals() []error {
 	if p.NodeDeployment {
 		refuse("--node-deployment=true is refused: volplane has no per-node (distributed) provisioning yet; keep csi-provisioner in this driver's DaemonSet")
 	}
-	if p.PublishReadOnly {
-		refuse("--controller-publish-readonly=true is refused: volplane's provisioner does not mark ReadOnlyMany volumes read-only; keep csi-provisioner for this driver, or drop the flag")
+	if err := sidecar.CheckGates(o.Settings.FeatureGates); err != nil {
+		refuse("--feature-gates is refused, as csi-provisioner %s refuses it: %v", ProvisionerVersion, err)
 	}
 	if n := p.UUIDLength; n != -1 && (n < 1 || n > 32) {
 		refuse("--volume-name-uuid-length=%d is refused: want -1 (the whole UID) or 1 to 32 characters", n)

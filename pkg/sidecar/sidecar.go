@@ -98,6 +98,10 @@ type Settings struct {
 	PreventVolumeModeConversion *bool `json:"preventVolumeModeConversion,omitempty"`
 	// FeatureGates are csi-provisioner's --feature-gates as given.
 	FeatureGates map[string]bool `json:"featureGates,omitempty"`
+	// ControllerPublishReadOnly is --controller-publish-readonly: the PV
+	// of a claim whose only access mode is ReadOnlyMany gets
+	// spec.csi.readOnly.
+	ControllerPublishReadOnly bool `json:"controllerPublishReadOnly,omitempty"`
 }
 
 // RegistrationName is the name of the Lease that registers pod.

@@ -118,7 +118,7 @@ func TestFeatureGates(t *testing.T) {
 		{"on", []string{"CrossNamespaceVolumeDataSource=true"}, true, ""},
 		{"spaces and commas", []string{" CrossNamespaceVolumeDataSource = true ,"}, true, ""},
 		{"last wins", []string{"CrossNamespaceVolumeDataSource=true", "CrossNamespaceVolumeDataSource=false"}, false, ""},
-		{"unknown gate", []string{"Topology=true"}, false, "unrecognized feature gate: Topology"},
+		{"unknown gate", []string{"HonorPVReclaimPolicy=true"}, false, "unrecognized feature gate: HonorPVReclaimPolicy"},
 		{"no value", []string{"CrossNamespaceVolumeDataSource"}, false, "missing bool value"},
 		{"not a bool", []string{"CrossNamespaceVolumeDataSource=yes"}, false, "invalid value of feature gate"},
 	} {

@@ -3,9 +3,7 @@ package provisioner
 import (
 	"context"
 	"fmt"
-	"maps"
 	"reflect"
-	"slices"
 	"strings"
 	"time"
 
@@ -97,45 +95,31 @@ func sidecarSettings(eps []*sidecarEndpoint, gates FeatureGates, allowModeConver
 // unsupportedSettings names the sidecar flags (with their values) that
 // volplane's provisioner cannot honour for one driver, "" when none:
 // gates and allowModeConversion are the provisioner's own, which apply to
-// every driver.
+// every driver. The other settings are honoured per driver.
 func unsupportedSettings(s sidecar.Settings, gates FeatureGates, allowModeConversion bool) string {
 	var bad []string
-	if n := s.VolumeNameUUIDLength; n != 0 && n != -1 {
-		bad = append(bad, fmt.Sprintf("--volume-name-uuid-length=%d, which volplane does not honour (it names volumes <prefix>-<claim UID>, the whole UID)", n))
-	}
-	if s.ImmediateTopology != nil && !*s.ImmediateTopology {
-		bad = append(bad, "--immediate-topology=false, which volplane does not honour (an Immediate claim asks for every segment of the driver)")
+	if n := s.VolumeNameUUIDLength; n < -1 || n > MaxVolumeNameUUIDLength {
+		bad = append(bad, fmt.Sprintf("--volume-name-uuid-length=%d, which csi-provisioner would not run with (-1, or 1 to %d)", n, MaxVolumeNameUUIDLength))
 	}
 	if p := s.PreventVolumeModeConversion; p != nil && *p == allowModeConversion {
 		bad = append(bad, fmt.Sprintf("--prevent-volume-mode-conversion=%t, which volplane's provisioner runs with %t for every driver (its --prevent-volume-mode-conversion)", *p, !allowModeConversion))
 	}
-	for _, name := range slices.Sorted(maps.Keys(s.FeatureGates)) {
-		if why := sidecarGate(name, s.FeatureGates[name], gates); why != "" {
-			bad = append(bad, why)
-		}
+	if err := sidecar.CheckGates(s.FeatureGates); err != nil {
+		g := FeatureGates(s.FeatureGates)
+		bad = append(bad, fmt.Sprintf("--feature-gates=%s, which csi-provisioner v6.3.0 refuses: %v", g.String(), err))
+	} else if on := sidecar.GateEnabled(s.FeatureGates, GateCrossNamespaceVolumeDataSource); on != gates.Enabled(GateCrossNamespaceVolumeDataSource) {
+		bad = append(bad, fmt.Sprintf("%s %s, which volplane's provisioner runs %s for every driver (its --feature-gates)",
+			GateCrossNamespaceVolumeDataSource, onOff(on), onOff(!on)))
 	}
 	return strings.Join(bad, "; ")
 }
 
-// sidecarGate says why a csi-provisioner feature gate on a sidecar's
-// command line cannot be honoured, "" when it can.
-func sidecarGate(name string, on bool, gates FeatureGates) string {
-	flag := fmt.Sprintf("--feature-gates=%s=%t", name, on)
-	switch name {
-	case "Topology", "VolumeAttributesClass":
-		if !on {
-			return flag + ", which volplane does not honour (it is always on here)"
-		}
-	case "ReleaseLeaderElectionOnExit":
-		// The sidecar's own leader election: nothing for the provisioner.
-	case GateCrossNamespaceVolumeDataSource:
-		if on != gates.Enabled(name) {
-			return fmt.Sprintf("%s, which volplane's provisioner runs with %t for every driver (its --feature-gates)", flag, gates.Enabled(name))
-		}
-	default:
-		return flag + ", a feature gate volplane does not know"
+// onOff words a gate's state.
+func onOff(on bool) string {
+	if on {
+		return "on"
 	}
-	return ""
+	return "off"
 }
 
 // markSidecarClashes refuses a discovered driver whose CSI or provisioner
@@ -239,25 +223,13 @@ func (p *provisioner) timeoutFor(d *driver) time.Duration {
 }
 
 // volumeNameFor is the name of claim's volume as provisioned for class:
-// with its driver's prefix (the provisioner's when no driver serves the
+// with its driver's naming (the provisioner's when no driver serves the
 // class).
 func (p *provisioner) volumeNameFor(class *storagev1.StorageClass, claim *corev1.PersistentVolumeClaim) string {
 	if d := p.drivers.byProvisioner(class.Provisioner); d != nil {
-		return VolumeName(p.prefixFor(d), claim)
+		return p.namingFor(d).name(claim)
 	}
-	return VolumeName(p.prefix, claim)
-}
-
-// prefixes are the volume name prefixes in use: the provisioner's, then
-// those its discovered drivers' sidecars set.
-func (p *provisioner) prefixes() []string {
-	out := []string{p.prefix}
-	for _, d := range p.drivers.all() {
-		if pre := p.prefixFor(d); !slices.Contains(out, pre) {
-			out = append(out, pre)
-		}
-	}
-	return out
+	return volumeNaming{prefix: p.prefix, uuidLength: p.flags.uuidLength}.name(claim)
 }
 
 // sidecarNotReady tells a claim, with a ProvisioningFailed Warning, that
@@ -274,10 +246,10 @@ func (p *provisioner) sidecarNotReady(claim *corev1.PersistentVolumeClaim, class
 }
 
 // ownVolumeName reports whether name is claim's volume name with one of
-// the prefixes in use.
+// the namings in use.
 func (p *provisioner) ownVolumeName(name string, claim *corev1.PersistentVolumeClaim) bool {
-	for _, pre := range p.prefixes() {
-		if name == VolumeName(pre, claim) {
+	for _, n := range p.namings() {
+		if name == n.name(claim) {
 			return true
 		}
 	}

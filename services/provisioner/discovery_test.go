@@ -493,10 +493,9 @@ func TestSidecarSettings(t *testing.T) {
 			"--prevent-volume-mode-conversion=false, which volplane's provisioner runs with true for every driver (its --prevent-volume-mode-conversion)"},
 		{"honoured", []sidecar.Settings{{VolumeNamePrefix: "vendor", PreventVolumeModeConversion: &yes, ExtraCreateMetadata: true, DefaultFSType: "xfs", StrictTopology: true, Timeout: 3 * time.Minute,
 			FeatureGates: map[string]bool{"Topology": true, "ReleaseLeaderElectionOnExit": true}}}, ""},
-		{"uuid length", []sidecar.Settings{{VolumeNameUUIDLength: 16}}, "--volume-name-uuid-length=16"},
-		{"immediate topology off", []sidecar.Settings{{ImmediateTopology: &no}}, "--immediate-topology=false"},
-		{"unknown gate", []sidecar.Settings{{FeatureGates: map[string]bool{"HonorPVReclaimPolicy": true}}}, "--feature-gates=HonorPVReclaimPolicy=true, a feature gate volplane does not know"},
-		{"gate unlike the provisioner's", []sidecar.Settings{{FeatureGates: map[string]bool{GateCrossNamespaceVolumeDataSource: true}}}, "--feature-gates=CrossNamespaceVolumeDataSource=true"},
+		{"uuid length", []sidecar.Settings{{VolumeNameUUIDLength: 33}}, "--volume-name-uuid-length=33"},
+		{"unknown gate", []sidecar.Settings{{FeatureGates: map[string]bool{"HonorPVReclaimPolicy": true}}}, "unrecognized feature gate: HonorPVReclaimPolicy"},
+		{"gate unlike the provisioner's", []sidecar.Settings{{FeatureGates: map[string]bool{GateCrossNamespaceVolumeDataSource: true}}}, "CrossNamespaceVolumeDataSource on, which volplane's provisioner runs off"},
 		{"sidecars disagree", []sidecar.Settings{{VolumeNamePrefix: "a"}, {VolumeNamePrefix: "b"}}, "run with different csi-provisioner flags"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

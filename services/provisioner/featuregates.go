@@ -5,36 +5,37 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+
+	"github.com/volplane/volplane/pkg/sidecar"
 )
 
 // GateCrossNamespaceVolumeDataSource lets a claim's dataSourceRef name a
 // claim or VolumeSnapshot of another namespace that a ReferenceGrant there
 // allows (crossns.go), as external-provisioner's feature gate of that name;
 // off by default (alpha), as there.
-const GateCrossNamespaceVolumeDataSource = "CrossNamespaceVolumeDataSource"
-
-// knownGates are the gates --feature-gates accepts, with their defaults.
-var knownGates = map[string]bool{GateCrossNamespaceVolumeDataSource: false}
+const GateCrossNamespaceVolumeDataSource = sidecar.GateCrossNamespaceVolumeDataSource
 
 // FeatureGates is the value of --feature-gates, written as Kubernetes
 // components and external-provisioner write it: comma-separated
-// Name=true|false pairs, the flag repeatable. A gate it does not know is
-// refused, as there.
+// Name=true|false pairs, the flag repeatable. It accepts what
+// csi-provisioner v6.3.0 accepts (pkg/sidecar.Gates): a gate it does not
+// know is refused, and so is a locked gate set to the other value, as
+// there. Of those gates, Topology, VolumeAttributesClass and
+// CrossNamespaceVolumeDataSource change what the provisioner does; the
+// others change nothing, as in csi-provisioner.
 type FeatureGates map[string]bool
 
-// Enabled reports whether gate is on (its default when not set).
-func (g FeatureGates) Enabled(gate string) bool {
-	if on, ok := g[gate]; ok {
-		return on
-	}
-	return knownGates[gate]
-}
+// Enabled reports whether gate is on, as csi-provisioner decides it
+// (sidecar.GateEnabled: its default when not set, AllAlpha and AllBeta
+// included).
+func (g FeatureGates) Enabled(gate string) bool { return sidecar.GateEnabled(g, gate) }
 
 // Set parses one --feature-gates value into g.
 func (g *FeatureGates) Set(s string) error {
 	if *g == nil {
 		*g = FeatureGates{}
 	}
+	set := map[string]bool{}
 	for _, pair := range strings.Split(s, ",") {
 		pair = strings.TrimSpace(pair)
 		if pair == "" {
@@ -45,13 +46,16 @@ func (g *FeatureGates) Set(s string) error {
 		if !ok {
 			return fmt.Errorf("missing bool value for feature gate %q (--feature-gates %s=true)", name, name)
 		}
-		if _, known := knownGates[name]; !known {
-			return fmt.Errorf("unrecognized feature gate: %s (--feature-gates knows %s)", name, strings.Join(gateNames(), ", "))
-		}
 		on, err := strconv.ParseBool(strings.TrimSpace(value))
 		if err != nil {
 			return fmt.Errorf("invalid value of feature gate %s=%s, err: %w", name, value, err)
 		}
+		set[name] = on
+	}
+	if err := sidecar.CheckGates(set); err != nil {
+		return fmt.Errorf("%w (--feature-gates takes csi-provisioner v6.3.0's gates, docs/compatibility.md)", err)
+	}
+	for name, on := range set {
 		(*g)[name] = on
 	}
 	return nil
@@ -72,12 +76,3 @@ func (g *FeatureGates) String() string {
 
 // Type names the flag's value in --help.
 func (*FeatureGates) Type() string { return "mapStringBool" }
-
-func gateNames() []string {
-	var names []string
-	for name := range knownGates {
-		names = append(names, name)
-	}
-	slices.Sort(names)
-	return names
-}

@@ -138,8 +138,8 @@ func (p *provisioner) operations(ctx context.Context, kind string) ([]*provision
 // nil when there is none: one read, its volume's name derives from the UID.
 func (p *provisioner) claimOperation(ctx context.Context, uid string) (*provisionerv1.Operation, error) {
 	var r coord.Record
-	for _, prefix := range p.prefixes() {
-		name := VolumeName(prefix, &corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{UID: types.UID(uid)}})
+	for _, n := range p.namings() {
+		name := n.name(&corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{UID: types.UID(uid)}})
 		rec, ok, err := p.journal.Get(ctx, kindProvision, name)
 		if err != nil {
 			return nil, err

@@ -14,6 +14,7 @@ import (
 	"github.com/volplane/volplane/pkg/guard"
 	"github.com/volplane/volplane/pkg/kube"
 	"github.com/volplane/volplane/pkg/match"
+	"github.com/volplane/volplane/pkg/sidecar"
 	provisionerv1 "github.com/volplane/volplane/proto/volplane/provisioner/v1"
 )
 
@@ -82,7 +83,8 @@ func (p *provisioner) plan(ctx context.Context, claim *corev1.PersistentVolumeCl
 // spec is what provision and plan know of a claim's volume before the
 // driver is asked.
 func (p *provisioner) spec(d *driver, claim *corev1.PersistentVolumeClaim, class *storagev1.StorageClass) volumeSpec {
-	return volumeSpec{name: VolumeName(p.prefixFor(d), claim), provisioner: class.Provisioner, claim: claim, class: class, fsType: fsType(class, claim, p.fsTypeFor(d))}
+	return volumeSpec{name: p.namingFor(d).name(claim), provisioner: class.Provisioner, claim: claim, class: class, fsType: fsType(class, claim, p.fsTypeFor(d)),
+		topology: p.topologyFor(d), attributesClass: p.gateFor(d, sidecar.GateVolumeAttributesClass)}
 }
 
 // planOf is a CreateVolume request as PlanVolume shows it. The request

@@ -47,8 +47,10 @@ type provisioner struct {
 	// strictTopology: see Options.StrictTopology.
 	strictTopology bool
 	extraMetadata  bool
-	timeout        time.Duration
-	now            func() time.Time
+	// flags are the other external-provisioner flags (flags.go).
+	flags   upstreamFlags
+	timeout time.Duration
+	now     func() time.Time
 	// instance makes the identity (see identity) of this replica's run.
 	instance string
 	// timeline records the steps taken for each claim; nil records
@@ -122,7 +124,7 @@ func (p *provisioner) provision(ctx context.Context, claim *corev1.PersistentVol
 		p.sidecarNotReady(claim, class, d, msg)
 		return result{outcome: provisionerv1.Outcome_OUTCOME_IN_BACKGROUND, message: msg}, nil
 	}
-	name := VolumeName(p.prefixFor(d), claim)
+	name := p.namingFor(d).name(claim)
 	if claim.DeletionTimestamp != nil {
 		return result{outcome: provisionerv1.Outcome_OUTCOME_NO_CHANGE, message: "the claim is being deleted"}, nil
 	}
@@ -172,6 +174,9 @@ func (p *provisioner) provision(ctx context.Context, claim *corev1.PersistentVol
 	vol, res, done, err := p.createVolume(ctx, a, secrets)
 	if done {
 		return res, err
+	}
+	if p.wantsContentSource(claim) && vol.GetContentSource() == nil {
+		return p.contentSourceMissing(ctx, a, vol, secrets)
 	}
 	faultpoint.Hit(faultpoint.ProvisionerAfterCreateVolume)
 	return p.finish(ctx, a, vol)
@@ -248,10 +253,15 @@ func (p *provisioner) prepare(ctx context.Context, a *attempt) error {
 	a.spec = p.spec(a.d, a.claim, a.class)
 	var err error
 	a.spec.secrets, err = p.secretRefs(a.class, a.claim, a.name)
-	if err != nil || a.found {
+	if err != nil {
 		return err
 	}
+	if a.found {
+		a.spec.readOnly = readOnlyVolume(p.publishReadOnlyFor(a.d), a.req)
+		return nil
+	}
 	a.req, err = p.createRequest(ctx, a.d, a.claim, a.class, a.spec)
+	a.spec.readOnly = readOnlyVolume(p.publishReadOnlyFor(a.d), a.req)
 	a.op = provisionOp{ClaimNamespace: a.claim.Namespace, ClaimName: a.claim.Name, ClaimUID: string(a.claim.UID),
 		Class: a.class.Name, Provisioner: a.class.Provisioner, Secret: a.spec.secrets["provisioner"], Start: p.now()}
 	if err == nil {
@@ -273,7 +283,7 @@ func (p *provisioner) createVolume(ctx context.Context, a *attempt, secrets map[
 	cancel()
 	// As external-provisioner: rescheduling helps only a driver with
 	// topology, whose next request names the newly selected node.
-	out := classify(err, a.d.current().topology && a.claim.Annotations[kube.AnnSelectedNode] != "")
+	out := classify(err, p.topologyFor(a.d) && a.claim.Annotations[kube.AnnSelectedNode] != "")
 	if out == provisionerv1.Outcome_OUTCOME_FINISHED {
 		return resp.GetVolume(), result{}, false, nil
 	}
@@ -373,7 +383,7 @@ func (p *provisioner) createRequest(ctx context.Context, d *driver, claim *corev
 		VolumeCapabilities: caps,
 		Parameters:         driverParameters(class, claim, spec.name, p.extraMetadataFor(d)),
 	}
-	if d.current().topology {
+	if p.topologyFor(d) && !unconstrained(p.immediateTopologyFor(d), class, claim) {
 		req.AccessibilityRequirements, err = accessibilityRequirements(p.nodes, d.name(), class, claim.Annotations[kube.AnnSelectedNode], claim.Name, p.strictTopologyFor(d))
 		if err != nil {
 			return nil, err

@@ -390,7 +390,7 @@ func TestBuildVolume(t *testing.T) {
 	claim := claimOf([]corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce}, false, "1Gi", "")
 	vol := &csi.Volume{VolumeId: "id-1", CapacityBytes: 2 << 30, VolumeContext: map[string]string{"k": "v"},
 		AccessibleTopology: []*csi.Topology{{Segments: map[string]string{"zone": "z1"}}}}
-	spec := volumeSpec{name: "pvc-u-1", provisioner: "p", driver: "d", claim: claim, class: class, fsType: "ext4",
+	spec := volumeSpec{name: "pvc-u-1", provisioner: "p", driver: "d", claim: claim, class: class, fsType: "ext4", topology: true,
 		secrets: map[string]*secretRef{"provisioner": {"ns", "del"}, "node-publish": {"ns", "pub"}}}
 
 	pv := buildVolume(spec, vol)

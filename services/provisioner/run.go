@@ -106,8 +106,24 @@ type Options struct {
 	// --prevent-volume-mode-conversion=false (external-provisioner's flag,
 	// true by default there and here; the zero Options checks).
 	AllowVolumeModeConversion bool
-	// FeatureGates are external-provisioner's gates this provisioner knows
-	// (--feature-gates; featuregates.go): CrossNamespaceVolumeDataSource.
+	// VolumeNameUUIDLength, as external-provisioner's
+	// --volume-name-uuid-length: PVs are named <prefix>-<the claim's UID
+	// without dashes, cut to this length>; -1 or 0 (the zero Options): the
+	// whole UID, dashes kept. Otherwise 1 to 32.
+	VolumeNameUUIDLength int
+	// NoImmediateTopology is external-provisioner's
+	// --immediate-topology=false: a claim without a selected node, of a
+	// class without allowedTopologies, is sent no accessibility
+	// requirements (the zero Options sends every segment of the driver,
+	// as upstream's default).
+	NoImmediateTopology bool
+	// ControllerPublishReadOnly, as external-provisioner's
+	// --controller-publish-readonly: the PV of a claim whose only access
+	// mode is ReadOnlyMany gets spec.csi.readOnly.
+	ControllerPublishReadOnly bool
+	// FeatureGates are external-provisioner's gates (--feature-gates;
+	// featuregates.go): Topology, VolumeAttributesClass and
+	// CrossNamespaceVolumeDataSource change what it does.
 	FeatureGates FeatureGates
 	// SnapshotOrphanSweepInterval is how often the snapshot-as-source
 	// finalizers that no restore needs any more are removed
@@ -190,6 +206,7 @@ func (o *Options) validate() error {
 		}
 	}
 	errs = append(errs, o.validateStandalone()...)
+	errs = append(errs, o.validateFlags()...)
 	if o.SnapshotOrphanSweepInterval < 0 {
 		errs = append(errs, fmt.Errorf("--snapshot-orphan-sweep-interval must not be negative, got %s", o.SnapshotOrphanSweepInterval))
 	}
@@ -388,6 +405,7 @@ func newProvisionerOf(r *replica.Replica, o Options, reg *registry, nodes lister
 			allowModeConversion: o.AllowVolumeModeConversion},
 		events: recorders(r.Events),
 		prefix: o.VolumeNamePrefix, defaultFSType: o.DefaultFSType, strictTopology: o.StrictTopology, extraMetadata: o.ExtraCreateMetadata,
+		flags:   flagsOf(o),
 		timeout: o.Timeout, now: time.Now, inflight: map[string]bool{}, instance: newInstance(time.Now()),
 	}, nil
 }

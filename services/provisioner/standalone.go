@@ -181,12 +181,12 @@ func (s *standalone) sync(ctx context.Context, key string, retried bool) (retry 
 	if err != nil || !should {
 		return false, err
 	}
-	if exists, err := s.provisioned(ctx, VolumeName(s.p.prefix, claim), retried); err != nil || exists {
-		return false, err // provisioned; kube-controller-manager binds it
-	}
 	class, err := s.class(match.ClaimClass(claim))
 	if err != nil {
 		return false, err
+	}
+	if exists, err := s.provisioned(ctx, s.p.volumeNameFor(class, claim), retried); err != nil || exists {
+		return false, err // provisioned; kube-controller-manager binds it
 	}
 	if s.p.drivers.byProvisioner(class.Provisioner) == nil {
 		// The class's provisioner changed since the claim was annotated:

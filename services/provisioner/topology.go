@@ -50,8 +50,8 @@ func segmentOf(node *corev1.Node, keys []string) (map[string]string, error) {
 }
 
 // accessibilityRequirements is where the volume may be made, as
-// external-provisioner v6.3.0 decides it (GenerateAccessibilityRequirements,
-// with its default --immediate-topology):
+// external-provisioner v6.3.0 decides it (GenerateAccessibilityRequirements;
+// --immediate-topology=false is unconstrained, checked before):
 //   - requisite: with --strict-topology and a selected node, that node's
 //     segment alone (within the class's allowedTopologies); else the
 //     class's allowedTopologies, every combination of values; else every

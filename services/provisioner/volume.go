@@ -20,6 +20,11 @@ type volumeSpec struct {
 	claim       *corev1.PersistentVolumeClaim
 	class       *storagev1.StorageClass
 	fsType      string
+	// topology: the PV gets node affinity from where the volume is
+	// accessible (see topologyFor); attributesClass: the claim's
+	// volumeAttributesClassName is copied (the VolumeAttributesClass
+	// gate); readOnly: spec.csi.readOnly (see readOnlyVolume).
+	topology, attributesClass, readOnly bool
 	// identity is the provisioner's (see identity), recorded in the PV's
 	// volume attributes as external-provisioner records its own.
 	identity string
@@ -54,7 +59,6 @@ func buildVolume(s volumeSpec, vol *csi.Volume) *corev1.PersistentVolume {
 			StorageClassName:              s.class.Name,
 			MountOptions:                  s.class.MountOptions,
 			VolumeMode:                    s.claim.Spec.VolumeMode,
-			NodeAffinity:                  nodeAffinity(vol.GetAccessibleTopology()),
 			ClaimRef: &corev1.ObjectReference{
 				Kind:            "PersistentVolumeClaim",
 				APIVersion:      "v1",
@@ -68,10 +72,14 @@ func buildVolume(s volumeSpec, vol *csi.Volume) *corev1.PersistentVolume {
 				VolumeHandle:     vol.GetVolumeId(),
 				FSType:           s.fsType,
 				VolumeAttributes: volumeAttributes(s.identity, vol.GetVolumeContext()),
+				ReadOnly:         s.readOnly,
 			}},
 		},
 	}
-	if s.claim.Spec.VolumeAttributesClassName != nil {
+	if s.topology {
+		pv.Spec.NodeAffinity = nodeAffinity(vol.GetAccessibleTopology())
+	}
+	if s.attributesClass && s.claim.Spec.VolumeAttributesClassName != nil {
 		pv.Spec.VolumeAttributesClassName = s.claim.Spec.VolumeAttributesClassName
 	}
 	if policy == corev1.PersistentVolumeReclaimDelete {

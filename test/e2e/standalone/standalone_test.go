@@ -101,6 +101,7 @@ func TestStandalone(t *testing.T) {
 	t.Run("claim-deleted-during-create-volume", func(t *testing.T) { x.t = t; x.deletedDuringCreate() })
 	t.Run(faultpoint.ProvisionerAfterCreateVolume, func(t *testing.T) { x.t = t; x.killedAfterCreate() })
 	t.Run("parity-with-external-provisioner", func(t *testing.T) { x.t = t; x.parity() })
+	t.Run("parity-of-flags", func(t *testing.T) { x.t = t; x.parityFlags() })
 	x.t = t
 	x.noLeaks()
 }
@@ -449,11 +450,7 @@ func (x *env) parity() {
 	for _, r := range ps {
 		r.Stop()
 	}
-	ep, err := devenv.StartProcess(x.c.Dir, "csi-provisioner", bin, "--csi-address", x.c.CSI.Addr, "--kubeconfig", x.c.API.Kubeconfig,
-		"--timeout", "10s", "--v", "2")
-	if err != nil {
-		x.t.Fatal(err)
-	}
+	ep := x.startCSIProvisioner(bin)
 	theirs := x.provisionWith("parity-ep", "^"+devcsi.DefaultName+"_")
 	ep.Stop()
 	for _, r := range ps {
@@ -470,6 +467,18 @@ func (x *env) parity() {
 	}
 	x.t.Logf("external-provisioner and volplane made the same PV (%d annotations, finalizers %v), the same volume %v and the same Events %q",
 		len(ours.pv.Annotations), ours.pv.Finalizers, normalVolume(ours.volume), ours.events)
+}
+
+// startCSIProvisioner starts csi-provisioner bin on the dev driver with
+// the parity check's flags, then extra.
+func (x *env) startCSIProvisioner(bin string, extra ...string) *devenv.Process {
+	x.t.Helper()
+	args := append([]string{"--csi-address", x.c.CSI.Addr, "--kubeconfig", x.c.API.Kubeconfig, "--timeout", "10s", "--v", "2"}, extra...)
+	ep, err := devenv.StartProcess(x.c.Dir, "csi-provisioner", bin, args...)
+	if err != nil {
+		x.t.Fatal(err)
+	}
+	return ep
 }
 
 // provisionWith makes a claim of classDelete, waits for it to be bound,

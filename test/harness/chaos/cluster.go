@@ -415,13 +415,17 @@ func (c *Cluster) Stop() {
 
 // Start starts the replica (again); a restart runs a new generation: a
 // new member ID, none of the first start's Env.
-func (r *Replica) Start() error { return r.start(nil, false) }
+func (r *Replica) Start() error { return r.start(nil, false, nil) }
 
 // StartWithEnv starts the replica (again) with env added to its
 // environment for this run only, e.g. a fault point.
-func (r *Replica) StartWithEnv(env ...string) error { return r.start(env, true) }
+func (r *Replica) StartWithEnv(env ...string) error { return r.start(env, true, nil) }
 
-func (r *Replica) start(env []string, given bool) error {
+// StartWithArgs starts the replica (again) with args added to the end of
+// its command line for this run only (a flag given again wins).
+func (r *Replica) StartWithArgs(args ...string) error { return r.start(nil, false, args) }
+
+func (r *Replica) start(env []string, given bool, extra []string) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.cmd != nil {
@@ -436,7 +440,7 @@ func (r *Replica) start(env []string, given bool) error {
 		return err
 	}
 	fmt.Fprintf(lf, "==== %s: start %d at %s ====\n", r.Name, r.gen, time.Now().Format(time.RFC3339Nano))
-	cmd := exec.Command(r.bin, r.args(r.gen)...)
+	cmd := exec.Command(r.bin, append(r.args(r.gen), extra...)...)
 	cmd.Stdout, cmd.Stderr = lf, lf
 	cmd.Env = append(os.Environ(), env...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}

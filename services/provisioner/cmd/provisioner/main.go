@@ -37,7 +37,10 @@ func main() {
 	fs.DurationVar(&o.Timeout, "timeout", provisioner.DefaultTimeout, "timeout of each CSI call; a call that times out is retried with the same volume name")
 	fs.DurationVar(&o.RecoveryPeriod, "recovery-period", provisioner.DefaultRecoveryPeriod, "how often the journal is scanned to finish or undo interrupted operations")
 	fs.DurationVar(&o.ProbePeriod, "probe-period", provisioner.DefaultProbePeriod, "how often the CSI drivers are probed")
-	fs.Var(&o.FeatureGates, "feature-gates", "external-provisioner's feature gates, Name=true|false comma-separated: CrossNamespaceVolumeDataSource=true lets a claim's dataSourceRef name a claim or VolumeSnapshot of another namespace that a ReferenceGrant there allows (kube-apiserver needs the same gate)")
+	fs.Var(&o.FeatureGates, "feature-gates", "external-provisioner v6.3.0's feature gates, Name=true|false comma-separated, accepted and refused as there: CrossNamespaceVolumeDataSource=true lets a claim's dataSourceRef name a claim or VolumeSnapshot of another namespace that a ReferenceGrant there allows (kube-apiserver needs the same gate); Topology=false sends no topology and writes no node affinity; VolumeAttributesClass=false ignores a claim's volumeAttributesClassName; the others change nothing, as there")
+	fs.IntVar(&o.VolumeNameUUIDLength, "volume-name-uuid-length", -1, "name PVs <prefix>-<the claim UID without dashes, cut to this length>; -1 keeps the whole UID (external-provisioner's flag; 1 to 32)")
+	immediate := fs.Bool("immediate-topology", true, "a claim with Immediate binding, of a class without allowedTopologies, asks for every topology segment of the driver's nodes; false: for none (external-provisioner's flag)")
+	fs.BoolVar(&o.ControllerPublishReadOnly, "controller-publish-readonly", false, "the PV of a claim whose only access mode is ReadOnlyMany gets spec.csi.readOnly=true (external-provisioner's flag)")
 	fs.DurationVar(&o.SnapshotOrphanSweepInterval, "snapshot-orphan-sweep-interval", provisioner.DefaultSnapshotOrphanSweepInterval, "how often snapshot-as-source finalizers that no Pending claim needs any more are removed from VolumeSnapshots; 0 disables the sweep")
 	prevent := fs.Bool("prevent-volume-mode-conversion", true, "refuse to restore a VolumeSnapshot as a volume of another mode (Filesystem, Block) than its source unless its VolumeSnapshotContent has the annotation snapshot.storage.kubernetes.io/allow-volume-mode-change=true (external-provisioner's flag)")
 	var watchers []string
@@ -61,6 +64,7 @@ func main() {
 	os.Exit(cmd.Run(logging, func(ctx context.Context, log *slog.Logger) error {
 		o.WatcherAddress = strings.Join(watchers, ",")
 		o.AllowVolumeModeConversion = !*prevent
+		o.NoImmediateTopology = !*immediate
 		o.Logger = log
 		return provisioner.Run(ctx, o)
 	}))
