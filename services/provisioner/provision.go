@@ -246,6 +246,9 @@ func (p *provisioner) lock(ctx context.Context, a *attempt, journaledOnly bool) 
 // builds the request and the record to journal.
 func (p *provisioner) prepare(ctx context.Context, a *attempt) error {
 	a.spec = p.spec(a.d, a.claim, a.class)
+	if err := checkModifyVolume(a.d, a.claim); err != nil {
+		return err
+	}
 	var err error
 	a.spec.secrets, err = p.secretRefs(a.class, a.claim, a.name)
 	if err != nil || a.found {
@@ -381,6 +384,9 @@ func (p *provisioner) createRequest(ctx context.Context, d *driver, claim *corev
 	}
 	req.VolumeContentSource, err = p.sources.contentSource(ctx, claim, d)
 	if err != nil {
+		return nil, err
+	}
+	if req.MutableParameters, err = p.mutableParameters(ctx, d, claim); err != nil {
 		return nil, err
 	}
 	return req, nil
