@@ -138,7 +138,9 @@ func (p *provisioner) provision(ctx context.Context, claim *corev1.PersistentVol
 		return res, err
 	}
 	if err := p.prepare(ctx, a); err != nil {
-		// Nothing was asked of the driver in this attempt.
+		// Nothing was asked of the driver in this attempt. Upstream's
+		// library has said Provisioning before its Provision fails so.
+		p.events(class.Provisioner).Eventf(claim, corev1.EventTypeNormal, kube.EventProvisioning, "External provisioner is provisioning volume for claim %q", claim.Namespace+"/"+claim.Name)
 		res := p.failBeforeCall(ctx, claim, class, name, a.found, a.op, err)
 		if apierrors.IsNotFound(err) && claim.Annotations[kube.AnnSelectedNode] != "" {
 			// As external-provisioner: the selected node (or its
