@@ -66,9 +66,11 @@ func (p *provisioner) deletionSecret(ctx context.Context, pv *corev1.PersistentV
 	if ref := pv.Spec.ClaimRef; ref != nil {
 		claim = &corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Namespace: ref.Namespace, Name: ref.Name}}
 	}
-	refs, err := p.secretRefs(class, claim, pv.Name)
+	// Only the provisioner's secret, as upstream: a template of another
+	// secret that no longer resolves does not matter here.
+	ref, err := resolveSecretRef(class, secretParams[0], pv.Name, claim)
 	if err != nil {
 		return nil
 	}
-	return refs["provisioner"]
+	return ref
 }

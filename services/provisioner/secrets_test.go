@@ -7,6 +7,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes/fake"
 
 	"github.com/volplane/volplane/internal/devcsi"
 	provisionerv1 "github.com/volplane/volplane/proto/volplane/provisioner/v1"
@@ -193,5 +194,22 @@ func TestNoModifySecretNoAnnotations(t *testing.T) {
 	}
 	if v, ok := pv.Annotations[annDeletionSecretName]; !ok || v != "" {
 		t.Errorf("deletion secret annotation %q (present %v), want present and empty", v, ok)
+	}
+}
+
+// A PV made before the deletion-secret annotations existed is deleted
+// with its class's provisioner secret, the deprecated default included,
+// whatever the class's other secrets say, as upstream's Delete.
+func TestDeletionSecretOfAnOldVolume(t *testing.T) {
+	p := csiParameterPrefix
+	api := fake.NewClientset(&storagev1.StorageClass{ObjectMeta: metav1.ObjectMeta{Name: "old"}, Provisioner: devcsi.DefaultName, Parameters: map[string]string{
+		p + "secret-name": "creds-${pvc.name}", p + "secret-namespace": "${pvc.namespace}",
+		p + "node-stage-secret-name": "${pvc.annotations['gone']}", p + "node-stage-secret-namespace": "x",
+	}})
+	prov := &provisioner{client: api}
+	pv := &corev1.PersistentVolume{ObjectMeta: metav1.ObjectMeta{Name: "pvc-u1"}, Spec: corev1.PersistentVolumeSpec{StorageClassName: "old",
+		ClaimRef: &corev1.ObjectReference{Namespace: "app", Name: "data"}}}
+	if got := prov.deletionSecret(t.Context(), pv); got == nil || *got != (secretRef{Namespace: "app", Name: "creds-data"}) {
+		t.Fatalf("deletion secret %v, want app/creds-data", got)
 	}
 }
