@@ -55,6 +55,7 @@ func main() {
 	fs.Int64Var(&o.MaxVolumesPerNode, "max-volumes-per-node", 0, "reported by NodeGetInfo; 0 means no limit")
 	fs.Int64Var(&o.Capacity, "capacity", 0, "total bytes handed out to volumes; 0 means no limit")
 	fs.Int64Var(&o.NodeCapacity, "node-capacity", 0, "bytes each topology segment (node) holds; CreateVolume beyond it is ResourceExhausted and GetCapacity reports what is left there; 0 means no limit")
+	fs.BoolVar(&o.NoModifyVolume, "no-modify-volume", false, "advertise no MODIFY_VOLUME and refuse mutable_parameters, as a driver without VolumeAttributesClass support")
 	cmdutil.Func(fs, "publish-mode", "mode", "bind or symlink; default: bind when this process may mount, else symlink", func(s string) error {
 		o.PublishMode = devcsi.PublishMode(s)
 		return nil

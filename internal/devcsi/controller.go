@@ -32,11 +32,15 @@ var controllerCapabilities = []csi.ControllerServiceCapability_RPC_Type{
 	csi.ControllerServiceCapability_RPC_GET_SNAPSHOT,
 	csi.ControllerServiceCapability_RPC_EXPAND_VOLUME,
 	csi.ControllerServiceCapability_RPC_SINGLE_NODE_MULTI_WRITER,
+	csi.ControllerServiceCapability_RPC_MODIFY_VOLUME, // unless NoModifyVolume
 }
 
 func (s *controllerServer) ControllerGetCapabilities(context.Context, *csi.ControllerGetCapabilitiesRequest) (*csi.ControllerGetCapabilitiesResponse, error) {
 	resp := &csi.ControllerGetCapabilitiesResponse{}
 	for _, t := range controllerCapabilities {
+		if t == csi.ControllerServiceCapability_RPC_MODIFY_VOLUME && s.d.noModifyVolume {
+			continue
+		}
 		resp.Capabilities = append(resp.Capabilities, &csi.ControllerServiceCapability{
 			Type: &csi.ControllerServiceCapability_Rpc{Rpc: &csi.ControllerServiceCapability_RPC{Type: t}},
 		})
@@ -76,8 +80,8 @@ func (s *controllerServer) CreateVolume(ctx context.Context, req *csi.CreateVolu
 	if err := checkRange(req.GetCapacityRange()); err != nil {
 		return nil, err
 	}
-	if len(req.GetMutableParameters()) > 0 {
-		return nil, status.Error(codes.InvalidArgument, "mutable_parameters are not supported (no MODIFY_VOLUME)")
+	if err := d.checkMutable(req.GetMutableParameters()); err != nil {
+		return nil, err
 	}
 	var srcVolume, srcSnapshot string
 	if cs := req.GetVolumeContentSource(); cs != nil {
@@ -110,6 +114,8 @@ func (s *controllerServer) CreateVolume(ctx context.Context, req *csi.CreateVolu
 			why = "it was made from a different content source"
 		case !maps.Equal(v.Parameters, req.GetParameters()):
 			why = "it was made with different parameters"
+		case !maps.Equal(v.MutableParameters, req.GetMutableParameters()):
+			why = "it was made with different mutable parameters"
 		case !allowsNode(req.GetAccessibilityRequirements(), v.Node):
 			why = fmt.Sprintf("it is on node %q, which the accessibility requirements do not allow", v.Node)
 		}
@@ -149,7 +155,7 @@ func (s *controllerServer) CreateVolume(ctx context.Context, req *csi.CreateVolu
 
 	v := &volume{
 		ID: volumeID(req.GetName()), Name: req.GetName(), CapacityBytes: size, Node: node,
-		Parameters: req.GetParameters(), SourceVolumeID: srcVolume, SourceSnapshotID: srcSnapshot,
+		Parameters: req.GetParameters(), MutableParameters: req.GetMutableParameters(), SourceVolumeID: srcVolume, SourceSnapshotID: srcSnapshot,
 		CreatedAt: time.Now().UTC(),
 	}
 	dir := d.VolumePath(v.ID)

@@ -112,7 +112,7 @@ func TestCreateVolumeRejects(t *testing.T) {
 		}, codes.InvalidArgument},
 		{"negative bytes", func(r *csi.CreateVolumeRequest) { r.CapacityRange.RequiredBytes = -1 }, codes.InvalidArgument},
 		{"required above limit", func(r *csi.CreateVolumeRequest) { r.CapacityRange.LimitBytes = 1 }, codes.InvalidArgument},
-		{"mutable parameters", func(r *csi.CreateVolumeRequest) { r.MutableParameters = map[string]string{"iops": "9"} }, codes.InvalidArgument},
+		{"mutable parameters it does not take", func(r *csi.CreateVolumeRequest) { r.MutableParameters = map[string]string{"tier": "gold"} }, codes.InvalidArgument},
 		{"empty source", func(r *csi.CreateVolumeRequest) { r.VolumeContentSource = &csi.VolumeContentSource{} }, codes.InvalidArgument},
 		{"missing source volume", func(r *csi.CreateVolumeRequest) {
 			r.VolumeContentSource = &csi.VolumeContentSource{Type: &csi.VolumeContentSource_Volume{

@@ -139,6 +139,11 @@ type Options struct {
 	// socket, if any, is in place), 503 otherwise, as the livenessprobe
 	// sidecar does. Empty: none.
 	HealthAddress string
+	// NoModifyVolume: the driver advertises no MODIFY_VOLUME, refuses
+	// CreateVolume's mutable_parameters and has no ControllerModifyVolume,
+	// as a driver without VolumeAttributesClass support (the
+	// --no-modify-volume flag).
+	NoModifyVolume bool
 	// Logger; default slog.Default().
 	Logger *slog.Logger
 }
@@ -153,6 +158,7 @@ type Driver struct {
 	nodeCapacity       int64
 	defaultSize        int64
 	publishMode        PublishMode
+	noModifyVolume     bool
 	log                *slog.Logger
 	faults             *Faults
 	faultSpecs         []string // from Options, for the start-up log
@@ -265,7 +271,7 @@ func newDriver(o Options, errs []error) (*Driver, error) {
 	d := &Driver{
 		mode: o.Mode, name: o.Name, nodeID: o.NodeID, root: root,
 		maxVolumesPerNode: o.MaxVolumesPerNode, capacity: o.Capacity, maxSize: o.MaxVolumeSize, nodeCapacity: o.NodeCapacity,
-		defaultSize: o.DefaultVolumeSize, publishMode: o.PublishMode,
+		defaultSize: o.DefaultVolumeSize, publishMode: o.PublishMode, noModifyVolume: o.NoModifyVolume,
 		log: o.Logger, faults: faults, faultSpecs: o.Faults, lockf: lockf,
 	}
 	if err := d.start(); err != nil {

@@ -24,8 +24,8 @@ const sanityEnv = "VOLPLANE_CSI_SANITY"
 // cluster, a controller-only driver and a node-only driver, two Drivers
 // sharing one root directory through its lock and state files. Nothing is
 // skipped by name: the specs csi-sanity skips are those of capabilities
-// the driver does not advertise (node expansion, ModifyVolume, health,
-// group snapshots, ...).
+// the driver does not advertise (node expansion, health, group snapshots,
+// ...). ModifyVolume runs with mutable parameters the driver takes.
 func TestCSISanity(t *testing.T) {
 	if testing.Short() {
 		t.Skip("csi-sanity runs the whole conformance suite; skipped with -short")
@@ -95,7 +95,12 @@ func sanity(t *testing.T, bin string, controllerMode, nodeMode devcsi.Mode) {
 		}
 	})
 
+	mutable := filepath.Join(dir, "mutable.yaml")
+	if err := os.WriteFile(mutable, []byte("iops: \"3000\"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	cmd := exec.CommandContext(t.Context(), bin,
+		"--csi.testvolumemutableparameters", mutable,
 		"--csi.endpoint", node,
 		"--csi.controllerendpoint", controller,
 		// csi-sanity creates these itself (and fails if they exist).

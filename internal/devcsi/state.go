@@ -41,6 +41,9 @@ type volume struct {
 	CapacityBytes int64             `json:"capacityBytes"`
 	Node          string            `json:"node"` // the topology segment's node
 	Parameters    map[string]string `json:"parameters,omitempty"`
+	// MutableParameters are those of CreateVolume (a
+	// VolumeAttributesClass's), then of the last ControllerModifyVolume.
+	MutableParameters map[string]string `json:"mutableParameters,omitempty"`
 	// At most one of these: the content source it was made from.
 	SourceVolumeID   string    `json:"sourceVolumeId,omitempty"`
 	SourceSnapshotID string    `json:"sourceSnapshotId,omitempty"`

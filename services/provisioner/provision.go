@@ -140,7 +140,9 @@ func (p *provisioner) provision(ctx context.Context, claim *corev1.PersistentVol
 		return res, err
 	}
 	if err := p.prepare(ctx, a); err != nil {
-		// Nothing was asked of the driver in this attempt.
+		// Nothing was asked of the driver in this attempt. Upstream's
+		// library has said Provisioning before its Provision fails so.
+		p.events(class.Provisioner).Eventf(claim, corev1.EventTypeNormal, kube.EventProvisioning, "External provisioner is provisioning volume for claim %q", claim.Namespace+"/"+claim.Name)
 		res := p.failBeforeCall(ctx, claim, class, name, a.found, a.op, err)
 		if apierrors.IsNotFound(err) && claim.Annotations[kube.AnnSelectedNode] != "" {
 			// As external-provisioner: the selected node (or its
@@ -251,6 +253,9 @@ func (p *provisioner) lock(ctx context.Context, a *attempt, journaledOnly bool) 
 // builds the request and the record to journal.
 func (p *provisioner) prepare(ctx context.Context, a *attempt) error {
 	a.spec = p.spec(a.d, a.claim, a.class)
+	if err := checkModifyVolume(a.d, a.claim); err != nil {
+		return err
+	}
 	var err error
 	a.spec.secrets, err = p.secretRefs(a.class, a.claim, a.name)
 	if err != nil {
@@ -391,6 +396,9 @@ func (p *provisioner) createRequest(ctx context.Context, d *driver, claim *corev
 	}
 	req.VolumeContentSource, err = p.sources.contentSource(ctx, claim, d)
 	if err != nil {
+		return nil, err
+	}
+	if req.MutableParameters, err = p.mutableParameters(ctx, d, claim); err != nil {
 		return nil, err
 	}
 	return req, nil

@@ -213,49 +213,6 @@ func TestRequestParts(t *testing.T) {
 	})
 }
 
-func TestSecretTemplates(t *testing.T) {
-	claim := claimOf(nil, false, "1Gi", "")
-	for _, tc := range []struct {
-		name, ns string
-		want     *secretRef
-		err      string
-	}{
-		{"", "", nil, ""},
-		{"static", "kube-system", &secretRef{"kube-system", "static"}, ""},
-		{"${pvc.name}-key", "${pvc.namespace}", &secretRef{"ns", "data-key"}, ""},
-		{"${pv.name}", "secrets", &secretRef{"secrets", "pvc-u-1"}, ""},
-		{"${pvc.annotations['team']}-key", "x", &secretRef{"x", "blue-key"}, ""},
-		{"${pvc.annotations['missing']}", "x", nil, "cannot resolve"},
-		{"s", "${pvc.name}", nil, "cannot resolve"},
-		{"only-name", "-", nil, "not a namespace name"},
-		{"Bad_Name", "x", nil, "not a secret name"},
-	} {
-		t.Run(tc.name+"|"+tc.ns, func(t *testing.T) {
-			class := &storagev1.StorageClass{ObjectMeta: metav1.ObjectMeta{Name: "c"}, Parameters: map[string]string{}}
-			if tc.name != "" {
-				class.Parameters[paramProvisionerSecretName] = tc.name
-			}
-			if tc.ns != "" {
-				class.Parameters[paramProvisionerSecretNamespace] = tc.ns
-			}
-			got, err := resolveSecretRef(class, paramProvisionerSecretName, paramProvisionerSecretNamespace, "pvc-u-1", claim)
-			if tc.err != "" {
-				if err == nil || !strings.Contains(err.Error(), tc.err) {
-					t.Fatalf("got %v %v, want error %q", got, err, tc.err)
-				}
-				return
-			}
-			if err != nil || (got == nil) != (tc.want == nil) || (got != nil && *got != *tc.want) {
-				t.Fatalf("got %v %v, want %v", got, err, tc.want)
-			}
-		})
-	}
-	half := &storagev1.StorageClass{ObjectMeta: metav1.ObjectMeta{Name: "c"}, Parameters: map[string]string{paramProvisionerSecretName: "s"}}
-	if _, err := resolveSecretRef(half, paramProvisionerSecretName, paramProvisionerSecretNamespace, "pv", claim); err == nil || !strings.Contains(err.Error(), "set both") {
-		t.Errorf("half a secret reference: %v", err)
-	}
-}
-
 // fakeNodes is a cluster's nodes for topology.
 type fakeNodes map[string]map[string]string // node -> labels; every node has the driver with key "zone"
 

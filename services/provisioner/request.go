@@ -2,8 +2,9 @@ package provisioner
 
 import (
 	"fmt"
-	"regexp"
-	"sort"
+	"maps"
+	"os"
+	"slices"
 	"strings"
 
 	csi "github.com/container-storage-interface/spec/lib/go/csi"
@@ -32,20 +33,51 @@ const (
 	// it can be deleted after its class is gone.
 	annDeletionSecretName      = "volume.kubernetes.io/provisioner-deletion-secret-name"
 	annDeletionSecretNamespace = "volume.kubernetes.io/provisioner-deletion-secret-namespace"
+
+	// Annotations on a provisioned PV naming the secret external-resizer
+	// passes to ControllerModifyVolume when its VolumeAttributesClass
+	// changes.
+	annModifySecretName      = "volume.kubernetes.io/controller-modify-secret-name"
+	annModifySecretNamespace = "volume.kubernetes.io/controller-modify-secret-namespace"
 )
 
-// secretParams are the class parameter pairs that name a secret, by the
-// field of the PV's CSI source they fill (provisioner secrets fill none).
-var secretParams = []struct {
-	kind, name, namespace string
-}{
-	{"provisioner", paramProvisionerSecretName, paramProvisionerSecretNamespace},
-	{"controller-publish", csiParameterPrefix + "controller-publish-secret-name", csiParameterPrefix + "controller-publish-secret-namespace"},
-	{"node-stage", csiParameterPrefix + "node-stage-secret-name", csiParameterPrefix + "node-stage-secret-namespace"},
-	{"node-publish", csiParameterPrefix + "node-publish-secret-name", csiParameterPrefix + "node-publish-secret-namespace"},
-	{"controller-expand", csiParameterPrefix + "controller-expand-secret-name", csiParameterPrefix + "controller-expand-secret-namespace"},
-	{"node-expand", csiParameterPrefix + "node-expand-secret-name", csiParameterPrefix + "node-expand-secret-namespace"},
+// secretParam is one secret a class may name, with the keys
+// external-provisioner v6.3.0 reads it from (its secretParamsMap).
+type secretParam struct {
+	// kind is the secret's key in volumeSpec.secrets: what it is for.
+	kind string
+	// label names it in external-provisioner's error messages.
+	label string
+	// name and namespace are its csi.storage.k8s.io/ keys.
+	name, namespace string
+	// oldName and oldNamespace are its deprecated keys without the
+	// prefix ("" when it has none); the driver gets them as parameters.
+	oldName, oldNamespace string
 }
+
+// secretParams are the secrets a class may name, in the order
+// external-provisioner resolves them: the provisioner's (CreateVolume,
+// DeleteVolume), then those the PV refers to (its CSI source's five
+// secret references, and the controller-modify secret its annotations
+// name for external-resizer's ControllerModifyVolume). Each falls back to
+// defaultSecret when the class names none of its keys.
+var secretParams = []secretParam{
+	{"provisioner", "Provisioner", paramProvisionerSecretName, paramProvisionerSecretNamespace, "csiProvisionerSecretName", "csiProvisionerSecretNamespace"},
+	{"controller-publish", "ControllerPublish", csiParameterPrefix + "controller-publish-secret-name", csiParameterPrefix + "controller-publish-secret-namespace",
+		"csiControllerPublishSecretName", "csiControllerPublishSecretNamespace"},
+	{"node-stage", "NodeStage", csiParameterPrefix + "node-stage-secret-name", csiParameterPrefix + "node-stage-secret-namespace",
+		"csiNodeStageSecretName", "csiNodeStageSecretNamespace"},
+	{"node-publish", "NodePublish", csiParameterPrefix + "node-publish-secret-name", csiParameterPrefix + "node-publish-secret-namespace",
+		"csiNodePublishSecretName", "csiNodePublishSecretNamespace"},
+	{"controller-expand", "ControllerExpand", csiParameterPrefix + "controller-expand-secret-name", csiParameterPrefix + "controller-expand-secret-namespace", "", ""},
+	{"node-expand", "NodeExpand", csiParameterPrefix + "node-expand-secret-name", csiParameterPrefix + "node-expand-secret-namespace", "", ""},
+	{"controller-modify", "ControllerModify", csiParameterPrefix + "controller-modify-secret-name", csiParameterPrefix + "controller-modify-secret-namespace", "", ""},
+}
+
+// defaultSecret is the deprecated secret of every operation: the one a
+// class names with csi.storage.k8s.io/secret-name and -namespace applies
+// to each secretParams entry whose own keys are absent.
+var defaultSecret = secretParam{kind: "default", label: "Default", name: csiParameterPrefix + "secret-name", namespace: csiParameterPrefix + "secret-namespace"}
 
 // secretRef names a Secret.
 type secretRef struct {
@@ -78,26 +110,18 @@ func driverParameters(class *storagev1.StorageClass, claim *corev1.PersistentVol
 }
 
 // checkClassParameters rejects csi.storage.k8s.io/ keys volplane does not
-// know, as external-provisioner does: a misspelt secret key would
-// otherwise silently provision without its secret.
+// know, as external-provisioner's removePrefixedParameters does, in its
+// words: a misspelt secret key would otherwise silently provision without
+// its secret. Of several, it names the first in order (upstream, any).
 func checkClassParameters(class *storagev1.StorageClass) error {
-	known := map[string]bool{paramFSType: true}
+	known := map[string]bool{paramFSType: true, defaultSecret.name: true, defaultSecret.namespace: true}
 	for _, s := range secretParams {
 		known[s.name], known[s.namespace] = true, true
 	}
-	// The older spellings external-provisioner still accepts.
-	for _, k := range []string{"provisioner-secret-name", "provisioner-secret-namespace", "fstype"} {
-		known[csiParameterPrefix+k] = true
-	}
-	var bad []string
-	for k := range class.Parameters {
+	for _, k := range slices.Sorted(maps.Keys(class.Parameters)) {
 		if strings.HasPrefix(k, csiParameterPrefix) && !known[k] {
-			bad = append(bad, k)
+			return fmt.Errorf("failed to strip CSI Parameters of prefixed keys: found unknown parameter key \"%s\" with reserved namespace %s", k, csiParameterPrefix)
 		}
-	}
-	if len(bad) > 0 {
-		sort.Strings(bad)
-		return fmt.Errorf("StorageClass %q has unknown parameter(s) %s with the reserved prefix %q", class.Name, strings.Join(bad, ", "), csiParameterPrefix)
 	}
 	return nil
 }
@@ -163,69 +187,102 @@ func capacityRange(claim *corev1.PersistentVolumeClaim) (*csi.CapacityRange, err
 	return &csi.CapacityRange{RequiredBytes: req.Value()}, nil
 }
 
-// templateVar matches ${...} in secret name and namespace templates.
-var templateVar = regexp.MustCompile(`\$\{([^}]*)\}`)
+// secretTemplates are the name and namespace templates of the secret s
+// in a class's parameters, "" for both when the class names none, checked
+// as external-provisioner's verifyAndGetSecretNameAndNamespaceTemplate
+// checks them: one spelling of each key, both or neither, neither empty.
+func secretTemplates(params map[string]string, s secretParam) (nameT, nsT string, err error) {
+	names, namespaces := 0, 0
+	for _, k := range []string{s.oldName, s.name} {
+		if t, ok := params[k]; ok && k != "" {
+			nameT, names = t, names+1
+		}
+	}
+	for _, k := range []string{s.oldNamespace, s.namespace} {
+		if t, ok := params[k]; ok && k != "" {
+			nsT, namespaces = t, namespaces+1
+		}
+	}
+	switch {
+	case names > 1 || namespaces > 1:
+		return "", "", fmt.Errorf("%s secrets specified in parameters with both \"csi\" and \"%s\" keys", s.label, csiParameterPrefix)
+	case names != namespaces:
+		return "", "", fmt.Errorf("either name and namespace for %s secrets specified, Both must be specified", s.label)
+	case names == 1 && (nameT == "" || nsT == ""):
+		return "", "", fmt.Errorf("%s secrets specified in parameters but value of either namespace or name is empty", s.label)
+	}
+	return nameT, nsT, nil
+}
 
-// resolveSecretRef resolves the secret a class names for kind, with
-// external-provisioner's templates: ${pv.name}, ${pvc.namespace}, and in
-// names also ${pvc.name} and ${pvc.annotations['key']}. It returns nil when
-// the class names no such secret, and an error when only one half is set
-// or a template does not resolve to a valid name.
-func resolveSecretRef(class *storagev1.StorageClass, nameKey, nsKey, pvName string, claim *corev1.PersistentVolumeClaim) (*secretRef, error) {
-	nameT, hasName := class.Parameters[nameKey]
-	nsT, hasNS := class.Parameters[nsKey]
-	if !hasName && !hasNS {
+// resolveSecretRef resolves the secret s of a class as
+// external-provisioner's getSecretReference does: its own keys, else the
+// deprecated csi.storage.k8s.io/secret-name and -namespace, else none
+// (nil). Namespace templates may use ${pv.name} and ${pvc.namespace};
+// name templates also ${pvc.name} and ${pvc.annotations['key']}. The
+// result must be a namespace name and a secret name; every error is
+// worded as upstream's.
+func resolveSecretRef(class *storagev1.StorageClass, s secretParam, pvName string, claim *corev1.PersistentVolumeClaim) (*secretRef, error) {
+	nameT, nsT, err := secretTemplates(class.Parameters, s)
+	if err != nil {
+		return nil, fmt.Errorf("failed to get name and namespace template from params: %w", err)
+	}
+	if nameT == "" && nsT == "" {
+		if nameT, nsT, err = secretTemplates(class.Parameters, defaultSecret); err != nil {
+			return nil, fmt.Errorf("failed to get default name and namespace template from params: %w", err)
+		}
+	}
+	if nameT == "" && nsT == "" {
 		return nil, nil
 	}
-	if hasName != hasNS {
-		return nil, fmt.Errorf("StorageClass %q sets only one of %s and %s: set both or neither", class.Name, nameKey, nsKey)
-	}
 	nsVars := map[string]string{"pv.name": pvName}
+	nameVars := map[string]string{"pv.name": pvName}
 	if claim != nil {
 		nsVars["pvc.namespace"] = claim.Namespace
+		nameVars["pvc.name"], nameVars["pvc.namespace"] = claim.Name, claim.Namespace
+		for k, v := range claim.Annotations {
+			nameVars["pvc.annotations['"+k+"']"] = v
+		}
 	}
-	ns, err := expand(nsT, nsVars, nil)
+	ns, err := resolveTemplate(nsT, nsVars)
 	if err != nil {
-		return nil, fmt.Errorf("%s %q: %w", nsKey, nsT, err)
+		return nil, fmt.Errorf("error resolving value %q: %w", nsT, err)
 	}
-	if errs := validation.IsDNS1123Label(ns); len(errs) > 0 {
-		return nil, fmt.Errorf("%s %q resolves to %q, not a namespace name: %s", nsKey, nsT, ns, strings.Join(errs, "; "))
+	if len(validation.IsDNS1123Label(ns)) > 0 {
+		return nil, invalidResolved(nsT, ns, "namespace name")
 	}
-	nameVars := map[string]string{"pv.name": pvName}
-	var anns map[string]string
-	if claim != nil {
-		nameVars["pvc.namespace"], nameVars["pvc.name"] = claim.Namespace, claim.Name
-		anns = claim.Annotations
-	}
-	name, err := expand(nameT, nameVars, anns)
+	name, err := resolveTemplate(nameT, nameVars)
 	if err != nil {
-		return nil, fmt.Errorf("%s %q: %w", nameKey, nameT, err)
+		return nil, fmt.Errorf("error resolving value %q: %w", nameT, err)
 	}
-	if errs := validation.IsDNS1123Subdomain(name); len(errs) > 0 {
-		return nil, fmt.Errorf("%s %q resolves to %q, not a secret name: %s", nameKey, nameT, name, strings.Join(errs, "; "))
+	if len(validation.IsDNS1123Subdomain(name)) > 0 {
+		return nil, invalidResolved(nameT, name, "secret name")
 	}
 	return &secretRef{Namespace: ns, Name: name}, nil
 }
 
-// expand replaces ${var} in s from vars, and ${pvc.annotations['k']} from
-// annotations when annotations is not nil.
-func expand(s string, vars map[string]string, annotations map[string]string) (string, error) {
+// invalidResolved is upstream's error for a template that resolved to no
+// valid name of what.
+func invalidResolved(template, resolved, what string) error {
+	if template != resolved {
+		return fmt.Errorf("%q resolved to %q which is not a valid %s", template, resolved, what)
+	}
+	return fmt.Errorf("%q is not a valid %s", template, what)
+}
+
+// resolveTemplate expands $name and ${name} in template from params, as
+// upstream does (os.Expand); every name params lacks is an error.
+func resolveTemplate(template string, params map[string]string) (string, error) {
 	var missing []string
-	out := templateVar.ReplaceAllStringFunc(s, func(m string) string {
-		key := m[2 : len(m)-1]
-		if v, ok := vars[key]; ok {
-			return v
+	out := os.Expand(template, func(k string) string {
+		v, ok := params[k]
+		if !ok && !slices.Contains(missing, k) {
+			missing = append(missing, k)
 		}
-		if annotations != nil && strings.HasPrefix(key, "pvc.annotations['") && strings.HasSuffix(key, "']") {
-			if v, ok := annotations[key[len("pvc.annotations['"):len(key)-2]]; ok {
-				return v
-			}
-		}
-		missing = append(missing, m)
-		return m
+		return v
 	})
 	if len(missing) > 0 {
-		return "", fmt.Errorf("cannot resolve %s here", strings.Join(missing, ", "))
+		slices.Sort(missing)
+		return "", fmt.Errorf("invalid tokens: %q", missing)
 	}
 	return out, nil
 }

@@ -10,20 +10,14 @@ import (
 )
 
 // secretRefs resolves every secret the class names (provisioner secrets
-// and those the PV refers to).
+// and those the PV refers to), in external-provisioner's order: the first
+// error is the one it reports.
 func (p *provisioner) secretRefs(class *storagev1.StorageClass, claim *corev1.PersistentVolumeClaim, pvName string) (map[string]*secretRef, error) {
 	out := map[string]*secretRef{}
 	for _, s := range secretParams {
-		r, err := resolveSecretRef(class, s.name, s.namespace, pvName, claim)
+		r, err := resolveSecretRef(class, s, pvName, claim)
 		if err != nil {
 			return nil, err
-		}
-		if r == nil && s.kind == "provisioner" {
-			// The older spelling.
-			r, err = resolveSecretRef(class, csiParameterPrefix+"provisioner-secret-name", csiParameterPrefix+"provisioner-secret-namespace", pvName, claim)
-			if err != nil {
-				return nil, err
-			}
 		}
 		if r != nil {
 			out[s.kind] = r
@@ -39,7 +33,7 @@ func (p *provisioner) secrets(ctx context.Context, ref *secretRef) (map[string]s
 	}
 	s, err := p.client.CoreV1().Secrets(ref.Namespace).Get(ctx, ref.Name, metav1.GetOptions{})
 	if err != nil {
-		return nil, fmt.Errorf("read secret %s/%s: %w", ref.Namespace, ref.Name, err)
+		return nil, fmt.Errorf("error getting secret %s in namespace %s: %w", ref.Name, ref.Namespace, err) // upstream's words
 	}
 	out := make(map[string]string, len(s.Data))
 	for k, v := range s.Data {
@@ -72,9 +66,11 @@ func (p *provisioner) deletionSecret(ctx context.Context, pv *corev1.PersistentV
 	if ref := pv.Spec.ClaimRef; ref != nil {
 		claim = &corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Namespace: ref.Namespace, Name: ref.Name}}
 	}
-	refs, err := p.secretRefs(class, claim, pv.Name)
+	// Only the provisioner's secret, as upstream: a template of another
+	// secret that no longer resolves does not matter here.
+	ref, err := resolveSecretRef(class, secretParams[0], pv.Name, claim)
 	if err != nil {
 		return nil
 	}
-	return refs["provisioner"]
+	return ref
 }

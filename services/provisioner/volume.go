@@ -79,8 +79,8 @@ func buildVolume(s volumeSpec, vol *csi.Volume) *corev1.PersistentVolume {
 	if s.topology {
 		pv.Spec.NodeAffinity = nodeAffinity(vol.GetAccessibleTopology())
 	}
-	if s.attributesClass && s.claim.Spec.VolumeAttributesClassName != nil {
-		pv.Spec.VolumeAttributesClassName = s.claim.Spec.VolumeAttributesClassName
+	if vac := attributesClassName(s.claim); s.attributesClass && vac != "" {
+		pv.Spec.VolumeAttributesClassName = &vac
 	}
 	if policy == corev1.PersistentVolumeReclaimDelete {
 		pv.Finalizers = []string{kube.FinalizerExternalProvisioner}
@@ -103,6 +103,11 @@ func buildVolume(s volumeSpec, vol *csi.Volume) *corev1.PersistentVolume {
 	if r := s.secrets["provisioner"]; r != nil {
 		pv.Annotations[annDeletionSecretName] = r.Name
 		pv.Annotations[annDeletionSecretNamespace] = r.Namespace
+	}
+	// The secret external-resizer's ControllerModifyVolume uses, only when
+	// the class names one (as upstream).
+	if r := s.secrets["controller-modify"]; r != nil {
+		pv.Annotations[annModifySecretName], pv.Annotations[annModifySecretNamespace] = r.Name, r.Namespace
 	}
 	return pv
 }

@@ -102,6 +102,7 @@ func TestStandalone(t *testing.T) {
 	t.Run(faultpoint.ProvisionerAfterCreateVolume, func(t *testing.T) { x.t = t; x.killedAfterCreate() })
 	t.Run("parity-with-external-provisioner", func(t *testing.T) { x.t = t; x.parity() })
 	t.Run("parity-of-flags", func(t *testing.T) { x.t = t; x.parityFlags() })
+	t.Run("parity-attributes-classes-and-secret-keys", func(t *testing.T) { x.t = t; x.parityClassesAndSecrets() })
 	x.t = t
 	x.noLeaks()
 }
@@ -486,7 +487,14 @@ func (x *env) startCSIProvisioner(bin string, extra ...string) *devenv.Process {
 // component.
 func (x *env) provisionWith(name, component string) made {
 	x.t.Helper()
-	cl := x.claim(name, classDelete, nil)
+	return x.madeFor(x.claim(name, classDelete, nil), component)
+}
+
+// madeFor waits for the claim cl to be bound and returns what was made,
+// with the events from sources matching component.
+func (x *env) madeFor(cl *corev1.PersistentVolumeClaim, component string) made {
+	x.t.Helper()
+	name := cl.Name
 	pv := x.bound(cl, corev1.PersistentVolumeReclaimDelete)
 	m := made{pv: pv}
 	vols, err := x.c.CSIVolumeStates()
