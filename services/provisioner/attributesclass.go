@@ -8,6 +8,8 @@ import (
 	csi "github.com/container-storage-interface/spec/lib/go/csi"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/volplane/volplane/pkg/sidecar"
 )
 
 // A claim's VolumeAttributesClass at creation, as external-provisioner
@@ -29,11 +31,22 @@ func attributesClassName(claim *corev1.PersistentVolumeClaim) string {
 	return ""
 }
 
+// classFor is the claim's VolumeAttributesClass as the driver's
+// provisioning sees it: none while the VolumeAttributesClass gate is off
+// for the driver (upstream's prepareProvision reads the name only with
+// the gate on).
+func (p *provisioner) classFor(d *driver, claim *corev1.PersistentVolumeClaim) string {
+	if !p.gateFor(d, sidecar.GateVolumeAttributesClass) {
+		return ""
+	}
+	return attributesClassName(claim)
+}
+
 // checkModifyVolume refuses a claim with a VolumeAttributesClass when the
 // driver does not advertise MODIFY_VOLUME, before anything else is
 // resolved (upstream's checkDriverCapabilities).
-func checkModifyVolume(d *driver, claim *corev1.PersistentVolumeClaim) error {
-	if attributesClassName(claim) != "" && !d.has(csi.ControllerServiceCapability_RPC_MODIFY_VOLUME) {
+func (p *provisioner) checkModifyVolume(d *driver, claim *corev1.PersistentVolumeClaim) error {
+	if p.classFor(d, claim) != "" && !d.has(csi.ControllerServiceCapability_RPC_MODIFY_VOLUME) {
 		return errNoModifyVolume
 	}
 	return nil
@@ -44,7 +57,7 @@ func checkModifyVolume(d *driver, claim *corev1.PersistentVolumeClaim) error {
 // A class that cannot be read is an error tried again; one of another
 // driver is refused, in upstream's words.
 func (p *provisioner) mutableParameters(ctx context.Context, d *driver, claim *corev1.PersistentVolumeClaim) (map[string]string, error) {
-	name := attributesClassName(claim)
+	name := p.classFor(d, claim)
 	if name == "" {
 		return nil, nil
 	}

@@ -71,7 +71,7 @@ func (p *provisioner) plan(ctx context.Context, claim *corev1.PersistentVolumeCl
 		return nil, nil, nil, fmt.Errorf("provisioner %q of StorageClass %q is %w", class.Provisioner, class.Name, errNotServed)
 	}
 	spec := p.spec(d, claim, class)
-	if err = checkModifyVolume(d, claim); err != nil {
+	if err = p.checkModifyVolume(d, claim); err != nil {
 		return d, nil, nil, err
 	}
 	if secrets, err = p.secretRefs(class, claim, spec.name); err != nil {

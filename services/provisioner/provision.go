@@ -253,7 +253,7 @@ func (p *provisioner) lock(ctx context.Context, a *attempt, journaledOnly bool) 
 // builds the request and the record to journal.
 func (p *provisioner) prepare(ctx context.Context, a *attempt) error {
 	a.spec = p.spec(a.d, a.claim, a.class)
-	if err := checkModifyVolume(a.d, a.claim); err != nil {
+	if err := p.checkModifyVolume(a.d, a.claim); err != nil {
 		return err
 	}
 	var err error
