@@ -280,7 +280,7 @@ bench-kcm: build kube-apiserver kube-controller-manager ## The static burst with
 ##@ Verify / fix
 
 .PHONY: verify
-verify: verify-fmt verify-vet verify-staticcheck verify-deps verify-layout verify-lint verify-generate ## Run every verify-* target.
+verify: verify-fmt verify-vet verify-staticcheck verify-deps verify-layout verify-funclen verify-lint verify-generate ## Run every verify-* target.
 
 .PHONY: verify-fmt fix-fmt
 verify-fmt: ## Fail when gofmt would change a file.
@@ -307,6 +307,10 @@ verify-deps: ## Fail when a product binary links etcd's server (only the dev env
 .PHONY: verify-layout
 verify-layout: ## Fail when a product package imports a test or bench harness, or a package is outside the layout (docs/layout.md).
 	$(GO) run ./hack/layoutcheck
+
+.PHONY: verify-funclen
+verify-funclen: ## List product functions over 60 lines; fail on one over 80 (hack/funclen).
+	$(GO) run ./hack/funclen
 
 .PHONY: verify-lint
 verify-lint: tools ## buf lint the protos.

@@ -71,34 +71,10 @@ func (d *Driver) csiVolume(v *volume) *csi.Volume {
 
 func (s *controllerServer) CreateVolume(ctx context.Context, req *csi.CreateVolumeRequest) (*csi.CreateVolumeResponse, error) {
 	d := s.d
-	if !validName(req.GetName()) {
-		return nil, status.Error(codes.InvalidArgument, "name is required")
-	}
-	if err := checkCapabilities(req.GetVolumeCapabilities()); err != nil {
+	srcVolume, srcSnapshot, err := d.checkCreate(req)
+	if err != nil {
 		return nil, err
 	}
-	if err := checkRange(req.GetCapacityRange()); err != nil {
-		return nil, err
-	}
-	if err := d.checkMutable(req.GetMutableParameters()); err != nil {
-		return nil, err
-	}
-	var srcVolume, srcSnapshot string
-	if cs := req.GetVolumeContentSource(); cs != nil {
-		switch t := cs.GetType().(type) {
-		case *csi.VolumeContentSource_Volume:
-			if srcVolume = t.Volume.GetVolumeId(); srcVolume == "" {
-				return nil, status.Error(codes.InvalidArgument, "volume_content_source.volume.volume_id is empty")
-			}
-		case *csi.VolumeContentSource_Snapshot:
-			if srcSnapshot = t.Snapshot.GetSnapshotId(); srcSnapshot == "" {
-				return nil, status.Error(codes.InvalidArgument, "volume_content_source.snapshot.snapshot_id is empty")
-			}
-		default:
-			return nil, status.Error(codes.InvalidArgument, "volume_content_source has no volume or snapshot")
-		}
-	}
-
 	release, err := d.acquire(true)
 	if err != nil {
 		return nil, err
@@ -106,40 +82,14 @@ func (s *controllerServer) CreateVolume(ctx context.Context, req *csi.CreateVolu
 	defer release()
 	if v := d.st.volumeByName(req.GetName()); v != nil {
 		// Idempotency: the same request again gets the same volume.
-		var why string
-		switch {
-		case !inRange(v.CapacityBytes, req.GetCapacityRange()):
-			why = fmt.Sprintf("it has %d bytes, outside the requested range", v.CapacityBytes)
-		case v.SourceVolumeID != srcVolume || v.SourceSnapshotID != srcSnapshot:
-			why = "it was made from a different content source"
-		case !maps.Equal(v.Parameters, req.GetParameters()):
-			why = "it was made with different parameters"
-		case !maps.Equal(v.MutableParameters, req.GetMutableParameters()):
-			why = "it was made with different mutable parameters"
-		case !allowsNode(req.GetAccessibilityRequirements(), v.Node):
-			why = fmt.Sprintf("it is on node %q, which the accessibility requirements do not allow", v.Node)
-		}
-		if why != "" {
+		if why := sameRequest(v, req, srcVolume, srcSnapshot); why != "" {
 			return nil, status.Errorf(codes.AlreadyExists, "volume %q exists (%s) but %s", req.GetName(), v.ID, why)
 		}
 		return &csi.CreateVolumeResponse{Volume: d.csiVolume(v)}, nil
 	}
-
-	var minimum int64
-	var srcDir string
-	switch {
-	case srcVolume != "":
-		src := d.st.Volumes[srcVolume]
-		if src == nil {
-			return nil, status.Errorf(codes.NotFound, "source volume %q does not exist", srcVolume)
-		}
-		minimum, srcDir = src.CapacityBytes, d.VolumePath(src.ID)
-	case srcSnapshot != "":
-		src := d.st.Snapshots[srcSnapshot]
-		if src == nil {
-			return nil, status.Errorf(codes.NotFound, "source snapshot %q does not exist", srcSnapshot)
-		}
-		minimum, srcDir = src.SizeBytes, filepath.Join(d.root, snapshotsDir, src.ID)
+	minimum, srcDir, err := d.contentSource(srcVolume, srcSnapshot)
+	if err != nil {
+		return nil, err
 	}
 	size, err := d.size(req.GetCapacityRange(), minimum)
 	if err != nil {
@@ -152,33 +102,115 @@ func (s *controllerServer) CreateVolume(ctx context.Context, req *csi.CreateVolu
 	if err := d.reserveOn(node, size); err != nil {
 		return nil, err
 	}
-
 	v := &volume{
 		ID: volumeID(req.GetName()), Name: req.GetName(), CapacityBytes: size, Node: node,
 		Parameters: req.GetParameters(), MutableParameters: req.GetMutableParameters(), SourceVolumeID: srcVolume, SourceSnapshotID: srcSnapshot,
 		CreatedAt: time.Now().UTC(),
 	}
+	if err := d.makeVolume(v, srcDir); err != nil {
+		return nil, err
+	}
+	d.log.Info("volume created", "volume", v.ID, "name", v.Name, "bytes", v.CapacityBytes, "node", v.Node,
+		"sourceVolume", srcVolume, "sourceSnapshot", srcSnapshot)
+	return &csi.CreateVolumeResponse{Volume: d.csiVolume(v)}, nil
+}
+
+// checkCreate checks a CreateVolumeRequest before any state is read, and
+// returns its content source: a volume's or a snapshot's ID, or neither.
+func (d *Driver) checkCreate(req *csi.CreateVolumeRequest) (srcVolume, srcSnapshot string, err error) {
+	if !validName(req.GetName()) {
+		return "", "", status.Error(codes.InvalidArgument, "name is required")
+	}
+	if err := checkCapabilities(req.GetVolumeCapabilities()); err != nil {
+		return "", "", err
+	}
+	if err := checkRange(req.GetCapacityRange()); err != nil {
+		return "", "", err
+	}
+	if err := d.checkMutable(req.GetMutableParameters()); err != nil {
+		return "", "", err
+	}
+	cs := req.GetVolumeContentSource()
+	if cs == nil {
+		return "", "", nil
+	}
+	switch t := cs.GetType().(type) {
+	case *csi.VolumeContentSource_Volume:
+		if srcVolume = t.Volume.GetVolumeId(); srcVolume == "" {
+			return "", "", status.Error(codes.InvalidArgument, "volume_content_source.volume.volume_id is empty")
+		}
+	case *csi.VolumeContentSource_Snapshot:
+		if srcSnapshot = t.Snapshot.GetSnapshotId(); srcSnapshot == "" {
+			return "", "", status.Error(codes.InvalidArgument, "volume_content_source.snapshot.snapshot_id is empty")
+		}
+	default:
+		return "", "", status.Error(codes.InvalidArgument, "volume_content_source has no volume or snapshot")
+	}
+	return srcVolume, srcSnapshot, nil
+}
+
+// sameRequest says why an existing volume of the request's name does not
+// answer the request, or "" when it does (CreateVolume is idempotent).
+func sameRequest(v *volume, req *csi.CreateVolumeRequest, srcVolume, srcSnapshot string) string {
+	switch {
+	case !inRange(v.CapacityBytes, req.GetCapacityRange()):
+		return fmt.Sprintf("it has %d bytes, outside the requested range", v.CapacityBytes)
+	case v.SourceVolumeID != srcVolume || v.SourceSnapshotID != srcSnapshot:
+		return "it was made from a different content source"
+	case !maps.Equal(v.Parameters, req.GetParameters()):
+		return "it was made with different parameters"
+	case !maps.Equal(v.MutableParameters, req.GetMutableParameters()):
+		return "it was made with different mutable parameters"
+	case !allowsNode(req.GetAccessibilityRequirements(), v.Node):
+		return fmt.Sprintf("it is on node %q, which the accessibility requirements do not allow", v.Node)
+	}
+	return ""
+}
+
+// contentSource returns the smallest size a volume made from the source
+// may have and the directory its data is copied from ("" for an empty
+// volume). Called with the state held.
+func (d *Driver) contentSource(srcVolume, srcSnapshot string) (minimum int64, dir string, err error) {
+	switch {
+	case srcVolume != "":
+		src := d.st.Volumes[srcVolume]
+		if src == nil {
+			return 0, "", status.Errorf(codes.NotFound, "source volume %q does not exist", srcVolume)
+		}
+		return src.CapacityBytes, d.VolumePath(src.ID), nil
+	case srcSnapshot != "":
+		src := d.st.Snapshots[srcSnapshot]
+		if src == nil {
+			return 0, "", status.Errorf(codes.NotFound, "source snapshot %q does not exist", srcSnapshot)
+		}
+		return src.SizeBytes, filepath.Join(d.root, snapshotsDir, src.ID), nil
+	}
+	return 0, "", nil
+}
+
+// makeVolume makes v's directory, empty or a copy of srcDir, and saves
+// v in the state; on failure neither is left. Called with the state held.
+func (d *Driver) makeVolume(v *volume, srcDir string) error {
 	dir := d.VolumePath(v.ID)
 	if err := os.RemoveAll(dir); err != nil { // a leftover of an interrupted create
-		return nil, status.Errorf(codes.Internal, "volume directory: %v", err)
+		return status.Errorf(codes.Internal, "volume directory: %v", err)
 	}
+	var err error
 	if srcDir != "" {
 		err = copyTree(srcDir, dir)
 	} else {
 		err = os.Mkdir(dir, 0o777)
 	}
 	if err != nil {
-		return nil, status.Errorf(codes.Internal, "create volume directory: %v", err)
+		return status.Errorf(codes.Internal, "create volume directory: %v", err)
 	}
 	d.st.Volumes[v.ID] = v
 	if err := d.st.saveVolume(d.root, v.ID); err != nil {
 		delete(d.st.Volumes, v.ID)
 		_ = os.RemoveAll(dir)
-		return nil, status.Errorf(codes.Internal, "%v", err)
+		return status.Errorf(codes.Internal, "%v", err)
 	}
-	d.log.Info("volume created", "volume", v.ID, "name", v.Name, "bytes", v.CapacityBytes, "node", v.Node,
-		"sourceVolume", srcVolume, "sourceSnapshot", srcSnapshot)
-	return &csi.CreateVolumeResponse{Volume: d.csiVolume(v)}, nil
+	return nil
 }
 
 func (s *controllerServer) DeleteVolume(ctx context.Context, req *csi.DeleteVolumeRequest) (*csi.DeleteVolumeResponse, error) {

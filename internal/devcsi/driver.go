@@ -183,6 +183,27 @@ func New(o Options) (*Driver, error) {
 // newDriver is New, reporting errs (the caller's own checks) with the
 // options' errors, all at once.
 func newDriver(o Options, errs []error) (*Driver, error) {
+	errs = append(errs, o.checkServing()...)
+	errs = append(errs, o.checkLimits()...)
+	faults := &Faults{}
+	for _, spec := range o.Faults {
+		if err := faults.Parse(spec); err != nil {
+			errs = append(errs, fmt.Errorf("%w (--fault)", err))
+		}
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+	return open(o, faults)
+}
+
+// checkServing checks, and defaults, what the driver is and how it is
+// reached: its root, name, mode, socket and kubelet registration.
+func (o *Options) checkServing() []error {
+	var errs []error
 	if o.RootDir == "" {
 		errs = append(errs, errors.New("a root directory is required (--root-dir)"))
 	}
@@ -213,6 +234,13 @@ func newDriver(o Options, errs []error) (*Driver, error) {
 	if err := validDriverName(o.Name); err != nil {
 		errs = append(errs, err)
 	}
+	return errs
+}
+
+// checkLimits checks, and defaults, the node's identity, the sizes and
+// counts the driver enforces, and how it publishes volumes.
+func (o *Options) checkLimits() []error {
+	var errs []error
 	if o.NodeID == "" {
 		if h, err := os.Hostname(); err == nil && h != "" {
 			o.NodeID = h
@@ -245,18 +273,12 @@ func newDriver(o Options, errs []error) (*Driver, error) {
 	default:
 		errs = append(errs, fmt.Errorf("publish mode %q: want bind, symlink or empty for automatic (--publish-mode)", o.PublishMode))
 	}
-	faults := &Faults{}
-	for _, spec := range o.Faults {
-		if err := faults.Parse(spec); err != nil {
-			errs = append(errs, fmt.Errorf("%w (--fault)", err))
-		}
-	}
-	if o.Logger == nil {
-		o.Logger = slog.Default()
-	}
-	if err := errors.Join(errs...); err != nil {
-		return nil, err
-	}
+	return errs
+}
+
+// open makes the driver of checked options: its root and lock, its
+// state, and how it publishes volumes.
+func open(o Options, faults *Faults) (*Driver, error) {
 	root, err := filepath.Abs(o.RootDir)
 	if err != nil {
 		return nil, fmt.Errorf("root directory: %w", err)

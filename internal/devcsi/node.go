@@ -347,28 +347,12 @@ func (d *Driver) remove(p *publication) error {
 
 func (s *nodeServer) NodePublishVolume(ctx context.Context, req *csi.NodePublishVolumeRequest) (*csi.NodePublishVolumeResponse, error) {
 	d := s.d
-	id, target, staging := req.GetVolumeId(), req.GetTargetPath(), req.GetStagingTargetPath()
-	switch {
-	case id == "":
-		return nil, status.Error(codes.InvalidArgument, "volume_id is required")
-	case target == "":
-		return nil, status.Error(codes.InvalidArgument, "target_path is required")
-	case !filepath.IsAbs(target):
-		return nil, status.Errorf(codes.InvalidArgument, "target_path %q is not absolute", target)
-	case staging != "" && !filepath.IsAbs(staging):
-		return nil, status.Errorf(codes.InvalidArgument, "staging_target_path %q is not absolute", staging)
-	case req.GetVolumeCapability() == nil:
-		return nil, status.Error(codes.InvalidArgument, "volume_capability is required")
-	}
-	if err := checkCapability(req.GetVolumeCapability()); err != nil {
-		return nil, status.Error(codes.InvalidArgument, err.Error())
-	}
-	target = filepath.Clean(target)
-	if staging != "" {
-		staging = filepath.Clean(staging)
+	id := req.GetVolumeId()
+	target, staging, err := checkPublish(req)
+	if err != nil {
+		return nil, err
 	}
 	mode := req.GetVolumeCapability().GetAccessMode().GetMode()
-
 	release, err := d.acquire(true)
 	if err != nil {
 		return nil, err
@@ -377,55 +361,23 @@ func (s *nodeServer) NodePublishVolume(ctx context.Context, req *csi.NodePublish
 	if d.st.Volumes[id] == nil {
 		return nil, status.Errorf(codes.NotFound, "volume %q does not exist", id)
 	}
-	// Published from the staging path when the CO staged the volume (the
-	// kubelet always does, as the driver has STAGE_UNSTAGE_VOLUME), else
-	// from the volume's directory.
-	src := d.VolumePath(id)
-	if staging != "" {
-		st := d.st.Stagings[placeKey{d.nodeID, staging}]
-		if st == nil || st.VolumeID != id || !d.stagedInPlace(st) {
-			return nil, status.Errorf(codes.FailedPrecondition, "volume %s is not staged at %s: call NodeStageVolume first", id, staging)
-		}
-		if st.Mode == PublishBind {
-			src = staging
-		}
+	src, err := d.publishSource(id, staging)
+	if err != nil {
+		return nil, err
 	}
-	if p := d.st.Publications[target]; p != nil {
-		switch {
-		case p.VolumeID != id:
-			return nil, status.Errorf(codes.AlreadyExists, "target %s holds another volume, %s", target, p.VolumeID)
-		case p.Readonly != req.GetReadonly() || p.AccessMode != int32(mode):
-			return nil, status.Errorf(codes.AlreadyExists, "volume %s is published at %s with another readonly flag or access mode", id, target)
-		case d.inPlace(p):
-			return &csi.NodePublishVolumeResponse{}, nil
+	if done, err := d.publishedAlready(id, target, req.GetReadonly(), mode); done || err != nil {
+		if err != nil {
+			return nil, err
 		}
-		// Recorded but gone (a reboot): publish it again below.
+		return &csi.NodePublishVolumeResponse{}, nil
 	}
-	for other, p := range d.st.Publications {
-		if p.VolumeID != id || other == target {
-			continue
-		}
-		if mode == csi.VolumeCapability_AccessMode_SINGLE_NODE_SINGLE_WRITER ||
-			p.AccessMode == int32(csi.VolumeCapability_AccessMode_SINGLE_NODE_SINGLE_WRITER) {
-			return nil, status.Errorf(codes.FailedPrecondition, "volume %s is published at %s for a single writer", id, other)
-		}
+	if err := d.singleWriterElsewhere(id, target, mode); err != nil {
+		return nil, err
 	}
 	p := &publication{VolumeID: id, TargetPath: target, Readonly: req.GetReadonly(), Mode: d.publishMode, AccessMode: int32(mode),
 		Node: d.nodeID, StagingPath: staging}
-	// Record first: a crash between the two leaves a record of a
-	// publication that is not in place (repaired by publishing again), never
-	// a mount nobody knows about.
-	d.st.Publications[target] = p
-	if err := d.st.savePublication(d.root, target); err != nil {
-		delete(d.st.Publications, target)
-		return nil, status.Errorf(codes.Internal, "%v", err)
-	}
-	if err := d.place(p, src); err != nil {
-		delete(d.st.Publications, target)
-		if serr := d.st.savePublication(d.root, target); serr != nil {
-			d.log.Warn("could not drop the record of a failed publication", "target", target, "error", serr)
-		}
-		return nil, status.Errorf(codes.Internal, "publish volume %s at %s: %v", id, target, err)
+	if err := d.recordAndPlace(p, src); err != nil {
+		return nil, err
 	}
 	attrs := []any{"volume", id, "target", target, "stagingPath", staging, "readonly", p.Readonly, "mode", string(p.Mode)}
 	if pod := req.GetVolumeContext()[podNameKey]; pod != "" {
@@ -433,6 +385,101 @@ func (s *nodeServer) NodePublishVolume(ctx context.Context, req *csi.NodePublish
 	}
 	d.log.Info("volume published", attrs...)
 	return &csi.NodePublishVolumeResponse{}, nil
+}
+
+// checkPublish checks a NodePublishVolumeRequest before any state is
+// read, and returns its target and staging paths, cleaned.
+func checkPublish(req *csi.NodePublishVolumeRequest) (target, staging string, err error) {
+	target, staging = req.GetTargetPath(), req.GetStagingTargetPath()
+	switch {
+	case req.GetVolumeId() == "":
+		return "", "", status.Error(codes.InvalidArgument, "volume_id is required")
+	case target == "":
+		return "", "", status.Error(codes.InvalidArgument, "target_path is required")
+	case !filepath.IsAbs(target):
+		return "", "", status.Errorf(codes.InvalidArgument, "target_path %q is not absolute", target)
+	case staging != "" && !filepath.IsAbs(staging):
+		return "", "", status.Errorf(codes.InvalidArgument, "staging_target_path %q is not absolute", staging)
+	case req.GetVolumeCapability() == nil:
+		return "", "", status.Error(codes.InvalidArgument, "volume_capability is required")
+	}
+	if err := checkCapability(req.GetVolumeCapability()); err != nil {
+		return "", "", status.Error(codes.InvalidArgument, err.Error())
+	}
+	if staging != "" {
+		staging = filepath.Clean(staging)
+	}
+	return filepath.Clean(target), staging, nil
+}
+
+// publishSource is what a publication of volume id places at its target:
+// the staging path when the CO staged the volume there with a bind mount
+// (the kubelet always stages, as the driver has STAGE_UNSTAGE_VOLUME),
+// else the volume's directory. Called with the state held.
+func (d *Driver) publishSource(id, staging string) (string, error) {
+	if staging == "" {
+		return d.VolumePath(id), nil
+	}
+	st := d.st.Stagings[placeKey{d.nodeID, staging}]
+	if st == nil || st.VolumeID != id || !d.stagedInPlace(st) {
+		return "", status.Errorf(codes.FailedPrecondition, "volume %s is not staged at %s: call NodeStageVolume first", id, staging)
+	}
+	if st.Mode == PublishBind {
+		return staging, nil
+	}
+	return d.VolumePath(id), nil
+}
+
+// publishedAlready says whether volume id is published at target as asked
+// (NodePublishVolume is idempotent), or why target cannot take it; a
+// publication recorded but gone (a reboot) is published again.
+func (d *Driver) publishedAlready(id, target string, readonly bool, mode csi.VolumeCapability_AccessMode_Mode) (bool, error) {
+	p := d.st.Publications[target]
+	switch {
+	case p == nil:
+		return false, nil
+	case p.VolumeID != id:
+		return false, status.Errorf(codes.AlreadyExists, "target %s holds another volume, %s", target, p.VolumeID)
+	case p.Readonly != readonly || p.AccessMode != int32(mode):
+		return false, status.Errorf(codes.AlreadyExists, "volume %s is published at %s with another readonly flag or access mode", id, target)
+	}
+	return d.inPlace(p), nil
+}
+
+// singleWriterElsewhere refuses a second publication of a volume when
+// either publication is for a single writer (SINGLE_NODE_SINGLE_WRITER).
+func (d *Driver) singleWriterElsewhere(id, target string, mode csi.VolumeCapability_AccessMode_Mode) error {
+	for other, p := range d.st.Publications {
+		if p.VolumeID != id || other == target {
+			continue
+		}
+		if mode == csi.VolumeCapability_AccessMode_SINGLE_NODE_SINGLE_WRITER ||
+			p.AccessMode == int32(csi.VolumeCapability_AccessMode_SINGLE_NODE_SINGLE_WRITER) {
+			return status.Errorf(codes.FailedPrecondition, "volume %s is published at %s for a single writer", id, other)
+		}
+	}
+	return nil
+}
+
+// recordAndPlace records the publication, then places src at its target.
+// Record first: a crash between the two leaves a record of a publication
+// that is not in place (repaired by publishing again), never a mount
+// nobody knows about. Called with the state held.
+func (d *Driver) recordAndPlace(p *publication, src string) error {
+	target := p.TargetPath
+	d.st.Publications[target] = p
+	if err := d.st.savePublication(d.root, target); err != nil {
+		delete(d.st.Publications, target)
+		return status.Errorf(codes.Internal, "%v", err)
+	}
+	if err := d.place(p, src); err != nil {
+		delete(d.st.Publications, target)
+		if serr := d.st.savePublication(d.root, target); serr != nil {
+			d.log.Warn("could not drop the record of a failed publication", "target", target, "error", serr)
+		}
+		return status.Errorf(codes.Internal, "publish volume %s at %s: %v", p.VolumeID, target, err)
+	}
+	return nil
 }
 
 func (s *nodeServer) NodeUnpublishVolume(ctx context.Context, req *csi.NodeUnpublishVolumeRequest) (*csi.NodeUnpublishVolumeResponse, error) {

@@ -307,23 +307,49 @@ func Run(ctx context.Context, o Options) error {
 	r.Health.AddReadiness("csi-drivers", reg.check)
 	r.Log.Info("provisioner starting", "feature_gates", o.FeatureGates.String(), "member", o.MemberID, "listen", r.Addr(), "csi_endpoints", o.CSIEndpoints,
 		"discover_sidecars", o.DiscoverSidecars, "watcher", o.WatcherAddress, "standalone", o.Standalone)
+	parts := runParts{factory: factory, reg: reg, capc: capc, p: p, api: api, objs: objs, feed: feed, clones: clones,
+		informersSynced: &informersSynced, standaloneVolumes: standaloneVolumes, discovery: discoveryTasks}
+	return r.Run(ctx, parts.tasks(r, o)...)
+}
+
+// runParts are the parts of a provisioner replica that run as tasks.
+type runParts struct {
+	factory           informers.SharedInformerFactory
+	reg               *registry
+	capc              *capacity.Controller
+	p                 *provisioner
+	api               *server
+	objs              *objectCache
+	feed              feeder
+	clones            *cloneProtection
+	informersSynced   *atomic.Bool
+	standaloneVolumes cache.SharedIndexInformer
+	discovery         []replica.Task
+}
+
+// tasks are the loops of a replica, each restarted until the replica
+// stops (replica.Until): probes, informers, recovery, clone protection,
+// capacity, orphans, the claim feed, and as configured sidecar discovery,
+// standalone mode and the snapshot sweep.
+func (x runParts) tasks(r *replica.Replica, o Options) []func(context.Context) error {
+	reg, p, objs, factory := x.reg, x.p, x.objs, x.factory
 	tasks := []func(context.Context) error{
 		replica.Until(func(ctx context.Context) { reg.probeLoop(ctx, o.ProbePeriod) }),
-		replica.Until(func(ctx context.Context) { informersSynced.Store(allSynced(factory.WaitForCacheSync(ctx.Done()))) }),
+		replica.Until(func(ctx context.Context) { x.informersSynced.Store(allSynced(factory.WaitForCacheSync(ctx.Done()))) }),
 		replica.Until(func(ctx context.Context) { p.recoveryLoop(ctx, o.RecoveryPeriod, reg.probed) }),
 		func(ctx context.Context) error {
-			return clones.run(ctx, objs.hasSynced, objs.current, o.RecoveryPeriod)
+			return x.clones.run(ctx, objs.hasSynced, objs.current, o.RecoveryPeriod)
 		},
 		replica.Until(func(ctx context.Context) {
-			capc.Run(ctx, reg.probed, func() bool { return cache.WaitForCacheSync(ctx.Done(), objs.hasSynced) })
+			x.capc.Run(ctx, reg.probed, func() bool { return cache.WaitForCacheSync(ctx.Done(), objs.hasSynced) })
 		}),
-		replica.Until(func(ctx context.Context) { api.orphans.Loop(ctx, o.OrphanScanPeriod, reg.probed) }),
-		feed.run,
-		replica.Until(func(ctx context.Context) { objs.report(ctx, r.Log, feed) }),
+		replica.Until(func(ctx context.Context) { x.api.orphans.Loop(ctx, o.OrphanScanPeriod, reg.probed) }),
+		x.feed.run,
+		replica.Until(func(ctx context.Context) { objs.report(ctx, r.Log, x.feed) }),
 	}
-	tasks = append(tasks, discoveryTasks...)
+	tasks = append(tasks, x.discovery...)
 	if o.Standalone {
-		tasks = append(tasks, standaloneTask(r.Log, o, p, objs, standaloneVolumes, clones.claimChanged))
+		tasks = append(tasks, standaloneTask(r.Log, o, p, objs, x.standaloneVolumes, x.clones.claimChanged))
 	}
 	if o.SnapshotOrphanSweepInterval > 0 {
 		sweeper := &snapshotSweeper{log: r.Log, client: r.Client, dynamic: p.sources.dynamic, claims: corelisters.NewPersistentVolumeClaimLister(objs.claims)}
@@ -331,7 +357,7 @@ func Run(ctx context.Context, o Options) error {
 			sweeper.run(ctx, objs.hasSynced, objs.current, o.SnapshotOrphanSweepInterval)
 		}))
 	}
-	return r.Run(ctx, tasks...)
+	return tasks
 }
 
 // newDrivers is the registry of the CSI drivers of o, dialed, and the
