@@ -2,10 +2,12 @@ package reclaimer
 
 import (
 	"errors"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -313,6 +315,51 @@ func TestDeleteWhileTheDriverRestarts(t *testing.T) {
 	if rec := r.step(t, "pvc-1"); rec.State != reclaimerv1.State_STATE_SUCCEEDED || p.calls() != 1 || kc.pv("pvc-1") != nil || j.len() != 0 {
 		t.Fatalf("once the driver is back: record %v, %d DeleteVolume calls, journal records %d", rec, p.calls(), j.len())
 	}
+}
+
+// A volume nothing can delete is said once at warning level, when it
+// turns Failed, with its Event; its retries, kube-controller-manager's
+// retry at every sync, are logged at debug level (issue 39's loose end:
+// each one was an info line).
+func TestAFailedVolumeIsLoggedOnce(t *testing.T) {
+	kc, j := newFakeCluster(), newFakeJournal()
+	r := newReplica(t, "me", kc, j, nil, config{})
+	var logs syncedLog
+	r.log = slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	v := releasedPV("static", corev1.PersistentVolumeReclaimDelete, withHostPath("/data/static"))
+	kc.addPV(v)
+	r.start(t, v)
+	for range 3 {
+		r.step(t, "static")
+	}
+	out := logs.String()
+	if n := strings.Count(out, `level=WARN msg="volume Failed" volume=static`); n != 1 {
+		t.Errorf("%d warnings that the volume is Failed, want 1:\n%s", n, out)
+	}
+	if n := strings.Count(out, `level=DEBUG msg="reclaim step failed; retrying" volume=static`); n != 3 {
+		t.Errorf("%d debug lines of the retries, want 3:\n%s", n, out)
+	}
+	if strings.Contains(out, `level=INFO msg="reclaim step failed`) {
+		t.Errorf("a retry of a Failed volume at info level:\n%s", out)
+	}
+}
+
+// syncedLog is a log sink written by the replica and read by the test.
+type syncedLog struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (l *syncedLog) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *syncedLog) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }
 
 func TestDeleteOfAStaticHostPathFails(t *testing.T) {

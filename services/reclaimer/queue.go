@@ -3,6 +3,7 @@ package reclaimer
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"sync"
 	"time"
 
@@ -135,7 +136,15 @@ func (c *controller) noteRetry(ctx context.Context, key string, d time.Duration,
 	if serr := c.save(ctx, r); serr != nil {
 		c.log.Warn("cannot record the reclaim's retry", "volume", key, "error", serr)
 	}
-	c.log.Info("reclaim step failed; retrying", "volume", key, logging.ClaimRef(r.ClaimNamespace, r.ClaimName, r.ClaimUid), "state", r.State, "after", d, "error", err)
+	// A step that turned the volume Failed was said once, with its Event
+	// and a warning (markFailed); its retries, until something changes
+	// (a deleter appears, the policy changes), are kube-controller-manager's
+	// retry at every sync, logged as it logs them: at debug level.
+	lvl := slog.LevelInfo
+	if errors.As(err, new(failedStep)) {
+		lvl = slog.LevelDebug
+	}
+	c.log.Log(ctx, lvl, "reclaim step failed; retrying", "volume", key, logging.ClaimRef(r.ClaimNamespace, r.ClaimName, r.ClaimUid), "state", r.State, "after", d, "error", err)
 }
 
 // prune forgets finished records older than RecordTTL.
