@@ -277,9 +277,10 @@ func (s *server) RetryReclaim(ctx context.Context, req *reclaimerv1.RetryReclaim
 }
 
 // answer is a reclaim as the API shows it: without the copy of the volume
-// being deleted, which only the journal keeps.
+// being deleted and the trace's parent, which only the journal keeps.
 func answer(r *reclaimerv1.Reclaim) *reclaimerv1.Reclaim {
 	r.DeletingVolume = nil
+	r.TraceParent = ""
 	return r
 }
 

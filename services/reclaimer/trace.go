@@ -2,6 +2,9 @@ package reclaimer
 
 import (
 	"context"
+	"encoding/hex"
+	"fmt"
+	"strings"
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
@@ -22,7 +25,10 @@ import (
 // last served (volplane.claim.uid: the claimRef's UID, the key of that
 // claim's timeline and of the binder's and provisioner's spans for it), so
 // a trace backend answers "why did this deletion take 40 s?" by either.
-// A replica's attempts at one reclaim share the trace of its first.
+// The attempts at one reclaim share the trace of its first, whichever
+// replica makes them: the first's span context is journaled with the
+// reclaim (trace_parent, W3C traceparent), so a replica that takes the
+// reclaim over goes on in the same trace.
 //
 // Span names.
 const (
@@ -48,8 +54,9 @@ func (c *controller) startSpan(ctx context.Context, name string, r *reclaimerv1.
 }
 
 // startAttempt starts the span of one sync of the held reclaim of volume
-// key: in the trace of this replica's earlier attempts at the same reclaim
-// when there were some.
+// key: in the trace of the earlier attempts at the same reclaim when there
+// were some (this replica's, or the journaled trace_parent of a replica
+// that stopped), else as the first, whose context the record keeps.
 func (c *controller) startAttempt(ctx context.Context, key string, r *reclaimerv1.Reclaim) (context.Context, trace.Span) {
 	if c.tracer == nil {
 		return ctx, noop.Span{}
@@ -60,20 +67,55 @@ func (c *controller) startAttempt(ctx context.Context, key string, r *reclaimerv
 		prev = e.trace
 	}
 	c.mu.Unlock()
+	if !prev.IsValid() {
+		prev = parseTraceParent(r.GetTraceParent())
+	}
 	if prev.IsValid() {
 		ctx = trace.ContextWithRemoteSpanContext(ctx, prev)
 	}
 	ctx, sp := c.startSpan(ctx, spanReclaim, r, trace.WithAttributes(
 		attribute.String("volplane.reclaim.policy", r.GetPolicy()),
 		attribute.Int("volplane.reclaim.attempt", int(r.GetAttempts())+1)))
-	if !prev.IsValid() {
-		c.mu.Lock()
-		if e := c.entries[key]; e != nil && !e.trace.IsValid() {
-			e.trace = sp.SpanContext()
-		}
-		c.mu.Unlock()
+	first := prev
+	if !first.IsValid() {
+		first = sp.SpanContext()
 	}
+	// Journaled with the reclaim's next save, whichever copy saves it.
+	r.TraceParent = formatTraceParent(first)
+	c.mu.Lock()
+	if e := c.entries[key]; e != nil {
+		if !e.trace.IsValid() {
+			e.trace = first
+		}
+		if e.held && e.rec != nil && sameReclaim(e.rec, r) {
+			e.rec.TraceParent = r.TraceParent
+		}
+	}
+	c.mu.Unlock()
 	return ctx, sp
+}
+
+// formatTraceParent writes a span context as a W3C traceparent.
+func formatTraceParent(sc trace.SpanContext) string {
+	if !sc.IsValid() {
+		return ""
+	}
+	return fmt.Sprintf("00-%s-%s-%s", sc.TraceID(), sc.SpanID(), sc.TraceFlags())
+}
+
+// parseTraceParent reads a W3C traceparent; anything else is no context.
+func parseTraceParent(s string) trace.SpanContext {
+	parts := strings.Split(s, "-")
+	if len(parts) != 4 || parts[0] != "00" {
+		return trace.SpanContext{}
+	}
+	tid, err1 := trace.TraceIDFromHex(parts[1])
+	sid, err2 := trace.SpanIDFromHex(parts[2])
+	flags, err3 := hex.DecodeString(parts[3])
+	if err1 != nil || err2 != nil || err3 != nil || len(flags) != 1 {
+		return trace.SpanContext{}
+	}
+	return trace.NewSpanContext(trace.SpanContextConfig{TraceID: tid, SpanID: sid, TraceFlags: trace.TraceFlags(flags[0]), Remote: true})
 }
 
 // endAttempt ends an attempt's span with where the reclaim stands.

@@ -84,6 +84,48 @@ func TestReclaimSpans(t *testing.T) {
 	}
 }
 
+// A replica that takes a reclaim over goes on in the trace of the first
+// attempt, made by the replica that stopped (issue 39's loose end: it
+// started a new trace). The API's answers do not show the journaled
+// trace parent.
+func TestTakeoverContinuesTheTrace(t *testing.T) {
+	exp := tracetest.NewInMemoryExporter()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp))
+	t.Cleanup(func() { _ = tp.Shutdown(t.Context()) })
+	kc, j, p := newFakeCluster(), newFakeJournal(), servedDev()
+	p.answer(&provisionerv1.DeleteVolumeResponse{Outcome: provisionerv1.Outcome_OUTCOME_IN_BACKGROUND, Message: "driver timed out"}, nil)
+	a := newReplica(t, "a", kc, j, p, config{})
+	a.tracer = tp.Tracer("a")
+	v := releasedPV("pvc-1", corev1.PersistentVolumeReclaimDelete, withCSI(devDriver), withProvisionedBy(devDriver),
+		func(v *corev1.PersistentVolume) { v.Finalizers = []string{kube.FinalizerExternalProvisioner} })
+	kc.addPV(v)
+	a.start(t, v)
+	rec := a.step(t, "pvc-1")
+	if rec.State != reclaimerv1.State_STATE_RUNNING || rec.TraceParent == "" {
+		t.Fatalf("first attempt: %v", rec)
+	}
+	if answer(rec).TraceParent != "" {
+		t.Errorf("the API's answer shows the journaled trace parent")
+	}
+	first := exp.GetSpans()[0].SpanContext.TraceID()
+	j.expire("a") // a stops
+
+	b := newReplica(t, "b", kc, j, p, config{})
+	b.tracer = tp.Tracer("b")
+	b.takeOver(t.Context())
+	p.answer(&provisionerv1.DeleteVolumeResponse{Outcome: provisionerv1.Outcome_OUTCOME_FINISHED}, nil)
+	b.handle(t.Context(), "pvc-1")
+	spans := exp.GetSpans()
+	if len(spans) < 4 {
+		t.Fatalf("%d spans", len(spans))
+	}
+	for _, s := range spans {
+		if s.SpanContext.TraceID() != first {
+			t.Errorf("span %s (%s) in trace %s, the first attempt's is %s", s.Name, s.InstrumentationScope.Name, s.SpanContext.TraceID(), first)
+		}
+	}
+}
+
 // Without a tracer the span helpers allocate nothing.
 func TestNoTracerAllocatesNothing(t *testing.T) {
 	c := &controller{entries: map[string]*entry{}}

@@ -212,8 +212,13 @@ type Reclaim struct {
 	// PersistentVolume is gone meanwhile. Kept in the journal only; empty in
 	// the API's answers.
 	DeletingVolume []byte `protobuf:"bytes,19,opt,name=deleting_volume,json=deletingVolume,proto3" json:"deleting_volume,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// The W3C traceparent of the reclaim's first attempt (with
+	// --otlp-endpoint), so that a replica that takes the reclaim over goes
+	// on in the same trace. Kept in the journal only; empty in the API's
+	// answers.
+	TraceParent   string `protobuf:"bytes,20,opt,name=trace_parent,json=traceParent,proto3" json:"trace_parent,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Reclaim) Reset() {
@@ -377,6 +382,13 @@ func (x *Reclaim) GetDeletingVolume() []byte {
 		return x.DeletingVolume
 	}
 	return nil
+}
+
+func (x *Reclaim) GetTraceParent() string {
+	if x != nil {
+		return x.TraceParent
+	}
+	return ""
 }
 
 // ReclaimRequest names a Released volume.
@@ -818,7 +830,7 @@ var File_volplane_reclaimer_v1_reclaimer_proto protoreflect.FileDescriptor
 
 const file_volplane_reclaimer_v1_reclaimer_proto_rawDesc = "" +
 	"\n" +
-	"%volplane/reclaimer/v1/reclaimer.proto\x12\x15volplane.reclaimer.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\xf0\x05\n" +
+	"%volplane/reclaimer/v1/reclaimer.proto\x12\x15volplane.reclaimer.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\x93\x06\n" +
 	"\aReclaim\x12\x1f\n" +
 	"\vvolume_name\x18\x01 \x01(\tR\n" +
 	"volumeName\x12\x1d\n" +
@@ -844,7 +856,8 @@ const file_volplane_reclaimer_v1_reclaimer_proto_rawDesc = "" +
 	"\x11next_attempt_time\x18\x11 \x01(\v2\x1a.google.protobuf.TimestampR\x0fnextAttemptTime\x12;\n" +
 	"\vcreate_time\x18\x12 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
 	"createTime\x12'\n" +
-	"\x0fdeleting_volume\x18\x13 \x01(\fR\x0edeletingVolume\"h\n" +
+	"\x0fdeleting_volume\x18\x13 \x01(\fR\x0edeletingVolume\x12!\n" +
+	"\ftrace_parent\x18\x14 \x01(\tR\vtraceParent\"h\n" +
 	"\x0eReclaimRequest\x12\x1f\n" +
 	"\vvolume_name\x18\x01 \x01(\tR\n" +
 	"volumeName\x12\x1d\n" +
