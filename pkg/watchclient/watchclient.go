@@ -354,7 +354,9 @@ func (s *subscription) stream(ctx context.Context, w int) (progressed bool, err 
 		req.ResumeAfter = proto.Clone(s.cursor).(*watcherv1.Cursor)
 	}
 	opened := time.Now()
+	waiting := time.AfterFunc(s.o.StallTimeout, func() { s.notOpened(rep.name) })
 	st, err := rep.client.Watch(ctx, req, grpc.WaitForReady(true))
+	waiting.Stop()
 	if err != nil {
 		return false, err
 	}
@@ -376,6 +378,15 @@ func (s *subscription) stream(ctx context.Context, w int) (progressed bool, err 
 		progressed = true
 		r.receive(ev)
 	}
+}
+
+// notOpened reports a stream that has not opened within StallTimeout: the
+// watcher is down, or not up yet when the subscriber starts. The Watch
+// call waits for the connection (WaitForReady) and returns no error
+// meanwhile, so without this the outage would have no line at all; the
+// stream's first delivery ends it ("reachable again").
+func (s *subscription) notOpened(watcher string) {
+	s.outage.Failed(fmt.Errorf("no stream opened within %s: the watcher is not reachable", s.o.StallTimeout), "watcher", watcher)
 }
 
 // awaitShard waits until the binder owns a shard, and returns it. The

@@ -2,6 +2,7 @@ package watchclient_test
 
 import (
 	"context"
+	"log/slog"
 	"net"
 	"strings"
 	"sync"
@@ -413,4 +414,85 @@ func TestFreshWithinAProbeInterval(t *testing.T) {
 		t.Fatalf("FreshAt lagged by up to %s with a probe every %s and a mark every 10ms", worst, interval)
 	}
 	t.Logf("FreshAt lagged by at most %s", worst)
+}
+
+// syncedBuffer is a log sink written by the subscriber and read by the
+// test.
+type syncedBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (b *syncedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.Write(p)
+}
+
+func (b *syncedBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.String()
+}
+
+// A watcher that is down when the subscriber starts is an outage like
+// one that goes down later: one warning while no stream opens, one info
+// line when the stream delivers (issue 39's loose end: the Watch call
+// waits for the connection without an error, so nothing was logged).
+func TestWatcherDownAtStartIsAnOutage(t *testing.T) {
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := lis.Addr().String()
+	lis.Close() // nothing listens yet
+	cc, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cc.Close() })
+	var logs syncedBuffer
+	log := slog.New(slog.NewTextHandler(&logs, nil))
+	r := &recorder{}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		done <- watchclient.RunFailover(ctx, []watchclient.Watcher{{Name: "w0", Conn: cc}},
+			watchclient.Options{StallTimeout: 200 * time.Millisecond, MinBackoff: time.Millisecond, Logger: log}, r)
+	}()
+	defer func() {
+		cancel()
+		<-done
+	}()
+	waitLog(t, &logs, `level=WARN msg="watcher unreachable"`)
+	if !strings.Contains(logs.String(), "no stream opened within 200ms") {
+		t.Errorf("the warning does not say why:\n%s", logs.String())
+	}
+	s := &script{streams: [][]*watcherv1.WatchResponse{{ev(watcherv1.EventType_EVENT_TYPE_SYNCED, "", 1)}}}
+	lis, err = net.Listen("tcp", addr)
+	if err != nil {
+		t.Skipf("the port was taken meanwhile: %v", err)
+	}
+	srv := grpc.NewServer()
+	watcherv1.RegisterWatcherServiceServer(srv, s)
+	go srv.Serve(lis)
+	t.Cleanup(srv.Stop)
+	waitLog(t, &logs, `level=INFO msg="watcher reachable again"`)
+	// (The scripted stream breaks after its list: a second outage.)
+	before, _, _ := strings.Cut(logs.String(), `msg="watcher reachable again"`)
+	if n := strings.Count(before, `level=WARN msg="watcher unreachable"`); n != 1 {
+		t.Errorf("%d warnings before the stream delivered, want 1:\n%s", n, logs.String())
+	}
+}
+
+// waitLog waits until logs hold want.
+func waitLog(t *testing.T, logs *syncedBuffer, want string) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for !strings.Contains(logs.String(), want) {
+		if time.Now().After(deadline) {
+			t.Fatalf("no %s in:\n%s", want, logs.String())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 }
