@@ -2,7 +2,6 @@ package bench
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"strings"
 	"sync/atomic"
@@ -88,34 +87,12 @@ func (t *trial) measureDelete(ctx context.Context, n int) (*Result, error) {
 			return err
 		})
 	}()
-	var window time.Duration
-	var timeout <-chan time.Time
-	all := tr.all
-	tick := time.NewTicker(progressEvery)
-	defer tick.Stop()
 	prog := newProgress(n, start)
 	prog.done, prog.sent = "volumes gone", "claims deleted"
-	for done != nil || all != nil {
-		select {
-		case now := <-tick.C:
-			fmt.Fprintln(t.o.Log, prog.line(tr.boundCount(), int(deleted.Load()), now))
-		case err := <-done:
-			if err != nil {
-				return nil, fmt.Errorf("delete claims: %w", err)
-			}
-			window, done = time.Since(start), nil
-			timeout = time.After(boundWait(n))
-		case <-all:
-			all = nil
-		case <-timeout:
-			return nil, fmt.Errorf("only %d of %d volumes gone within %s of the last delete (log: %s)", tr.boundCount(), n, boundWait(n), t.logPath())
-		case err := <-t.fail:
-			return nil, err
-		case <-tr.closed:
-			return nil, errors.New("volume watch closed")
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		}
+	window, err := t.waitBurst(ctx, tr, burst{n: n, start: start, done: done, sent: deleted.Load, prog: prog,
+		sending: "delete claims", stuck: "only %d of %d volumes gone within %s of the last delete (log: %s)", watch: "volume"})
+	if err != nil {
+		return nil, err
 	}
 	empty, err := waitDriverEmpty(ctx, driver, time.Minute)
 	if err != nil {

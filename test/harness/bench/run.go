@@ -80,14 +80,12 @@ func (t *trial) measure(ctx context.Context, l load) (*Result, error) {
 	}
 	profiles := t.startProfiles(ctx, l, n)
 	start := time.Now()
-	type created struct {
-		late Lateness
-		err  error
-	}
-	done := make(chan created, 1)
+	var late Lateness // set before done is sent
+	done := make(chan error, 1)
 	var made atomic.Int64
 	go func() {
-		late, err := l.create(ctx, func(i int) error {
+		var err error
+		late, err = l.create(ctx, func(i int) error {
 			tr.sending(i)
 			c, err := t.client.CoreV1().PersistentVolumeClaims(benchNamespace).Create(ctx, claim(i), metav1.CreateOptions{})
 			if err == nil {
@@ -98,40 +96,12 @@ func (t *trial) measure(ctx context.Context, l load) (*Result, error) {
 			}
 			return err
 		})
-		done <- created{late, err}
+		done <- err
 	}()
-	var late Lateness
-	var window time.Duration
-	var timeout <-chan time.Time
-	all := tr.all
-	tick := time.NewTicker(progressEvery)
-	defer tick.Stop()
-	prog := newProgress(n, start)
-wait:
-	for done != nil || all != nil {
-		select {
-		case now := <-tick.C:
-			fmt.Fprintln(t.o.Log, prog.line(tr.boundCount(), int(made.Load()), now))
-		case c := <-done:
-			if c.err != nil {
-				return nil, fmt.Errorf("create claims: %w", c.err)
-			}
-			late, window, done = c.late, time.Since(start), nil
-			timeout = time.After(boundWait(n))
-		case <-all:
-			all = nil
-		case <-timeout:
-			if l.rate == 0 {
-				return nil, fmt.Errorf("only %d of %d claims Bound within %s of the last create (log: %s)", tr.boundCount(), n, boundWait(n), t.logPath())
-			}
-			break wait
-		case err := <-t.fail:
-			return nil, err
-		case <-tr.closed:
-			return nil, errors.New("claim watch closed")
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		}
+	window, err := t.waitBurst(ctx, tr, burst{n: n, start: start, done: done, sent: made.Load, prog: newProgress(n, start),
+		sending: "create claims", open: l.rate > 0, stuck: "only %d of %d claims Bound within %s of the last create (log: %s)", watch: "claim"})
+	if err != nil {
+		return nil, err
 	}
 	lat, unbound, last := tr.latencies()
 	if t.ceiling != nil {
@@ -160,6 +130,59 @@ wait:
 		r.PerSecond = float64(n-unbound) / r.Elapsed.Seconds()
 	}
 	return r, nil
+}
+
+// burst is one burst's wait: n claims sent from start (sent counts them)
+// by the sender that reports on done.
+type burst struct {
+	n       int
+	start   time.Time
+	done    <-chan error
+	sent    func() int64
+	prog    *progress
+	sending string // what the sender does, for its error
+	// open: an open-loop run, whose claims still unbound when the wait
+	// ends are counted, not an error.
+	open  bool
+	stuck string // the error of a closed-loop run that does not finish (done, n, wait, log)
+	watch string // what the tracker watches
+}
+
+// waitBurst waits until the sender is done and the tracker has seen every
+// claim through (or, open loop, until boundWait after the last send), with
+// a progress line every progressEvery, and returns the sending window.
+func (t *trial) waitBurst(ctx context.Context, tr *tracker, b burst) (time.Duration, error) {
+	var window time.Duration
+	var timeout <-chan time.Time
+	done, all := b.done, tr.all
+	tick := time.NewTicker(progressEvery)
+	defer tick.Stop()
+	for done != nil || all != nil {
+		select {
+		case now := <-tick.C:
+			fmt.Fprintln(t.o.Log, b.prog.line(tr.boundCount(), int(b.sent()), now))
+		case err := <-done:
+			if err != nil {
+				return 0, fmt.Errorf("%s: %w", b.sending, err)
+			}
+			window, done = time.Since(b.start), nil
+			timeout = time.After(boundWait(b.n))
+		case <-all:
+			all = nil
+		case <-timeout:
+			if b.open {
+				return window, nil
+			}
+			return 0, fmt.Errorf(b.stuck, tr.boundCount(), b.n, boundWait(b.n), t.logPath())
+		case err := <-t.fail:
+			return 0, err
+		case <-tr.closed:
+			return 0, errors.New(b.watch + " watch closed")
+		case <-ctx.Done():
+			return 0, ctx.Err()
+		}
+	}
+	return window, nil
 }
 
 // logPath is the log that explains a stuck run.
