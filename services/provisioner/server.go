@@ -74,7 +74,9 @@ func (s *server) Provision(ctx context.Context, req *provisionerv1.ProvisionRequ
 		return nil, err
 	}
 	ctx, step := s.p.timeline.Start(ctx, string(claim.UID), "provision")
+	start := time.Now()
 	res, err := s.p.provision(ctx, claim, class, false)
+	countProvision(claim, res, err, start)
 	if err != nil {
 		step.EndErr(err, "")
 		return nil, toStatus(err)

@@ -178,10 +178,16 @@ func (s *standalone) sync(ctx context.Context, key string, retried bool) (retry 
 	}
 	claim := obj.(*corev1.PersistentVolumeClaim)
 	should, err := shouldProvision(claim, s.serves, s.class)
+	if err != nil {
+		countProvisionFailed(claim)
+	}
 	if err != nil || !should {
 		return false, err
 	}
 	if exists, err := s.provisioned(ctx, VolumeName(s.p.prefix, claim), retried); err != nil || exists {
+		if exists {
+			countProvisionFailed(claim) // as the library's errStopProvision
+		}
 		return false, err // provisioned; kube-controller-manager binds it
 	}
 	class, err := s.class(match.ClaimClass(claim))
@@ -190,14 +196,17 @@ func (s *standalone) sync(ctx context.Context, key string, retried bool) (retry 
 	}
 	if s.p.drivers.byProvisioner(class.Provisioner) == nil {
 		// The class's provisioner changed since the claim was annotated:
-		// as external-provisioner, stop.
+		// as external-provisioner, stop (errStopProvision: counted failed).
+		countProvisionFailed(claim)
 		return false, nil
 	}
 	if s.delayed(claim, class) {
 		return true, nil
 	}
 	ctx, step := s.p.timeline.Start(ctx, string(claim.UID), "provision")
+	start := time.Now()
 	res, err := s.p.provision(ctx, claim, class, false)
+	countProvision(claim, res, err, start)
 	if err != nil {
 		step.EndErr(err, "")
 		return false, err

@@ -1,0 +1,93 @@
+package dynamic
+
+import (
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/volplane/volplane/pkg/metrics"
+	"github.com/volplane/volplane/test/harness/e2e"
+)
+
+// scrape reads /metrics as the services serve it on --debug-address
+// (pkg/metrics.Handler; the services of this suite run in this process
+// and share its registry).
+func scrape(t *testing.T) string {
+	t.Helper()
+	srv := httptest.NewServer(metrics.Handler(nil, metrics.Debug{}))
+	defer srv.Close()
+	resp, err := http.Get(srv.URL + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
+// External-provisioner parity, its library's metrics: after a failed and
+// a successful provisioning, a clone, and the deletion of both volumes,
+// /metrics has sig-storage-lib-external-provisioner's series, with its
+// labels (class and source for provisioning, class for deletion) and
+// counts per attempt.
+func TestExternalProvisionerMetricsAfterProvisionAndDelete(t *testing.T) {
+	ns := e2e.Namespace(t, cluster.client)
+	sc := class(t)
+	f := faults(t)
+	f.FailNext("CreateVolume", 1, codes.Internal, "backend hiccup")
+	src := createClaim(t, ns, "source", "1Gi", sc.Name)
+	bound(t, ns, "source")
+	clone := createClaim(t, ns, "copy", "1Gi", sc.Name, func(c *corev1.PersistentVolumeClaim) {
+		c.Spec.DataSource = &corev1.TypedLocalObjectReference{Kind: "PersistentVolumeClaim", Name: "source"}
+	})
+	bound(t, ns, "copy")
+	deleteClaim(t, clone)
+	deleteClaim(t, src)
+
+	want := []string{
+		fmt.Sprintf(`controller_persistentvolumeclaim_provision_failed_total{class=%q,source=""} 1`, sc.Name),
+		fmt.Sprintf(`controller_persistentvolumeclaim_provision_total{class=%q,source=""} 1`, sc.Name),
+		fmt.Sprintf(`controller_persistentvolumeclaim_provision_total{class=%q,source="PersistentVolumeClaim"} 1`, sc.Name),
+		fmt.Sprintf(`controller_persistentvolumeclaim_provision_duration_seconds_count{class=%q,source=""} 1`, sc.Name),
+		fmt.Sprintf(`controller_persistentvolumeclaim_provision_duration_seconds_count{class=%q,source="PersistentVolumeClaim"} 1`, sc.Name),
+		fmt.Sprintf(`controller_persistentvolumeclaim_provision_duration_seconds_bucket{class=%q,source="",le="+Inf"} 1`, sc.Name),
+		fmt.Sprintf(`controller_persistentvolume_delete_total{class=%q} 2`, sc.Name),
+		fmt.Sprintf(`controller_persistentvolume_delete_duration_seconds_count{class=%q} 2`, sc.Name),
+		"# HELP controller_persistentvolumeclaim_provision_total Total number of persistent volumes provisioned succesfully. Broken down by storage class name and source of the claim.",
+	}
+	var body string
+	e2e.Eventually(t, 60*time.Second, func() string {
+		body = scrape(t)
+		for _, w := range want {
+			if !strings.Contains(body, w+"\n") {
+				return "/metrics lacks " + w
+			}
+		}
+		return ""
+	})
+	if strings.Contains(body, fmt.Sprintf(`controller_persistentvolume_delete_failed_total{class=%q}`, sc.Name)) {
+		t.Errorf("a deletion attempt failed:\n%s", grepLines(body, sc.Name))
+	}
+	t.Logf("the library's series of class %s:\n%s", sc.Name, grepLines(body, sc.Name))
+}
+
+// grepLines are the lines of s that contain sub.
+func grepLines(s, sub string) string {
+	var out []string
+	for _, l := range strings.Split(s, "\n") {
+		if strings.Contains(l, sub) {
+			out = append(out, l)
+		}
+	}
+	return strings.Join(out, "\n")
+}
