@@ -9,7 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"google.golang.org/grpc/codes"
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/volplane/volplane/pkg/metrics"
@@ -35,16 +34,19 @@ func scrape(t *testing.T) string {
 	return string(b)
 }
 
-// External-provisioner parity, its library's metrics: after a failed and
-// a successful provisioning, a clone, and the deletion of both volumes,
-// /metrics has sig-storage-lib-external-provisioner's series, with its
-// labels (class and source for provisioning, class for deletion) and
-// counts per attempt.
+// External-provisioner parity, its library's metrics: after a refused
+// provisioning (a Block claim, which the dev driver refuses with
+// InvalidArgument and which is then not tried again for
+// --retry-interval-max), a successful one, a clone, and the deletion of
+// both volumes, /metrics has sig-storage-lib-external-provisioner's
+// series, with its labels (class and source for provisioning, class for
+// deletion) and counts per attempt.
 func TestExternalProvisionerMetricsAfterProvisionAndDelete(t *testing.T) {
 	ns := e2e.Namespace(t, cluster.client)
 	sc := class(t)
-	f := faults(t)
-	f.FailNext("CreateVolume", 1, codes.Internal, "backend hiccup")
+	block := corev1.PersistentVolumeBlock
+	refused := createClaim(t, ns, "raw", "1Gi", sc.Name, func(c *corev1.PersistentVolumeClaim) { c.Spec.VolumeMode = &block })
+	hasEventFrom(t, refused, "ProvisioningFailed", "access type block is not supported", driverName)
 	src := createClaim(t, ns, "source", "1Gi", sc.Name)
 	bound(t, ns, "source")
 	clone := createClaim(t, ns, "copy", "1Gi", sc.Name, func(c *corev1.PersistentVolumeClaim) {
