@@ -145,11 +145,12 @@ func startParityCluster(t *testing.T, kcmBin string, args map[string][]string) *
 
 // slowRetry makes a Block claim of a class of its own (suffix who), which
 // the dev driver refuses as InvalidArgument, and returns what the
-// provisioner did, checkpoint by checkpoint: how many attempts (Normal
-// Provisioning, Warning ProvisioningFailed) after the refusal, after three
-// more looks at the claim (queue's workqueue_retries_total on
-// metricsURL), after the class is replaced, and after three more looks;
-// then the Events' messages.
+// provisioner did, checkpoint by checkpoint: how many attempts (its own
+// Normal Provisioning and Warning ProvisioningFailed Events; not
+// kube-controller-manager's, which may say ProvisioningFailed when its
+// write of the claim conflicts) after the refusal, after three more looks
+// at the claim (queue's workqueue_retries_total on metricsURL), after the
+// class is replaced, and after one more look; then the Events' messages.
 func (x *env) slowRetry(who, metricsURL, queue string) []string {
 	x.t.Helper()
 	name := "slow-" + who
@@ -168,7 +169,7 @@ func (x *env) slowRetry(who, metricsURL, queue string) []string {
 			}
 			return ""
 		})
-		out = append(out, fmt.Sprintf("%s: Provisioning %d, ProvisioningFailed %d", when, x.count(name, "Provisioning"), x.count(name, "ProvisioningFailed")))
+		out = append(out, fmt.Sprintf("%s: Provisioning %d, ProvisioningFailed %d", when, x.countOwn(name, "Provisioning"), x.countOwn(name, "ProvisioningFailed")))
 	}
 	// looks waits until the claim's queue retried n more times since base
 	// (each look that does not call CreateVolume is one, and so is each
