@@ -202,7 +202,7 @@ compare-kcm: kube-apiserver kube-controller-manager ## Run the fidelity checks (
 	VOLPLANE_KUBE_CONTROLLER_MANAGER=$(KUBE_CONTROLLER_MANAGER) $(GO) test -count=1 -v ./test/e2e/kcm/
 
 .PHONY: test-standalone
-test-standalone: kube-apiserver kube-controller-manager ## Run standalone mode (managed clusters) end to end beside kube-controller-manager's binder (test/e2e/standalone, about 3 minutes), with the parity check against csi-provisioner when make external-provisioner cached it; make test runs it only when kube-controller-manager is cached.
+test-standalone: kube-apiserver kube-controller-manager ## Run standalone mode (managed clusters) end to end beside kube-controller-manager's binder (test/e2e/standalone, about 5 minutes), with the parity checks against csi-provisioner when make external-provisioner cached it; make test runs it only when kube-controller-manager is cached.
 	VOLPLANE_KUBE_CONTROLLER_MANAGER=$(KUBE_CONTROLLER_MANAGER) VOLPLANE_CSI_PROVISIONER=$(CSI_PROVISIONER) $(GO) test -count=1 -v -timeout 20m ./test/e2e/standalone/
 
 .PHONY: test-unit

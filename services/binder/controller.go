@@ -50,6 +50,11 @@ type provisionResult struct {
 	outcome provisionerv1.Outcome
 	volume  *corev1.PersistentVolume // the new PV, when FINISHED
 	message string
+	// infeasible: the driver refused the request as it stands
+	// (InvalidArgument), so the next call waits (provisions.slowDown);
+	// classUID is the StorageClass the attempt used.
+	infeasible bool
+	classUID   types.UID
 }
 
 // controller is the binding state machine with its cache and work queues.

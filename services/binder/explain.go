@@ -303,6 +303,12 @@ func (c *controller) provisioningOf(ctx context.Context, prov provisionerInfo, c
 	}
 	running, next, last, ok := c.provisions.state(claimKey(claim), claim.UID)
 	p.CallInFlight = running
+	if until, slow := c.provisions.delayed(claimKey(claim), claim.UID, class.UID); slow {
+		// Infeasible: no call before until, whatever the backoff says.
+		next = until
+		p.Message += fmt.Sprintf("; the driver refused the last request as infeasible (InvalidArgument): as external-provisioner, Provision is not called again before %s unless StorageClass %q is replaced",
+			until.UTC().Format(time.RFC3339), name)
+	}
 	if !next.IsZero() && next.After(time.Now()) {
 		p.NextRetryTime = timestamppb.New(next)
 	}

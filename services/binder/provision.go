@@ -84,7 +84,11 @@ func (p *provisionerClient) Provision(ctx context.Context, claim *corev1.Persist
 	if err != nil {
 		return provisionResult{}, err
 	}
-	res := provisionResult{outcome: resp.GetOutcome(), message: resp.GetMessage()}
+	res := provisionResult{outcome: resp.GetOutcome(), message: resp.GetMessage(),
+		infeasible: resp.GetInfeasible(), classUID: types.UID(resp.GetStorageClassUid())}
+	if res.classUID == "" {
+		res.classUID = class.UID // a provisioner that does not say: the class sent
+	}
 	if len(resp.GetVolume()) > 0 {
 		if res.volume, err = kube.DecodeVolume(resp.GetVolume()); err != nil {
 			return provisionResult{}, err
@@ -115,6 +119,19 @@ type provisions struct {
 	announced map[string]time.Time
 	// last: how each claim's last call ended, and when, for explain.
 	last map[string]lastProvision
+	// slow: claims whose last call the driver refused as infeasible, not
+	// called again before slowFor (--retry-interval-max) has passed unless
+	// their StorageClass is replaced (the library's slow set).
+	slow    map[string]slowCall
+	slowFor time.Duration
+	now     func() time.Time
+}
+
+// slowCall is a claim's infeasible call: when it ended, for which claim
+// and with which StorageClass.
+type slowCall struct {
+	at           time.Time
+	claim, class types.UID
 }
 
 // announceEvery is how often a claim waiting for its volume is told so
@@ -161,7 +178,40 @@ func newProvisions(slots int, start, max time.Duration) *provisions {
 		notBefore: map[string]time.Time{},
 		announced: map[string]time.Time{},
 		last:      map[string]lastProvision{},
+		slow:      map[string]slowCall{},
+		slowFor:   max,
+		now:       time.Now,
 	}
+}
+
+// slowDown records that the call for claim key (of UID claim) just ended
+// infeasible with the StorageClass of UID class: as external-provisioner
+// v6.3.0 (sig-storage-lib-external-provisioner's markForSlowRetry), the
+// next call waits for slowFor unless the class is replaced.
+func (p *provisions) slowDown(key string, claim, class types.UID) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.slow[key] = slowCall{at: p.now(), claim: claim, class: class}
+}
+
+// delayed reports whether the next call for claim key (of UID claim,
+// whose StorageClass has UID class now) must still wait after an
+// infeasible one (the library's delayProvisioningIfRecentlyInfeasible),
+// and until when. A mark that expired, or was made for another claim or
+// class, is dropped: the claim starts over.
+func (p *provisions) delayed(key string, claim, class types.UID) (time.Time, bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	s, ok := p.slow[key]
+	if !ok {
+		return time.Time{}, false
+	}
+	until := s.at.Add(p.slowFor)
+	if s.claim != claim || s.class != class || !p.now().Before(until) {
+		delete(p.slow, key)
+		return time.Time{}, false
+	}
+	return until, true
 }
 
 // take returns the finished call of claim key with uid, if there is one.
@@ -232,6 +282,7 @@ func (p *provisions) wait(key string) time.Duration {
 func (p *provisions) finished(key string) {
 	p.mu.Lock()
 	delete(p.notBefore, key)
+	delete(p.slow, key)
 	p.mu.Unlock()
 	p.backoff.Forget(key)
 }

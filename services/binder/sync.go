@@ -238,6 +238,14 @@ func (c *controller) provisionClaim(ctx context.Context, claim *corev1.Persisten
 			c.claimQueue.AddAfter(key, wait)
 			return nil
 		}
+		if _, slow := c.provisions.delayed(key, claim.UID, class.UID); slow {
+			// The driver refused the last request as infeasible and the
+			// class is the same: as external-provisioner, look again
+			// after the next backoff, which grows as if the call failed.
+			c.claimQueue.AddAfter(key, c.provisions.retry(key))
+			metrics.WorkqueueRetry(c.claimQueue.name)
+			return nil
+		}
 	}
 	if c.provisions.announce(key, time.Now()) {
 		c.recorder.Event(claim, corev1.EventTypeNormal, kube.EventExternalProvisioning,
@@ -305,6 +313,9 @@ func (c *controller) provisioned(ctx context.Context, claim *corev1.PersistentVo
 		return nil // the owner provisions it
 	}
 	delay := c.provisions.retry(key)
+	if out.err == nil && out.res.infeasible {
+		c.provisions.slowDown(key, claim.UID, out.res.classUID)
+	}
 	why := out.res.message
 	if out.err != nil {
 		why = out.err.Error()

@@ -45,3 +45,13 @@ func classify(err error, mayReschedule bool) provisionerv1.Outcome {
 	}
 	return provisionerv1.Outcome_OUTCOME_NO_CHANGE
 }
+
+// infeasible reports whether the driver refused the request as it stands
+// (InvalidArgument): the same request would be refused again, so the
+// caller delays the next attempt by --retry-interval-max unless the
+// claim's StorageClass is replaced (sig-storage-lib-external-provisioner
+// v13's isInfeasibleError, and its slow set). The outcome stays
+// NO_CHANGE: the driver made nothing.
+func infeasible(err error) bool {
+	return status.Code(err) == codes.InvalidArgument
+}

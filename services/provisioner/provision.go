@@ -11,8 +11,6 @@ import (
 	"time"
 
 	csi "github.com/container-storage-interface/spec/lib/go/csi"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
@@ -304,7 +302,7 @@ func (p *provisioner) createVolume(ctx context.Context, a *attempt, secrets map[
 	}
 	msg := failedMessage(err)
 	a.recorder.Event(a.claim, corev1.EventTypeWarning, kube.EventProvisioningFailed, msg)
-	return nil, result{outcome: out, message: msg, infeasible: status.Code(err) == codes.InvalidArgument}, true, nil
+	return nil, result{outcome: out, message: msg, infeasible: infeasible(err)}, true, nil
 }
 
 // finish saves the PV of the volume the driver made, and removes the
@@ -345,7 +343,7 @@ func (p *provisioner) finish(ctx context.Context, a *attempt, vol *csi.Volume) (
 // CreateVolume, as external-provisioner's controller words it: the error
 // itself, and for InvalidArgument (infeasible, retried slowly) its note.
 func failedMessage(err error) string {
-	if status.Code(err) == codes.InvalidArgument {
+	if infeasible(err) {
 		return "Volume provisioning failed with infeasible error. Retries will be delayed. " + err.Error()
 	}
 	return err.Error()

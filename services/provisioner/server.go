@@ -74,14 +74,17 @@ func (s *server) Provision(ctx context.Context, req *provisionerv1.ProvisionRequ
 		return nil, err
 	}
 	ctx, step := s.p.timeline.Start(ctx, string(claim.UID), "provision")
+	start := time.Now()
 	res, err := s.p.provision(ctx, claim, class, false)
+	countProvision(claim, res, err, start)
 	if err != nil {
 		step.EndErr(err, "")
 		return nil, toStatus(err)
 	}
 	step.End(strings.TrimPrefix(res.outcome.String(), "OUTCOME_"), res.message)
 	outcomes.WithLabelValues(kindProvision, res.outcome.String()).Inc()
-	out := &provisionerv1.ProvisionResponse{Outcome: res.outcome, VolumeName: s.p.volumeNameFor(class, claim), Message: res.message}
+	out := &provisionerv1.ProvisionResponse{Outcome: res.outcome, VolumeName: s.p.volumeNameFor(class, claim), Message: res.message,
+		Infeasible: res.infeasible, StorageClassUid: string(class.UID)}
 	if res.volume != nil {
 		if out.Volume, err = kube.EncodeProto(res.volume); err != nil {
 			return nil, status.Errorf(codes.Internal, "encode volume: %v", err)

@@ -178,6 +178,9 @@ func (s *standalone) sync(ctx context.Context, key string, retried bool) (retry 
 	}
 	claim := obj.(*corev1.PersistentVolumeClaim)
 	should, err := shouldProvision(claim, s.serves, s.class)
+	if err != nil {
+		countProvisionFailed(claim)
+	}
 	if err != nil || !should {
 		return false, err
 	}
@@ -186,18 +189,24 @@ func (s *standalone) sync(ctx context.Context, key string, retried bool) (retry 
 		return false, err
 	}
 	if exists, err := s.provisioned(ctx, s.p.volumeNameFor(class, claim), retried); err != nil || exists {
+		if exists {
+			countProvisionFailed(claim) // as the library's errStopProvision
+		}
 		return false, err // provisioned; kube-controller-manager binds it
 	}
 	if s.p.drivers.byProvisioner(class.Provisioner) == nil {
 		// The class's provisioner changed since the claim was annotated:
-		// as external-provisioner, stop.
+		// as external-provisioner, stop (errStopProvision: counted failed).
+		countProvisionFailed(claim)
 		return false, nil
 	}
 	if s.delayed(claim, class) {
 		return true, nil
 	}
 	ctx, step := s.p.timeline.Start(ctx, string(claim.UID), "provision")
+	start := time.Now()
 	res, err := s.p.provision(ctx, claim, class, false)
+	countProvision(claim, res, err, start)
 	if err != nil {
 		step.EndErr(err, "")
 		return false, err

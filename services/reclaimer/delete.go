@@ -30,9 +30,14 @@ import (
 // provisioner is asked, the volume as read is copied into it, so that a
 // deletion whose PersistentVolume vanishes meanwhile is still finished
 // (finishGone), whichever replica of either service stops on the way.
-func (c *controller) deleteBacking(ctx context.Context, r *reclaimerv1.Reclaim, v *corev1.PersistentVolume) error {
+func (c *controller) deleteBacking(ctx context.Context, r *reclaimerv1.Reclaim, v *corev1.PersistentVolume) (err error) {
+	attempt := startDelete(v, c.now())
+	defer func() { attempt.end(err, c.now()) }()
 	if !r.DataRemoved {
 		live, err := c.guard(ctx, r, false)
+		if err != nil {
+			attempt.skip()
+		}
 		var cancelled *cancellation
 		if errors.As(err, &cancelled) && cancelled.gone {
 			if err := c.finishGone(ctx, r); !errors.Is(err, errNothingInFlight) {

@@ -233,14 +233,16 @@ func TestClaimDeletedWhileCreateVolumeHangsLeavesNoVolume(t *testing.T) {
 	}
 }
 
+// A final error other than InvalidArgument is retried on the claim's
+// backoff (InvalidArgument waits --retry-interval-max: infeasible_test.go).
 func TestFinalErrorReportsAndRetriesWithBackoff(t *testing.T) {
 	ns := e2e.Namespace(t, cluster.client)
 	sc := class(t)
 	before := driverVolumes(t)
 	f := faults(t)
-	f.FailNext("CreateVolume", -1, codes.InvalidArgument, "tier platinum does not exist")
+	f.FailNext("CreateVolume", -1, codes.FailedPrecondition, "pool platinum is read-only")
 	c := createClaim(t, ns, "data", "1Gi", sc.Name)
-	hasEventFrom(t, c, kube.EventProvisioningFailed, "tier platinum does not exist", driverName)
+	hasEventFrom(t, c, kube.EventProvisioningFailed, "pool platinum is read-only", driverName)
 	e2e.Consistently(t, 2*time.Second, func() string {
 		if _, err := cluster.client.CoreV1().PersistentVolumes().Get(t.Context(), pvName(c), metav1.GetOptions{}); err == nil {
 			return "a PV exists after a final error"

@@ -54,6 +54,11 @@ type ClusterOptions struct {
 	// variables for its first start only, e.g. a fault point; a restart
 	// runs without them, as a fresh replica would.
 	Env map[string][]string
+	// Args are added to a service replica's command line (by name, e.g.
+	// "provisioner-1"), after the cluster's own: a flag given again
+	// overrides it, e.g. --retry-interval-max, or a --debug-address to
+	// scrape.
+	Args map[string][]string
 	// LogLevel of the services; default info.
 	LogLevel string
 	// Logf reports progress; nil is silent.
@@ -334,6 +339,10 @@ func (c *Cluster) replica(name, service, addr, bin string, args func(gen int) []
 
 func (c *Cluster) service(service string, i int, addr string, args func(gen int) []string) {
 	name := fmt.Sprintf("%s-%d", service, i+1)
+	if extra := c.o.Args[name]; len(extra) > 0 {
+		own := args
+		args = func(gen int) []string { return append(own(gen), extra...) }
+	}
 	c.Services = append(c.Services, c.replica(name, service, addr, service, args))
 }
 

@@ -236,9 +236,17 @@ type ProvisionResponse struct {
 	Message string `protobuf:"bytes,3,opt,name=message,proto3" json:"message,omitempty"`
 	// The PersistentVolume created (Kubernetes protobuf), when the outcome is
 	// FINISHED, so the caller can bind it without waiting for its watch.
-	Volume        []byte `protobuf:"bytes,4,opt,name=volume,proto3" json:"volume,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Volume []byte `protobuf:"bytes,4,opt,name=volume,proto3" json:"volume,omitempty"`
+	// The driver refused the request as it stands (CreateVolume answered
+	// InvalidArgument; outcome NO_CHANGE). As external-provisioner v6.3.0
+	// (sig-storage-lib-external-provisioner v13's slow set), the caller
+	// does not try again before its --retry-interval-max has passed, unless
+	// the claim's StorageClass is replaced (another storage_class_uid).
+	Infeasible bool `protobuf:"varint,5,opt,name=infeasible,proto3" json:"infeasible,omitempty"`
+	// UID of the StorageClass the attempt used, for the check above.
+	StorageClassUid string `protobuf:"bytes,6,opt,name=storage_class_uid,json=storageClassUid,proto3" json:"storage_class_uid,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *ProvisionResponse) Reset() {
@@ -297,6 +305,20 @@ func (x *ProvisionResponse) GetVolume() []byte {
 		return x.Volume
 	}
 	return nil
+}
+
+func (x *ProvisionResponse) GetInfeasible() bool {
+	if x != nil {
+		return x.Infeasible
+	}
+	return false
+}
+
+func (x *ProvisionResponse) GetStorageClassUid() string {
+	if x != nil {
+		return x.StorageClassUid
+	}
+	return ""
 }
 
 // DeleteVolumeRequest names a PersistentVolume whose backing volume to delete.
@@ -2159,13 +2181,17 @@ const file_volplane_provisioner_v1_provisioner_proto_rawDesc = "" +
 	"claim_name\x18\x02 \x01(\tR\tclaimName\x12\x1b\n" +
 	"\tclaim_uid\x18\x03 \x01(\tR\bclaimUid\x12\x14\n" +
 	"\x05claim\x18\x04 \x01(\fR\x05claim\x12#\n" +
-	"\rstorage_class\x18\x05 \x01(\fR\fstorageClass\"\xa2\x01\n" +
+	"\rstorage_class\x18\x05 \x01(\fR\fstorageClass\"\xee\x01\n" +
 	"\x11ProvisionResponse\x12:\n" +
 	"\aoutcome\x18\x01 \x01(\x0e2 .volplane.provisioner.v1.OutcomeR\aoutcome\x12\x1f\n" +
 	"\vvolume_name\x18\x02 \x01(\tR\n" +
 	"volumeName\x12\x18\n" +
 	"\amessage\x18\x03 \x01(\tR\amessage\x12\x16\n" +
-	"\x06volume\x18\x04 \x01(\fR\x06volume\"N\n" +
+	"\x06volume\x18\x04 \x01(\fR\x06volume\x12\x1e\n" +
+	"\n" +
+	"infeasible\x18\x05 \x01(\bR\n" +
+	"infeasible\x12*\n" +
+	"\x11storage_class_uid\x18\x06 \x01(\tR\x0fstorageClassUid\"N\n" +
 	"\x13DeleteVolumeRequest\x12\x1f\n" +
 	"\vvolume_name\x18\x01 \x01(\tR\n" +
 	"volumeName\x12\x16\n" +
