@@ -286,7 +286,14 @@ func (c *controller) provisioningOf(ctx context.Context, prov provisionerInfo, c
 	if !live || !p.Served {
 		return p
 	}
-	op, err := prov.Operation(actx, string(claim.UID))
+	c.operationOf(actx, prov, claim, p)
+	c.callsOf(claim, class, p)
+	return p
+}
+
+// operationOf adds the provisioner's journaled operation of claim to p.
+func (c *controller) operationOf(ctx context.Context, prov provisionerInfo, claim *corev1.PersistentVolumeClaim, p *binderv1.Provisioning) {
+	op, err := prov.Operation(ctx, string(claim.UID))
 	switch {
 	case err != nil:
 		p.Message += fmt.Sprintf("; the provisioner's journal could not be read: %v", status.Convert(err).Message())
@@ -301,13 +308,19 @@ func (c *controller) provisioningOf(ctx context.Context, prov provisionerInfo, c
 			p.Message += fmt.Sprintf(", last error %s: %s", op.GetLastErrorCode(), op.GetLastErrorMessage())
 		}
 	}
+}
+
+// callsOf adds this replica's Provision calls for claim to p: one in
+// flight, the next one's time (after the backoff, or the slow retry of an
+// infeasible request) and the last one's result.
+func (c *controller) callsOf(claim *corev1.PersistentVolumeClaim, class *storagev1.StorageClass, p *binderv1.Provisioning) {
 	running, next, last, ok := c.provisions.state(claimKey(claim), claim.UID)
 	p.CallInFlight = running
 	if until, slow := c.provisions.delayed(claimKey(claim), claim.UID, class.UID); slow {
 		// Infeasible: no call before until, whatever the backoff says.
 		next = until
 		p.Message += fmt.Sprintf("; the driver refused the last request as infeasible (InvalidArgument): as external-provisioner, Provision is not called again before %s unless StorageClass %q is replaced",
-			until.UTC().Format(time.RFC3339), name)
+			until.UTC().Format(time.RFC3339), class.Name)
 	}
 	if !next.IsZero() && next.After(time.Now()) {
 		p.NextRetryTime = timestamppb.New(next)
@@ -319,7 +332,6 @@ func (c *controller) provisioningOf(ctx context.Context, prov provisionerInfo, c
 			p.LastResult = fmt.Sprintf("%s: %s %s", last.at.UTC().Format(time.RFC3339), last.out.res.outcome, last.out.res.message)
 		}
 	}
-	return p
 }
 
 // candidatesToAPI turns a page of the index into the API's candidates.
