@@ -55,3 +55,16 @@ func TestEveryFlagIsDocumented(t *testing.T) {
 		}
 	}
 }
+
+// The README stays short: what volplane is, the two commands, the
+// architecture, authentication, the API, configuration and one table of
+// figures, with the details in docs/ (the operability issue set 200 lines).
+func TestReadmeIsShort(t *testing.T) {
+	b, err := os.ReadFile("../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := strings.Count(string(b), "\n"); n > 200 {
+		t.Errorf("README.md has %d lines, more than 200: move details to docs/", n)
+	}
+}
