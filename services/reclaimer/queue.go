@@ -137,7 +137,7 @@ func (c *controller) noteRetry(ctx context.Context, key string, d time.Duration,
 		c.log.Warn("cannot record the reclaim's retry", "volume", key, "error", serr)
 	}
 	// A step that turned the volume Failed was said once, with its Event
-	// and a warning (markFailed); its retries, until something changes
+	// and an info line (markFailed); its retries, until something changes
 	// (a deleter appears, the policy changes), are kube-controller-manager's
 	// retry at every sync, logged as it logs them: at debug level.
 	lvl := slog.LevelInfo

@@ -172,7 +172,7 @@ func (c *controller) markFailed(ctx context.Context, v *corev1.PersistentVolume,
 		return err
 	}
 	c.recorder.Event(updated, corev1.EventTypeWarning, reason, msg)
-	c.log.Warn("volume Failed", "volume", v.Name, "reason", reason, "message", msg)
+	c.log.Info("volume Failed", "volume", v.Name, "reason", reason, "message", msg)
 	return nil
 }
 
