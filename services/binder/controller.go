@@ -16,20 +16,12 @@ import (
 	"k8s.io/client-go/tools/record"
 	"k8s.io/client-go/util/workqueue"
 
-	"github.com/volplane/volplane/pkg/coord"
 	"github.com/volplane/volplane/pkg/kube"
 	"github.com/volplane/volplane/pkg/timeline"
 	"github.com/volplane/volplane/pkg/watchclient"
 	provisionerv1 "github.com/volplane/volplane/proto/volplane/provisioner/v1"
 	watcherv1 "github.com/volplane/volplane/proto/volplane/watcher/v1"
 )
-
-// reservations is what the binder needs of etcd coordination.
-type reservations interface {
-	ReserveAll(ctx context.Context, rs []coord.Reservation) ([]error, error)
-	Release(ctx context.Context, resource, holder string) error
-	ReleaseAll(ctx context.Context, rs []coord.Reservation) error
-}
 
 // reclaimer is what the binder needs of the reclaimer service.
 type reclaimer interface {
@@ -54,13 +46,15 @@ type provisionResult struct {
 
 // controller is the binding state machine with its cache and work queues.
 type controller struct {
-	log          *slog.Logger
-	client       kubernetes.Interface
-	recorder     record.EventRecorder
-	reservations reservations // nil: this replica's memory only
-	reclaimer    reclaimer    // nil: Released volumes wait for another reclaimer
-	provisioner  provisioner  // nil: every class is left to external provisioners
-	provisions   *provisions  // the provisioner's calls in flight and finished
+	log      *slog.Logger
+	client   kubernetes.Interface
+	recorder record.EventRecorder
+	// reservations hold free volumes for the claims being bound to them
+	// (reservations.go).
+	reservations *reservations
+	reclaimer    reclaimer   // nil: Released volumes wait for another reclaimer
+	provisioner  provisioner // nil: every class is left to external provisioners
+	provisions   *provisions // the provisioner's calls in flight and finished
 	// served: the drivers the provisioner serves, for the
 	// external-provisioner finalizer of their volumes
 	// (reclaimfinalizer.go); nil: none.
@@ -116,14 +110,6 @@ type controller struct {
 	// streams says whether the stream under way carries a claim ("ns/name"):
 	// the shard's Streams; nil: every claim.
 	streams func(claimKey string) bool
-
-	releases chan queuedRelease
-	linger   time.Duration // releaseLinger; shorter in tests
-	reserves *reserveBatcher
-	// unreleased: the reservations queued for release and not yet
-	// released, resource → holder (see releaseQueued).
-	releaseMu  sync.Mutex
-	unreleased map[string]string
 }
 
 func newController(log *slog.Logger, client kubernetes.Interface, recorder record.EventRecorder) *controller {
@@ -144,18 +130,10 @@ func newController(log *slog.Logger, client kubernetes.Interface, recorder recor
 		volumeQueue: newQueue("volumes", limiter()),
 		syncedCh:    make(chan struct{}),
 		provisions:  newProvisions(DefaultProvisionCalls, DefaultRetryIntervalStart, DefaultRetryIntervalMax),
-		releases:    make(chan queuedRelease, 4096),
-		unreleased:  map[string]string{},
-		linger:      releaseLinger,
 	}
-	c.view = syncView{c.store, c.pods, c.selectedNodeLabels}
+	c.reservations = newReservations(log, c.store)
+	c.view = syncView{c.store, c.pods, c.selectedNodeLabels, c.reservations}
 	c.stream = watchclient.NewFeed(c, watchKinds...)
-	c.reserves = &reserveBatcher{
-		reserveAll: func(ctx context.Context, rs []coord.Reservation) ([]error, error) {
-			return c.reservations.ReserveAll(ctx, rs)
-		},
-		release: func(r coord.Reservation) { c.releaseSoon(r.Resource, r.Holder) },
-	}
 	return c
 }
 
@@ -352,7 +330,7 @@ func (c *controller) run(ctx context.Context, workers int, resync time.Duration)
 		go func() { defer wg.Done(); c.worker(ctx, c.volumeQueue, c.syncVolumeKey) }()
 	}
 	wg.Add(1)
-	go func() { defer wg.Done(); c.releaser(ctx) }()
+	go func() { defer wg.Done(); c.reservations.releaser(ctx) }()
 	if resync > 0 {
 		t := time.NewTicker(resync)
 		defer t.Stop()
@@ -439,124 +417,6 @@ func (c *controller) syncVolumeKey(ctx context.Context, name string) error {
 		return nil
 	}
 	return c.syncVolume(ctx, v)
-}
-
-// queuedRelease is a reservation to drop; soon: without waiting for more.
-type queuedRelease struct {
-	coord.Reservation
-	soon bool
-}
-
-// releaseLinger is how long a release waits for others to share its etcd
-// transaction. Nothing waits for it: the bind it guarded is written to the
-// API, which keeps every replica away from the volume from then on.
-const releaseLinger = 250 * time.Millisecond
-
-// releaseLater drops the etcd reservation of a finished bind in the
-// background, with the others of the next releaseLinger.
-func (c *controller) releaseLater(resource, holder string) {
-	c.queueRelease(queuedRelease{Reservation: coord.Reservation{Resource: resource, Holder: holder}})
-}
-
-// releaseSoon drops the reservation of a bind that failed, without
-// lingering: the volume is still free, and other claims may want it.
-func (c *controller) releaseSoon(resource, holder string) {
-	c.queueRelease(queuedRelease{Reservation: coord.Reservation{Resource: resource, Holder: holder}, soon: true})
-}
-
-func (c *controller) queueRelease(r queuedRelease) {
-	c.releaseMu.Lock()
-	c.unreleased[r.Resource] = r.Holder
-	c.releaseMu.Unlock()
-	select {
-	case c.releases <- r:
-	default:
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		c.release(ctx, r.Resource, r.Holder)
-		c.released(r.Reservation)
-	}
-}
-
-// releaser drops the reservations queued for release in batches: a batch
-// goes when it is full (coord.MaxReleaseBatch), when its first has waited
-// c.linger, or at once when one of them is to go soon. A burst of binds so
-// costs one release transaction per batch, not one per bind.
-func (c *controller) releaser(ctx context.Context) {
-	batch := make([]coord.Reservation, 0, coord.MaxReleaseBatch)
-	timer := time.NewTimer(0)
-	<-timer.C
-	for {
-		var soon bool
-		select {
-		case r := <-c.releases:
-			batch, soon = append(batch[:0], r.Reservation), r.soon
-		case <-ctx.Done():
-			return
-		}
-		timer.Reset(c.linger)
-	more:
-		for !soon && len(batch) < coord.MaxReleaseBatch {
-			select {
-			case r := <-c.releases:
-				batch, soon = append(batch, r.Reservation), r.soon
-			case <-timer.C:
-				break more
-			case <-ctx.Done():
-				return
-			}
-		}
-		if !timer.Stop() {
-			select { // drain a fired timer before the next Reset
-			case <-timer.C:
-			default:
-			}
-		}
-		if len(batch) == 1 {
-			c.release(ctx, batch[0].Resource, batch[0].Holder)
-		} else if err := c.reservations.ReleaseAll(ctx, batch); err != nil && ctx.Err() == nil {
-			// The reservations live on the session lease: they go when
-			// this replica does.
-			c.log.Warn("release reservations", "count", len(batch), "error", err)
-		}
-		c.released(batch...)
-	}
-}
-
-// releaseQueued drops, at once, a reservation of resource queued for
-// release by a holder other than holder, and reports whether there was
-// one: a volume bound, released and recycled within a linger would
-// otherwise be refused to its next claim by this replica's own lingering
-// reservation.
-func (c *controller) releaseQueued(ctx context.Context, resource, holder string) bool {
-	c.releaseMu.Lock()
-	queued, ok := c.unreleased[resource]
-	c.releaseMu.Unlock()
-	if !ok || queued == holder {
-		return false
-	}
-	c.release(ctx, resource, queued)
-	c.released(coord.Reservation{Resource: resource, Holder: queued})
-	return true
-}
-
-// released forgets reservations queued for release once they are.
-func (c *controller) released(rs ...coord.Reservation) {
-	c.releaseMu.Lock()
-	defer c.releaseMu.Unlock()
-	for _, r := range rs {
-		if c.unreleased[r.Resource] == r.Holder {
-			delete(c.unreleased, r.Resource)
-		}
-	}
-}
-
-func (c *controller) release(ctx context.Context, resource, holder string) {
-	if err := c.reservations.Release(ctx, resource, holder); err != nil && ctx.Err() == nil {
-		// The reservation lives on the session lease: it goes when this
-		// replica does.
-		c.log.Warn("release reservation", "resource", resource, "error", err)
-	}
 }
 
 // errNotSynced answers API calls before the cache is filled.
