@@ -25,6 +25,21 @@ const DefaultStaleAfter = watchclient.DefaultStaleAfter
 // order.
 var watchKinds = []watcherv1.Kind{watcherv1.Kind_KIND_PERSISTENT_VOLUME_CLAIM, watcherv1.Kind_KIND_PERSISTENT_VOLUME, watcherv1.Kind_KIND_STORAGE_CLASS, watcherv1.Kind_KIND_POD}
 
+// watchStream is the controller's subscription to the watcher, which
+// feeds its caches (kube-controller-manager's informers).
+type watchStream struct {
+	// feed is how current the subscription is; nil in unit tests.
+	feed *feed
+	// stream turns the watcher stream into the events Apply takes.
+	stream *watchclient.Feed
+	// shard is the claim shard the stream asks for (ownership.shard); nil:
+	// every claim.
+	shard *watchclient.Shard
+	// streams says whether the stream under way carries a claim ("ns/name"):
+	// the shard's Streams; nil: every claim.
+	streams func(claimKey string) bool
+}
+
 // feed is how stale the binder lets its cache get; nil (unit tests) never
 // calls the cache stale.
 type feed struct {
