@@ -40,6 +40,9 @@ type controller struct {
 	reservations *reservations
 }
 
+// newController returns a controller with empty caches that owns every
+// object and holds volumes in memory only, without etcd, services or a
+// timeline: newWiredController (run.go) adds those.
 func newController(log *slog.Logger, client kubernetes.Interface, recorder record.EventRecorder) *controller {
 	limiter := func() workqueue.TypedRateLimiter[string] {
 		// Per-item exponential backoff only: a conflict is retried after

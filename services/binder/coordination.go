@@ -8,8 +8,8 @@ import (
 
 // coordination is what the controller knows of the other replicas: which
 // objects are its own and whether it can act at all. Every step with side
-// effects asks it right before it is taken (fence); the
-// reservations of free volumes are their own part (reservations.go).
+// effects asks it right before it is taken (fence); the reservations of
+// free volumes are their own part (reservations.go).
 // kube-controller-manager runs one active replica and needs none of it.
 type coordination struct {
 	// owns reports whether this replica may act on an object ("pvc/ns/name"
