@@ -2,7 +2,6 @@ package binder
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"reflect"
 	"time"
@@ -12,7 +11,6 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/volplane/volplane/pkg/coord"
 	"github.com/volplane/volplane/pkg/faultpoint"
 	"github.com/volplane/volplane/pkg/kube"
 	"github.com/volplane/volplane/pkg/logging"
@@ -35,7 +33,7 @@ func (c *controller) bind(ctx context.Context, volume *corev1.PersistentVolume, 
 	if volume.Spec.ClaimRef == nil || volume.Spec.ClaimRef.UID != claim.UID {
 		var release func(bound bool)
 		_, step := c.timeline.Start(ctx, uid, "reserve")
-		release, err = c.reserve(ctx, volume, claim)
+		release, err = c.reservations.reserve(ctx, volume, claim)
 		step.EndErr(err, volume.Name)
 		if err != nil {
 			return err
@@ -70,51 +68,6 @@ func (c *controller) bind(ctx context.Context, volume *corev1.PersistentVolume, 
 		observeBound(claim, time.Now())
 	}
 	return nil
-}
-
-// reserve takes a free volume for a claim: in memory against the other
-// workers of this replica, then in etcd against the other replicas.
-// release gives it back, after a while when the bind was written (the API
-// then keeps everyone away), at once when it failed.
-func (c *controller) reserve(ctx context.Context, volume *corev1.PersistentVolume, claim *corev1.PersistentVolumeClaim) (release func(bound bool), err error) {
-	if !c.store.reserve(volume.Name, claim.UID) {
-		return nil, fmt.Errorf("bind %s to %s: %w", claimKey(claim), volume.Name, errReserved)
-	}
-	if c.reservations == nil {
-		return func(bool) { c.store.unreserve(volume.Name, claim.UID) }, nil
-	}
-	resource := "pv/" + volume.Name
-	c.releaseQueued(ctx, resource, string(claim.UID))
-	if err := c.reserves.reserve(ctx, coord.Reservation{Resource: resource, Holder: string(claim.UID)}); err != nil {
-		c.store.unreserve(volume.Name, claim.UID)
-		if errors.Is(err, coord.ErrReserved) {
-			// Another replica is binding it: look elsewhere for a while.
-			c.store.markForeign(volume.Name, foreignReservationTTL)
-			return nil, fmt.Errorf("bind %s to %s: %w (%w)", claimKey(claim), volume.Name, errReserved, err)
-		}
-		return nil, fmt.Errorf("bind %s to %s: %w: %w", claimKey(claim), volume.Name, errEtcd, err)
-	}
-	return func(bound bool) {
-		c.store.unreserve(volume.Name, claim.UID)
-		if bound {
-			c.releaseLater(resource, string(claim.UID))
-		} else {
-			c.releaseSoon(resource, string(claim.UID))
-		}
-	}, nil
-}
-
-// foreignReservationTTL is how long a volume another replica reserved is
-// skipped: longer than a bind takes, short enough that a replica that gave
-// up does not keep the volume from the others.
-const foreignReservationTTL = 2 * time.Second
-
-// unreserve drops the in-memory reservation findAndReserve took (the
-// sync's choice, syncView.choose); bind adds the etcd reservation. A volume
-// another replica holds in etcd makes bind fail, and the claim is synced
-// again with backoff.
-func (c *controller) unreserve(volume *corev1.PersistentVolume, claim *corev1.PersistentVolumeClaim) {
-	c.store.unreserve(volume.Name, claim.UID)
 }
 
 func (c *controller) bindVolumeToClaim(ctx context.Context, volume *corev1.PersistentVolume, claim *corev1.PersistentVolumeClaim) (*corev1.PersistentVolume, error) {
@@ -304,9 +257,6 @@ func (c *controller) unbindVolume(ctx context.Context, volume *corev1.Persistent
 	_, err = c.updateVolumePhase(ctx, c.store.refreshVolume(updated), corev1.VolumeAvailable, "")
 	return err
 }
-
-// errEtcd says a reservation could not be written to etcd.
-var errEtcd = errors.New("etcd")
 
 // released reports whether a volume's claim was confirmed gone: Released,
 // or Failed while its reclaim policy runs.

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -16,121 +15,34 @@ import (
 	"k8s.io/client-go/tools/record"
 	"k8s.io/client-go/util/workqueue"
 
-	"github.com/volplane/volplane/pkg/coord"
 	"github.com/volplane/volplane/pkg/kube"
-	"github.com/volplane/volplane/pkg/timeline"
 	"github.com/volplane/volplane/pkg/watchclient"
-	provisionerv1 "github.com/volplane/volplane/proto/volplane/provisioner/v1"
 	watcherv1 "github.com/volplane/volplane/proto/volplane/watcher/v1"
 )
 
-// reservations is what the binder needs of etcd coordination.
-type reservations interface {
-	ReserveAll(ctx context.Context, rs []coord.Reservation) ([]error, error)
-	Release(ctx context.Context, resource, holder string) error
-	ReleaseAll(ctx context.Context, rs []coord.Reservation) error
-}
-
-// reclaimer is what the binder needs of the reclaimer service.
-type reclaimer interface {
-	Reclaim(ctx context.Context, volume *corev1.PersistentVolume) error
-}
-
-// provisioner is what the binder needs of the provisioner service.
-type provisioner interface {
-	// Serves reports whether volplane provisions volumes of StorageClass
-	// provisioner name; classes of other provisioners are left to them.
-	Serves(ctx context.Context, name string) bool
-	// Provision makes one attempt at the claim's volume.
-	Provision(ctx context.Context, claim *corev1.PersistentVolumeClaim, class *storagev1.StorageClass) (provisionResult, error)
-}
-
-// provisionResult is how a provisioning attempt ended.
-type provisionResult struct {
-	outcome provisionerv1.Outcome
-	volume  *corev1.PersistentVolume // the new PV, when FINISHED
-	message string
-	// infeasible: the driver refused the request as it stands
-	// (InvalidArgument), so the next call waits (provisions.slowDown);
-	// classUID is the StorageClass the attempt used.
-	infeasible bool
-	classUID   types.UID
-}
-
-// controller is the binding state machine with its cache and work queues.
+// controller is the binding state machine (kube-controller-manager's
+// PersistentVolumeController), in parts by concern: what it coordinates
+// with the other replicas, its caches and queues, what it reports, the
+// watcher stream it follows, the services it calls, and the reservations
+// of the volumes it binds.
 type controller struct {
-	log          *slog.Logger
-	client       kubernetes.Interface
-	recorder     record.EventRecorder
-	reservations reservations // nil: this replica's memory only
-	reclaimer    reclaimer    // nil: Released volumes wait for another reclaimer
-	provisioner  provisioner  // nil: every class is left to external provisioners
-	provisions   *provisions  // the provisioner's calls in flight and finished
-	// served: the drivers the provisioner serves, for the
-	// external-provisioner finalizer of their volumes
-	// (reclaimfinalizer.go); nil: none.
-	served servedNow
-	// refused: the volumes whose hand-off the reclaimer refused
-	// (handoff.go), looked at again when their claim changes.
-	refused refusals
-	// journal says whether a reclaim of a volume is journaled, read right
-	// before a rebind (rebind.go); nil reads none.
-	journal reclaimJournal
-	// owns reports whether this replica may act on an object ("pvc/ns/name"
-	// or "pv/name") now: it owns it in the ring, on a live etcd session.
-	// Every step with side effects asks it right before it is taken.
-	owns func(key string) bool
-	// canAct reports whether the replica can act at all: a live etcd
-	// session lists it, etcd raises no alarm and the API server answers;
-	// nil means yes.
-	canAct func() bool
-	// etcdHealth says why etcd keeps the replica from acting ("etcd:
-	// NOSPACE alarm", "etcd: no session"), for the readiness log; nil
-	// (unit tests) says nothing.
-	etcdHealth func() error
+	log      *slog.Logger
+	client   kubernetes.Interface
+	recorder record.EventRecorder
 
-	store       *store
-	pods        *podIndex // pods that use claims (pods.go)
-	view        claimView // store and pods as a claim's sync reads them (decide.go)
-	claimQueue  *queue
-	volumeQueue *queue
-
-	synced     atomic.Bool
-	syncedCh   chan struct{}
-	syncedOnce sync.Once
-	bindsTotal atomic.Int64
-	// feed is the watcher subscription and how current it is (stream.go);
-	// nil in unit tests.
-	feed *feed
-	// foreign notices another binder's writes (foreign.go); nil: not
-	// looked for.
-	foreign *foreignBinders
-	// timeline records the steps taken for each claim (timeline.go); nil
-	// records nothing.
-	timeline *timeline.Store
-	// waits: the claims waiting for their first consumer, since when
-	// (timeline.go).
-	waits consumerWaits
-
-	// stream turns the watcher stream into the events Apply takes
-	// (stream.go).
-	stream *watchclient.Feed
-	// shard is the claim shard the stream asks for (ownership.shard); nil:
-	// every claim.
-	shard *watchclient.Shard
-	// streams says whether the stream under way carries a claim ("ns/name"):
-	// the shard's Streams; nil: every claim.
-	streams func(claimKey string) bool
-
-	releases chan queuedRelease
-	linger   time.Duration // releaseLinger; shorter in tests
-	reserves *reserveBatcher
-	// unreleased: the reservations queued for release and not yet
-	// released, resource → holder (see releaseQueued).
-	releaseMu  sync.Mutex
-	unreleased map[string]string
+	coordination  // coordination.go
+	caches        // caches.go
+	observability // observability.go
+	watchStream   // stream.go
+	services      // services.go
+	// reservations hold free volumes for the claims being bound to them
+	// (reservations.go).
+	reservations *reservations
 }
 
+// newController returns a controller with empty caches that owns every
+// object and holds volumes in memory only, without etcd, services or a
+// timeline: newWiredController (run.go) adds those.
 func newController(log *slog.Logger, client kubernetes.Interface, recorder record.EventRecorder) *controller {
 	limiter := func() workqueue.TypedRateLimiter[string] {
 		// Per-item exponential backoff only: a conflict is retried after
@@ -139,28 +51,24 @@ func newController(log *slog.Logger, client kubernetes.Interface, recorder recor
 		return workqueue.NewTypedItemExponentialFailureRateLimiter[string](5*time.Millisecond, 5*time.Minute)
 	}
 	c := &controller{
-		log:         log,
-		client:      client,
-		recorder:    recorder,
-		owns:        func(string) bool { return true },
-		store:       newStore(),
-		pods:        newPodIndex(),
-		claimQueue:  newQueue("claims", limiter()),
-		volumeQueue: newQueue("volumes", limiter()),
-		syncedCh:    make(chan struct{}),
-		provisions:  newProvisions(DefaultProvisionCalls, DefaultRetryIntervalStart, DefaultRetryIntervalMax),
-		releases:    make(chan queuedRelease, 4096),
-		unreleased:  map[string]string{},
-		linger:      releaseLinger,
-	}
-	c.view = syncView{c.store, c.pods, c.selectedNodeLabels}
-	c.stream = watchclient.NewFeed(c, watchKinds...)
-	c.reserves = &reserveBatcher{
-		reserveAll: func(ctx context.Context, rs []coord.Reservation) ([]error, error) {
-			return c.reservations.ReserveAll(ctx, rs)
+		log:          log,
+		client:       client,
+		recorder:     recorder,
+		coordination: coordination{owns: func(string) bool { return true }},
+		caches: caches{
+			store:       newStore(),
+			pods:        newPodIndex(),
+			claimQueue:  newQueue("claims", limiter()),
+			volumeQueue: newQueue("volumes", limiter()),
+			syncedCh:    make(chan struct{}),
 		},
-		release: func(r coord.Reservation) { c.releaseSoon(r.Resource, r.Holder) },
+		services: services{
+			provisions: newProvisions(DefaultProvisionCalls, DefaultRetryIntervalStart, DefaultRetryIntervalMax),
+		},
 	}
+	c.reservations = newReservations(log, c.store)
+	c.view = syncView{c.store, c.pods, c.selectedNodeLabels, c.reservations}
+	c.stream = watchclient.NewFeed(c, watchKinds...)
 	return c
 }
 
@@ -231,17 +139,6 @@ func (c *controller) Apply(ev watchclient.Event) error {
 	return nil
 }
 
-// volumeChanged queues the volume and the claims it can serve now: the
-// claim its claimRef names, claims that asked for it by name, and, when it
-// is free, the waiting claims it fits (Kubernetes leaves those to its 15s
-// resync).
-func (c *controller) volumeChanged(v *corev1.PersistentVolume) {
-	c.volumeQueue.add(v.Name)
-	for _, k := range c.store.unboundClaimsFor(v) {
-		c.claimQueue.add(k)
-	}
-}
-
 // claimChanged queues the volumes whose hand-off to the reclaimer was
 // refused while their claimRef names this claim: the refusal (a live
 // claim) may not hold any more. Other volumes naming the claim need
@@ -292,50 +189,6 @@ func (c *controller) claimLeftShard(key string) {
 	c.store.forgetClaim(key)
 }
 
-// enqueueAll queues every object (periodic resync, membership change).
-func (c *controller) enqueueAll() {
-	claims, volumes := c.store.snapshot()
-	for _, k := range claims {
-		c.claimQueue.add(k)
-	}
-	for _, n := range volumes {
-		c.volumeQueue.add(n)
-	}
-}
-
-// resyncSlice is how many objects a periodic resync queues at a time.
-const resyncSlice = 500
-
-// resyncPaced queues every object, as enqueueAll, but a slice at a time:
-// the next slice waits until the queues hold fewer than resyncSlice keys,
-// so what arrives meanwhile (a burst's new claims, the events of their
-// binds) waits behind one slice, not behind every object of a large
-// cluster. Every object is still synced once per pass (kube-controller-
-// manager queues them all at once; the outcome is the same). A pass that
-// outlasts the period delays the next one (the ticker drops ticks).
-func (c *controller) resyncPaced(ctx context.Context) {
-	claims, volumes := c.store.snapshot()
-	for len(claims) > 0 || len(volumes) > 0 {
-		for c.claimQueue.Len()+c.volumeQueue.Len() >= resyncSlice {
-			select {
-			case <-ctx.Done():
-				return
-			case <-time.After(5 * time.Millisecond):
-			}
-		}
-		n := min(len(claims), resyncSlice/2)
-		for _, k := range claims[:n] {
-			c.claimQueue.add(k)
-		}
-		claims = claims[n:]
-		n = min(len(volumes), resyncSlice-n)
-		for _, k := range volumes[:n] {
-			c.volumeQueue.add(k)
-		}
-		volumes = volumes[n:]
-	}
-}
-
 // run starts workers claim workers and as many volume workers, once the
 // cache is synced, and blocks until ctx ends.
 func (c *controller) run(ctx context.Context, workers int, resync time.Duration) error {
@@ -357,7 +210,7 @@ func (c *controller) run(ctx context.Context, workers int, resync time.Duration)
 		go func() { defer wg.Done(); c.worker(ctx, c.volumeQueue, c.syncVolumeKey) }()
 	}
 	wg.Add(1)
-	go func() { defer wg.Done(); c.releaser(ctx) }()
+	go func() { defer wg.Done(); c.reservations.releaser(ctx) }()
 	if resync > 0 {
 		t := time.NewTicker(resync)
 		defer t.Stop()
@@ -409,22 +262,6 @@ func (c *controller) worker(ctx context.Context, q *queue, sync func(context.Con
 	}
 }
 
-// uidOf is the UID of the claim or volume key names as the cache has it
-// now, empty when it has none: with the key it tells a recreated object
-// from the one a log line was about.
-func (c *controller) uidOf(q *queue, key string) string {
-	if q == c.claimQueue {
-		if cl := c.store.claim(key); cl != nil {
-			return string(cl.UID)
-		}
-		return ""
-	}
-	if v := c.store.volume(key); v != nil {
-		return string(v.UID)
-	}
-	return ""
-}
-
 func (c *controller) syncClaimKey(ctx context.Context, key string) error {
 	if !c.owns("pvc/" + key) {
 		return nil
@@ -444,124 +281,6 @@ func (c *controller) syncVolumeKey(ctx context.Context, name string) error {
 		return nil
 	}
 	return c.syncVolume(ctx, v)
-}
-
-// queuedRelease is a reservation to drop; soon: without waiting for more.
-type queuedRelease struct {
-	coord.Reservation
-	soon bool
-}
-
-// releaseLinger is how long a release waits for others to share its etcd
-// transaction. Nothing waits for it: the bind it guarded is written to the
-// API, which keeps every replica away from the volume from then on.
-const releaseLinger = 250 * time.Millisecond
-
-// releaseLater drops the etcd reservation of a finished bind in the
-// background, with the others of the next releaseLinger.
-func (c *controller) releaseLater(resource, holder string) {
-	c.queueRelease(queuedRelease{Reservation: coord.Reservation{Resource: resource, Holder: holder}})
-}
-
-// releaseSoon drops the reservation of a bind that failed, without
-// lingering: the volume is still free, and other claims may want it.
-func (c *controller) releaseSoon(resource, holder string) {
-	c.queueRelease(queuedRelease{Reservation: coord.Reservation{Resource: resource, Holder: holder}, soon: true})
-}
-
-func (c *controller) queueRelease(r queuedRelease) {
-	c.releaseMu.Lock()
-	c.unreleased[r.Resource] = r.Holder
-	c.releaseMu.Unlock()
-	select {
-	case c.releases <- r:
-	default:
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		c.release(ctx, r.Resource, r.Holder)
-		c.released(r.Reservation)
-	}
-}
-
-// releaser drops the reservations queued for release in batches: a batch
-// goes when it is full (coord.MaxReleaseBatch), when its first has waited
-// c.linger, or at once when one of them is to go soon. A burst of binds so
-// costs one release transaction per batch, not one per bind.
-func (c *controller) releaser(ctx context.Context) {
-	batch := make([]coord.Reservation, 0, coord.MaxReleaseBatch)
-	timer := time.NewTimer(0)
-	<-timer.C
-	for {
-		var soon bool
-		select {
-		case r := <-c.releases:
-			batch, soon = append(batch[:0], r.Reservation), r.soon
-		case <-ctx.Done():
-			return
-		}
-		timer.Reset(c.linger)
-	more:
-		for !soon && len(batch) < coord.MaxReleaseBatch {
-			select {
-			case r := <-c.releases:
-				batch, soon = append(batch, r.Reservation), r.soon
-			case <-timer.C:
-				break more
-			case <-ctx.Done():
-				return
-			}
-		}
-		if !timer.Stop() {
-			select { // drain a fired timer before the next Reset
-			case <-timer.C:
-			default:
-			}
-		}
-		if len(batch) == 1 {
-			c.release(ctx, batch[0].Resource, batch[0].Holder)
-		} else if err := c.reservations.ReleaseAll(ctx, batch); err != nil && ctx.Err() == nil {
-			// The reservations live on the session lease: they go when
-			// this replica does.
-			c.log.Warn("release reservations", "count", len(batch), "error", err)
-		}
-		c.released(batch...)
-	}
-}
-
-// releaseQueued drops, at once, a reservation of resource queued for
-// release by a holder other than holder, and reports whether there was
-// one: a volume bound, released and recycled within a linger would
-// otherwise be refused to its next claim by this replica's own lingering
-// reservation.
-func (c *controller) releaseQueued(ctx context.Context, resource, holder string) bool {
-	c.releaseMu.Lock()
-	queued, ok := c.unreleased[resource]
-	c.releaseMu.Unlock()
-	if !ok || queued == holder {
-		return false
-	}
-	c.release(ctx, resource, queued)
-	c.released(coord.Reservation{Resource: resource, Holder: queued})
-	return true
-}
-
-// released forgets reservations queued for release once they are.
-func (c *controller) released(rs ...coord.Reservation) {
-	c.releaseMu.Lock()
-	defer c.releaseMu.Unlock()
-	for _, r := range rs {
-		if c.unreleased[r.Resource] == r.Holder {
-			delete(c.unreleased, r.Resource)
-		}
-	}
-}
-
-func (c *controller) release(ctx context.Context, resource, holder string) {
-	if err := c.reservations.Release(ctx, resource, holder); err != nil && ctx.Err() == nil {
-		// The reservation lives on the session lease: it goes when this
-		// replica does.
-		c.log.Warn("release reservation", "resource", resource, "error", err)
-	}
 }
 
 // errNotSynced answers API calls before the cache is filled.

@@ -48,6 +48,8 @@ type syncView struct {
 	pods *podIndex
 	// nodes reads a node's labels (nil: none can be read).
 	nodes func(node string) map[string]string
+	// holds is where choose holds the volume it chooses.
+	holds *reservations
 }
 
 func (v syncView) unscheduled(key string) []string { return v.pods.unscheduled(key) }
@@ -60,7 +62,7 @@ func (v syncView) nodeLabels(node string) map[string]string {
 }
 
 func (v syncView) choose(claim *corev1.PersistentVolumeClaim, delay bool) (*corev1.PersistentVolume, error) {
-	volume, err := v.findAndReserve(claim, delay)
+	volume, err := v.holds.findAndReserve(claim, delay)
 	if err != nil {
 		return nil, fmt.Errorf("error finding PV for claim %q: %w", claimKey(claim), err)
 	}

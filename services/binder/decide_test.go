@@ -194,7 +194,7 @@ func TestDecide(t *testing.T) {
 				s.markForeign(name, time.Hour)
 			}
 			claim := tc.claim
-			d, err := decide(claim, syncView{s, pods, nil})
+			d, err := decide(claim, syncView{s, pods, nil, newReservations(nil, s)})
 			if err == nil {
 				err = d.err
 			}
@@ -228,7 +228,7 @@ func TestDecide(t *testing.T) {
 			if d.chosen && s.reserved[d.volume.Name] != claim.UID {
 				t.Errorf("chosen volume %s not held for the claim", d.volume.Name)
 			}
-			again, err := decide(claim, syncView{s, pods, nil})
+			again, err := decide(claim, syncView{s, pods, nil, newReservations(nil, s)})
 			if err != nil || again.what != d.what || again.volume != d.volume {
 				t.Errorf("decided again %v %s (%v), first %v %s", again.what, name(again.volume), err, d.what, name(d.volume))
 			}

@@ -167,7 +167,7 @@ func (v *explainView) choose(claim *corev1.PersistentVolumeClaim, delay bool) (*
 // report it, with a page of the candidates of an unbound claim. It reads
 // only the cache, and the claim's selected Node when binding is delayed.
 func (c *controller) judge(ctx context.Context, claim *corev1.PersistentVolumeClaim, from *pageToken, size int) (*verdict, error) {
-	ev := &explainView{syncView: syncView{c.store, c.pods, func(node string) map[string]string { return c.nodeLabels(ctx, node) }},
+	ev := &explainView{syncView: syncView{c.store, c.pods, func(node string) map[string]string { return c.nodeLabels(ctx, node) }, c.reservations},
 		from: from, size: size}
 	d, err := decide(claim, ev)
 	if err != nil {

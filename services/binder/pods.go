@@ -140,7 +140,7 @@ func (x *podIndex) keys() []string {
 }
 
 // queueWaitingClaims queues those of the claims that are still unbound.
-func (c *controller) queueWaitingClaims(keys []string) {
+func (c *caches) queueWaitingClaims(keys []string) {
 	for _, k := range keys {
 		cl := c.store.claim(k)
 		if cl == nil || cl.Spec.VolumeName != "" {

@@ -223,7 +223,7 @@ func (c *controller) rebind(ctx context.Context, volume *corev1.PersistentVolume
 	old := volume.Spec.ClaimRef.UID
 	if old != claim.UID {
 		var release func(bound bool)
-		if release, err = c.reserve(ctx, volume, claim); err != nil {
+		if release, err = c.reservations.reserve(ctx, volume, claim); err != nil {
 			return err
 		}
 		defer func() { release(err == nil) }() // err: rebind's result

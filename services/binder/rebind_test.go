@@ -210,7 +210,7 @@ func TestDecideRebind(t *testing.T) {
 				s.putVolume(v)
 			}
 			nodes := func(n string) map[string]string { return tc.nodes[n] }
-			d, err := decide(tc.claim, syncView{s, pods, nodes})
+			d, err := decide(tc.claim, syncView{s, pods, nodes, newReservations(nil, s)})
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -51,19 +51,19 @@ func (r *countingReservations) ReleaseAll(_ context.Context, rs []coord.Reservat
 func TestReleasesGoInBatches(t *testing.T) {
 	c := newController(slog.New(slog.NewTextHandler(io.Discard, nil)), fake.NewClientset(), record.NewFakeRecorder(100))
 	res := &countingReservations{}
-	c.reservations = res
-	c.linger = 20 * time.Millisecond
+	c.reservations.etcd = res
+	c.reservations.linger = 20 * time.Millisecond
 	var want []string
 	for i := range 250 {
 		r := fmt.Sprintf("pv/v%d", i)
 		want = append(want, r)
-		c.releaseLater(r, "claim")
+		c.reservations.releaseLater(r, "claim")
 	}
 	ctx, cancel := context.WithCancel(t.Context())
 	done := make(chan struct{})
-	go func() { defer close(done); c.releaser(ctx) }()
+	go func() { defer close(done); c.reservations.releaser(ctx) }()
 	waitReleased(t, res, 250)
-	c.releaseLater("pv/late", "claim")
+	c.reservations.releaseLater("pv/late", "claim")
 	waitReleased(t, res, 251)
 	cancel()
 	<-done
@@ -92,15 +92,15 @@ func waitReleased(t *testing.T, res *countingReservations, n int) {
 func TestFailedBindReleasesAtOnce(t *testing.T) {
 	c := newController(slog.New(slog.NewTextHandler(io.Discard, nil)), fake.NewClientset(), record.NewFakeRecorder(100))
 	res := &countingReservations{}
-	c.reservations = res
-	c.linger = time.Hour
+	c.reservations.etcd = res
+	c.reservations.linger = time.Hour
 	ctx, cancel := context.WithCancel(t.Context())
 	done := make(chan struct{})
-	go func() { defer close(done); c.releaser(ctx) }()
+	go func() { defer close(done); c.reservations.releaser(ctx) }()
 	defer func() { cancel(); <-done }()
 
 	for i := range 3 {
-		c.releaseLater(fmt.Sprintf("pv/bound-%d", i), "claim")
+		c.reservations.releaseLater(fmt.Sprintf("pv/bound-%d", i), "claim")
 	}
 	time.Sleep(50 * time.Millisecond)
 	res.mu.Lock()
@@ -109,7 +109,7 @@ func TestFailedBindReleasesAtOnce(t *testing.T) {
 	if early != 0 {
 		t.Fatalf("%d lingering releases went before their linger or a failed bind's", early)
 	}
-	c.releaseSoon("pv/failed", "claim")
+	c.reservations.releaseSoon("pv/failed", "claim")
 	waitReleased(t, res, 4)
 	res.mu.Lock()
 	defer res.mu.Unlock()

@@ -54,11 +54,13 @@ func (g *gatedReservations) ReserveAll(_ context.Context, rs []coord.Reservation
 func TestReservationsGoInBatches(t *testing.T) {
 	c := newController(slog.New(slog.NewTextHandler(io.Discard, nil)), fake.NewClientset(), record.NewFakeRecorder(100))
 	g := &gatedReservations{open: make(chan struct{}), entered: make(chan struct{})}
-	c.reservations = g
+	c.reservations.etcd = g
 
 	ctx := t.Context()
 	first := make(chan error, 1)
-	go func() { first <- c.reserves.reserve(ctx, coord.Reservation{Resource: "pv/first", Holder: "a"}) }()
+	go func() {
+		first <- c.reservations.reserveInEtcd(ctx, coord.Reservation{Resource: "pv/first", Holder: "a"})
+	}()
 	<-g.entered // the first transaction is in flight
 
 	const n = 150
@@ -66,7 +68,7 @@ func TestReservationsGoInBatches(t *testing.T) {
 	answers := make([]error, n+2)
 	ask := func(i int, r coord.Reservation) {
 		wg.Add(1)
-		go func() { defer wg.Done(); answers[i] = c.reserves.reserve(ctx, r) }()
+		go func() { defer wg.Done(); answers[i] = c.reservations.reserveInEtcd(ctx, r) }()
 	}
 	for i := range n {
 		ask(i, coord.Reservation{Resource: fmt.Sprintf("pv/v%d", i), Holder: fmt.Sprintf("claim-%d", i)})
@@ -75,8 +77,10 @@ func TestReservationsGoInBatches(t *testing.T) {
 	ask(n+1, coord.Reservation{Resource: "pv/v0", Holder: "claim-0"}) // the same resource again
 	gone, stop := context.WithCancel(ctx)
 	quitter := make(chan error, 1)
-	go func() { quitter <- c.reserves.reserve(gone, coord.Reservation{Resource: "pv/quitter", Holder: "q"}) }()
-	waitPending(t, c.reserves, n+3)
+	go func() {
+		quitter <- c.reservations.reserveInEtcd(gone, coord.Reservation{Resource: "pv/quitter", Holder: "q"})
+	}()
+	waitPending(t, c.reservations, n+3)
 	stop()
 	if err := <-quitter; !errors.Is(err, context.Canceled) {
 		t.Fatalf("a caller that stopped waiting: %v, want context.Canceled", err)
@@ -113,7 +117,7 @@ func TestReservationsGoInBatches(t *testing.T) {
 		t.Errorf("batches of %v, want [1 100 53]", sizes)
 	}
 	select {
-	case r := <-c.releases:
+	case r := <-c.reservations.releases:
 		if r != (queuedRelease{Reservation: coord.Reservation{Resource: "pv/quitter", Holder: "q"}, soon: true}) {
 			t.Errorf("gave back %v, want the quitter's", r)
 		}
@@ -122,11 +126,11 @@ func TestReservationsGoInBatches(t *testing.T) {
 	}
 }
 
-func waitPending(t *testing.T, b *reserveBatcher, n int) {
+func waitPending(t *testing.T, b *reservations, n int) {
 	t.Helper()
 	waitFor(t, func() bool {
-		b.mu.Lock()
-		defer b.mu.Unlock()
+		b.reserveMu.Lock()
+		defer b.reserveMu.Unlock()
 		return len(b.pending) == n
 	})
 }
@@ -136,7 +140,7 @@ func TestReserveBatchHasEachResourceOnce(t *testing.T) {
 	req := func(r, h string) *reserveRequest {
 		return &reserveRequest{r: coord.Reservation{Resource: r, Holder: h}}
 	}
-	b := &reserveBatcher{pending: []*reserveRequest{req("pv/a", "1"), req("pv/a", "2"), req("pv/b", "3"), req("pv/a", "4")}}
+	b := &reservations{pending: []*reserveRequest{req("pv/a", "1"), req("pv/a", "2"), req("pv/b", "3"), req("pv/a", "4")}}
 	names := func(rs []*reserveRequest) (out []string) {
 		for _, r := range rs {
 			out = append(out, r.r.Resource+"="+r.r.Holder)
@@ -167,13 +171,13 @@ func TestBindGivesBackItsReservation(t *testing.T) {
 				})
 			}
 			c := newController(slog.New(slog.NewTextHandler(io.Discard, nil)), client, record.NewFakeRecorder(100))
-			c.reservations = &countingReservations{}
+			c.reservations.etcd = &countingReservations{}
 			err := c.bind(t.Context(), v, cl)
 			if (err != nil) != tc.failPV {
 				t.Fatalf("bind: %v", err)
 			}
 			select {
-			case r := <-c.releases:
+			case r := <-c.reservations.releases:
 				if r.Resource != "pv/pv-1" || r.Holder != string(cl.UID) || r.soon != tc.wantSoon {
 					t.Errorf("gave back %+v, want pv/pv-1 of %s, soon %v", r, cl.UID, tc.wantSoon)
 				}
@@ -228,11 +232,11 @@ func TestALingeringReleaseGivesWayToTheNextClaim(t *testing.T) {
 	v, first, next := testVolume("pv-1"), testClaim("first"), testClaim("next")
 	c := newController(slog.New(slog.NewTextHandler(io.Discard, nil)), fake.NewClientset(v, first, next), record.NewFakeRecorder(100))
 	held := &heldReservations{held: map[string]string{}}
-	c.reservations = held
-	c.linger = time.Hour
+	c.reservations.etcd = held
+	c.reservations.linger = time.Hour
 	ctx, cancel := context.WithCancel(t.Context())
 	done := make(chan struct{})
-	go func() { defer close(done); c.releaser(ctx) }()
+	go func() { defer close(done); c.reservations.releaser(ctx) }()
 	defer func() { cancel(); <-done }()
 
 	if err := c.bind(ctx, v, first); err != nil {

@@ -262,7 +262,7 @@ func newWiredController(r *replica.Replica, o Options) (c *controller, prov prov
 	}
 	c.provisions = newProvisions(o.ProvisionCalls, o.RetryIntervalStart, o.RetryIntervalMax)
 	c.feed = &feed{staleAfter: o.StaleAfter}
-	c.reservations = r.Coord
+	c.reservations.etcd = r.Coord
 	c.journal = r.Coord
 	c.etcdHealth = r.Coord.Health
 	if o.ReclaimerAddress != "" {

@@ -68,7 +68,3 @@ func followMembers(ctx context.Context, k *coord.Keeper, own *ownership, peers *
 		}
 	}
 }
-
-// coordinated reports whether the replica can act at all (canAct); its
-// readiness follows it.
-func (c *controller) coordinated() bool { return c.canAct == nil || c.canAct() }

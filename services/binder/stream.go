@@ -25,6 +25,21 @@ const DefaultStaleAfter = watchclient.DefaultStaleAfter
 // order.
 var watchKinds = []watcherv1.Kind{watcherv1.Kind_KIND_PERSISTENT_VOLUME_CLAIM, watcherv1.Kind_KIND_PERSISTENT_VOLUME, watcherv1.Kind_KIND_STORAGE_CLASS, watcherv1.Kind_KIND_POD}
 
+// watchStream is the controller's subscription to the watcher, which
+// feeds its caches (kube-controller-manager's informers).
+type watchStream struct {
+	// feed is how current the subscription is; nil in unit tests.
+	feed *feed
+	// stream turns the watcher stream into the events Apply takes.
+	stream *watchclient.Feed
+	// shard is the claim shard the stream asks for (ownership.shard); nil:
+	// every claim.
+	shard *watchclient.Shard
+	// streams says whether the stream under way carries a claim ("ns/name"):
+	// the shard's Streams; nil: every claim.
+	streams func(claimKey string) bool
+}
+
 // feed is how stale the binder lets its cache get; nil (unit tests) never
 // calls the cache stale.
 type feed struct {
@@ -43,11 +58,11 @@ var errStaleCache = errors.New("the binder's cache may be stale: no live watcher
 // reads the API first. While it is false the binder takes no destructive
 // step on its cache. A controller without a feed (unit tests) is always
 // healthy.
-func (c *controller) streamHealthy() bool {
-	if c.feed == nil {
+func (w *watchStream) streamHealthy() bool {
+	if w.feed == nil {
 		return true
 	}
-	return !c.stream.Stale(c.feed.staleAfter)
+	return !w.stream.Stale(w.feed.staleAfter)
 }
 
 // subscribe feeds c from one of the watchers at a time, failing over
@@ -58,9 +73,9 @@ func (c *controller) subscribe(ctx context.Context, addrs []string, tls grpcutil
 
 // Reset, Event and Synced make the controller a watchclient.Handler: its
 // feed interprets the stream and calls Apply, Keys and Relisted.
-func (c *controller) Reset()                                  { c.stream.Reset() }
-func (c *controller) Event(ev *watcherv1.WatchResponse) error { return c.stream.Event(ev) }
-func (c *controller) Synced()                                 { c.stream.Synced() }
+func (w *watchStream) Reset()                                  { w.stream.Reset() }
+func (w *watchStream) Event(ev *watcherv1.WatchResponse) error { return w.stream.Event(ev) }
+func (w *watchStream) Synced()                                 { w.stream.Synced() }
 
 var (
 	_ watchclient.Handler    = (*controller)(nil)
@@ -69,7 +84,7 @@ var (
 )
 
 // Keys implements watchclient.Subscriber: the keys of kind in the cache.
-func (c *controller) Keys(kind watcherv1.Kind) []string {
+func (c *caches) Keys(kind watcherv1.Kind) []string {
 	switch kind {
 	case watcherv1.Kind_KIND_PERSISTENT_VOLUME_CLAIM:
 		claims, _ := c.store.snapshot()
@@ -88,7 +103,7 @@ func (c *controller) Keys(kind watcherv1.Kind) []string {
 // Relisted implements watchclient.Relister: a full list is applied. The
 // tombstones of objects it did not mention end (the watch now agrees they
 // are gone), and the first one lets the workers start.
-func (c *controller) Relisted(listed watchclient.Listed) {
+func (c *caches) Relisted(listed watchclient.Listed) {
 	if listed != nil {
 		c.store.endTombstones(listed[watcherv1.Kind_KIND_PERSISTENT_VOLUME_CLAIM], listed[watcherv1.Kind_KIND_PERSISTENT_VOLUME])
 	}
@@ -133,9 +148,9 @@ func (g gatedProvisioner) Provision(ctx context.Context, claim *corev1.Persisten
 
 // streamCheck is the readiness check "watcher-stream": the cache is
 // current (streamHealthy), and why not.
-func (c *controller) streamCheck() error {
-	if c.streamHealthy() {
+func (w *watchStream) streamCheck() error {
+	if w.streamHealthy() {
 		return nil
 	}
-	return c.stream.StaleReason(c.feed.staleAfter)
+	return w.stream.StaleReason(w.feed.staleAfter)
 }

@@ -53,7 +53,7 @@ func (c *controller) act(ctx context.Context, claim *corev1.PersistentVolumeClai
 	switch d.what {
 	case binderv1.Decision_DECISION_BIND, binderv1.Decision_DECISION_BOUND:
 		if d.chosen {
-			defer c.unreserve(d.volume, claim)
+			defer c.reservations.unreserve(d.volume, claim)
 		}
 		return c.bind(ctx, d.volume, claim)
 	case binderv1.Decision_DECISION_REBIND:

@@ -85,22 +85,22 @@ const (
 // when the watcher's informer delivered the event (watchclient.Event's
 // Observed); zero (an older watcher) records the one span seen, from
 // creation to now.
-func (c *controller) noteSeen(claim *corev1.PersistentVolumeClaim, observed time.Time) {
-	if c.timeline == nil || !tracked(claim) || claim.CreationTimestamp.IsZero() {
+func (o *observability) noteSeen(claim *corev1.PersistentVolumeClaim, observed time.Time) {
+	if o.timeline == nil || !tracked(claim) || claim.CreationTimestamp.IsZero() {
 		return
 	}
 	uid := string(claim.UID)
 	created, seen, now, skewed := seenTimes(claim.CreationTimestamp.Time, observed, time.Now())
 	if observed.IsZero() {
-		c.timeline.Add(context.Background(), uid, seenSpan, created, now, "", seenDetail)
+		o.timeline.Add(context.Background(), uid, seenSpan, created, now, "", seenDetail)
 		return
 	}
 	wd, sd := watchDetail, streamDetail
 	if skewed {
 		wd, sd = wd+skewDetail, sd+skewDetail
 	}
-	c.timeline.Add(context.Background(), uid, watchSpan, created, seen, "", wd)
-	c.timeline.Add(context.Background(), uid, streamSpan, seen, now, "", sd)
+	o.timeline.Add(context.Background(), uid, watchSpan, created, seen, "", wd)
+	o.timeline.Add(context.Background(), uid, streamSpan, seen, now, "", sd)
 }
 
 // seenTimes orders the three clocks a claim's arrival is measured with:
@@ -129,11 +129,11 @@ func seenTimes(created, observed, now time.Time) (c, o, n time.Time, skewed bool
 }
 
 // noteQueued records how long a claim waited in the queue for its sync.
-func (c *controller) noteQueued(ctx context.Context, claim *corev1.PersistentVolumeClaim, since time.Time) {
-	if c.timeline == nil || since.IsZero() || !tracked(claim) {
+func (o *observability) noteQueued(ctx context.Context, claim *corev1.PersistentVolumeClaim, since time.Time) {
+	if o.timeline == nil || since.IsZero() || !tracked(claim) {
 		return
 	}
-	c.timeline.Add(ctx, string(claim.UID), "queued", since, time.Now(), "", "")
+	o.timeline.Add(ctx, string(claim.UID), "queued", since, time.Now(), "", "")
 }
 
 // noteRetry records a claim's backoff after a failed step: the span is
