@@ -11,8 +11,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
-// vendorWorkloads are TestVendorDriver's workloads, in one namespace,
-// each step building on the ones before.
+// vendorWorkloads are TestCluster's workloads of the vendor-deployed
+// driver, in one namespace, each step building on the ones before.
 type vendorWorkloads struct {
 	ns, nonce string
 	// keepPV and goneHandle are the Retain claim's PV and the Delete
