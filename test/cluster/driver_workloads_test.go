@@ -146,6 +146,10 @@ func (w *vendorWorkloads) deleteClaims(t *testing.T) string {
 		if _, err := os.Stat(filepath.Join(devDriverRoot, "volumes", w.goneHandle)); err == nil {
 			return "the Delete claim's volume directory is still on the node"
 		}
+		// csi-provisioner deletes the volume, then the PV.
+		if pv, ok := volumeHandles(t)[w.goneHandle]; ok {
+			return "the Delete claim's PV " + pv + " is still there"
+		}
 		if p := pvPhase(t, w.keepPV); p != "Released" {
 			return "the Retain claim's PV " + w.keepPV + " is " + p
 		}
