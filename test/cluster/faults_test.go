@@ -160,13 +160,8 @@ func victim(t *testing.T, app string) *corev1.Pod {
 	ns, leader := volplaneNS, ""
 	if app == driverController {
 		ns = driverNS
-		lease, err := c.Client.CoordinationV1().Leases(driverNS).Get(t.Context(), driverLock, metav1.GetOptions{})
-		if err != nil {
-			t.Fatalf("the driver's leader lock %s/%s: %v", driverNS, driverLock, err)
-		}
-		if lease.Spec.HolderIdentity != nil {
-			leader = *lease.Spec.HolderIdentity
-		}
+		waitFor(t, 2*time.Minute, func() string { return driverLeaderNotReady(t) })
+		leader = driverLeader(t)
 	}
 	pods, err := c.Client.CoreV1().Pods(ns).List(t.Context(), metav1.ListOptions{LabelSelector: "app=" + app})
 	if err != nil {
@@ -185,6 +180,29 @@ func victim(t *testing.T, app string) *corev1.Pod {
 		t.Fatalf("no pod of %s holds the leader lock %s (holder %q)", app, driverLock, leader)
 	}
 	return &pods.Items[0]
+}
+
+// driverLeader is the holder of the driver's leader lock ("" for none).
+func driverLeader(t testing.TB) string {
+	t.Helper()
+	lease, err := c.Client.CoordinationV1().Leases(driverNS).Get(t.Context(), driverLock, metav1.GetOptions{})
+	if err != nil || lease.Spec.HolderIdentity == nil {
+		return ""
+	}
+	return *lease.Spec.HolderIdentity
+}
+
+// driverLeaderNotReady says why the driver's leader lock is not held by
+// a Ready pod of its controller ("" when it is): after its leader pod
+// goes, the other pod's sidecar takes the lock within the lock's lease.
+func driverLeaderNotReady(t testing.TB) string {
+	leader := driverLeader(t)
+	for _, p := range listPods(t, driverNS, "app="+driverController) {
+		if p.Name == leader && p.Ready {
+			return ""
+		}
+	}
+	return fmt.Sprintf("the driver's leader lock %s/%s is held by %q, not a Ready pod of %s", driverNS, driverLock, leader, driverController)
 }
 
 // restartHost restarts a host process of the cluster (hack/cluster/restart.sh).

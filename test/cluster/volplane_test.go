@@ -209,11 +209,15 @@ func listPods(t testing.TB, ns, selector string) []podInfo {
 }
 
 // volplaneNotReady says what of wantReplicas, and of the driver's
-// driverReplicas, is not Running and Ready ("" when everything is).
+// driverReplicas and leader, is not Running and Ready ("" when everything
+// is).
 func volplaneNotReady(t testing.TB) string {
 	missing := notReadyIn(t, volplaneNS, wantReplicas)
 	if d := notReadyIn(t, driverNS, driverReplicas); d != "" {
 		missing = strings.TrimPrefix(missing+"; the driver: "+d, "; ")
+	}
+	if l := driverLeaderNotReady(t); l != "" {
+		missing = strings.TrimPrefix(missing+"; "+l, "; ")
 	}
 	return missing
 }
