@@ -140,32 +140,27 @@ test-cluster-smoke: ## make cluster, its smoke test (node, DNS, volumes, token, 
 	@trap 'rc=$$?; $(CLUSTER_ENV) hack/cluster/down.sh || rc=1; exit $$rc' EXIT; \
 	$(CLUSTER_ENV) hack/cluster/up.sh; \
 	$(CLUSTER_TEST_ENV) $(GO) test -count=1 -v -timeout 20m -run '^TestSmoke$$' ./test/cluster/
-# kube-controller-manager starts as kubeadm's does (its binder on), and
-# TestCluster turns it off by docs/install.md's steps.
-test-cluster: ## make cluster, volplane installed by docs/install.md, workloads, faults, defects, cutover (test/cluster TestCluster), make cluster-down even when it fails.
-	@trap 'rc=$$?; $(CLUSTER_ENV) hack/cluster/down.sh || rc=1; exit $$rc' EXIT; \
-	start=$$(date +%s); \
-	$(GO) build -o $(BIN)/ ./cmd/volplane-certs ./cmd/kubectl-volplane && \
-	$(CLUSTER_ENV) KCM_CONTROLLERS='*,bootstrapsigner,tokencleaner' hack/cluster/up.sh && \
-	$(CLUSTER_TEST_ENV) $(GO) test -count=1 -v -timeout 60m -run '^(TestInstallDocSteps|TestCluster)$$' ./test/cluster/; \
-	rc=$$?; echo "make test-cluster: $$(( $$(date +%s) - start ))s, then make cluster-down"; exit $$rc
-
-# The dev CSI driver deployed as vendors ship drivers, with the upstream
-# sidecars built from their pinned modules (hack/build-csi-sidecars.sh,
-# deploy/drivers/volplane-csi), next to kube-controller-manager's binder;
-# then volplane installed beside it (deploy/overlays/sidecar-drivers), the
-# cutover to volplane-csi-sidecar, the rollback, and standalone mode.
-# make test runs it after make test-cluster (a second bring-up: the two
-# install the same dev driver in different ways).
-.PHONY: test-cluster-driver
-test-cluster-driver: ## make cluster with the upstream CSI sidecars, the dev driver deployed as a vendor's chart does, its workloads, the cutover to volplane-csi-sidecar, the rollback and standalone mode (test/cluster TestVendorDriver), make cluster-down even when it fails.
+# The one cluster test, on one fresh cluster started with the upstream CSI
+# sidecars (hack/build-csi-sidecars.sh) and kube-controller-manager as
+# kubeadm's (its binder on): the dev CSI driver deployed as a vendor's
+# chart does (deploy/drivers/volplane-csi) and its workloads; volplane
+# installed beside it by docs/install.md's steps (deploy/overlays/cluster-dev)
+# and the flip to volplane-csi-sidecar; the checks after the cutover,
+# workloads, faults and defects; the rollback and managed mode
+# (test/cluster TestCluster).
+test-cluster: ## make cluster with the upstream CSI sidecars; the dev driver as a vendor ships it, volplane installed and cut over by docs/install.md, workloads, faults, defects, rollback, managed mode (test/cluster TestCluster); make cluster-down even when it fails.
 	@trap 'rc=$$?; $(CLUSTER_ENV) hack/cluster/down.sh || rc=1; exit $$rc' EXIT; \
 	start=$$(date +%s); \
 	$(GO) build -o $(BIN)/ ./cmd/volplane-certs ./cmd/kubectl-volplane && \
 	$(CLUSTER_ENV) VOLPLANE_CSI_SIDECARS=1 KCM_CONTROLLERS='*,bootstrapsigner,tokencleaner' hack/cluster/up.sh && \
 	$(CLUSTER_TEST_ENV) VOLPLANE_SNAPSHOT_CRDS=$(VOLPLANE_CACHE)/csi-sidecars/snapshot-crds \
-		$(GO) test -count=1 -v -timeout 30m -run '^TestVendorDriver$$' ./test/cluster/; \
-	rc=$$?; echo "make test-cluster-driver: $$(( $$(date +%s) - start ))s, then make cluster-down"; exit $$rc
+		$(GO) test -count=1 -v -timeout 60m -run '^(TestInstallDocSteps|TestCluster)$$' ./test/cluster/; \
+	rc=$$?; echo "make test-cluster: $$(( $$(date +%s) - start ))s, then make cluster-down"; exit $$rc
+
+# The vendor driver's cutover, rollback and managed mode are phases of
+# make test-cluster since one bring-up serves every cluster test.
+.PHONY: test-cluster-driver
+test-cluster-driver: test-cluster ## The old name of make test-cluster (its phases before, install, after, rollback, managed).
 
 ##@ Test
 
@@ -174,10 +169,10 @@ test-cluster-driver: ## make cluster with the upstream CSI sidecars, the dev dri
 test: export VOLPLANE_CSI_PROVISIONER := $(CSI_PROVISIONER)
 # test/e2e/standalone runs beside the pinned kube-controller-manager (the same build as kube-apiserver).
 test: export VOLPLANE_KUBE_CONTROLLER_MANAGER := $(KUBE_CONTROLLER_MANAGER)
-test: verify kube-apiserver kube-controller-manager external-provisioner $(BIN)/csi-sanity ## Run every check and test (the CI command): the Go tests, then make test-cluster and test-cluster-driver (as root).
+test: verify kube-apiserver kube-controller-manager external-provisioner $(BIN)/csi-sanity ## Run every check and test (the CI command): the Go tests, then make test-cluster (as root).
 	$(GO) test -count=1 -timeout 25m ./...
-	@if [ "$$(id -u)" = 0 ]; then $(MAKE) --no-print-directory test-cluster && $(MAKE) --no-print-directory test-cluster-driver; \
-	else echo "test-cluster, test-cluster-driver: SKIPPED, they run a kubelet and need root"; fi
+	@if [ "$$(id -u)" = 0 ]; then $(MAKE) --no-print-directory test-cluster; \
+	else echo "test-cluster: SKIPPED, it runs a kubelet and needs root"; fi
 	@if docker info >/dev/null 2>&1; then $(MAKE) --no-print-directory test-compose; \
 	else echo "test-compose: SKIPPED, no Docker daemon answers (make docker-daemon installs and starts one)"; fi
 

@@ -71,14 +71,13 @@ func TestKustomizationRunsAsShipped(t *testing.T) {
 		dir string
 		// replicas of the provisioner: the dev overlay's driver keeps its
 		// volumes in the provisioner's pod, so it runs one; cluster-dev's
-		// keeps them on the node, shared by every replica there.
+		// provisioner holds no driver (the drivers' own pods do).
 		provisioners int32
 	}{
 		{"kubernetes", 2},
 		{"overlays/dev", 1},
 		{"overlays/csi-driver", 2},
 		{"overlays/cluster-dev", 2},
-		{"overlays/sidecar-drivers", 2},
 		{"overlays/standalone", 1},
 	} {
 		t.Run(tc.dir, func(t *testing.T) {
@@ -205,36 +204,32 @@ func TestComposeImagesPinned(t *testing.T) {
 	}
 }
 
-// The cluster-dev overlay deploys the dev CSI driver as a real CSI driver
-// and its parts agree with each other and with what a kubelet expects:
-// the CSIDriver object; the node plugin's DaemonSet registering through
-// the kubelet's plugin registration directory with the CSI socket's path
-// as the kubelet sees it, mounting the kubelet's directory both ways, in a
-// namespace whose Pod Security lets it; the controller part next to each
-// provisioner on the same node data directory as the node plugin; the
-// StorageClasses; fully-qualified images.
+// The dev CSI driver deployed as a vendor's chart deploys it
+// (deploy/drivers/volplane-csi) is a real CSI driver whose parts agree
+// with each other and with what a kubelet expects: the CSIDriver object;
+// the node plugin's DaemonSet registering through the kubelet's plugin
+// registration directory with the CSI socket's path as the kubelet sees
+// it, mounting the kubelet's directory both ways, in a namespace whose Pod
+// Security lets it; the controller part in the driver's own controller
+// Deployment, on the same node data directory as the node plugin; the
+// StorageClasses; fully-qualified images. And the cluster-dev overlay that
+// serves it holds no copy of it: the provisioner's pod is the provisioner
+// alone, without a hostPath, a socket of a driver or Pod Security's
+// privileged profile.
 func TestClusterDevOverlay(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds every binary")
 	}
 	bin := build(t)
 	version := makefileVersion(t)
-	strict := json.NewSerializerWithOptions(json.DefaultMetaFactory, scheme.Scheme, scheme.Scheme, json.SerializerOptions{Strict: true})
 	var (
-		driver      *storagev1.CSIDriver
-		classes     []*storagev1.StorageClass
-		node        *appsv1.DaemonSet
-		provisioner *appsv1.Deployment
-		namespaces  = map[string]*corev1.Namespace{}
+		driver     *storagev1.CSIDriver
+		classes    []*storagev1.StorageClass
+		node       *appsv1.DaemonSet
+		controller *appsv1.Deployment
+		namespaces = map[string]*corev1.Namespace{}
 	)
-	for i, doc := range render(t, "overlays/cluster-dev") {
-		if strings.Contains(string(doc), `"apiVersion":"cert-manager.io/`) {
-			continue
-		}
-		obj, _, err := strict.Decode(doc, nil, nil)
-		if err != nil {
-			t.Fatalf("#%d: %v", i, err)
-		}
+	for _, obj := range driverObjects(t) {
 		switch o := obj.(type) {
 		case *storagev1.CSIDriver:
 			driver = o
@@ -243,8 +238,8 @@ func TestClusterDevOverlay(t *testing.T) {
 		case *appsv1.DaemonSet:
 			node = o
 		case *appsv1.Deployment:
-			if o.Name == "volplane-provisioner" {
-				provisioner = o
+			if o.Name == "volplane-csi-controller" {
+				controller = o
 			}
 		case *corev1.Namespace:
 			namespaces[o.Name] = o
@@ -257,9 +252,10 @@ func TestClusterDevOverlay(t *testing.T) {
 			}
 		}
 	}
-	if driver == nil || node == nil || provisioner == nil {
-		t.Fatalf("CSIDriver %v, DaemonSet %v, provisioner %v: want all three", driver != nil, node != nil, provisioner != nil)
+	if driver == nil || node == nil || controller == nil {
+		t.Fatalf("CSIDriver %v, DaemonSet %v, controller %v: want all three", driver != nil, node != nil, controller != nil)
 	}
+	checkNoDriverInVolplane(t, "overlays/cluster-dev")
 
 	const name = "hostpath.csi.volplane.io"
 	ds := driver.Spec
@@ -332,16 +328,16 @@ func TestClusterDevOverlay(t *testing.T) {
 		t.Errorf("node plugin: liveness %+v, want /healthz on --health-address %s", p, flags["--health-address"])
 	}
 
-	// The controller part, next to each provisioner.
-	pspec := provisioner.Spec.Template.Spec
+	// The controller part, in the driver's own controller pod.
+	pspec := controller.Spec.Template.Spec
 	var ctrl *corev1.Container
 	for i := range pspec.Containers {
-		if pspec.Containers[i].Name == "csi-driver" {
+		if pspec.Containers[i].Name == "volplane-csi" {
 			ctrl = &pspec.Containers[i]
 		}
 	}
 	if ctrl == nil {
-		t.Fatal("no csi-driver container in the provisioner's pod")
+		t.Fatal("no volplane-csi container in the driver's controller pod")
 	}
 	cflags := flagValues(ctrl.Command)
 	if cflags["--mode"] != "controller" || cflags["--node-capacity"] == "" || cflags["--node-id"] != "$(NODE_NAME)" || !fromNodeName(*ctrl, "NODE_NAME") {
@@ -350,11 +346,58 @@ func TestClusterDevOverlay(t *testing.T) {
 	if ctrlData, _ := hostPathOf(pspec, *ctrl, cflags["--root-dir"]); ctrlData == "" || ctrlData != nodeData {
 		t.Errorf("controller part's data directory %q on the node, node plugin's %q: want one hostPath", ctrlData, nodeData)
 	}
-	if *provisioner.Spec.Replicas < 2 {
-		t.Errorf("provisioner replicas %d, want at least 2", *provisioner.Spec.Replicas)
+	if *controller.Spec.Replicas < 2 {
+		t.Errorf("controller replicas %d, want at least 2", *controller.Spec.Replicas)
 	}
 	if p := ctrl.LivenessProbe; p == nil || p.HTTPGet == nil || !samePort(*ctrl, p.HTTPGet.Port.String(), cflags["--health-address"]) {
 		t.Errorf("controller part: liveness %+v, want /healthz on --health-address %s", p, cflags["--health-address"])
+	}
+}
+
+// checkNoDriverInVolplane checks that an overlay's volplane holds no copy
+// of a driver: the provisioner's pod runs the provisioner alone, with no
+// --csi-endpoint and no hostPath, and volplane-system keeps the
+// restricted Pod Security profile.
+func checkNoDriverInVolplane(t *testing.T, dir string) {
+	t.Helper()
+	strict := json.NewSerializerWithOptions(json.DefaultMetaFactory, scheme.Scheme, scheme.Scheme, json.SerializerOptions{Strict: true})
+	found := false
+	for i, doc := range render(t, dir) {
+		if strings.Contains(string(doc), `"apiVersion":"cert-manager.io/`) {
+			continue
+		}
+		obj, _, err := strict.Decode(doc, nil, nil)
+		if err != nil {
+			t.Fatalf("%s #%d: %v", dir, i, err)
+		}
+		switch o := obj.(type) {
+		case *corev1.Namespace:
+			if o.Name == "volplane-system" && o.Labels["pod-security.kubernetes.io/enforce"] == "privileged" {
+				t.Errorf("%s: volplane-system is Pod Security privileged", dir)
+			}
+		case *appsv1.Deployment:
+			if o.Name != "volplane-provisioner" {
+				continue
+			}
+			found = true
+			spec := o.Spec.Template.Spec
+			if len(spec.Containers) != 1 || spec.Containers[0].Name != "provisioner" {
+				t.Errorf("%s: the provisioner's pod has %d containers, want the provisioner alone", dir, len(spec.Containers))
+			}
+			for _, a := range spec.Containers[0].Command {
+				if strings.HasPrefix(a, "--csi-endpoint") {
+					t.Errorf("%s: the provisioner has %s, want drivers found by their sidecars", dir, a)
+				}
+			}
+			for _, v := range spec.Volumes {
+				if v.HostPath != nil {
+					t.Errorf("%s: the provisioner's pod mounts the node's %s", dir, v.HostPath.Path)
+				}
+			}
+		}
+	}
+	if !found {
+		t.Errorf("%s: no provisioner", dir)
 	}
 }
 

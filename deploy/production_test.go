@@ -25,7 +25,7 @@ import (
 )
 
 // kustomizations are the base and the overlays a platform team applies.
-var kustomizations = []string{"kubernetes", "overlays/dev", "overlays/csi-driver", "overlays/cluster-dev", "overlays/sidecar-drivers", "overlays/standalone"}
+var kustomizations = []string{"kubernetes", "overlays/dev", "overlays/csi-driver", "overlays/cluster-dev", "overlays/standalone"}
 
 // rendered is one kustomization's objects, decoded, by kind.
 type rendered struct {

@@ -2,7 +2,7 @@
 # Builds the upstream Kubernetes CSI sidecars a vendor's driver chart runs,
 # each from its pinned module, and packs each into an image FROM scratch
 # under the name the charts use, for the local cluster
-# (deploy/drivers/volplane-csi, make test-cluster-driver):
+# (deploy/drivers/volplane-csi, make test-cluster):
 #
 #   csi-provisioner      external-provisioner/v6 v6.3.0 (hack/build-external-provisioner.sh)
 #   csi-attacher         external-attacher/v4 v4.12.0

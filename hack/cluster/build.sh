@@ -11,7 +11,7 @@
 #               volplane, etcd, coredns, workload, volplane-csi-sidecar
 #   sidecars    the upstream CSI sidecars and their images, for a driver
 #               deployed as vendors ship them (hack/build-csi-sidecars.sh);
-#               only when asked: make test-cluster-driver
+#               only when asked: make test-cluster
 #
 #   hack/cluster/build.sh [PART...]     (default: every part but sidecars)
 #

@@ -45,13 +45,13 @@ admin_kubeconfig=$state/admin.kubeconfig
 # kube-controller-manager.yaml.
 kcm_manifest_dir=$state/manifests
 # Host paths outside $state that the parts (or what runs in the cluster:
-# the cluster-dev overlay's dev CSI driver keeps its volumes in
+# the dev CSI driver of deploy/drivers/volplane-csi keeps its volumes in
 # /var/lib/volplane-csi on the node) may create; up.sh records which
 # existed before, down.sh removes the others.
 host_paths="/run/containerd /var/lib/cni /var/log/containers /var/log/pods /var/lib/volplane-csi"
 # kube-controller-manager's --controllers at start. The default leaves the
 # PV binder off, for volplane; `make test-cluster` starts with kubeadm's
-# default (the binder on) and turns it off by docs/install.md's cutover.
+# default (the binder on) and turns it off by docs/install.md's flip.
 kcm_controllers=${KCM_CONTROLLERS:-*,-persistentvolume-binder-controller}
 containerd_sock=$state/containerd/containerd.sock
 

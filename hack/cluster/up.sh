@@ -10,7 +10,7 @@
 #
 # Every part is pinned and built by hack/cluster/build.sh; the Debian
 # packages are installed by hack/cluster/deps.sh when missing. With
-# VOLPLANE_CSI_SIDECARS=1 (make test-cluster-driver) the upstream CSI
+# VOLPLANE_CSI_SIDECARS=1 (make test-cluster) the upstream CSI
 # sidecars are built too (hack/build-csi-sidecars.sh) and their images
 # imported beside volplane's, for deploy/drivers/volplane-csi.
 set -euo pipefail
@@ -206,7 +206,7 @@ import_image() {
 # import_pulled_image TAR REF: import_image, and the image named by its
 # digest too (REPO@sha256:...), as a pull from a registry names it, so that
 # a pod may name it either way (the upstream sidecars: a chart pins them
-# by tag or by digest, and test/cluster's TestVendorDriver swaps one).
+# by tag or by digest, and test/cluster's TestCluster swaps one).
 import_pulled_image() {
 	local digest
 	import_image "$1" "$2"

@@ -32,7 +32,8 @@ import (
 //
 // A registration is used only while, in this order: it is fresh; its pod
 // exists (one GET, no cluster-wide pod informer), is not being deleted, is
-// Ready and has an IP; a SubjectAccessReview lets the pod's ServiceAccount
+// Ready and has an IP, and, in the node's network (hostNetwork), declares
+// the registered port in one of its containers; a SubjectAccessReview lets the pod's ServiceAccount
 // serve the driver; and the sidecar at podIP:port shows the pinned
 // certificate to the provisioner's client certificate and names the
 // registered driver. Whatever fails is logged once per registration and
@@ -165,6 +166,9 @@ func (d *discovery) verify(ctx context.Context, r sidecar.Registration) (pod *co
 		return nil, "the pod is not Ready", nil
 	case pod.Status.PodIP == "":
 		return nil, "the pod has no IP", nil
+	case pod.Spec.HostNetwork && !declaresPort(pod, r.Port):
+		return nil, fmt.Sprintf("the pod runs in the node's network (hostNetwork) and none of its containers declares the registered port %d "+
+			"(ports: containerPort %d, TCP), so it may be another process's of the node", r.Port, r.Port), nil
 	}
 	sa := pod.Spec.ServiceAccountName
 	if sa == "" {
@@ -179,6 +183,24 @@ func (d *discovery) verify(ctx context.Context, r sidecar.Registration) (pod *co
 			r.Namespace, sa, r.Driver, sidecar.VerbServe, sidecar.Group, sidecar.ResourceDrivers, reason, sidecar.ClusterRole), nil
 	}
 	return pod, "", nil
+}
+
+// declaresPort reports whether a container of pod declares port (TCP)
+// among its ports. A pod in the node's network shares the node's ports
+// with every other process there: a registration of such a pod could
+// name any of them, and the provisioner would send its CSI calls (and the
+// secrets in them) to whoever listens. A declared port is the pod's own:
+// in the node's network its hostPort is the containerPort, which the
+// scheduler gives one pod of a node at a time.
+func declaresPort(pod *corev1.Pod, port int) bool {
+	for _, c := range pod.Spec.Containers {
+		for _, p := range c.Ports {
+			if int(p.ContainerPort) == port && (p.Protocol == "" || p.Protocol == corev1.ProtocolTCP) {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // podReady reports whether pod's Ready condition is True.

@@ -15,6 +15,7 @@ import (
 	"math/big"
 	"net"
 	"os"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -192,6 +193,26 @@ func (rig *discoveryRig) pod(t *testing.T, ns, name, sa, ip string, ready bool) 
 	return p
 }
 
+// inNodeNetwork puts pod in the node's network (hostNetwork), its first
+// container declaring ports (TCP unless a protocol is given: port/UDP).
+func (rig *discoveryRig) inNodeNetwork(t *testing.T, p *corev1.Pod, ports ...string) {
+	t.Helper()
+	ct := corev1.Container{Name: "csi-provisioner", Image: "volplane-csi-sidecar"}
+	for _, s := range ports {
+		num, proto, _ := strings.Cut(s, "/")
+		n, err := strconv.Atoi(num)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ct.Ports = append(ct.Ports, corev1.ContainerPort{ContainerPort: int32(n), Protocol: corev1.Protocol(proto)})
+	}
+	p.Spec.HostNetwork = true
+	p.Spec.Containers = []corev1.Container{{Name: "driver", Image: "driver"}, ct}
+	if _, err := rig.api.CoreV1().Pods(p.Namespace).Update(t.Context(), p, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // register writes (or renews, at renew) the registration of pod for
 // driver at the sidecar s.
 func (rig *discoveryRig) register(t *testing.T, ns, pod, driver string, port int, hash string, renew time.Time, settings sidecar.Settings) {
@@ -259,8 +280,22 @@ func TestDiscoveryUsesAVerifiedSidecar(t *testing.T) {
 	}
 }
 
+// TestDiscoveryHostNetworkDeclaredPort: a sidecar whose pod is in the
+// node's network is used when one of the pod's containers declares the
+// registered port (TestDiscoveryRefusesForgedRegistrations refuses the
+// others).
+func TestDiscoveryHostNetworkDeclaredPort(t *testing.T) {
+	rig := newDiscoveryRig(t, nil)
+	sc := startSidecar(t, sidecarDriverName, "127.0.0.1", 0, selfSigned(t, time.Now().Add(-time.Hour)), rig.tls.CAFile)
+	rig.allow("vendor", "driver-sa")
+	rig.inNodeNetwork(t, rig.pod(t, "vendor", "ctrl-0", "driver-sa", "127.0.0.1", true), "9808", fmt.Sprintf("%d/TCP", sc.port))
+	rig.register(t, "vendor", "ctrl-0", sidecarDriverName, sc.port, sc.hash, time.Now(), sidecar.Settings{})
+	eventually(t, "the driver ready", func() bool { d := rig.driverInfo(t, sidecarDriverName); return d != nil && d.Ready })
+}
+
 // TestDiscoveryRefusesForgedRegistrations: a registration whose pod,
-// ServiceAccount, freshness or certificate does not check out never makes
+// ServiceAccount, port (in the node's network), freshness or certificate
+// does not check out never makes
 // its driver ready, and is logged once with its reason however often it
 // is renewed.
 func TestDiscoveryRefusesForgedRegistrations(t *testing.T) {
@@ -293,6 +328,14 @@ func TestDiscoveryRefusesForgedRegistrations(t *testing.T) {
 		{"no such pod", func(rig *discoveryRig, sc *testSidecar) (int, string, time.Time) {
 			return sc.port, sc.hash, time.Now()
 		}, "the pod does not exist"},
+		{"hostNetwork pod, port declared by none of its containers", func(rig *discoveryRig, sc *testSidecar) (int, string, time.Time) {
+			rig.inNodeNetwork(t, rig.pod(t, "vendor", "ctrl-0", "driver-sa", "127.0.0.1", true), "9808", fmt.Sprintf("%d", sc.port+1))
+			return sc.port, sc.hash, time.Now()
+		}, "none of its containers declares the registered port"},
+		{"hostNetwork pod, port declared for UDP", func(rig *discoveryRig, sc *testSidecar) (int, string, time.Time) {
+			rig.inNodeNetwork(t, rig.pod(t, "vendor", "ctrl-0", "driver-sa", "127.0.0.1", true), fmt.Sprintf("%d/UDP", sc.port))
+			return sc.port, sc.hash, time.Now()
+		}, "none of its containers declares the registered port"},
 		{"expired", func(rig *discoveryRig, sc *testSidecar) (int, string, time.Time) {
 			rig.pod(t, "vendor", "ctrl-0", "driver-sa", "127.0.0.1", true)
 			return sc.port, sc.hash, time.Now().Add(-time.Minute)

@@ -82,10 +82,11 @@ func foreignNotices(t *testing.T) (events string, metric float64, logs []string)
 
 // testCutover: kube-controller-manager started again with its binder on
 // (docs/install.md's rollback step, here as the mistake of a cutover not
-// done): volplane notices and says so (Event, metric, warning); then the
-// rest of docs/install.md's rollback, after which kube-controller-manager
-// alone binds.
-func testCutover(t *testing.T, in *Install) {
+// done): volplane notices and says so (Event, metric, warning); then
+// docs/install.md's rollback of volplane, after which
+// kube-controller-manager alone binds (the driver's csi-provisioner comes
+// back after it: vendorCutover.rollback).
+func testCutover(t *testing.T, in *Install) string {
 	requireVolplaneReady(t)
 	ns := c.Namespace(t)
 	start := time.Now()
@@ -161,4 +162,5 @@ func testCutover(t *testing.T, in *Install) {
 		t.Errorf("claim after-0 was bound by %v, not kube-controller-manager", managers)
 	}
 	t.Logf("after the rollback kube-controller-manager binds: claims after-0..2 Bound (claim after-0's managers: %v)", managers)
+	return fmt.Sprintf("ForeignBinder Events, metric %v, %d warnings; rolled back; kube-controller-manager binds again", metric, len(logs))
 }

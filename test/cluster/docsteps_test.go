@@ -121,10 +121,18 @@ func newInstall(t testing.TB, env map[string]string) *Install {
 }
 
 // installSteps are the steps of docs/install.md the tests run: the
-// install (TestCluster/install) and the rollback (TestCluster/cutover).
+// install and the flip (TestCluster/install) and the rollback
+// (TestCluster/rollback).
 var installSteps = []string{
-	"settings", "prerequisites", "find-sidecars", "kcm-binder-off", "kcm-wait", "apply", "rollout", "gateway", "check-claim",
-	"rollback-volplane", "kcm-binder-on", "kcm-wait-on",
+	"settings", "prerequisites", "find-sidecars", "apply", "grant-sidecars", "rollout",
+	"swap-sidecars", "kcm-binder-off", "kcm-wait", "binder-on", "gateway", "check-claim",
+	"rollback-volplane", "kcm-binder-on", "kcm-wait-on", "sidecars-back",
+}
+
+// Setenv sets a variable of the steps' environment (the last of a name
+// counts).
+func (in *Install) Setenv(name, value string) {
+	in.env = append(in.env, name+"="+value)
 }
 
 // Run runs the named step after the settings step (every step reads the

@@ -12,25 +12,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
-// sidecarDriversOverlay is volplane without a driver of its own: its
-// provisioner finds the drivers by their sidecars' registrations.
-const sidecarDriversOverlay = "deploy/overlays/sidecar-drivers"
-
-// cutoverReplicas are the pods of the sidecar-drivers overlay once
-// volplane binds: the base's counts, no node plugin (the driver has its
-// own).
-var cutoverReplicas = map[string]int{
-	"volplane-etcd":        3,
-	"volplane-watcher":     2,
-	"volplane-binder":      2,
-	"volplane-provisioner": 2,
-	"volplane-reclaimer":   2,
-	"volplane-gateway":     2,
-}
-
-// vendorCutover is TestVendorDriver's cutover of the vendor-deployed
-// driver to volplane-csi-sidecar, its rollback and the managed mode,
-// after the "before" workloads w.
+// vendorCutover is TestCluster's cutover of the vendor-deployed driver
+// to volplane-csi-sidecar by docs/install.md, its rollback and the
+// managed mode, after the "before" workloads w.
 type vendorCutover struct {
 	w  *vendorWorkloads
 	in *Install
@@ -43,27 +27,25 @@ type vendorCutover struct {
 	made map[string]string
 }
 
-// newVendorCutover prepares docs/install.md's steps with the
-// sidecar-drivers overlay behind a kustomization that installs the
-// binder at 0 replicas: volplane's binder must not act before the flip.
+// newVendorCutover prepares docs/install.md's steps with the local
+// cluster's settings: the overlay cluster-dev, the dev driver's
+// controller Deployment as the driver to swap, a working directory of the
+// cluster's state directory (the files the steps write stay there).
 func newVendorCutover(t *testing.T, w *vendorWorkloads) *vendorCutover {
 	dir := clusterDir()
-	work := filepath.Join(dir, "install-sidecar-drivers")
+	work := filepath.Join(dir, "install")
 	if err := os.MkdirAll(work, 0o700); err != nil {
 		t.Fatal(err)
 	}
-	overlay := filepath.Join(work, "overlay")
-	if err := os.MkdirAll(overlay, 0o700); err != nil {
-		t.Fatal(err)
-	}
-	writeKustomization(t, overlay, "resources: [%s]\nreplicas: [{name: volplane-binder, count: 0}]\n", sidecarDriversOverlay)
 	in := newInstall(t, map[string]string{
 		"PATH":            filepath.Dir(c.KubectlBin) + ":" + binDir(t) + ":" + os.Getenv("PATH"),
 		"KUBECONFIG":      c.Kubeconfig,
-		"OVERLAY":         overlay,
+		"OVERLAY":         filepath.Join(repoRoot(t), "deploy/overlays/cluster-dev"),
+		"DRIVERS":         driverNS + "/deployment/" + driverController,
 		"VOLPLANE_CA_DIR": filepath.Join(dir, "volplane-ca"),
 		"CLUSTER_CA":      filepath.Join(dir, "pki/ca.crt"),
 		"KCM_MANIFEST":    filepath.Join(dir, "manifests/kube-controller-manager.yaml"),
+		"CHECK_CLASS":     classImmediate,
 	})
 	in.dir = work
 	return &vendorCutover{w: w, in: in, made: map[string]string{}}
@@ -135,28 +117,31 @@ func managers(t testing.TB, kind, ns, name string) []string {
 	return strings.Fields(c.Kubectl(t, args...))
 }
 
-// install applies the overlay and the certificates by docs/install.md's
-// steps, binds the ClusterRole volplane-csi-sidecar to the driver's
-// controller ServiceAccount, and waits for every component to be Ready,
-// the binder at 0 replicas, while kube-controller-manager still binds.
+// install runs docs/install.md's install (the overlay with the binder at
+// 0, the certificates, the driver's grant) and waits for every component
+// to be Ready, the binder at 0 replicas, while kube-controller-manager
+// still binds and csi-provisioner still provisions.
 func (cu *vendorCutover) install(t *testing.T) string {
+	cu.images(t)
+	cu.in.Setenv("SIDECAR_IMAGE", cu.sidecarImage)
 	kcmBinderOff(t, false)
+	cu.in.Run(t, "prerequisites")
+	if out := cu.in.Run(t, "find-sidecars"); !strings.Contains(out, driverNS+"/Deployment/"+driverController+":") {
+		t.Errorf("find-sidecars does not list %s/%s:\n%s", driverNS, driverController, out)
+	}
 	start := time.Now()
 	cu.in.Run(t, "apply")
-	c.Apply(t, "", fmt.Sprintf(`
-apiVersion: rbac.authorization.k8s.io/v1
-kind: ClusterRoleBinding
-metadata: {name: volplane-csi-volplane}
-roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: volplane-csi-sidecar}
-subjects: [{kind: ServiceAccount, namespace: %s, name: %s}]
-`, driverNS, driverController))
+	cu.in.Run(t, "grant-sidecars")
 	cu.in.Run(t, "rollout")
-	want := maps(cutoverReplicas, "volplane-binder", 0)
+	want := maps(wantReplicas, "volplane-binder", 0)
 	waitFor(t, 5*time.Minute, func() string { return volplaneNotReadyOf(t, want) })
 	took := time.Since(start).Round(time.Second)
 	t.Logf("kubectl get pods -n %s -o wide:\n%s", volplaneNS, c.Kubectl(t, "get", "pods", "-n", volplaneNS, "-o", "wide"))
+	if got := c.Kubectl(t, "get", "pods", "-n", volplaneNS, "-o", "jsonpath={.items[*].spec.containers[*].name}"); strings.Contains(got, "csi") {
+		t.Errorf("volplane-system runs a driver's container: %s", got)
+	}
 	kcmBinderOff(t, false)
-	return fmt.Sprintf("sidecar-drivers overlay + volplane-certs: every component Ready in %v, binder at 0, kube-controller-manager binds", took)
+	return fmt.Sprintf("cluster-dev + volplane-certs + the driver's grant: every component Ready in %v, binder at 0, no driver in %s, kube-controller-manager binds", took, volplaneNS)
 }
 
 // maps is m with key set to v (a copy).
@@ -169,25 +154,27 @@ func maps(m map[string]int, key string, v int) map[string]int {
 	return out
 }
 
-// flip swaps csi-provisioner's image to the sidecar's, waits for
-// volplane's provisioners to discover the driver, turns
-// kube-controller-manager's binder off and volplane's on, and measures
-// the window without a binder with a claim created as soon as
-// kube-controller-manager's binder is off.
+// flip runs docs/install.md's flip: csi-provisioner's image swapped to
+// the sidecar's, kube-controller-manager's binder off, volplane's on. It
+// measures the window without a binder with a claim created as soon as
+// kube-controller-manager's binder is off, and the window without a
+// provisioner from the swap.
 func (cu *vendorCutover) flip(t *testing.T) string {
-	before, after := swapProvisionerImage(t, cu.sidecarImage)
-	t.Logf("the driver's controller pod before and after the swap:\n%s", containersSideBySide(before, after))
-	discovered := waitDiscovered(t)
 	start := time.Now()
 	at := func() string { return time.Since(start).Round(100 * time.Millisecond).String() }
-	rows := [][]string{{"AT", "EVENT"}, {"0s", "kube-controller-manager's binder off (the manifest edited)"}}
+	rows := [][]string{{"AT", "EVENT"}, {"0s", "csi-provisioner's image swapped (swap-sidecars)"}}
+	before, after := swapProvisionerImageBy(t, cu.sidecarImage, func() { cu.in.Run(t, "swap-sidecars") })
+	t.Logf("the driver's controller pod before and after the swap:\n%s", containersSideBySide(before, after))
+	rows = append(rows, []string{at(), "the driver's pods rolled out with the sidecar"})
+	discovered := waitDiscovered(t)
+	rows = append(rows, []string{at(), "every provisioner uses the sidecar"})
+	off := time.Now()
 	cu.in.Run(t, "kcm-binder-off")
 	cu.in.Run(t, "kcm-wait")
 	kcmBinderOff(t, true)
 	c.Apply(t, cu.w.ns, claimManifest("at-flip", classImmediate, "10Mi", "", ""))
-	rows = append(rows, []string{at(), "kube-controller-manager restarted without it; claim at-flip created"})
-	c.Kubectl(t, "-n", volplaneNS, "scale", "statefulset/volplane-binder", "--replicas=2")
-	c.Kubectl(t, "-n", volplaneNS, "rollout", "status", "statefulset/volplane-binder", "--timeout=3m")
+	rows = append(rows, []string{at(), "kube-controller-manager restarted without its binder; claim at-flip created"})
+	cu.in.Run(t, "binder-on")
 	rows = append(rows, []string{at(), "volplane's binder Ready (2 replicas)"})
 	waitFor(t, 3*time.Minute, func() string {
 		if p := claimPhase(t, cu.w.ns, "at-flip"); p != "Bound" {
@@ -195,9 +182,10 @@ func (cu *vendorCutover) flip(t *testing.T) string {
 		}
 		return ""
 	})
-	window := at()
+	window, noBinder := at(), time.Since(off).Round(100*time.Millisecond)
 	rows = append(rows, []string{window, "claim at-flip Bound by volplane's binder"})
-	t.Logf("the window without a binder:\n%s", table(rows))
+	t.Logf("the window without a binder (%v from kube-controller-manager's binder off) and without a provisioner (%s from the swap):\n%s",
+		noBinder, window, table(rows))
 	if m := managers(t, "pvc", cu.w.ns, "at-flip"); slices.Contains(m, "kube-controller-manager") {
 		t.Errorf("claim at-flip was touched by kube-controller-manager: %v", m)
 	}
@@ -207,8 +195,20 @@ func (cu *vendorCutover) flip(t *testing.T) string {
 	if slices.Contains(pvManagers, "csi-provisioner") {
 		t.Errorf("PV %s was made by csi-provisioner: %v", pv, pvManagers)
 	}
-	requireVolplaneReadyOf(t, cutoverReplicas)
-	return fmt.Sprintf("%s; %s; no binder for %s; at-flip %s=%s, PV managers %v", changed(before, after), discovered, window, pv, h, pvManagers)
+	requireVolplaneReady(t)
+	return fmt.Sprintf("%s; %s; no binder for %v, no provisioner for %s; at-flip %s=%s, PV managers %v",
+		changed(before, after), discovered, noBinder, window, pv, h, pvManagers)
+}
+
+// check runs docs/install.md's checks: the gateway lists the driver, and
+// a claim of CHECK_CLASS binds.
+func (cu *vendorCutover) check(t *testing.T) string {
+	out := cu.in.Run(t, "gateway")
+	if !strings.Contains(out, devDriverName) {
+		t.Errorf("kubectl volplane drivers does not list %s:\n%s", devDriverName, out)
+	}
+	cu.in.Run(t, "check-claim")
+	return "kubectl volplane drivers lists " + devDriverName + "; claim check Bound and explained"
 }
 
 // changed names the containers whose image differs.
@@ -263,27 +263,14 @@ func waitDiscovered(t *testing.T) string {
 	return fmt.Sprintf("%d provisioners use the sidecar of %s", len(lines), devDriverName)
 }
 
-// volplaneNotReadyOf is volplaneNotReady with other replica counts.
+// volplaneNotReadyOf is volplaneNotReady with other replica counts of
+// volplane's pods (the driver's as driverReplicas).
 func volplaneNotReadyOf(t testing.TB, want map[string]int) string {
-	have := map[string]int{}
-	var notReady, missing []string
-	for _, p := range listPods(t, volplaneNS, "") {
-		if !p.Ready {
-			notReady = append(notReady, p.Name)
-			continue
-		}
-		have[p.App]++
+	missing := notReadyIn(t, volplaneNS, want)
+	if d := notReadyIn(t, driverNS, driverReplicas); d != "" {
+		missing = strings.TrimPrefix(missing+"; the driver: "+d, "; ")
 	}
-	for app, n := range want {
-		if have[app] != n {
-			missing = append(missing, fmt.Sprintf("%s %d/%d", app, have[app], n))
-		}
-	}
-	if len(missing) == 0 && len(notReady) == 0 {
-		return ""
-	}
-	slices.Sort(missing)
-	return fmt.Sprintf("Ready: %s; not Ready: %v", strings.Join(missing, ", "), notReady)
+	return missing
 }
 
 // requireVolplaneReadyOf waits until want's pods are all Ready.
@@ -377,16 +364,15 @@ func (cu *vendorCutover) expand(t *testing.T) string {
 	return "new: " + expandClaim(t, cu.w.ns, "new", "new")
 }
 
-// rollback: docs/install.md's rollback (volplane's binder, provisioner
-// and reclaimer stopped once their operations are done,
-// kube-controller-manager's binder on), then csi-provisioner's image back.
+// rollback: after docs/install.md's rollback of volplane (testCutover:
+// volplane's binder, provisioner and reclaimer stopped once their
+// operations are done, kube-controller-manager's binder on), its last
+// step, csi-provisioner's image back; then csi-provisioner provisions a
+// new claim.
 func (cu *vendorCutover) rollback(t *testing.T) string {
-	start := time.Now()
-	cu.in.Run(t, "rollback-volplane")
-	cu.in.Run(t, "kcm-binder-on")
-	cu.in.Run(t, "kcm-wait-on")
 	kcmBinderOff(t, false)
-	before, after := swapProvisionerImage(t, cu.provisionerImage)
+	start := time.Now()
+	before, after := swapProvisionerImageBy(t, cu.provisionerImage, func() { cu.in.Run(t, "sidecars-back") })
 	t.Logf("the driver's controller pod before and after the swap back:\n%s", containersSideBySide(before, after))
 	took := time.Since(start).Round(time.Second)
 	ns, n := cu.w.ns, cu.w.nonce
@@ -396,7 +382,7 @@ func (cu *vendorCutover) rollback(t *testing.T) string {
 	if m := managers(t, "pv", "", pv); !slices.Contains(m, "csi-provisioner") {
 		t.Errorf("after the rollback, PV %s was not made by csi-provisioner: %v", pv, m)
 	}
-	return fmt.Sprintf("rolled back in %v; %s; csi-provisioner provisions again: %s", took, changed(before, after), got)
+	return fmt.Sprintf("swapped back in %v; %s; csi-provisioner provisions again: %s", took, changed(before, after), got)
 }
 
 // rollbackDeletes: the claims volplane provisioned go, and csi-provisioner

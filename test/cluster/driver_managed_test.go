@@ -80,6 +80,6 @@ func (cu *vendorCutover) standalone(t *testing.T) {
 	for _, w := range []string{"deployment/volplane-provisioner", "statefulset/volplane-reclaimer", "deployment/volplane-gateway"} {
 		c.Kubectl(t, "-n", volplaneNS, "rollout", "status", w, "--timeout=3m")
 	}
-	requireVolplaneReadyOf(t, maps(cutoverReplicas, "volplane-binder", 0))
+	requireVolplaneReadyOf(t, maps(wantReplicas, "volplane-binder", 0))
 	t.Logf("standalone: kubectl get pods -n %s -o wide:\n%s", volplaneNS, c.Kubectl(t, "get", "pods", "-n", volplaneNS, "-o", "wide"))
 }

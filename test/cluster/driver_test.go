@@ -26,6 +26,9 @@ const (
 	driverController   = "volplane-csi-controller"
 	provisionerSidecar = "csi-provisioner"
 	devDriverName      = "hostpath.csi.volplane.io"
+	// driverLock is csi-provisioner's leader lock of the driver (a Lease
+	// in driverNS), which volplane-csi-sidecar takes in its place.
+	driverLock = "hostpath-csi-volplane-io"
 )
 
 // stepTable runs a test's steps in order as subtests, each returning what
@@ -53,40 +56,26 @@ func (s *stepTable) print() {
 	s.t.Logf("steps:\n%s", table(append([][]string{{"STEP", "RESULT", "TOOK", "WHAT WAS SEEN"}}, s.rows...)))
 }
 
-// TestVendorDriver deploys the dev CSI driver as a vendor's chart deploys
-// a driver, with the upstream sidecars built from their pinned modules
-// (deploy/drivers/volplane-csi, the VolumeSnapshot CRDs and the snapshot
-// controller), next to kube-controller-manager's binder and without
-// volplane: a StatefulSet on a WaitForFirstConsumer class, a snapshot and
-// a claim restored from it, a clone, a Retain and a Delete volume write
-// and read their data; csi-resizer expands a claim; Delete removes the
-// driver's volume and Retain keeps it; csi-provisioner's image swapped
-// (to the same image by digest) and back changes nothing else and keeps
-// provisioning; nothing leaks. That is the "before" of the cutover to
-// volplane's sidecar (driver_cutover_test.go): volplane installed beside
-// the driver with no copy of it, the flip, the cutover's after, the
-// rollback, and the managed mode (driver_managed_test.go), each checked
-// against the driver's own volumes.
-//
-// make test-cluster-driver runs it on a fresh cluster (binder on),
-// $VOLPLANE_SNAPSHOT_CRDS naming the CRDs hack/build-csi-sidecars.sh
-// copied from the external-snapshotter client module.
-func TestVendorDriver(t *testing.T) {
-	crds := os.Getenv("VOLPLANE_SNAPSHOT_CRDS")
-	if crds == "" {
-		t.Fatal("VOLPLANE_SNAPSHOT_CRDS is not set: run make test-cluster-driver")
-	}
-	kcmBinderOff(t, false)
-	s := &stepTable{t: t}
-	defer s.print()
-	// The workloads' namespace lives as long as the test, not a step.
-	w := &vendorWorkloads{ns: c.Namespace(t), nonce: randomSuffix()}
-	cu := newVendorCutover(t, w)
-	for _, step := range []struct {
-		name string
-		f    func(t *testing.T) string
-	}{
-		{"install the driver, its sidecars and the snapshot controller", func(t *testing.T) string { return installVendorDriver(t, crds) }},
+// beforeSteps are TestCluster's phase "before": the dev CSI driver
+// deployed as a vendor's chart deploys a driver, with the upstream
+// sidecars built from their pinned modules (deploy/drivers/volplane-csi,
+// the VolumeSnapshot CRDs and the snapshot controller), next to
+// kube-controller-manager's binder and without volplane: a StatefulSet
+// on a WaitForFirstConsumer class, a snapshot and a claim restored from
+// it, a clone, a Retain and a Delete volume write and read their data;
+// csi-resizer expands a claim; Delete removes the driver's volume and
+// Retain keeps it; csi-provisioner's image swapped (to the same image by
+// digest) and back changes nothing else and keeps provisioning; nothing
+// leaks; and the Retain and Delete volumes the cutover finds. crds is the
+// directory of the CRDs hack/build-csi-sidecars.sh copied from the
+// external-snapshotter client module ($VOLPLANE_SNAPSHOT_CRDS).
+func (cu *vendorCutover) beforeSteps(crds string) []step {
+	w := cu.w
+	return []step{
+		{"install the driver, its sidecars and the snapshot controller", func(t *testing.T) string {
+			kcmBinderOff(t, false)
+			return installVendorDriver(t, crds)
+		}},
 		{"StatefulSet of 2 on the WaitForFirstConsumer class", w.statefulSet},
 		{"snapshot of data-web-0, claim restored from it", w.snapshotRestore},
 		{"clone of data-web-1", w.clone},
@@ -95,21 +84,7 @@ func TestVendorDriver(t *testing.T) {
 		{"delete both claims: Delete's volume gone, Retain's kept", w.deleteClaims},
 		{"driver volumes against PVs", func(t *testing.T) string { return noLeaks(t) }},
 		{"swap csi-provisioner's image (same image by digest) and back", w.swapAndBack},
-		{"before the cutover: a Retain and a Delete volume (csi-provisioner)", cu.before},
-		{"install volplane beside the driver (sidecar-drivers, binder at 0)", cu.install},
-		{"flip: sidecar's image, kcm's binder off, volplane's on", cu.flip},
-		{"after: the pods of before read their data", cu.dataKept},
-		{"after: volplane deletes a Delete volume of before, keeps a Retain one", cu.preVolumes},
-		{"after: new claim, restore, clone through the sidecar", cu.provision},
-		{"after: expand a claim volplane made 10Mi -> 20Mi (csi-resizer)", cu.expand},
-		{"rollback: volplane's binder off, kcm's on, csi-provisioner back", cu.rollback},
-		{"rollback: csi-provisioner deletes volplane's volumes; driver volumes against PVs", cu.rollbackDeletes},
-		{"managed mode: kcm binds, volplane standalone provisions through the sidecar", cu.managed},
-		{"delete everything: nothing left in the driver", cu.cleanup},
-	} {
-		if !s.run(step.name, step.f) {
-			return
-		}
+		{"a Retain and a Delete volume for the cutover (csi-provisioner)", cu.before},
 	}
 }
 
@@ -162,11 +137,21 @@ func driverContainers(t testing.TB) [][]string {
 }
 
 // swapProvisionerImage sets the image of the driver's csi-provisioner
-// container, and nothing else, as docs/install.md's cutover does; waits
-// until the Deployment is rolled out with every pod Ready; checks that the
-// pod template differs in that image alone; and returns the containers
-// before and after.
+// container, and nothing else, by a patch (swapProvisionerImageBy).
 func swapProvisionerImage(t testing.TB, image string) (before, after [][]string) {
+	t.Helper()
+	return swapProvisionerImageBy(t, image, func() {
+		patch := fmt.Sprintf(`{"spec":{"template":{"spec":{"containers":[{"name":%q,"image":%q}]}}}}`, provisionerSidecar, image)
+		c.Kubectl(t, "patch", "deployment", "-n", driverNS, driverController, "--type=strategic", "-p", patch)
+	})
+}
+
+// swapProvisionerImageBy runs swap, which is to set the image of the
+// driver's csi-provisioner container to image (docs/install.md's
+// swap-sidecars step, or a patch); waits until the Deployment is rolled
+// out with every pod Ready; checks that the pod template differs in that
+// image alone; and returns the containers before and after.
+func swapProvisionerImageBy(t testing.TB, image string, swap func()) (before, after [][]string) {
 	t.Helper()
 	deployments := c.Client.AppsV1().Deployments(driverNS)
 	old, err := deployments.Get(t.Context(), driverController, metav1.GetOptions{})
@@ -174,8 +159,7 @@ func swapProvisionerImage(t testing.TB, image string) (before, after [][]string)
 		t.Fatal(err)
 	}
 	before = driverContainers(t)
-	patch := fmt.Sprintf(`{"spec":{"template":{"spec":{"containers":[{"name":%q,"image":%q}]}}}}`, provisionerSidecar, image)
-	c.Kubectl(t, "patch", "deployment", "-n", driverNS, driverController, "--type=strategic", "-p", patch)
+	swap()
 	c.Kubectl(t, "rollout", "status", "-n", driverNS, "deployment/"+driverController, "--timeout=5m")
 	now, err := deployments.Get(t.Context(), driverController, metav1.GetOptions{})
 	if err != nil {
@@ -184,12 +168,7 @@ func swapProvisionerImage(t testing.TB, image string) (before, after [][]string)
 	if diff := templateDiff(old, now, image); diff != "" {
 		t.Fatalf("swapping csi-provisioner's image changed more than its image: %s", diff)
 	}
-	pods := listPods(t, driverNS, "app="+driverController)
-	for _, p := range pods {
-		if !p.Ready {
-			t.Fatalf("pod %s is not Ready after the rollout", p.Name)
-		}
-	}
+	waitFor(t, 2*time.Minute, func() string { return notReadyIn(t, driverNS, map[string]int{driverController: 2}) })
 	return before, driverContainers(t)
 }
 

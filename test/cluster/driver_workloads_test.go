@@ -11,8 +11,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
-// vendorWorkloads are TestVendorDriver's workloads, in one namespace,
-// each step building on the ones before.
+// vendorWorkloads are TestCluster's workloads of the vendor-deployed
+// driver, in one namespace, each step building on the ones before.
 type vendorWorkloads struct {
 	ns, nonce string
 	// keepPV and goneHandle are the Retain claim's PV and the Delete
@@ -145,6 +145,10 @@ func (w *vendorWorkloads) deleteClaims(t *testing.T) string {
 		}
 		if _, err := os.Stat(filepath.Join(devDriverRoot, "volumes", w.goneHandle)); err == nil {
 			return "the Delete claim's volume directory is still on the node"
+		}
+		// csi-provisioner deletes the volume, then the PV.
+		if pv, ok := volumeHandles(t)[w.goneHandle]; ok {
+			return "the Delete claim's PV " + pv + " is still there"
 		}
 		if p := pvPhase(t, w.keepPV); p != "Released" {
 			return "the Retain claim's PV " + w.keepPV + " is " + p

@@ -78,7 +78,7 @@ func (l *load) create(ctx context.Context, name, phase string) error {
 		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels},
 		Spec: corev1.PersistentVolumeClaimSpec{
 			AccessModes:      []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
-			StorageClassName: ptrTo("volplane-dev-wffc"),
+			StorageClassName: ptrTo(classWFFC),
 			Resources:        corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Mi")}},
 		},
 	}
@@ -129,38 +129,80 @@ type fault struct {
 }
 
 // deletePods deletes volplane pods, one of each app given (the first by
-// name), and waits until other pods have replaced them.
+// name; the driver's controller, driverController, is the driver's pod
+// whose sidecar holds the leader lock: the one volplane's provisioners
+// call), and waits until other pods have replaced them.
 func deletePods(apps ...string) func(t *testing.T) {
 	return func(t *testing.T) {
-		var names []string
-		uids := map[string]bool{}
+		var deleted []*corev1.Pod
 		for _, app := range apps {
-			pods, err := c.Client.CoreV1().Pods(volplaneNS).List(t.Context(), metav1.ListOptions{LabelSelector: "app=" + app})
-			if err != nil {
-				t.Fatal(err)
-			}
-			if len(pods.Items) == 0 {
-				t.Fatalf("no pod of %s", app)
-			}
-			sort.Slice(pods.Items, func(i, j int) bool { return pods.Items[i].Name < pods.Items[j].Name })
-			p := pods.Items[0]
-			names = append(names, p.Name)
-			uids[string(p.UID)] = true
+			deleted = append(deleted, victim(t, app))
 		}
-		c.Kubectl(t, append([]string{"delete", "pod", "-n", volplaneNS, "--wait=false"}, names...)...)
+		for _, p := range deleted {
+			c.Kubectl(t, "delete", "pod", "-n", p.Namespace, "--wait=false", p.Name)
+		}
 		waitFor(t, 3*time.Minute, func() string {
-			pods, err := c.Client.CoreV1().Pods(volplaneNS).List(t.Context(), metav1.ListOptions{})
-			if err != nil {
-				return err.Error()
-			}
-			for _, p := range pods.Items {
-				if uids[string(p.UID)] {
+			for _, d := range deleted {
+				p, err := c.Client.CoreV1().Pods(d.Namespace).Get(t.Context(), d.Name, metav1.GetOptions{})
+				if err == nil && p.UID == d.UID {
 					return "pod " + p.Name + " is still there"
 				}
 			}
 			return ""
 		})
 	}
+}
+
+// victim is the pod of app that a fault deletes: the first by name, but
+// for the driver's controller the leader, named by the holder of
+// csi-provisioner's leader lock, which volplane-csi-sidecar takes.
+func victim(t *testing.T, app string) *corev1.Pod {
+	ns, leader := volplaneNS, ""
+	if app == driverController {
+		ns = driverNS
+		waitFor(t, 2*time.Minute, func() string { return driverLeaderNotReady(t) })
+		leader = driverLeader(t)
+	}
+	pods, err := c.Client.CoreV1().Pods(ns).List(t.Context(), metav1.ListOptions{LabelSelector: "app=" + app})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(pods.Items) == 0 {
+		t.Fatalf("no pod of %s", app)
+	}
+	sort.Slice(pods.Items, func(i, j int) bool { return pods.Items[i].Name < pods.Items[j].Name })
+	for i := range pods.Items {
+		if pods.Items[i].Name == leader {
+			return &pods.Items[i]
+		}
+	}
+	if app == driverController {
+		t.Fatalf("no pod of %s holds the leader lock %s (holder %q)", app, driverLock, leader)
+	}
+	return &pods.Items[0]
+}
+
+// driverLeader is the holder of the driver's leader lock ("" for none).
+func driverLeader(t testing.TB) string {
+	t.Helper()
+	lease, err := c.Client.CoordinationV1().Leases(driverNS).Get(t.Context(), driverLock, metav1.GetOptions{})
+	if err != nil || lease.Spec.HolderIdentity == nil {
+		return ""
+	}
+	return *lease.Spec.HolderIdentity
+}
+
+// driverLeaderNotReady says why the driver's leader lock is not held by
+// a Ready pod of its controller ("" when it is): after its leader pod
+// goes, the other pod's sidecar takes the lock within the lock's lease.
+func driverLeaderNotReady(t testing.TB) string {
+	leader := driverLeader(t)
+	for _, p := range listPods(t, driverNS, "app="+driverController) {
+		if p.Name == leader && p.Ready {
+			return ""
+		}
+	}
+	return fmt.Sprintf("the driver's leader lock %s/%s is held by %q, not a Ready pod of %s", driverNS, driverLock, leader, driverController)
 }
 
 // restartHost restarts a host process of the cluster (hack/cluster/restart.sh).
@@ -184,8 +226,10 @@ func restartHost(name string) func(t *testing.T) {
 }
 
 // testFaults: while claims are created and pods write, delete each
-// volplane pod kind one at a time, then two at once, and restart the
-// kubelet and the runtime; afterwards every claim created meanwhile is
+// volplane pod kind one at a time, and the driver's controller pod whose
+// sidecar volplane calls, then two at once (a provisioner and the
+// driver's pod together, as when the driver ran in the provisioner's
+// pod), and restart the kubelet and the runtime; afterwards every claim created meanwhile is
 // Bound, every pod reads its data back, no backing volume is left without
 // a PV or a journal record, no claim or volume is bound twice.
 func testFaults(t *testing.T) {
@@ -204,7 +248,9 @@ func testFaults(t *testing.T) {
 		{"watcher", deletePods("volplane-watcher")},
 		{"gateway", deletePods("volplane-gateway")},
 		{"etcd member", deletePods("volplane-etcd")},
+		{"driver leader pod", deletePods(driverController)},
 		{"binder+provisioner", deletePods("volplane-binder", "volplane-provisioner")},
+		{"provisioner+driver leader pod", deletePods("volplane-provisioner", driverController)},
 		{"etcd+watcher", deletePods("volplane-etcd", "volplane-watcher")},
 		{"kubelet restart", restartHost("kubelet")},
 		{"containerd restart", restartHost("containerd")},

@@ -8,9 +8,10 @@
 // package is skipped, but for TestInstallDocSteps (docs/install.md's
 // steps parse). `make test-cluster-smoke` starts the cluster, runs
 // TestSmoke and stops it, even when the test fails; `make test-cluster`
-// does the same with TestCluster: volplane installed by docs/install.md's
-// steps, workloads, faults, the defects of issue 24, the cutover and the
-// rollback (cluster_test.go).
+// does the same with TestCluster: the dev driver deployed as a vendor's
+// chart does, volplane installed and cut over by docs/install.md's steps,
+// workloads, faults, the defects of issue 24, the rollback and managed
+// mode (volplane_test.go).
 //
 // The tests run on the cluster's node (they check hostPath volumes on the
 // host's file system). The helpers in helpers_test.go (Cluster, kubectl,

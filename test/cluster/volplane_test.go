@@ -26,11 +26,13 @@ import (
 const volplaneNS = "volplane-system"
 
 // devDriverRoot is the dev CSI driver's data directory on the node (the
-// cluster-dev overlay's hostPath): volumes/<volume ID>/ each.
+// hostPath of deploy/drivers/volplane-csi's controller and node plugin):
+// volumes/<volume ID>/ each, and its own record of them under state/.
 const devDriverRoot = "/var/lib/volplane-csi"
 
-// wantReplicas are the pods the installed overlay runs, by app label: the
-// base manifests' replica counts, and the node plugin on the one node.
+// wantReplicas are the pods of the installed overlay (cluster-dev) once
+// volplane binds, by app label: the base manifests' replica counts. No
+// driver: the drivers run in their own pods (driverReplicas).
 var wantReplicas = map[string]int{
 	"volplane-etcd":        3,
 	"volplane-watcher":     2,
@@ -38,7 +40,14 @@ var wantReplicas = map[string]int{
 	"volplane-provisioner": 2,
 	"volplane-reclaimer":   2,
 	"volplane-gateway":     2,
-	"volplane-csi-node":    1,
+}
+
+// driverReplicas are the pods of the dev driver deployed as a vendor's
+// chart does (deploy/drivers/volplane-csi), in driverNS: its controller
+// Deployment and its node plugin on the one node.
+var driverReplicas = map[string]int{
+	"volplane-csi-controller": 2,
+	"volplane-csi-node":       1,
 }
 
 // clusterDir is the cluster's state directory (make cluster's CLUSTER_DIR).
@@ -58,70 +67,101 @@ func binDir(t testing.TB) string {
 	return filepath.Join(repoRoot(t), "bin")
 }
 
-// TestCluster installs volplane into the running cluster by
-// docs/install.md's steps (kube-controller-manager's binder turned off
-// on the way) and checks, in order, that: every component runs as pods
-// with the manifests' probes, RBAC and replica counts; workloads keep
-// their data; faults of every volplane pod, the kubelet and the runtime
-// lose nothing; the defects of issue 24 are fixed; volplane notices
-// kube-controller-manager's binder turned back on, and the rollback of
-// docs/install.md works.
+// TestCluster is the local cluster's one test of volplane, on one
+// fresh cluster (make test-cluster), in phases that build on each other:
 //
-// Each part runs alone too, on a cluster where volplane is installed
-// (go test -run 'TestCluster/workloads'): only install and cutover change
-// what is installed.
+//   - before: the dev CSI driver deployed as a vendor's chart deploys a
+//     driver, with the upstream sidecars built from their pinned modules
+//     (deploy/drivers/volplane-csi, the VolumeSnapshot CRDs and the
+//     snapshot controller), next to kube-controller-manager's binder and
+//     without volplane: workloads write, csi-resizer expands, Delete and
+//     Retain, csi-provisioner's image swapped to itself and back, nothing
+//     leaks;
+//   - install: volplane installed by docs/install.md's steps beside the
+//     driver, Ready with its binder at 0 while kube-controller-manager
+//     binds; the flip (csi-provisioner's image to volplane-csi-sidecar's,
+//     kube-controller-manager's binder off, volplane's on) and the window
+//     without a binder; the install's checks;
+//   - after: the data of before kept, volumes of before reclaimed by
+//     volplane, new claims, restores and clones through the sidecar,
+//     expansion through the untouched csi-resizer;
+//   - workloads, faults, defects: volplane's own checks, the driver in its
+//     own pod (the faults kill it too);
+//   - rollback: volplane notices kube-controller-manager's binder turned
+//     back on, then docs/install.md's rollback with csi-provisioner's
+//     image back, which deletes the volumes volplane made; nothing leaks;
+//   - managed: standalone mode beside kube-controller-manager's binder;
+//   - cleanup: nothing left in the driver.
+//
+// Each phase logs a table of its steps and how long it took. A phase
+// runs alone on a cluster in the state its predecessors leave (go test
+// -run 'TestCluster/faults' once volplane is installed); workloads,
+// faults and defects need only the install.
 func TestCluster(t *testing.T) {
-	dir := clusterDir()
-	workDir := filepath.Join(dir, "install")
-	if err := os.MkdirAll(workDir, 0o700); err != nil {
-		t.Fatal(err)
+	crds := os.Getenv("VOLPLANE_SNAPSHOT_CRDS")
+	if crds == "" {
+		t.Fatal("VOLPLANE_SNAPSHOT_CRDS is not set: run make test-cluster")
 	}
-	in := newInstall(t, map[string]string{
-		"PATH":            filepath.Dir(c.KubectlBin) + ":" + binDir(t) + ":" + os.Getenv("PATH"),
-		"KUBECONFIG":      c.Kubeconfig,
-		"OVERLAY":         filepath.Join(repoRoot(t), "deploy/overlays/cluster-dev"),
-		"VOLPLANE_CA_DIR": filepath.Join(dir, "volplane-ca"),
-		"CLUSTER_CA":      filepath.Join(dir, "pki/ca.crt"),
-		"KCM_MANIFEST":    filepath.Join(dir, "manifests/kube-controller-manager.yaml"),
-	})
-	in.dir = workDir
-	timed := func(name string, f func(t *testing.T)) bool {
-		start, ran := time.Now(), false
-		ok := t.Run(name, func(t *testing.T) { ran = true; f(t) })
+	// The workloads' namespace lives as long as the test, not a phase.
+	w := &vendorWorkloads{ns: c.Namespace(t), nonce: randomSuffix()}
+	cu := newVendorCutover(t, w)
+	start := time.Now()
+	var times [][]string
+	phase := func(name string, independent bool, steps ...step) bool {
+		began, ran := time.Now(), false
+		ok := t.Run(name, func(t *testing.T) {
+			ran = true
+			s := &stepTable{t: t}
+			defer s.print()
+			for _, st := range steps {
+				if !s.run(st.name, st.f) {
+					return
+				}
+			}
+		})
 		if ran {
-			t.Logf("TestCluster/%s: %v", name, time.Since(start).Round(time.Second))
+			took := time.Since(began).Round(time.Second)
+			t.Logf("TestCluster/%s: %v", name, took)
+			times = append(times, []string{name, took.String(), map[bool]string{true: "ok", false: "FAIL"}[ok]})
 		}
-		return ok
+		return ok || independent
 	}
-	if !timed("install", func(t *testing.T) { testInstall(t, in) }) {
-		return
-	}
-	timed("workloads", testWorkloads)
-	timed("faults", testFaults)
-	timed("defects", testDefects)
-	timed("cutover", func(t *testing.T) { testCutover(t, in) })
+	defer func() {
+		times = append(times, []string{"total", time.Since(start).Round(time.Second).String(), ""})
+		t.Logf("TestCluster's phases:\n%s", table(append([][]string{{"PHASE", "TOOK", "RESULT"}}, times...)))
+	}()
+	_ = phase("before", false, cu.beforeSteps(crds)...) &&
+		phase("install", false,
+			step{"install volplane beside the driver (binder at 0) by docs/install.md", cu.install},
+			step{"flip: sidecar's image, kcm's binder off, volplane's on", cu.flip},
+			step{"docs/install.md's checks: gateway, a claim binds", cu.check}) &&
+		phase("after", false,
+			step{"the pods of before read their data", cu.dataKept},
+			step{"volplane deletes a Delete volume of before, keeps a Retain one", cu.preVolumes},
+			step{"new claim, restore, clone through the sidecar", cu.provision},
+			step{"expand a claim volplane made 10Mi -> 20Mi (csi-resizer)", cu.expand}) &&
+		// Steps of plain words: a test's name becomes its t.TempDir().
+		phase("workloads", true, step{"volplane workloads", quiet(testWorkloads)}) &&
+		phase("faults", true, step{"faults under load", quiet(testFaults)}) &&
+		phase("defects", true, step{"issue 24 defects", quiet(testDefects)}) &&
+		phase("rollback", false,
+			step{"kcm's binder back on: volplane notices; docs/install.md's rollback", func(t *testing.T) string { return testCutover(t, cu.in) }},
+			step{"csi-provisioner's image back (docs/install.md); it provisions again", cu.rollback},
+			step{"csi-provisioner deletes volplane's volumes; driver volumes against PVs", cu.rollbackDeletes}) &&
+		phase("managed", false, step{"kcm binds, volplane standalone provisions through the sidecar", cu.managed}) &&
+		phase("cleanup", false, step{"delete everything: nothing left in the driver", cu.cleanup})
 }
 
-// testInstall runs docs/install.md's install: kube-controller-manager's
-// binder off, the overlay and the certificates, the checks.
-func testInstall(t *testing.T, in *Install) {
-	in.Run(t, "prerequisites")
-	in.Run(t, "find-sidecars")
-	if out := c.Kubectl(t, "-n", "kube-system", "get", "pods", "-l", "component=kube-controller-manager", "-o",
-		"jsonpath={.items[*].spec.containers[0].command}"); strings.Contains(out, "-persistentvolume-binder-controller") {
-		t.Logf("kube-controller-manager's binder is already off (make cluster's default): the cutover step leaves it so")
-	}
-	in.Run(t, "kcm-binder-off")
-	in.Run(t, "kcm-wait")
-	kcmBinderOff(t, true)
-	start := time.Now()
-	in.Run(t, "apply")
-	in.Run(t, "rollout")
-	t.Logf("installed (apply to every component rolled out) in %v", time.Since(start).Round(time.Second))
-	requireVolplaneReady(t)
-	t.Logf("kubectl get pods -n %s -o wide:\n%s", volplaneNS, c.Kubectl(t, "get", "pods", "-n", volplaneNS, "-o", "wide"))
-	in.Run(t, "gateway")
-	in.Run(t, "check-claim")
+// step is one step of a phase of TestCluster: its name, and a function
+// that returns what it saw.
+type step struct {
+	name string
+	f    func(t *testing.T) string
+}
+
+// quiet makes a test function a step that says nothing (it logs itself).
+func quiet(f func(t *testing.T)) func(t *testing.T) string {
+	return func(t *testing.T) string { f(t); return "see its log" }
 }
 
 // kcmBinderOff checks kube-controller-manager's running command line.
@@ -168,12 +208,26 @@ func listPods(t testing.TB, ns, selector string) []podInfo {
 	return out
 }
 
-// volplaneNotReady says what of wantReplicas is not Running and Ready
-// ("" when everything is).
+// volplaneNotReady says what of wantReplicas, and of the driver's
+// driverReplicas and leader, is not Running and Ready ("" when everything
+// is).
 func volplaneNotReady(t testing.TB) string {
+	missing := notReadyIn(t, volplaneNS, wantReplicas)
+	if d := notReadyIn(t, driverNS, driverReplicas); d != "" {
+		missing = strings.TrimPrefix(missing+"; the driver: "+d, "; ")
+	}
+	if l := driverLeaderNotReady(t); l != "" {
+		missing = strings.TrimPrefix(missing+"; "+l, "; ")
+	}
+	return missing
+}
+
+// notReadyIn says which of the pods of ns, counted by app label, are not
+// Ready, or are not as many as want says ("" when all are).
+func notReadyIn(t testing.TB, ns string, want map[string]int) string {
 	have := map[string]int{}
 	var notReady []string
-	for _, p := range listPods(t, volplaneNS, "") {
+	for _, p := range listPods(t, ns, "") {
 		if !p.Ready {
 			notReady = append(notReady, p.Name)
 			continue
@@ -181,12 +235,12 @@ func volplaneNotReady(t testing.TB) string {
 		have[p.App]++
 	}
 	var missing []string
-	for app, n := range wantReplicas {
+	for app, n := range want {
 		if have[app] != n {
 			missing = append(missing, fmt.Sprintf("%s %d/%d", app, have[app], n))
 		}
 	}
-	if len(missing) == 0 {
+	if len(missing) == 0 && len(notReady) == 0 {
 		return ""
 	}
 	sort.Strings(missing)
@@ -194,7 +248,7 @@ func volplaneNotReady(t testing.TB) string {
 }
 
 // requireVolplaneReady waits for every component's pods, at the
-// manifests' replica counts, to be Ready.
+// manifests' replica counts, and the driver's to be Ready.
 func requireVolplaneReady(t testing.TB) {
 	t.Helper()
 	waitFor(t, 5*time.Minute, func() string { return volplaneNotReady(t) })

@@ -76,7 +76,7 @@ func testWorkloads(t *testing.T) {
 
 	t.Run("StatefulSet keeps its data", func(t *testing.T) {
 		start := time.Now()
-		c.Apply(t, ns, statefulSet("data", "volplane-dev-wffc", nonce, 3))
+		c.Apply(t, ns, statefulSet("data", classWFFC, nonce, 3))
 		first := readIDs(t, ns, "data", nonce, 3)
 		t.Logf("3 pods Ready on their new volumes in %v:\n  %s", time.Since(start).Round(time.Second), strings.Join(first, "\n  "))
 		// The scheduler chose the node; volplane provisioned there.
@@ -130,7 +130,7 @@ spec:
   persistentVolumeReclaimPolicy: Retain
   storageClassName: ""
   claimRef: {namespace: %[2]s, name: static}
-  hostPath: {path: %[3]s, type: Directory}
+  hostPath: {path: %[3]q, type: Directory}
 ---
 apiVersion: v1
 kind: PersistentVolumeClaim
@@ -169,7 +169,7 @@ spec:
 	})
 
 	t.Run("Delete removes backing volumes, Retain keeps them", func(t *testing.T) {
-		c.Apply(t, ns, statefulSet("keep", "volplane-dev-retain", nonce, 1))
+		c.Apply(t, ns, statefulSet("keep", classRetain, nonce, 1))
 		readIDs(t, ns, "keep", nonce, 1)
 		handles := map[string]string{} // claim -> volume handle
 		for _, claim := range []string{"data-data-0", "data-data-1", "data-data-2", "data-keep-0"} {
@@ -234,7 +234,7 @@ kind: PersistentVolumeClaim
 metadata: {name: too-big}
 spec:
   accessModes: [ReadWriteOnce]
-  storageClassName: volplane-dev
+  storageClassName: `+classImmediate+`
   resources: {requests: {storage: 20Gi}}
 `)
 		waitFor(t, time.Minute, func() string {

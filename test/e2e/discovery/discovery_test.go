@@ -122,9 +122,21 @@ func sidecarStandIn(t *testing.T, driver string) (int, string) {
 // Ready, IP 127.0.0.1.
 func sidecarPod(t *testing.T, ns, name, sa string, bind bool) {
 	t.Helper()
+	sidecarPodWith(t, ns, name, sa, bind, nil)
+}
+
+// sidecarPodWith is sidecarPod with the pod's spec changed by spec first
+// (when not nil).
+func sidecarPodWith(t *testing.T, ns, name, sa string, bind bool, spec func(*corev1.PodSpec)) {
+	t.Helper()
 	ctx, c := t.Context(), cluster.client
 	if _, err := c.CoreV1().ServiceAccounts(ns).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: sa}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 		t.Fatal(err)
+	}
+	if bind {
+		if _, err := c.RbacV1().ClusterRoleBindings().Get(ctx, ns+"-"+sa, metav1.GetOptions{}); err == nil {
+			bind = false // a second pod of the ServiceAccount
+		}
 	}
 	if bind {
 		b := &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: ns + "-" + sa},
@@ -138,6 +150,9 @@ func sidecarPod(t *testing.T, ns, name, sa string, bind bool) {
 	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
 		Spec: corev1.PodSpec{ServiceAccountName: sa, AutomountServiceAccountToken: &no, NodeName: "node-a",
 			Containers: []corev1.Container{{Name: "csi-provisioner", Image: "volplane-csi-sidecar"}}}}
+	if spec != nil {
+		spec(&pod.Spec)
+	}
 	pod, err := c.CoreV1().Pods(ns).Create(ctx, pod, metav1.CreateOptions{})
 	if err != nil {
 		t.Fatal(err)
@@ -328,4 +343,50 @@ func TestSidecarOfAnUnboundServiceAccountIsNeverUsed(t *testing.T) {
 	if n := strings.Count(string(logs), why); n != 1 {
 		t.Errorf("the refusal is logged %d times, want once: %q", n, why)
 	}
+}
+
+// TestSidecarInTheNodeNetworkServesOnlyADeclaredPort: a pod in the node's
+// network (hostNetwork) shares the node's ports with every process there,
+// so its registration could send the provisioner's CSI calls to another
+// process's port. A forged registration of such a pod, Ready, of a bound
+// ServiceAccount, naming a port none of its containers declares (though a
+// sidecar with the pinned certificate listens there), never makes its
+// driver ready and is logged once; the same sidecar registered by a pod
+// that declares the port (its hostPort) is used.
+func TestSidecarInTheNodeNetworkServesOnlyADeclaredPort(t *testing.T) {
+	const driver = "hostnet.csi.example.com"
+	ns := e2e.Namespace(t, cluster.client)
+	port, hash := sidecarStandIn(t, driver)
+	inNodeNetwork := func(declared int) func(*corev1.PodSpec) {
+		return func(s *corev1.PodSpec) {
+			s.HostNetwork = true
+			s.Containers[0].Ports = []corev1.ContainerPort{{ContainerPort: int32(declared), Protocol: corev1.ProtocolTCP}}
+		}
+	}
+	sidecarPodWith(t, ns, "forged-0", "hostnet", true, inNodeNetwork(port+1))
+	unregister := register(t, ns, "forged-0", driver, port, hash)
+	e2e.Consistently(t, 8*time.Second, func() string {
+		if d := driverInfo(t, driver); d.GetReady() {
+			return fmt.Sprintf("a registration naming an undeclared port of the node's network made the driver ready: %v", d)
+		}
+		return ""
+	})
+	logs, err := os.ReadFile(cluster.e2e.LogPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	why := fmt.Sprintf("none of its containers declares the registered port %d", port)
+	if n := strings.Count(string(logs), why); n != 1 {
+		t.Errorf("the refusal is logged %d times, want once: %q", n, why)
+	}
+	unregister()
+
+	sidecarPodWith(t, ns, "declared-0", "hostnet", true, inNodeNetwork(port))
+	register(t, ns, "declared-0", driver, port, hash)
+	e2e.Eventually(t, time.Minute, func() string {
+		if d := driverInfo(t, driver); !d.GetReady() {
+			return fmt.Sprintf("the driver of a pod declaring its port is not ready: %v", d)
+		}
+		return ""
+	})
 }

@@ -49,8 +49,8 @@ func run(m *testing.M) int {
 	defer cancel()
 	var err error
 	// Privileged containers allowed, as in every real cluster (kubeadm's
-	// and `make cluster`'s kube-apiserver): the cluster-dev overlay's CSI
-	// node plugin is one (manifests_test.go).
+	// and `make cluster`'s kube-apiserver): the dev CSI driver's node
+	// plugin is one (deploy/drivers/volplane-csi).
 	cl, err = e2e.StartCluster(ctx, "e2e/replicas", e2e.Options{EtcdTLS: true, APIServerArgs: []string{"--allow-privileged=true"}})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "e2e/replicas:", err)
