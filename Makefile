@@ -167,6 +167,26 @@ test-cluster-driver: ## make cluster with the upstream CSI sidecars, the dev dri
 		$(GO) test -count=1 -v -timeout 30m -run '^TestVendorDriver$$' ./test/cluster/; \
 	rc=$$?; echo "make test-cluster-driver: $$(( $$(date +%s) - start ))s, then make cluster-down"; exit $$rc
 
+# Kubernetes' own storage tests (e2e.test's External Storage suites,
+# built from the pinned k8s.io/kubernetes) against the dev driver deployed
+# as a vendor's chart deploys it: run A with kube-controller-manager's
+# binder and csi-provisioner v6.3.0, the cutover, run B with volplane
+# through volplane-csi-sidecar, and the two side by side
+# (hack/e2e-storage.sh, docs/testing.md). E2E_FOCUS and E2E_SKIP choose
+# the specs.
+.PHONY: e2e-test e2e-images test-e2e-storage
+e2e-test: ## Build Kubernetes' e2e.test (KUBE_VERSION) once into the cache (hack/build-e2e.sh, ~5 min on idle cores).
+	KUBE_VERSION=$(KUBE_VERSION) VOLPLANE_CACHE=$(VOLPLANE_CACHE) hack/build-e2e.sh
+e2e-images: ## Build the images the storage e2e tests start (busybox, agnhost) FROM scratch under their upstream names.
+	KUBE_VERSION=$(KUBE_VERSION) VOLPLANE_CACHE=$(VOLPLANE_CACHE) hack/build-e2e-images.sh
+test-e2e-storage: e2e-test e2e-images ## make cluster with the vendor-deployed dev driver, Kubernetes' storage e2e tests on kcm + csi-provisioner (A) then on volplane (B), the A/B table, make cluster-down (as root).
+	@trap 'rc=$$?; $(CLUSTER_ENV) hack/cluster/down.sh || rc=1; exit $$rc' EXIT; \
+	start=$$(date +%s); \
+	$(GO) build -o $(BIN)/ ./cmd/volplane-certs ./cmd/kubectl-volplane ./test/cmd/volplane-e2e-report && \
+	$(CLUSTER_ENV) VOLPLANE_CSI_SIDECARS=1 KCM_CONTROLLERS='*,bootstrapsigner,tokencleaner' hack/cluster/up.sh && \
+	$(CLUSTER_ENV) VOLPLANE_BIN=$(BIN) hack/e2e-storage.sh ab; \
+	rc=$$?; echo "make test-e2e-storage: $$(( $$(date +%s) - start ))s, then make cluster-down"; exit $$rc
+
 ##@ Test
 
 .PHONY: test
