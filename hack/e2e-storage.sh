@@ -27,8 +27,11 @@
 #
 # Settings (environment):
 #   E2E_FOCUS    ginkgo focus (default: External Storage's provisioning, volumes,
-#                volumeMode, volume-expand, read-write-once-pod and snapshottable
-#                suites on dynamically provisioned volumes and snapshots)
+#                volumeMode, volume-expand, read-write-once-pod, snapshottable,
+#                ephemeral and topology suites on dynamically provisioned volumes,
+#                snapshots and generic ephemeral volumes: what goes through a
+#                binder and a provisioner; not subPath, fsgroupchangepolicy or
+#                volumeIO, which are the kubelet's)
 #   E2E_SKIP     ginkgo skip (default: [Slow], [Serial], [Disruptive] as prow.sh's
 #                default run, and Windows; [Feature:VolumeSnapshotDataSource] runs,
 #                as prow.sh runs it for a driver with snapshots)
@@ -43,7 +46,7 @@ source "$here/cluster/lib.sh"
 
 e2e_test=$cache/e2e-$KUBE_VERSION/e2e.test
 driver_file=$root/test/e2e-storage/volplane-csi.yaml
-focus=${E2E_FOCUS:-'External.Storage.*\[Testpattern: (Dynamic PV|Dynamic Snapshot)[^]]*\] (provisioning|volumes|volumeMode|volume-expand|read-write-once-pod|snapshottable) '}
+focus=${E2E_FOCUS:-'External.Storage.*\[Testpattern: (Dynamic PV|Dynamic Snapshot|Generic Ephemeral-volume)[^]]*\] (provisioning|volumes|volumeMode|volume-expand|read-write-once-pod|snapshottable|ephemeral|topology) '}
 skip=${E2E_SKIP:-'\[Slow\]|\[Serial\]|\[Disruptive\]|\[Feature:Windows\]'}
 reports=${E2E_REPORTS:-$root/bin/e2e-storage}
 timeout=${E2E_TIMEOUT:-40m}
@@ -86,17 +89,26 @@ install_driver() {
 }
 
 # run_e2e LABEL: e2e.test with the focus and the skip, its log and JUnit
-# report in $reports/LABEL, then one line per spec.
+# report in $reports/LABEL, then one line per spec, and who provisioned:
+# the run's provisioning Events counted by reason and source
+# (csi-provisioner's and kube-controller-manager's on A, volplane's on B).
 run_e2e() {
-	local label=$1 dir=$reports/$1 rc=0 start=$SECONDS
+	local label=$1 dir=$reports/$1 rc=0 start=$SECONDS events
 	[[ -x $e2e_test ]] || die "$e2e_test is missing: run hack/build-e2e.sh"
 	rm -rf "$dir" && mkdir -p "$dir"
+	kubectl get events -A --watch-only --no-headers \
+		-o 'custom-columns=REASON:.reason,SOURCE:.source.component,REPORTER:.reportingComponent' >"$dir/events.txt" 2>&1 &
+	events=$!
 	log "e2e.test run $label: focus $focus, skip $skip (log: $dir/e2e.log)"
 	(cd "$dir" && "$e2e_test" -kubeconfig "$KUBECONFIG" -provider local -kubectl-path "$kube_dir/kubectl" \
 		-storage.testdriver "$driver_file" -report-dir "$dir" \
 		-ginkgo.focus "$focus" -ginkgo.skip "$skip" -ginkgo.timeout "$timeout" -ginkgo.v \
 		-ginkgo.no-color >"$dir/e2e.log" 2>&1) || rc=$?
 	log "e2e.test run $label: exit $rc after $(elapsed $((SECONDS - start)))"
+	kill "$events" 2>/dev/null && wait "$events" 2>/dev/null || true
+	log "run $label's provisioning Events (count, reason, source, reporter):"
+	grep -E '^(ExternalProvisioning|Provisioning|ProvisioningSucceeded|ProvisioningFailed) ' "$dir/events.txt" |
+		sed -E 's/_[^ ]+/_.../' | sort | uniq -c | sed 's/^/    /' >&2 || true
 	[[ -f $dir/junit_01.xml ]] || die "run $label wrote no JUnit report; the end of $dir/e2e.log:$(tail -n 30 "$dir/e2e.log")"
 	echo "$((SECONDS - start))" >"$dir/seconds"
 	"$bin/volplane-e2e-report" summary "$dir/junit_01.xml" || true
