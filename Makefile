@@ -181,11 +181,11 @@ e2e-images: ## Build the images the storage e2e tests start (busybox, agnhost) F
 	KUBE_VERSION=$(KUBE_VERSION) VOLPLANE_CACHE=$(VOLPLANE_CACHE) hack/build-e2e-images.sh
 test-e2e-storage: e2e-test e2e-images ## make cluster with the vendor-deployed dev driver, Kubernetes' storage e2e tests on kcm + csi-provisioner (A) then on volplane (B), the A/B table, make cluster-down (as root).
 	@trap 'rc=$$?; $(CLUSTER_ENV) hack/cluster/down.sh || rc=1; exit $$rc' EXIT; \
-	start=$$(date +%s); \
+	start=$$(date +%s); rc=0; \
 	$(GO) build -o $(BIN)/ ./cmd/volplane-certs ./cmd/kubectl-volplane ./test/cmd/volplane-e2e-report && \
 	$(CLUSTER_ENV) VOLPLANE_CSI_SIDECARS=1 KCM_CONTROLLERS='*,bootstrapsigner,tokencleaner' hack/cluster/up.sh && \
-	$(CLUSTER_ENV) VOLPLANE_BIN=$(BIN) hack/e2e-storage.sh ab; \
-	rc=$$?; echo "make test-e2e-storage: $$(( $$(date +%s) - start ))s, then make cluster-down"; exit $$rc
+	$(CLUSTER_ENV) VOLPLANE_BIN=$(BIN) hack/e2e-storage.sh ab || rc=$$?; \
+	echo "make test-e2e-storage: $$(( $$(date +%s) - start ))s, then make cluster-down"; exit $$rc
 
 ##@ Test
 
