@@ -107,9 +107,9 @@ run_e2e() {
 		-ginkgo.no-color >"$dir/e2e.log" 2>&1) || rc=$?
 	log "e2e.test run $label: exit $rc after $(elapsed $((SECONDS - start)))"
 	kill "$events" 2>/dev/null && wait "$events" 2>/dev/null || true
-	log "run $label's provisioning Events (count, reason, source, reporter):"
+	log "run $label's provisioning Events (count, reason, source: csi-provisioner's and volplane's name their pod):"
 	grep -E '^(ExternalProvisioning|Provisioning|ProvisioningSucceeded|ProvisioningFailed) ' "$dir/events.txt" |
-		sed -E 's/_[^ ]+/_.../' | sort | uniq -c | sed 's/^/    /' >&2 || true
+		awk '{print $1, $2}' | sed -E 's/_([^_ ]+)_[^ ]+$/_\1/' | sort | uniq -c | sed 's/^/    /' >&2 || true
 	[[ -f $dir/junit_01.xml ]] || die "run $label wrote no JUnit report; the end of $dir/e2e.log:$(tail -n 30 "$dir/e2e.log")"
 	echo "$((SECONDS - start))" >"$dir/seconds"
 	"$bin/volplane-e2e-report" summary "$dir/junit_01.xml" || true
