@@ -148,19 +148,41 @@ test-cluster-smoke: ## make cluster, its smoke test (node, DNS, volumes, token, 
 # and the flip to volplane-csi-sidecar; the checks after the cutover,
 # workloads, faults and defects; the rollback and managed mode
 # (test/cluster TestCluster).
-test-cluster: ## make cluster with the upstream CSI sidecars; the dev driver as a vendor ships it, volplane installed and cut over by docs/install.md, workloads, faults, defects, rollback, managed mode (test/cluster TestCluster); make cluster-down even when it fails.
+# Its phase kubernetes-e2e runs Kubernetes' storage e2e tests on volplane
+# (run B of make test-e2e-storage: hack/e2e-storage.sh run B).
+test-cluster: e2e-test e2e-images ## make cluster with the upstream CSI sidecars; the dev driver as a vendor ships it, volplane installed and cut over by docs/install.md, Kubernetes' storage e2e tests on it, workloads, faults, defects, rollback, managed mode (test/cluster TestCluster); make cluster-down even when it fails.
 	@trap 'rc=$$?; $(CLUSTER_ENV) hack/cluster/down.sh || rc=1; exit $$rc' EXIT; \
 	start=$$(date +%s); \
-	$(GO) build -o $(BIN)/ ./cmd/volplane-certs ./cmd/kubectl-volplane && \
+	$(GO) build -o $(BIN)/ ./cmd/volplane-certs ./cmd/kubectl-volplane ./test/cmd/volplane-e2e-report && \
 	$(CLUSTER_ENV) VOLPLANE_CSI_SIDECARS=1 KCM_CONTROLLERS='*,bootstrapsigner,tokencleaner' hack/cluster/up.sh && \
-	$(CLUSTER_TEST_ENV) VOLPLANE_SNAPSHOT_CRDS=$(VOLPLANE_CACHE)/csi-sidecars/snapshot-crds \
-		$(GO) test -count=1 -v -timeout 60m -run '^(TestInstallDocSteps|TestCluster)$$' ./test/cluster/; \
+	$(CLUSTER_ENV) $(CLUSTER_TEST_ENV) VOLPLANE_SNAPSHOT_CRDS=$(VOLPLANE_CACHE)/csi-sidecars/snapshot-crds VOLPLANE_E2E_STORAGE=1 \
+		$(GO) test -count=1 -v -timeout 75m -run '^(TestInstallDocSteps|TestCluster)$$' ./test/cluster/; \
 	rc=$$?; echo "make test-cluster: $$(( $$(date +%s) - start ))s, then make cluster-down"; exit $$rc
 
 # The vendor driver's cutover, rollback and managed mode are phases of
 # make test-cluster since one bring-up serves every cluster test.
 .PHONY: test-cluster-driver
 test-cluster-driver: test-cluster ## The old name of make test-cluster (its phases before, install, after, rollback, managed).
+
+# Kubernetes' own storage tests (e2e.test's External Storage suites,
+# built from the pinned k8s.io/kubernetes) against the dev driver deployed
+# as a vendor's chart deploys it: run A with kube-controller-manager's
+# binder and csi-provisioner v6.3.0, the cutover, run B with volplane
+# through volplane-csi-sidecar, and the two side by side
+# (hack/e2e-storage.sh, docs/testing.md). E2E_FOCUS and E2E_SKIP choose
+# the specs.
+.PHONY: e2e-test e2e-images test-e2e-storage
+e2e-test: ## Build Kubernetes' e2e.test (KUBE_VERSION) once into the cache (hack/build-e2e.sh, ~5 min on idle cores).
+	KUBE_VERSION=$(KUBE_VERSION) VOLPLANE_CACHE=$(VOLPLANE_CACHE) hack/build-e2e.sh
+e2e-images: ## Build the images the storage e2e tests start (busybox, agnhost) FROM scratch under their upstream names.
+	KUBE_VERSION=$(KUBE_VERSION) VOLPLANE_CACHE=$(VOLPLANE_CACHE) hack/build-e2e-images.sh
+test-e2e-storage: e2e-test e2e-images ## make cluster with the vendor-deployed dev driver, Kubernetes' storage e2e tests on kcm + csi-provisioner (A) then on volplane (B), the A/B table, make cluster-down (as root).
+	@trap 'rc=$$?; $(CLUSTER_ENV) hack/cluster/down.sh || rc=1; exit $$rc' EXIT; \
+	start=$$(date +%s); rc=0; \
+	$(GO) build -o $(BIN)/ ./cmd/volplane-certs ./cmd/kubectl-volplane ./test/cmd/volplane-e2e-report && \
+	$(CLUSTER_ENV) VOLPLANE_CSI_SIDECARS=1 KCM_CONTROLLERS='*,bootstrapsigner,tokencleaner' hack/cluster/up.sh && \
+	$(CLUSTER_ENV) VOLPLANE_BIN=$(BIN) hack/e2e-storage.sh ab || rc=$$?; \
+	echo "make test-e2e-storage: $$(( $$(date +%s) - start ))s, then make cluster-down"; exit $$rc
 
 ##@ Test
 

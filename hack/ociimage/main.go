@@ -9,7 +9,8 @@
 // The root filesystem is a base (with -base, the default: /etc/passwd and
 // /etc/group with root and the non-root user 65532, the build host's CA
 // bundle at /etc/ssl/certs/ca-certificates.crt, an empty /tmp with mode
-// 1777) plus each -add file (root-owned, mode 0755) and each -dir. The
+// 1777) plus each -add file (root-owned, mode 0755), each -dir and each
+// -symlink. The
 // output is deterministic: the same inputs give the same digests, so a
 // re-import is a no-op.
 package main
@@ -33,7 +34,7 @@ func (l *list) Set(v string) error { *l = append(*l, v); return nil }
 
 func main() {
 	var o oci.Options
-	var adds, dirs, env list
+	var adds, dirs, links, env list
 	var entrypoint, cmd string
 	flag.StringVar(&o.Name, "name", "", "the image's fully qualified reference, e.g. ghcr.io/volplane/volplane:0.1.0 (required)")
 	flag.StringVar(&o.Out, "o", "", "the tar file to write (required)")
@@ -41,6 +42,7 @@ func main() {
 	flag.StringVar(&o.CABundle, "ca-bundle", "/etc/ssl/certs/ca-certificates.crt", "the CA bundle copied with -base")
 	flag.Var(&adds, "add", "DEST=SRC: a file of the build host added as DEST, root-owned, mode 0755 (repeatable)")
 	flag.Var(&dirs, "dir", "PATH[:UID:GID[:MODE]]: an empty directory, e.g. /var/lib/volplane/etcd:65532:65532:0700 (repeatable)")
+	flag.Var(&links, "symlink", "DEST=TARGET: a symbolic link DEST pointing to TARGET (repeatable)")
 	flag.StringVar(&entrypoint, "entrypoint", "", "the image's entrypoint, comma-separated")
 	flag.StringVar(&cmd, "cmd", "", "the image's default arguments, comma-separated")
 	flag.StringVar(&o.User, "user", "65532:65532", "the user the image runs as")
@@ -57,6 +59,13 @@ func main() {
 			fail(fmt.Errorf("-add %q: want DEST=SRC", a))
 		}
 		o.Files = append(o.Files, oci.File{Path: dest, Source: src, Mode: 0o755})
+	}
+	for _, l := range links {
+		dest, target, ok := strings.Cut(l, "=")
+		if !ok {
+			fail(fmt.Errorf("-symlink %q: want DEST=TARGET", l))
+		}
+		o.Links = append(o.Links, oci.Link{Path: dest, Target: target})
 	}
 	for _, d := range dirs {
 		dir, err := oci.ParseDir(d)

@@ -85,6 +85,8 @@ func binDir(t testing.TB) string {
 //   - after: the data of before kept, volumes of before reclaimed by
 //     volplane, new claims, restores and clones through the sidecar,
 //     expansion through the untouched csi-resizer;
+//   - kubernetes-e2e: Kubernetes' own storage e2e tests (e2e.test's
+//     External Storage suites) on volplane through the sidecar;
 //   - workloads, faults, defects: volplane's own checks, the driver in its
 //     own pod (the faults kill it too);
 //   - rollback: volplane notices kube-controller-manager's binder turned
@@ -140,6 +142,7 @@ func TestCluster(t *testing.T) {
 			step{"volplane deletes a Delete volume of before, keeps a Retain one", cu.preVolumes},
 			step{"new claim, restore, clone through the sidecar", cu.provision},
 			step{"expand a claim volplane made 10Mi -> 20Mi (csi-resizer)", cu.expand}) &&
+		phase("kubernetes-e2e", true, step{"Kubernetes' storage e2e tests on volplane through the sidecar", e2eStorage}) &&
 		// Steps of plain words: a test's name becomes its t.TempDir().
 		phase("workloads", true, step{"volplane workloads", quiet(testWorkloads)}) &&
 		phase("faults", true, step{"faults under load", quiet(testFaults)}) &&

@@ -68,6 +68,15 @@ type Dir struct {
 	Mode fs.FileMode
 }
 
+// Link is a symbolic link in the image.
+type Link struct {
+	// Path is the link's absolute path in the image.
+	Path string
+	// Target is what it points to, as the link holds it (absolute or
+	// relative to the link's directory).
+	Target string
+}
+
 // Options describes the image Write produces.
 type Options struct {
 	// Name is the image's fully qualified reference with a tag, e.g.
@@ -86,6 +95,9 @@ type Options struct {
 	// directories are added root-owned with mode 0755.
 	Files []File
 	Dirs  []Dir
+	// Links are symbolic links (a multi-call binary's applets: busybox's
+	// /bin/sh -> /bin/busybox).
+	Links []Link
 	// Entrypoint, Cmd, Env, User and WorkingDir are the image config's.
 	// Env gains a PATH when it has none.
 	Entrypoint, Cmd, Env []string
@@ -127,6 +139,8 @@ type entry struct {
 	uid, gid int
 	source   string
 	data     []byte
+	// link is a symbolic link's target ("": not a link).
+	link string
 }
 
 func (o Options) validate() error {
@@ -237,6 +251,14 @@ func (o Options) tree() (map[string]*entry, error) {
 	}
 	for _, d := range o.Dirs {
 		if err := add(d.Path, &entry{dir: true, mode: d.Mode, uid: d.UID, gid: d.GID}); err != nil {
+			return nil, err
+		}
+	}
+	for _, l := range o.Links {
+		if l.Target == "" {
+			return nil, fmt.Errorf("link %s has no target", l.Path)
+		}
+		if err := add(l.Path, &entry{mode: 0o777, link: l.Target}); err != nil {
 			return nil, err
 		}
 	}
@@ -373,6 +395,14 @@ func writeLayer(ctx context.Context, w io.Writer, members map[string]*entry) err
 		if e.dir {
 			hdr := header(n+"/", e.mode, 0)
 			hdr.Typeflag, hdr.Uid, hdr.Gid = tar.TypeDir, e.uid, e.gid
+			if err := tw.WriteHeader(hdr); err != nil {
+				return err
+			}
+			continue
+		}
+		if e.link != "" {
+			hdr := header(n, e.mode, 0)
+			hdr.Typeflag, hdr.Linkname = tar.TypeSymlink, e.link
 			if err := tw.WriteHeader(hdr); err != nil {
 				return err
 			}

@@ -50,6 +50,7 @@ func testOptions(t *testing.T) Options {
 		Base: true, CABundle: ca,
 		Files:      []File{{Path: "/usr/local/bin/tool", Source: bin, Mode: 0o755}},
 		Dirs:       []Dir{{Path: "/var/lib/volplane/etcd", UID: NonRootUID, GID: NonRootUID, Mode: 0o700}},
+		Links:      []Link{{Path: "/bin/tool", Target: "/usr/local/bin/tool"}},
 		Entrypoint: []string{"/usr/local/bin/tool"}, Cmd: []string{"serve"},
 		User: "65532:65532", WorkingDir: "/",
 	}
@@ -125,6 +126,8 @@ func TestWriteLayout(t *testing.T) {
 		{"usr/local/bin/tool", tar.TypeReg, 0o755, 0, "#!binary"},
 		{"var/lib/volplane/etcd/", tar.TypeDir, 0o700, NonRootUID, ""},
 		{"var/lib/volplane/", tar.TypeDir, 0o755, 0, ""},
+		{"bin/tool", tar.TypeSymlink, 0o777, 0, ""},
+		{"bin/", tar.TypeDir, 0o755, 0, ""},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			h, ok := hdrs[c.name]
@@ -133,6 +136,9 @@ func TestWriteLayout(t *testing.T) {
 			}
 			if h.Typeflag != c.typ || h.Mode != c.mode || h.Uid != c.uid || h.Gid != c.uid || string(layer[c.name]) != c.contents {
 				t.Errorf("type %c mode %o uid %d gid %d %q", h.Typeflag, h.Mode, h.Uid, h.Gid, layer[c.name])
+			}
+			if want := map[string]string{"bin/tool": "/usr/local/bin/tool"}[c.name]; h.Linkname != want {
+				t.Errorf("link target %q, want %q", h.Linkname, want)
 			}
 			if !h.ModTime.Equal(hdrs["etc/"].ModTime) || h.Uname != "" {
 				t.Errorf("host details leak: mtime %v uname %q", h.ModTime, h.Uname)
@@ -181,6 +187,10 @@ func TestWriteRefuses(t *testing.T) {
 		{"root", func(o *Options) { o.Dirs[0].Path = "/" }, "clean absolute path"},
 		{"twice", func(o *Options) { o.Files[0].Path = "/etc/passwd" }, "twice"},
 		{"file as parent", func(o *Options) { o.Dirs[0].Path = "/etc/passwd/x" }, "is a file and the parent"},
+		{"link without target", func(o *Options) { o.Links[0].Target = "" }, "no target"},
+		{"link over a file", func(o *Options) { o.Links[0].Path = "/usr/local/bin/tool" }, "twice"},
+		{"link as parent", func(o *Options) { o.Dirs[0].Path = "/bin/tool/x" }, "is a file and the parent"},
+		{"unclean link path", func(o *Options) { o.Links[0].Path = "/bin/../tool" }, "clean absolute path"},
 		{"missing source", func(o *Options) { o.Files[0].Source = "/nonexistent" }, "no such file"},
 		{"no CA bundle", func(o *Options) { o.CABundle = "" }, "CA bundle"},
 	} {
