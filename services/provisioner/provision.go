@@ -190,9 +190,10 @@ func (p *provisioner) provision(ctx context.Context, claim *corev1.PersistentVol
 // or is resynced. The populator makes the volume (through a claim of its
 // own, which is provisioned as any other).
 func (p *provisioner) leaveToPopulator(claim *corev1.PersistentVolumeClaim, class *storagev1.StorageClass, kind string) result {
-	rec := p.events(class.Provisioner)
-	rec.Eventf(claim, corev1.EventTypeNormal, kube.EventProvisioning, "External provisioner is provisioning volume for claim %q", claim.Namespace+"/"+claim.Name)
-	rec.Event(claim, corev1.EventTypeNormal, kube.EventProvisioning, "Assuming an external populator will provision the volume")
+	p.events(class.Provisioner).Eventf(claim, corev1.EventTypeNormal, kube.EventProvisioning,
+		"External provisioner is provisioning volume for claim %q", claim.Namespace+"/"+claim.Name)
+	// external-provisioner's own recorder, not the library's, says this.
+	p.events(upstreamRecorder).Event(claim, corev1.EventTypeNormal, kube.EventProvisioning, "Assuming an external populator will provision the volume")
 	msg := fmt.Sprintf("ignored because data source (%s) is not handled by the provisioner, assuming an external populator will provision it", kind)
 	p.log.Debug("claim left to its volume populator", logging.Claim(claim), "kind", kind)
 	return result{outcome: provisionerv1.Outcome_OUTCOME_FINISHED, message: msg}

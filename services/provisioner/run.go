@@ -484,7 +484,8 @@ func (l listers) CSINodes() ([]*storagev1.CSINode, error) {
 func (l listers) Nodes() ([]*corev1.Node, error) { return l.nodes.List(labels.Everything()) }
 
 // recorders gives each provisioner name its own event source, as
-// external-provisioner's events carry the driver's name.
+// external-provisioner's library's events carry the driver's name; the
+// empty name is external-provisioner's own recorder (upstreamRecorder).
 func recorders(b record.EventBroadcaster) func(string) record.EventRecorder {
 	var mu sync.Mutex
 	m := map[string]record.EventRecorder{}
@@ -493,12 +494,22 @@ func recorders(b record.EventBroadcaster) func(string) record.EventRecorder {
 		defer mu.Unlock()
 		r, ok := m[name]
 		if !ok {
-			r = b.NewRecorder(scheme.Scheme, corev1.EventSource{Component: eventComponent(name)})
+			component := eventComponent(name)
+			if name == upstreamRecorder {
+				component = "external-provisioner"
+			}
+			r = b.NewRecorder(scheme.Scheme, corev1.EventSource{Component: component})
 			m[name] = r
 		}
 		return r
 	}
 }
+
+// upstreamRecorder names, for events, external-provisioner's own
+// recorder, whose source is "external-provisioner" (pkg/controller's
+// NewCSIProvisioner) rather than the library's "<provisioner>_<host>_<uuid>":
+// the one event v6.3.0 records with it is the populator's.
+const upstreamRecorder = ""
 
 // instanceID tells this process's events from another's on the same host.
 var instanceID = string(uuid.NewUUID())

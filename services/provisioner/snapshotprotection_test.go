@@ -24,7 +24,7 @@ import (
 func snapshotObj(ns, name string, finalizers ...string) *unstructured.Unstructured {
 	u := &unstructured.Unstructured{Object: map[string]any{
 		"apiVersion": "snapshot.storage.k8s.io/v1", "kind": "VolumeSnapshot",
-		"metadata": map[string]any{"namespace": ns, "name": name},
+		"metadata": map[string]any{"namespace": ns, "name": name, "uid": "uid-" + name},
 	}}
 	if len(finalizers) > 0 {
 		u.SetFinalizers(finalizers)

@@ -172,6 +172,12 @@ func (s sources) snapshotSource(ctx context.Context, claim *corev1.PersistentVol
 	if err != nil {
 		return nil, fmt.Errorf("VolumeSnapshotContent %s of VolumeSnapshot %s/%s: %w", content, ns, name, err)
 	}
+	if !boundTo(c, snap) {
+		// A content that names another snapshot (or another incarnation
+		// of this one, by UID) is not this snapshot's data: external-
+		// provisioner's check and words.
+		return nil, fmt.Errorf("error getting handle for DataSource Type VolumeSnapshot by Name %s: snapshotcontent %s for snapshot %s is bound to a different snapshot", name, content, name)
+	}
 	drv, _, _ := unstructured.NestedString(c.Object, "spec", "driver")
 	handle, _, _ := unstructured.NestedString(c.Object, "status", "snapshotHandle")
 	if drv != d.name() {
@@ -193,6 +199,16 @@ func (s sources) snapshotSource(ctx context.Context, claim *corev1.PersistentVol
 	return &csi.VolumeContentSource{Type: &csi.VolumeContentSource_Snapshot{
 		Snapshot: &csi.VolumeContentSource_SnapshotSource{SnapshotId: handle},
 	}}, nil
+}
+
+// boundTo reports whether the VolumeSnapshotContent content is bound to
+// the VolumeSnapshot snap: its spec.volumeSnapshotRef names snap's
+// namespace, name and UID.
+func boundTo(content, snap *unstructured.Unstructured) bool {
+	ns, _, _ := unstructured.NestedString(content.Object, "spec", "volumeSnapshotRef", "namespace")
+	name, _, _ := unstructured.NestedString(content.Object, "spec", "volumeSnapshotRef", "name")
+	uid, _, _ := unstructured.NestedString(content.Object, "spec", "volumeSnapshotRef", "uid")
+	return ns == snap.GetNamespace() && name == snap.GetName() && uid == string(snap.GetUID())
 }
 
 // checkSnapshotVolumeMode is external-provisioner's

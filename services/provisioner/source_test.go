@@ -111,7 +111,8 @@ func testClass() *storagev1.StorageClass {
 // contentObj is a VolumeSnapshotContent of the dev driver bound to
 // VolumeSnapshot ns/snap, of source volume mode mode ("" for none).
 func contentObj(mode string, annotations map[string]string) *unstructured.Unstructured {
-	spec := map[string]any{"driver": devcsi.DefaultName}
+	spec := map[string]any{"driver": devcsi.DefaultName,
+		"volumeSnapshotRef": map[string]any{"namespace": "ns", "name": "snap", "uid": "uid-snap"}}
 	if mode != "" {
 		spec["sourceVolumeMode"] = mode
 	}
@@ -208,5 +209,37 @@ func TestStandaloneLeavesPopulatorClaimsAlone(t *testing.T) {
 	}
 	if len(g.creates) != 0 {
 		t.Errorf("CreateVolume called: %v", g.creates)
+	}
+}
+
+// A content whose volumeSnapshotRef names another snapshot, or this one
+// by another UID (a snapshot deleted and made again under its name), is
+// not restored from: external-provisioner v6.3.0's check and words.
+func TestSnapshotContentBoundToAnotherSnapshot(t *testing.T) {
+	g := newGuarded(t)
+	d := g.s.p.drivers.byProvisioner(devcsi.DefaultName)
+	for name, ref := range map[string]map[string]any{
+		"another UID":       {"namespace": "ns", "name": "snap", "uid": "uid-before"},
+		"another name":      {"namespace": "ns", "name": "other", "uid": "uid-snap"},
+		"another namespace": {"namespace": "elsewhere", "name": "snap", "uid": "uid-snap"},
+		"no reference":      nil,
+	} {
+		t.Run(name, func(t *testing.T) {
+			snap := snapshotObj("ns", "snap")
+			_ = unstructured.SetNestedField(snap.Object, true, "status", "readyToUse")
+			_ = unstructured.SetNestedField(snap.Object, "content", "status", "boundVolumeSnapshotContentName")
+			content := contentObj("", nil)
+			if ref == nil {
+				unstructured.RemoveNestedField(content.Object, "spec", "volumeSnapshotRef")
+			} else {
+				_ = unstructured.SetNestedMap(content.Object, ref, "spec", "volumeSnapshotRef")
+			}
+			s := sources{dynamic: newDynamic(snap, content)}
+			_, err := s.snapshotSource(t.Context(), restoreClaim("ns", "c", "snap", corev1.ClaimPending), "ns", "snap", d)
+			want := "error getting handle for DataSource Type VolumeSnapshot by Name snap: snapshotcontent content for snapshot snap is bound to a different snapshot"
+			if err == nil || err.Error() != want {
+				t.Errorf("error %v, want %s", err, want)
+			}
+		})
 	}
 }

@@ -41,7 +41,7 @@ func installReferenceGrantCRD(t *testing.T, dyn dynamic.Interface) {
 			}},
 		},
 	}}
-	if _, err := dyn.Resource(crds).Create(t.Context(), crd, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+	if _, err := dyn.Resource(e2e.CRDs).Create(t.Context(), crd, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 		t.Fatalf("install the ReferenceGrant CRD: %v", err)
 	}
 }

@@ -24,7 +24,9 @@ func TestPopulatorClaimIsLeftToItsPopulator(t *testing.T) {
 		c.Spec.DataSourceRef = &corev1.TypedObjectReference{APIGroup: &group, Kind: "Hello", Name: "greeting"}
 	})
 	const assuming = "Assuming an external populator will provision the volume"
-	hasEventFrom(t, c, kube.EventProvisioning, assuming, driverName)
+	// From external-provisioner's own recorder, as upstream's (not the
+	// library's "<driver>_<host>_<uuid>").
+	hasEventFrom(t, c, kube.EventProvisioning, assuming, "external-provisioner")
 	hasEventFrom(t, c, kube.EventProvisioning, fmt.Sprintf("External provisioner is provisioning volume for claim %q", ns+"/populated"), driverName)
 	// The binder's first retry would come after a second, and the next
 	// two after that.

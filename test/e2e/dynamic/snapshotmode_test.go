@@ -9,7 +9,6 @@ import (
 	csi "github.com/container-storage-interface/spec/lib/go/csi"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/client-go/dynamic"
 
 	"github.com/volplane/volplane/pkg/kube"
@@ -26,7 +25,7 @@ import (
 func TestRestoreMayNotChangeTheVolumeMode(t *testing.T) {
 	ns := e2e.Namespace(t, cluster.client)
 	dyn := dynamic.NewForConfigOrDie(kube.Tune(cluster.env.RESTConfig, kube.ClientOptions{UserAgent: "volplane-e2e"}))
-	installSnapshotCRDs(t, dyn)
+	e2e.InstallSnapshotCRDs(t, dyn)
 	sc := class(t)
 	createClaim(t, ns, "source", "1Gi", sc.Name)
 	_, src := bound(t, ns, "source")
@@ -39,19 +38,10 @@ func TestRestoreMayNotChangeTheVolumeMode(t *testing.T) {
 	}
 	handle := snap.GetSnapshot().GetSnapshotId()
 	content := "snapcontent-" + ns
-	create(t, dyn.Resource(contents), &unstructured.Unstructured{Object: map[string]any{
-		"apiVersion": "snapshot.storage.k8s.io/v1", "kind": "VolumeSnapshotContent",
-		"metadata": map[string]any{"name": content},
-		"spec": map[string]any{"driver": driverName, "deletionPolicy": "Delete", "sourceVolumeMode": "Block",
-			"source":            map[string]any{"snapshotHandle": handle},
-			"volumeSnapshotRef": map[string]any{"namespace": ns, "name": "snap"}},
-	}}, map[string]any{"snapshotHandle": handle, "readyToUse": true})
-	t.Cleanup(func() { _ = dyn.Resource(contents).Delete(t.Context(), content, metav1.DeleteOptions{}) })
-	create(t, dyn.Resource(snapshots).Namespace(ns), &unstructured.Unstructured{Object: map[string]any{
-		"apiVersion": "snapshot.storage.k8s.io/v1", "kind": "VolumeSnapshot",
-		"metadata": map[string]any{"name": "snap", "namespace": ns},
-		"spec":     map[string]any{"source": map[string]any{"persistentVolumeClaimName": "source"}},
-	}}, map[string]any{"boundVolumeSnapshotContentName": content, "readyToUse": true})
+	e2e.ReadySnapshot(t, dyn, ns, "snap", "source", content, driverName, handle, map[string]any{"sourceVolumeMode": "Block"})
+	t.Cleanup(func() {
+		_ = dyn.Resource(e2e.VolumeSnapshotContents).Delete(t.Context(), content, metav1.DeleteOptions{})
+	})
 
 	apiGroup := "snapshot.storage.k8s.io"
 	restored := createClaim(t, ns, "mounted", "1Gi", sc.Name, func(c *corev1.PersistentVolumeClaim) {
@@ -65,12 +55,12 @@ func TestRestoreMayNotChangeTheVolumeMode(t *testing.T) {
 	}
 
 	// The snapshot's owner allows it: the claim's retries succeed.
-	obj, err := dyn.Resource(contents).Get(t.Context(), content, metav1.GetOptions{})
+	obj, err := dyn.Resource(e2e.VolumeSnapshotContents).Get(t.Context(), content, metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	obj.SetAnnotations(map[string]string{"snapshot.storage.kubernetes.io/allow-volume-mode-change": "true"})
-	if _, err := dyn.Resource(contents).Update(t.Context(), obj, metav1.UpdateOptions{}); err != nil {
+	if _, err := dyn.Resource(e2e.VolumeSnapshotContents).Update(t.Context(), obj, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	_, pv := bound(t, ns, "mounted")

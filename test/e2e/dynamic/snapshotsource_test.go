@@ -12,7 +12,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/client-go/dynamic"
 
 	"github.com/volplane/volplane/pkg/kube"
@@ -32,23 +31,12 @@ func readySnapshot(t *testing.T, dyn dynamic.Interface, ns, name string, source 
 	}
 	handle := snap.GetSnapshot().GetSnapshotId()
 	content := "snapcontent-" + ns + "-" + name
-	create(t, dyn.Resource(contents), &unstructured.Unstructured{Object: map[string]any{
-		"apiVersion": "snapshot.storage.k8s.io/v1", "kind": "VolumeSnapshotContent",
-		"metadata": map[string]any{"name": content},
-		"spec": map[string]any{"driver": driverName, "deletionPolicy": "Delete",
-			"source":            map[string]any{"snapshotHandle": handle},
-			"volumeSnapshotRef": map[string]any{"namespace": ns, "name": name}},
-	}}, map[string]any{"snapshotHandle": handle, "readyToUse": true})
-	create(t, dyn.Resource(snapshots).Namespace(ns), &unstructured.Unstructured{Object: map[string]any{
-		"apiVersion": "snapshot.storage.k8s.io/v1", "kind": "VolumeSnapshot",
-		"metadata": map[string]any{"name": name, "namespace": ns},
-		"spec":     map[string]any{"source": map[string]any{"persistentVolumeClaimName": source.Spec.ClaimRef.Name}},
-	}}, map[string]any{"boundVolumeSnapshotContentName": content, "readyToUse": true})
+	e2e.ReadySnapshot(t, dyn, ns, name, source.Spec.ClaimRef.Name, content, driverName, handle, nil)
 }
 
 func snapshotFinalizers(t *testing.T, dyn dynamic.Interface, ns, name string) ([]string, error) {
 	t.Helper()
-	u, err := dyn.Resource(snapshots).Namespace(ns).Get(t.Context(), name, metav1.GetOptions{})
+	u, err := dyn.Resource(e2e.VolumeSnapshots).Namespace(ns).Get(t.Context(), name, metav1.GetOptions{})
 	if err != nil {
 		return nil, err
 	}
@@ -64,7 +52,7 @@ func snapshotFinalizers(t *testing.T, dyn dynamic.Interface, ns, name string) ([
 func TestSnapshotAsSourceProtection(t *testing.T) {
 	ns := e2e.Namespace(t, cluster.client)
 	dyn := dynamic.NewForConfigOrDie(kube.Tune(cluster.env.RESTConfig, kube.ClientOptions{UserAgent: "volplane-e2e"}))
-	installSnapshotCRDs(t, dyn)
+	e2e.InstallSnapshotCRDs(t, dyn)
 	sc := class(t)
 	createClaim(t, ns, "source", "1Gi", sc.Name)
 	_, src := bound(t, ns, "source")
@@ -104,11 +92,11 @@ func TestSnapshotAsSourceProtection(t *testing.T) {
 		}
 		return ""
 	})
-	if err := dyn.Resource(snapshots).Namespace(ns).Delete(t.Context(), "snap", metav1.DeleteOptions{}); err != nil {
+	if err := dyn.Resource(e2e.VolumeSnapshots).Namespace(ns).Delete(t.Context(), "snap", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	e2e.Eventually(t, 30*time.Second, func() string {
-		u, err := dyn.Resource(snapshots).Namespace(ns).Get(t.Context(), "snap", metav1.GetOptions{})
+		u, err := dyn.Resource(e2e.VolumeSnapshots).Namespace(ns).Get(t.Context(), "snap", metav1.GetOptions{})
 		if err != nil || u.GetDeletionTimestamp() == nil {
 			return fmt.Sprintf("snapshot %v (%v), want it Terminating", u, err)
 		}
@@ -121,7 +109,7 @@ func TestSnapshotAsSourceProtection(t *testing.T) {
 		t.Errorf("the restore after the deletion asked for %v, want the snapshot", reqs[len(reqs)-1].GetVolumeContentSource())
 	}
 	e2e.Eventually(t, 30*time.Second, func() string {
-		if _, err := dyn.Resource(snapshots).Namespace(ns).Get(t.Context(), "snap", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		if _, err := dyn.Resource(e2e.VolumeSnapshots).Namespace(ns).Get(t.Context(), "snap", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
 			return fmt.Sprintf("the deleted snapshot is still there after its restore (%v)", err)
 		}
 		return ""
@@ -130,21 +118,21 @@ func TestSnapshotAsSourceProtection(t *testing.T) {
 	// A restore from a snapshot being deleted that no restore protects
 	// (another finalizer holds it) is refused.
 	readySnapshot(t, dyn, ns, "held", src)
-	u, err := dyn.Resource(snapshots).Namespace(ns).Get(t.Context(), "held", metav1.GetOptions{})
+	u, err := dyn.Resource(e2e.VolumeSnapshots).Namespace(ns).Get(t.Context(), "held", metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	u.SetFinalizers([]string{"example.io/hold"})
-	if _, err := dyn.Resource(snapshots).Namespace(ns).Update(t.Context(), u, metav1.UpdateOptions{}); err != nil {
+	if _, err := dyn.Resource(e2e.VolumeSnapshots).Namespace(ns).Update(t.Context(), u, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
-		if u, err := dyn.Resource(snapshots).Namespace(ns).Get(context.Background(), "held", metav1.GetOptions{}); err == nil {
+		if u, err := dyn.Resource(e2e.VolumeSnapshots).Namespace(ns).Get(context.Background(), "held", metav1.GetOptions{}); err == nil {
 			u.SetFinalizers(nil)
-			_, _ = dyn.Resource(snapshots).Namespace(ns).Update(context.Background(), u, metav1.UpdateOptions{})
+			_, _ = dyn.Resource(e2e.VolumeSnapshots).Namespace(ns).Update(context.Background(), u, metav1.UpdateOptions{})
 		}
 	})
-	if err := dyn.Resource(snapshots).Namespace(ns).Delete(t.Context(), "held", metav1.DeleteOptions{}); err != nil {
+	if err := dyn.Resource(e2e.VolumeSnapshots).Namespace(ns).Delete(t.Context(), "held", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	late := createClaim(t, ns, "late", "1Gi", sc.Name, func(c *corev1.PersistentVolumeClaim) {
@@ -162,7 +150,7 @@ func TestSnapshotAsSourceProtection(t *testing.T) {
 func TestOrphanedSnapshotFinalizerIsSwept(t *testing.T) {
 	ns := e2e.Namespace(t, cluster.client)
 	dyn := dynamic.NewForConfigOrDie(kube.Tune(cluster.env.RESTConfig, kube.ClientOptions{UserAgent: "volplane-e2e"}))
-	installSnapshotCRDs(t, dyn)
+	e2e.InstallSnapshotCRDs(t, dyn)
 	sc := class(t)
 	createClaim(t, ns, "source", "1Gi", sc.Name)
 	_, src := bound(t, ns, "source")
@@ -176,12 +164,12 @@ func TestOrphanedSnapshotFinalizerIsSwept(t *testing.T) {
 		c.Spec.DataSource = &corev1.TypedLocalObjectReference{APIGroup: &apiGroup, Kind: "VolumeSnapshot", Name: "needed"}
 	})
 	for _, name := range []string{"orphan", "needed"} {
-		u, err := dyn.Resource(snapshots).Namespace(ns).Get(t.Context(), name, metav1.GetOptions{})
+		u, err := dyn.Resource(e2e.VolumeSnapshots).Namespace(ns).Get(t.Context(), name, metav1.GetOptions{})
 		if err != nil {
 			t.Fatal(err)
 		}
 		u.SetFinalizers(append(u.GetFinalizers(), finalizerSnapshotSource))
-		if _, err := dyn.Resource(snapshots).Namespace(ns).Update(t.Context(), u, metav1.UpdateOptions{}); err != nil {
+		if _, err := dyn.Resource(e2e.VolumeSnapshots).Namespace(ns).Update(t.Context(), u, metav1.UpdateOptions{}); err != nil {
 			t.Fatal(err)
 		}
 	}

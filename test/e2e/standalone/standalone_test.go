@@ -103,6 +103,7 @@ func TestStandalone(t *testing.T) {
 	t.Run("parity-with-external-provisioner", func(t *testing.T) { x.t = t; x.parity() })
 	t.Run("parity-of-flags", func(t *testing.T) { x.t = t; x.parityFlags() })
 	t.Run("parity-attributes-classes-and-secret-keys", func(t *testing.T) { x.t = t; x.parityClassesAndSecrets() })
+	t.Run("parity-data-sources", func(t *testing.T) { x.t = t; x.paritySources() })
 	x.t = t
 	x.noLeaks()
 }
