@@ -29,6 +29,7 @@ var badValue = map[string][]string{
 	"volplane-chaos":       {"--seed=x"},
 	"volplane-dev":         {"--workers=x"},
 	"volplane-conformance": {"watcher", "--timeout=x"},
+	"volplane-e2e-report":  {"--nope"},
 }
 
 // notCmdutil are main packages whose command line is not a Command: the

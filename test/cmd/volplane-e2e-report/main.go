@@ -17,13 +17,31 @@ import (
 	"io"
 	"os"
 	"strings"
+
+	"github.com/volplane/volplane/pkg/cmdutil"
 )
 
 const usage = `usage:
   volplane-e2e-report summary JUNIT.xml
   volplane-e2e-report table [-markdown] LABEL=JUNIT.xml LABEL=JUNIT.xml...`
 
+const description = `volplane-e2e-report reads the JUnit reports of Kubernetes' e2e.test
+(junit_01.xml in its -report-dir) for hack/e2e-storage.sh: summary prints one line per spec and
+exits 1 when one failed; table puts two runs or more side by side, spec by spec, and exits 1 when
+a spec passes in the first run and not in a later one.`
+
 func main() {
+	if len(os.Args) > 1 && strings.HasPrefix(os.Args[1], "-") {
+		// --help, --version (every volplane command answers them), or a
+		// flag where a subcommand goes.
+		cmd := cmdutil.NewCommand("volplane-e2e-report", description)
+		cmd.Usage = "volplane-e2e-report summary JUNIT.xml | table [-markdown] LABEL=JUNIT.xml..."
+		if code, done := cmd.Parse(os.Args[1:]); done {
+			os.Exit(code)
+		}
+		fmt.Fprintln(os.Stderr, "volplane-e2e-report: a subcommand comes first: summary or table; --help says more")
+		os.Exit(2)
+	}
 	code, err := run(os.Args[1:], os.Stdout)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "volplane-e2e-report:", err)
