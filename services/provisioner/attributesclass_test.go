@@ -1,9 +1,7 @@
 package provisioner
 
 import (
-	"context"
 	"maps"
-	"path/filepath"
 	"testing"
 
 	csi "github.com/container-storage-interface/spec/lib/go/csi"
@@ -36,19 +34,7 @@ func vacClaim(vac string) *corev1.PersistentVolumeClaim {
 // it.
 func withoutModifyVolume(t *testing.T, g *guarded) csi.ControllerClient {
 	t.Helper()
-	d, err := devcsi.New(devcsi.Options{RootDir: t.TempDir(), NodeID: "node-a", Logger: discard, NoModifyVolume: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ep := "unix://" + filepath.Join(t.TempDir(), "csi.sock")
-	lis, err := grpcutil.Listen(ep)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { defer close(done); _ = d.Run(ctx, lis) }()
-	t.Cleanup(func() { cancel(); <-done })
+	_, ep := startDriverWith(t, devcsi.Options{NoModifyVolume: true})
 	cc, err := grpcutil.DialCSI(ep)
 	if err != nil {
 		t.Fatal(err)

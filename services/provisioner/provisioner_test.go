@@ -39,7 +39,15 @@ func startDriver(t *testing.T) (*devcsi.Driver, string) {
 // devcsi.DefaultName).
 func startDriverNamed(t *testing.T, name string) (*devcsi.Driver, string) {
 	t.Helper()
-	d, err := devcsi.New(devcsi.Options{Name: name, RootDir: t.TempDir(), NodeID: "node-a", Logger: discard})
+	return startDriverWith(t, devcsi.Options{Name: name})
+}
+
+// startDriverWith is startDriverNamed with more of the driver's options;
+// its root, node and logger are the test's.
+func startDriverWith(t *testing.T, o devcsi.Options) (*devcsi.Driver, string) {
+	t.Helper()
+	o.RootDir, o.NodeID, o.Logger = t.TempDir(), "node-a", discard
+	d, err := devcsi.New(o)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -170,7 +170,13 @@ func sidecarPodWith(t *testing.T, ns, name, sa string, bind bool, spec func(*cor
 // until the returned function stops it and deletes the Lease.
 func register(t *testing.T, ns, pod, driver string, port int, hash string) (unregister func()) {
 	t.Helper()
-	r := sidecar.Registration{Namespace: ns, Pod: pod, Driver: driver, Port: port, CertSHA256: hash, Duration: 10 * time.Second}
+	return registerWith(t, ns, pod, driver, port, hash, sidecar.Settings{})
+}
+
+// registerWith is register with the sidecar's provisioning settings.
+func registerWith(t *testing.T, ns, pod, driver string, port int, hash string, settings sidecar.Settings) (unregister func()) {
+	t.Helper()
+	r := sidecar.Registration{Namespace: ns, Pod: pod, Driver: driver, Port: port, CertSHA256: hash, Duration: 10 * time.Second, Settings: settings}
 	leases := cluster.client.CoordinationV1().Leases(ns)
 	if _, err := leases.Create(t.Context(), r.Lease(time.Now()), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)

@@ -1,7 +1,6 @@
 package discovery
 
 import (
-	"context"
 	"fmt"
 	"strings"
 	"testing"
@@ -16,39 +15,6 @@ import (
 	"github.com/volplane/volplane/test/harness/e2e"
 )
 
-// registerSettings keeps the registration of pod, carrying settings,
-// fresh until the test ends, as the sidecar does.
-func registerSettings(t *testing.T, ns, pod, driver string, port int, hash string, settings sidecar.Settings) {
-	t.Helper()
-	r := sidecar.Registration{Namespace: ns, Pod: pod, Driver: driver, Port: port, CertSHA256: hash, Duration: 10 * time.Second, Settings: settings}
-	leases := cluster.client.CoordinationV1().Leases(ns)
-	if _, err := leases.Create(t.Context(), r.Lease(time.Now()), metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-time.After(2 * time.Second):
-			}
-			if l, err := leases.Get(ctx, sidecar.RegistrationName(pod), metav1.GetOptions{}); err == nil {
-				renewed := r.Lease(time.Now())
-				renewed.ResourceVersion = l.ResourceVersion
-				_, _ = leases.Update(ctx, renewed, metav1.UpdateOptions{})
-			}
-		}
-	}()
-	t.Cleanup(func() {
-		cancel()
-		<-done
-		_ = leases.Delete(context.Background(), sidecar.RegistrationName(pod), metav1.DeleteOptions{})
-	})
-}
-
 // TestSidecarFlagsApplyToItsDriver: a sidecar run with
 // --volume-name-uuid-length=8, --immediate-topology=false,
 // --controller-publish-readonly and VolumeAttributesClass=false leaves its
@@ -60,7 +26,7 @@ func TestSidecarFlagsApplyToItsDriver(t *testing.T) {
 	port, hash := sidecarStandIn(t, driver)
 	sidecarPod(t, ns, "ctrl-0", "flags-csi", true)
 	off := false
-	registerSettings(t, ns, "ctrl-0", driver, port, hash, sidecar.Settings{VolumeNamePrefix: "pvc", VolumeNameUUIDLength: 8,
+	registerWith(t, ns, "ctrl-0", driver, port, hash, sidecar.Settings{VolumeNamePrefix: "pvc", VolumeNameUUIDLength: 8,
 		ImmediateTopology: &off, ControllerPublishReadOnly: true, FeatureGates: map[string]bool{sidecar.GateVolumeAttributesClass: false}})
 	e2e.Eventually(t, 30*time.Second, func() string {
 		if d := driverInfo(t, driver); d == nil || !d.GetReady() {
