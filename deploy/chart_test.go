@@ -231,13 +231,15 @@ func TestChartSchemaRefusesBadValues(t *testing.T) {
 		set  string
 		want []string // in helm's message
 	}{
-		{"binder.replicas=two", []string{"/binder/replicas", "integer"}},
-		{"etcd.replicas=4", []string{"/etcd/replicas", "3"}},
-		{"certificates.source=vault", []string{"/certificates/source", "cert-manager"}},
-		{"monitoring.enabled=yes", []string{"/monitoring/enabled", "boolean"}},
-		{"bindr.replicas=2", []string{"bindr"}},
-		{"image.pullPolicy=Sometimes", []string{"/image/pullPolicy"}},
-		{"watcher.replicas=0", []string{"/watcher/replicas", "minimum"}},
+		{"binder.replicas=two", []string{"at '/binder/replicas': got string, want integer"}},
+		{"binder.resources=big", []string{"at '/binder/resources': got string, want object"}},
+		{"etcd.replicas=4", []string{"at '/etcd/replicas': value must be one of 1, 3, 5, 7"}},
+		{"certificates.source=vault", []string{"at '/certificates/source': value must be one of 'volplane-certs', 'cert-manager'"}},
+		{"monitoring.enabled=yes", []string{"at '/monitoring/enabled': got string, want boolean"}},
+		{"bindr.replicas=2", []string{"additional properties 'bindr' not allowed"}},
+		{"image.pullPolicy=Sometimes", []string{"at '/image/pullPolicy'"}},
+		{"watcher.replicas=0", []string{"at '/watcher/replicas': minimum: got 0, want 1"}},
+		{"etcd.dataVolume.name=other", []string{"at '/etcd/dataVolume'"}},
 	} {
 		t.Run(tc.set, func(t *testing.T) {
 			_, err := helmTemplate(t, chartDir, tc.set)
