@@ -103,6 +103,10 @@ func TestChartHooksFailWhenTheirTargetIsGone(t *testing.T) {
 		{"an image the values do not name", func(t *testing.T, c *chart) {
 			containerOf(t, c, "Deployment", "volplane-gateway", "gateway")["image"] = "docker.io/library/busybox:1.37"
 		}, []string{"Deployment/volplane-gateway container gateway", "busybox"}},
+		{"a member list outside a hook", func(t *testing.T, c *chart) {
+			cm := containerOf(t, c, "Deployment", "volplane-gateway", "gateway")
+			cm["command"] = append(cm["command"].([]any), "--etcd=https://volplane-etcd-0.volplane-etcd.volplane-system.svc:2379")
+		}, []string{"outside a hook", "Deployment/volplane-gateway: --etcd=https://volplane-etcd-0."}},
 		{"two images under one value", func(t *testing.T, c *chart) {
 			containerOf(t, c, "Deployment", "volplane-gateway", "gateway")["image"] = "ghcr.io/volplane/volplane:0.0.9"
 		}, []string{"image.tag", "0.0.9"}},
@@ -124,8 +128,10 @@ func TestChartHooksFailWhenTheirTargetIsGone(t *testing.T) {
 }
 
 // What the hooks do not name passes through as it is: a new object and a
-// new field of the base are in the chart without a change here, and a
-// workload's new container gets the image values.
+// new field of the base are in the chart without a change here, a
+// workload's new container gets the image values, and a field a hook
+// adds (a priority class) takes the base's value as its default once the
+// base has one.
 func TestChartTakesNewObjectsAndFields(t *testing.T) {
 	c := loaded(t)
 	c.objs = append(c.objs, &object{kind: "ConfigMap", name: "volplane-new", source: sources[0], u: map[string]any{
@@ -137,8 +143,16 @@ func TestChartTakesNewObjectsAndFields(t *testing.T) {
 	o, _ := c.find("StatefulSet", "volplane-etcd")
 	spec := o.u["spec"].(map[string]any)["template"].(map[string]any)["spec"].(map[string]any)
 	spec["initContainers"] = []any{map[string]any{"name": "wait", "image": "ghcr.io/volplane/volplane:0.1.0", "imagePullPolicy": "IfNotPresent"}}
+	binder, _ := c.find("StatefulSet", "volplane-binder")
+	binder.u["spec"].(map[string]any)["template"].(map[string]any)["spec"].(map[string]any)["priorityClassName"] = "volplane-critical"
 	if err := c.hookAll(); err != nil {
 		t.Fatal(err)
+	}
+	if got := c.defaults["binder.priorityClassName"]; got != "volplane-critical" {
+		t.Errorf("binder.priorityClassName defaults to %v, want the base's volplane-critical", got)
+	}
+	if got := c.defaults["watcher.priorityClassName"]; got != "" {
+		t.Errorf("watcher.priorityClassName defaults to %v, want none", got)
 	}
 	files, err := c.files()
 	if err != nil {

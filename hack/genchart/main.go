@@ -24,6 +24,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 )
@@ -117,7 +118,48 @@ func (c *chart) hookAll() error {
 			return err
 		}
 	}
-	return c.check()
+	if err := c.check(); err != nil {
+		return err
+	}
+	return c.unhooked()
+}
+
+// members matches the name of one etcd member or one watcher: a list of
+// them must follow etcd.replicas or watcher.replicas, through a hook.
+var members = regexp.MustCompile(`volplane-(etcd|watcher)-[0-9]+\.`)
+
+// unhooked fails when a string of an object names an etcd member or a
+// watcher outside a hook (a new flag, a new certificate): the chart would
+// keep the base's members whatever the replicas.
+func (c *chart) unhooked() error {
+	var bad []string
+	for _, o := range c.objs {
+		walkStrings(o.u, func(s string) {
+			if members.MatchString(s) {
+				bad = append(bad, fmt.Sprintf("%s/%s: %.120s", o.kind, o.name, s))
+			}
+		})
+	}
+	if len(bad) > 0 {
+		return fmt.Errorf("members of etcd or of the watchers named outside a hook (add one in hack/genchart/hooks.go so that the replicas values reach them):\n  %s", strings.Join(bad, "\n  "))
+	}
+	return nil
+}
+
+// walkStrings calls f on every string in v.
+func walkStrings(v any, f func(string)) {
+	switch x := v.(type) {
+	case string:
+		f(x)
+	case map[string]any:
+		for _, e := range x {
+			walkStrings(e, f)
+		}
+	case []any:
+		for _, e := range x {
+			walkStrings(e, f)
+		}
+	}
 }
 
 // compare fails when the chart in dir is not files, naming each file that
