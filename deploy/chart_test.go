@@ -240,6 +240,7 @@ func TestChartSchemaRefusesBadValues(t *testing.T) {
 		{"image.pullPolicy=Sometimes", []string{"at '/image/pullPolicy'"}},
 		{"watcher.replicas=0", []string{"at '/watcher/replicas': minimum: got 0, want 1"}},
 		{"etcd.dataVolume.name=other", []string{"at '/etcd/dataVolume'"}},
+		{"etcd.dataVolume.hostPath.path=/var/lib/etcd", []string{"at '/etcd/dataVolume': maxProperties"}},
 	} {
 		t.Run(tc.set, func(t *testing.T) {
 			_, err := helmTemplate(t, chartDir, tc.set)
@@ -260,9 +261,9 @@ func TestChartSchemaRefusesBadValues(t *testing.T) {
 // resources, priority classes, Prometheus' labels.
 func TestChartValues(t *testing.T) {
 	helm(t)
-	objs, err := helmTemplate(t, chartDir, "etcd.replicas=5", "watcher.replicas=3", "image.repository=registry.example/volplane", "image.tag=9.9.9",
+	objs, err := helmTemplate(t, chartDir, "etcd.replicas=5", "etcd.dataVolume.emptyDir=null", "etcd.dataVolume.hostPath.path=/var/lib/volplane-etcd", "watcher.replicas=3", "image.repository=registry.example/volplane", "image.tag=9.9.9",
 		"etcd.image.tag=9.9.8", "binder.priorityClassName=system-cluster-critical", "gateway.resources.limits.memory=3Gi",
-		"certificates.source=cert-manager", "monitoring.enabled=true", "monitoring.labels.release=kps", "etcd.dataVolume.emptyDir.sizeLimit=8Gi")
+		"certificates.source=cert-manager", "monitoring.enabled=true", "monitoring.labels.release=kps")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -283,7 +284,7 @@ func TestChartValues(t *testing.T) {
 	checks := []struct{ what, got, want string }{
 		{"etcd replicas", str(find("StatefulSet", "volplane-etcd"), "spec", "replicas"), "5"},
 		{"etcd's fifth member", str(find("StatefulSet", "volplane-etcd"), "spec", "template", "spec", "containers"), "volplane-etcd-4=https://volplane-etcd-4.volplane-etcd.volplane-system.svc:2380"},
-		{"etcd's data volume", str(find("StatefulSet", "volplane-etcd"), "spec", "template", "spec", "volumes"), `{"emptyDir":{"sizeLimit":"8Gi"},"name":"data"}`},
+		{"etcd's data volume", str(find("StatefulSet", "volplane-etcd"), "spec", "template", "spec", "volumes"), `{"hostPath":{"path":"/var/lib/volplane-etcd"},"name":"data"}`},
 		{"etcd image", str(find("StatefulSet", "volplane-etcd"), "spec", "template", "spec", "containers"), `"ghcr.io/volplane/etcd:9.9.8"`},
 		{"etcd quorum", str(find("PodDisruptionBudget", "volplane-etcd"), "spec", "minAvailable"), "3"},
 		{"etcd certificate", str(find("Certificate", "volplane-etcd"), "spec", "dnsNames"), "volplane-etcd-4.volplane-etcd.volplane-system.svc"},
