@@ -18,6 +18,8 @@ STATICCHECK_VERSION     := v0.8.2
 PROTOC_GEN_GO_VERSION   := v1.36.12
 PROTOC_GEN_GRPC_VERSION := v1.6.0
 GRPC_GATEWAY_VERSION    := v2.33.0
+# The Helm that lints and renders the chart (make verify-chart).
+HELM_VERSION            := v4.3.2
 # The CSI conformance suite run against the dev CSI driver (internal/devcsi).
 CSI_SANITY_VERSION      := v5.6.0
 # The kube-apiserver the local environment and the end-to-end tests run.
@@ -297,7 +299,7 @@ bench-kcm: build kube-apiserver kube-controller-manager ## The static burst with
 ##@ Verify / fix
 
 .PHONY: verify
-verify: verify-fmt verify-vet verify-staticcheck verify-deps verify-layout verify-funclen verify-lint verify-generate ## Run every verify-* target.
+verify: verify-fmt verify-vet verify-staticcheck verify-deps verify-layout verify-funclen verify-lint verify-generate verify-chart ## Run every verify-* target.
 
 .PHONY: verify-fmt fix-fmt
 verify-fmt: ## Fail when gofmt would change a file.
@@ -339,6 +341,20 @@ generate: tools ## Regenerate Go, grpc-gateway and OpenAPI code from proto/.
 verify-generate: generate ## Fail when generated code differs from the protos.
 	@if [ -n "$$(git status --porcelain -- proto gateway/openapi)" ]; then \
 		echo "generated code is stale (make generate, then commit):"; git status --porcelain -- proto gateway/openapi; exit 1; fi
+
+# The Helm chart is generated from the kustomize base (hack/genchart,
+# docs/helm.md): after a change of deploy/kubernetes, make chart.
+.PHONY: chart verify-chart
+chart: ## Regenerate the Helm chart deploy/helm/volplane from the kustomize base (hack/genchart; chart version VERSION).
+	$(GO) run ./hack/genchart -version $(VERSION)
+verify-chart: $(BIN)/helm ## Fail when the chart is not what make chart writes; helm lint and helm template it; check it renders the kustomize base (deploy/chart_test.go).
+	$(GO) run ./hack/genchart -version $(VERSION) -check
+	$(BIN)/helm lint --strict deploy/helm/volplane
+	$(BIN)/helm lint --strict deploy/helm/volplane --set createNamespace=true,certificates.source=cert-manager,monitoring.enabled=true,provisioner.devDriver.enabled=false
+	$(BIN)/helm template volplane deploy/helm/volplane --namespace volplane-system >/dev/null
+	VOLPLANE_HELM=$(BIN)/helm $(GO) test -count=1 -run '^TestChart' ./deploy/ ./hack/genchart/
+$(BIN)/helm:
+	GOBIN=$(BIN) $(GO) install helm.sh/helm/v4/cmd/helm@$(HELM_VERSION)
 
 .PHONY: tools
 tools: $(BIN)/buf $(BIN)/protoc-gen-go $(BIN)/protoc-gen-go-grpc $(BIN)/protoc-gen-grpc-gateway $(BIN)/protoc-gen-openapiv2 ## Install the pinned code generators into ./bin.
