@@ -48,6 +48,10 @@ type Options struct {
 	// says it (--volplane-pod-namespace).
 	PodNamespace string
 
+	// NodeName is the node of a node-deployed sidecar (--node-deployment):
+	// $NODE_NAME, read by Start when empty.
+	NodeName string
+
 	// Given are the flags set on the command line, by name.
 	Given map[string]bool
 	// Client, when set, is the API client instead of the one the flags
@@ -129,8 +133,8 @@ func (o Options) Refusals() []error {
 	p := o.Provisioner
 	var errs []error
 	refuse := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
-	if p.NodeDeployment {
-		refuse("--node-deployment=true is refused: volplane has no per-node (distributed) provisioning yet; keep csi-provisioner in this driver's DaemonSet")
+	if p.NodeDeployment && o.NodeName == "" {
+		refuse("--node-deployment needs the NODE_NAME environment variable (the downward API's spec.nodeName), as csi-provisioner does")
 	}
 	if err := sidecar.CheckGates(o.Settings.FeatureGates); err != nil {
 		refuse("--feature-gates is refused, as csi-provisioner %s refuses it: %v", ProvisionerVersion, err)

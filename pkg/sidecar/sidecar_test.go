@@ -28,6 +28,30 @@ func TestRegistrationRoundTrip(t *testing.T) {
 	}
 }
 
+func TestNodeRegistrationRoundTrip(t *testing.T) {
+	now := time.Now().Truncate(time.Microsecond)
+	r := Registration{Namespace: "volplane-csi", Pod: "volplane-csi-node-x7k2p", Driver: "hostpath.csi.volplane.io", Port: DefaultPort,
+		CertSHA256: CertSHA256([]byte("der")), Duration: LeaseDuration, Node: "node-a",
+		NodeTopology: map[string]string{"topology.hostpath.csi.volplane.io/node": "node-a"}, NodeImmediateBinding: true}
+	l := r.Lease(now)
+	got, err := FromLease(l)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.RenewTime = now
+	if !reflect.DeepEqual(got, r) {
+		t.Fatalf("round trip:\n got %+v\nwant %+v", got, r)
+	}
+	// A registration without a node (every sidecar before node
+	// deployment) carries none of the node annotations.
+	r.Node = ""
+	for k := range r.Lease(now).Annotations {
+		if strings.HasPrefix(k, AnnotationNode) {
+			t.Fatalf("a cluster-wide registration has annotation %s", k)
+		}
+	}
+}
+
 func TestFromLeaseRefusesForgeries(t *testing.T) {
 	good := Registration{Namespace: "ns", Pod: "p", Driver: "d.example.com", Port: 7710, CertSHA256: CertSHA256(nil), Duration: LeaseDuration}
 	for name, tc := range map[string]struct {
@@ -45,7 +69,18 @@ func TestFromLeaseRefusesForgeries(t *testing.T) {
 		"upper hash":      {func(l *coordinationv1.Lease) { l.Annotations[AnnotationCertSHA256] = strings.ToUpper(CertSHA256(nil)) }, "lower-case"},
 		"no renew time":   {func(l *coordinationv1.Lease) { l.Spec.RenewTime = nil }, "spec.renewTime"},
 		"unknown setting": {func(l *coordinationv1.Lease) { l.Annotations[AnnotationSettings] = `{"deleteEverything":true}` }, "unknown field"},
-		"zero duration":   {func(l *coordinationv1.Lease) { zero := int32(0); l.Spec.LeaseDurationSeconds = &zero }, "leaseDurationSeconds"},
+		"bad node":        {func(l *coordinationv1.Lease) { l.Annotations[AnnotationNode] = "Node A" }, "is not a node name"},
+		"topology text": {func(l *coordinationv1.Lease) {
+			l.Annotations[AnnotationNode] = "a"
+			l.Annotations[AnnotationNodeTopology] = "zone=a"
+		}, AnnotationNodeTopology},
+		"topology label": {func(l *coordinationv1.Lease) {
+			l.Annotations[AnnotationNode], l.Annotations[AnnotationNodeTopology] = "a", `{"zone":"a b"}`
+		}, "is not a topology label"},
+		"immediate text": {func(l *coordinationv1.Lease) {
+			l.Annotations[AnnotationNode], l.Annotations[AnnotationNodeTopology], l.Annotations[AnnotationNodeImmediateBinding] = "a", "{}", "yes"
+		}, "is not true or false"},
+		"zero duration": {func(l *coordinationv1.Lease) { zero := int32(0); l.Spec.LeaseDurationSeconds = &zero }, "leaseDurationSeconds"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			l := good.Lease(time.Now())
