@@ -48,6 +48,9 @@ type Options struct {
 	// says it (--volplane-pod-namespace).
 	PodNamespace string
 
+	// PodName, when set, is the sidecar's pod instead of $POD_NAME or the
+	// hostname (tests running several sidecars in one process).
+	PodName string
 	// NodeName is the node of a node-deployed sidecar (--node-deployment):
 	// $NODE_NAME, read by Start when empty.
 	NodeName string

@@ -74,8 +74,10 @@ func Start(o Options) (*Sidecar, error) {
 			return nil, err
 		}
 	}
-	if s.pod, err = podName(); err != nil {
-		return nil, err
+	if s.pod = o.PodName; s.pod == "" {
+		if s.pod, err = podName(); err != nil {
+			return nil, err
+		}
 	}
 	if s.ns, err = podNamespace(o.PodNamespace); err != nil {
 		return nil, err
