@@ -333,4 +333,3 @@ func compare(t *testing.T, ours, theirs observed) {
 	}
 	t.Log(b.String())
 }
-
