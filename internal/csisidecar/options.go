@@ -124,6 +124,7 @@ func (o *Options) carry() {
 	o.Settings.PreventVolumeModeConversion = &prevent
 	o.Settings.Timeout = o.Provisioner.Timeout
 	o.Settings.ControllerPublishReadOnly = o.Provisioner.PublishReadOnly
+	o.Settings.NodeDeployment = o.Provisioner.NodeDeployment
 	if len(o.Settings.FeatureGates) == 0 {
 		o.Settings.FeatureGates = nil
 	}

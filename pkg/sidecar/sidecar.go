@@ -123,6 +123,13 @@ type Settings struct {
 	// of a claim whose only access mode is ReadOnlyMany gets
 	// spec.csi.readOnly.
 	ControllerPublishReadOnly bool `json:"controllerPublishReadOnly,omitempty"`
+	// NodeDeployment is --node-deployment: the registration names its
+	// node (AnnotationNode). It is a setting as well as the annotations so
+	// that a provisioner that predates node deployment, whose strict
+	// decoding refuses the unknown field, never uses a node's sidecar as
+	// one serving the whole cluster (which would send it other nodes'
+	// claims); a sidecar serving the whole cluster omits it.
+	NodeDeployment bool `json:"nodeDeployment,omitempty"`
 }
 
 // RegistrationName is the name of the Lease that registers pod.
@@ -245,6 +252,9 @@ func FromLease(l *coordinationv1.Lease) (Registration, error) {
 // and labels.
 func (r *Registration) readNode(a map[string]string) []error {
 	node, ok := a[AnnotationNode]
+	if ok != r.Settings.NodeDeployment {
+		return []error{fmt.Errorf("%s is set: %v, but the settings' nodeDeployment is %v", AnnotationNode, ok, r.Settings.NodeDeployment)}
+	}
 	if !ok {
 		return nil
 	}

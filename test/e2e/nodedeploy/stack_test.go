@@ -10,9 +10,12 @@ import (
 	"testing"
 	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
 	"github.com/volplane/volplane/internal/csisidecar"
 	"github.com/volplane/volplane/internal/devcsi"
 	"github.com/volplane/volplane/pkg/replica"
+	"github.com/volplane/volplane/pkg/sidecar"
 	provisionerv1 "github.com/volplane/volplane/proto/volplane/provisioner/v1"
 	"github.com/volplane/volplane/services/binder"
 	"github.com/volplane/volplane/services/provisioner"
@@ -128,7 +131,33 @@ func startVolplane(t *testing.T, c *e2e.Cluster, dir string) *stack {
 		t.Fatal(err)
 	}
 	waitServedOnEveryNode(t, c, addrs["provisioner"])
+	checkRegistrations(t, c)
 	return s
+}
+
+// checkRegistrations: each node's sidecar registered its node, the
+// topology its driver's NodeGetInfo reports, and the node-deployment
+// setting that a provisioner without node deployment refuses.
+func checkRegistrations(t *testing.T, c *e2e.Cluster) {
+	t.Helper()
+	leases, err := c.Client.CoordinationV1().Leases(csiNamespace).List(t.Context(), metav1.ListOptions{LabelSelector: sidecar.LabelRegistration})
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := map[string]bool{}
+	for i := range leases.Items {
+		r, err := sidecar.FromLease(&leases.Items[i])
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r.Pod != "volplane-csi-node-"+r.Node || r.NodeTopology[devcsi.TopologyKey] != r.Node || len(r.NodeTopology) != 1 || !r.NodeImmediateBinding || !r.Settings.NodeDeployment {
+			t.Errorf("registration %+v: want its pod's node, that node's topology, Immediate claims allowed and the nodeDeployment setting", r)
+		}
+		seen[r.Node] = true
+	}
+	if len(seen) != len(nodeNames) {
+		t.Errorf("registered nodes %v, want %v", seen, nodeNames)
+	}
 }
 
 // waitServedOnEveryNode waits until the provisioner lists the dev driver
