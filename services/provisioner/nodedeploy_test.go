@@ -50,7 +50,7 @@ func (rig *discoveryRig) registerNode(t *testing.T, pod, node string, sc *testSi
 	t.Helper()
 	r := sidecar.Registration{Namespace: "csi", Pod: pod, Driver: sidecarDriverName, Port: sc.port, CertSHA256: sc.hash, Duration: sidecar.LeaseDuration,
 		Settings: sidecar.Settings{NodeDeployment: true},
-		Node: node, NodeTopology: map[string]string{devcsi.TopologyKey: node}, NodeImmediateBinding: immediate}
+		Node:     node, NodeTopology: map[string]string{devcsi.TopologyKey: node}, NodeImmediateBinding: immediate}
 	if _, err := rig.api.CoordinationV1().Leases("csi").Create(t.Context(), r.Lease(time.Now()), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
