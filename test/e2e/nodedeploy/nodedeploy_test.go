@@ -1,6 +1,7 @@
 package nodedeploy
 
 import (
+	"encoding/json"
 	"fmt"
 	"os"
 	"slices"
@@ -46,6 +47,9 @@ type observed struct {
 	// request is the CreateVolume request of each claim's volume, without
 	// its name and the extra metadata that name the run's objects.
 	request map[string]string
+	// pv is each claim's PV as JSON, without what names the run's objects
+	// (name, claimRef, volume handle, provisioner identity).
+	pv map[string]string
 	// calls are how many CreateVolume calls each volume took.
 	calls map[string]int
 	// immediate is the node an Immediate claim's volume went to, with no
@@ -108,7 +112,7 @@ func scenario(t *testing.T, c *e2e.Cluster, s *stack, ns string) observed {
 	if _, err := c.Client.CoreV1().Namespaces().Create(t.Context(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	o := observed{node: map[string]string{}, affinity: map[string]string{}, request: map[string]string{}, calls: map[string]int{}}
+	o := observed{node: map[string]string{}, affinity: map[string]string{}, request: map[string]string{}, calls: map[string]int{}, pv: map[string]string{}}
 	for _, m := range members {
 		createClaim(t, c, ns, m.claim, "1Gi", classWFFC, m.node)
 	}
@@ -121,6 +125,7 @@ func scenario(t *testing.T, c *e2e.Cluster, s *stack, ns string) observed {
 		o.node[m.claim] = holder(t, s, pv.Spec.CSI.VolumeHandle)
 		o.affinity[m.claim] = affinityNode(pv)
 		o.request[m.claim], o.calls[m.claim] = requestOf(s.drivers[o.node[m.claim]], pv.Name)
+		o.pv[m.claim] = pvShape(t, pv)
 		if o.node[m.claim] != m.node || o.affinity[m.claim] != m.node {
 			t.Errorf("%s (selected node %s): volume on %q, PV affinity %q", m.claim, m.node, o.node[m.claim], o.affinity[m.claim])
 		}
@@ -147,6 +152,33 @@ func immediate(t *testing.T, c *e2e.Cluster, s *stack, ns string) string {
 		t.Errorf("Immediate claim: volume on %s, PV affinity %q", node, a)
 	}
 	return node
+}
+
+// pvShape is pv's labels, annotations, finalizers and spec as JSON, less
+// what differs between runs by name or time alone: the PV's and the
+// claim's names and UIDs, the volume handle, the provisioner's identity
+// attribute and the driver's creation-time attribute; and less
+// kubernetes.io/pv-protection, which kube-controller-manager's protection
+// controller adds (it runs beside csi-provisioner only, here).
+func pvShape(t *testing.T, pv *corev1.PersistentVolume) string {
+	t.Helper()
+	spec := pv.Spec.DeepCopy()
+	spec.ClaimRef = nil
+	if spec.CSI != nil {
+		spec.CSI.VolumeHandle = ""
+		delete(spec.CSI.VolumeAttributes, "storage.kubernetes.io/csiProvisionerIdentity")
+		delete(spec.CSI.VolumeAttributes, "volplane.io/creation-time")
+	}
+	fin := slices.DeleteFunc(slices.Clone(pv.Finalizers), func(f string) bool { return f == "kubernetes.io/pv-protection" })
+	b, err := json.Marshal(struct {
+		Labels, Annotations map[string]string
+		Finalizers          []string
+		Spec                *corev1.PersistentVolumeSpec
+	}{pv.Labels, pv.Annotations, fin, spec})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
 }
 
 // createClaim creates a claim of size in class, with the node the
@@ -311,8 +343,12 @@ func compare(t *testing.T, ours, theirs observed) {
 		if ours.node[m.claim] != theirs.node[m.claim] || ours.affinity[m.claim] != theirs.affinity[m.claim] {
 			t.Errorf("%s: nodes differ", m.claim)
 		}
+		if ours.pv[m.claim] != theirs.pv[m.claim] {
+			t.Errorf("%s: PVs differ:\n volplane:        %s\n csi-provisioner: %s", m.claim, ours.pv[m.claim], theirs.pv[m.claim])
+		}
 	}
 	fmt.Fprintf(&b, "request of data-web-1 (both): %s\n", ours.request["data-web-1"])
+	fmt.Fprintf(&b, "PV of data-web-1 (volplane): %s\n", ours.pv["data-web-1"])
 	fmt.Fprintf(&b, "too big (20Gi on node-a):\n  volplane:        rescheduled=%v %q\n  csi-provisioner: rescheduled=%v %q\n",
 		ours.bigRescheduled, ours.bigMessage, theirs.bigRescheduled, theirs.bigMessage)
 	if ours.bigRescheduled != theirs.bigRescheduled {
