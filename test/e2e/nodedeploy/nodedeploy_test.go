@@ -134,7 +134,23 @@ func scenario(t *testing.T, c *e2e.Cluster, s *stack, ns string) observed {
 	o.capacities = capacities(t, c, s)
 	deleteOne(t, c, s, ns, members[0].claim, members[0].node)
 	o.immediate = immediate(t, c, s, ns)
+	if s.name == "volplane" {
+		// csi-provisioner's nodes just never claim it: no event.
+		name := createdTooBigImmediate(t, c, ns)
+		e2e.HasEvent(t, c.Client, ns, "PersistentVolumeClaim", name, "ProvisioningFailed", "no node can take the volume of 20Gi: node-a: ", "", time.Minute)
+		if evs, err := e2e.Events(c.Client, ns, "PersistentVolumeClaim", name); err == nil && len(evs) > 0 {
+			t.Logf("Immediate claim of 20Gi, no node with room: %s %q", evs[len(evs)-1].Reason, evs[len(evs)-1].Message)
+		}
+	}
 	return o
+}
+
+// createdTooBigImmediate creates an Immediate claim no node has room for
+// and returns its name.
+func createdTooBigImmediate(t *testing.T, c *e2e.Cluster, ns string) string {
+	t.Helper()
+	createClaim(t, c, ns, "big-immediate", "20Gi", classImmediate, "")
+	return "big-immediate"
 }
 
 // immediate creates a claim of Immediate binding (no node selected) and
