@@ -189,7 +189,8 @@ test-e2e-storage: e2e-test e2e-images ## make cluster with the vendor-deployed d
 ##@ Test
 
 .PHONY: test
-# internal/csisidecar compares its flags with the pinned csi-provisioner's --help.
+# internal/csisidecar compares its flags with the pinned csi-provisioner's --help;
+# test/e2e/nodedeploy runs it with --node-deployment beside volplane's sidecars.
 test: export VOLPLANE_CSI_PROVISIONER := $(CSI_PROVISIONER)
 # test/e2e/standalone runs beside the pinned kube-controller-manager (the same build as kube-apiserver).
 test: export VOLPLANE_KUBE_CONTROLLER_MANAGER := $(KUBE_CONTROLLER_MANAGER)

@@ -84,10 +84,10 @@ var Flags = []Flag{
 	{"master", Kept, "the sidecar's API server address"},
 	{"metrics-address", Kept, "(deprecated) serves /metrics, as --http-endpoint; only one of the two"},
 	{"metrics-path", Kept, "the path of the metrics on --http-endpoint"},
-	{"node-deployment", Refused, "refused when true: volplane has no per-node provisioning yet (issue 37)"},
-	{"node-deployment-base-delay", Accepted, "only used with --node-deployment, which is refused"},
-	{"node-deployment-immediate-binding", Accepted, "only used with --node-deployment, which is refused"},
-	{"node-deployment-max-delay", Accepted, "only used with --node-deployment, which is refused"},
+	{"node-deployment", Carried, "the sidecar registers for its node ($NODE_NAME, required) with the topology of the driver's NodeGetInfo; the provisioner sends it only the claims whose selected node is that node, the deletions of volumes accessible there, and the capacity queries of that node's segment"},
+	{"node-deployment-base-delay", Accepted, "the provisioner places an Immediate claim on one node in one step, so no node waits to race the others for it"},
+	{"node-deployment-immediate-binding", Carried, "false: the provisioner places no claim of Immediate binding on this node"},
+	{"node-deployment-max-delay", Accepted, "the provisioner places an Immediate claim on one node in one step, so no node waits to race the others for it"},
 	{"prevent-volume-mode-conversion", Carried, "the provisioner's check of a restore's volume mode; a value other than the provisioner's own --prevent-volume-mode-conversion makes the driver not ready"},
 	{"retry-interval-max", Accepted, "volplane's binder and reclaimer schedule the retries (their own --retry-interval-max)"},
 	{"retry-interval-start", Accepted, "volplane's binder and reclaimer schedule the retries (their own --retry-interval-start)"},
@@ -140,7 +140,9 @@ type ProvisionerFlags struct {
 	// PreventVolumeModeConversion is --prevent-volume-mode-conversion.
 	PreventVolumeModeConversion bool
 	NodeDeployment              bool
-	PublishReadOnly             bool
+	// NodeImmediateBinding is --node-deployment-immediate-binding.
+	NodeImmediateBinding bool
+	PublishReadOnly      bool
 }
 
 // addProvisionerFlags registers csi-provisioner v6.3.0's flags, with its
@@ -188,7 +190,7 @@ func addProvisionerFlags(fs *pflag.FlagSet, p *ProvisionerFlags, s *sidecar.Sett
 	fs.DurationVar(new(time.Duration), "capacity-poll-interval", time.Minute, "How long the external-provisioner waits before checking for storage capacity changes.")
 	fs.IntVar(new(int), "capacity-ownerref-level", 1, "The owner level of CSIStorageCapacity objects.")
 	fs.BoolVar(&p.NodeDeployment, "node-deployment", false, "Enables deploying the external-provisioner together with a CSI driver on nodes.")
-	fs.BoolVar(new(bool), "node-deployment-immediate-binding", true, "Determines whether immediate binding is supported when deployed on each node.")
+	fs.BoolVar(&p.NodeImmediateBinding, "node-deployment-immediate-binding", true, "Determines whether immediate binding is supported when deployed on each node.")
 	fs.DurationVar(new(time.Duration), "node-deployment-base-delay", 20*time.Second, "Initial delay before trying to own a PVC with immediate binding.")
 	fs.DurationVar(new(time.Duration), "node-deployment-max-delay", 60*time.Second, "Maximum delay before trying to own a PVC with immediate binding.")
 	fs.BoolVar(&p.PublishReadOnly, "controller-publish-readonly", false, "Mark PVs readonly at controller publish volume call if PVC accessmode has been set to ROX.")

@@ -191,7 +191,7 @@ func TestRefusalsNameTheirFlag(t *testing.T) {
 		args []string
 		want string
 	}{
-		{[]string{"--node-deployment"}, "--node-deployment=true"},
+		{[]string{"--node-deployment"}, "NODE_NAME"},
 		{[]string{"--volume-name-uuid-length=0"}, "--volume-name-uuid-length=0"},
 		{[]string{"--volume-name-uuid-length=33"}, "--volume-name-uuid-length=33"},
 		{[]string{"--http-endpoint=:8080", "--metrics-address=:8081"}, "--metrics-address"},

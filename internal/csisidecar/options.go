@@ -48,6 +48,13 @@ type Options struct {
 	// says it (--volplane-pod-namespace).
 	PodNamespace string
 
+	// PodName, when set, is the sidecar's pod instead of $POD_NAME or the
+	// hostname (tests running several sidecars in one process).
+	PodName string
+	// NodeName is the node of a node-deployed sidecar (--node-deployment):
+	// $NODE_NAME, read by Start when empty.
+	NodeName string
+
 	// Given are the flags set on the command line, by name.
 	Given map[string]bool
 	// Client, when set, is the API client instead of the one the flags
@@ -117,6 +124,7 @@ func (o *Options) carry() {
 	o.Settings.PreventVolumeModeConversion = &prevent
 	o.Settings.Timeout = o.Provisioner.Timeout
 	o.Settings.ControllerPublishReadOnly = o.Provisioner.PublishReadOnly
+	o.Settings.NodeDeployment = o.Provisioner.NodeDeployment
 	if len(o.Settings.FeatureGates) == 0 {
 		o.Settings.FeatureGates = nil
 	}
@@ -129,8 +137,8 @@ func (o Options) Refusals() []error {
 	p := o.Provisioner
 	var errs []error
 	refuse := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
-	if p.NodeDeployment {
-		refuse("--node-deployment=true is refused: volplane has no per-node (distributed) provisioning yet; keep csi-provisioner in this driver's DaemonSet")
+	if p.NodeDeployment && o.NodeName == "" {
+		refuse("--node-deployment needs the NODE_NAME environment variable (the downward API's spec.nodeName), as csi-provisioner does")
 	}
 	if err := sidecar.CheckGates(o.Settings.FeatureGates); err != nil {
 		refuse("--feature-gates is refused, as csi-provisioner %s refuses it: %v", ProvisionerVersion, err)

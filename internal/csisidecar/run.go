@@ -54,6 +54,9 @@ func Run(ctx context.Context, o Options) error {
 // the API client and the serving certificate, dials the driver and opens
 // the listener.
 func Start(o Options) (*Sidecar, error) {
+	if o.Provisioner.NodeDeployment && o.NodeName == "" {
+		o.NodeName = os.Getenv("NODE_NAME")
+	}
 	if err := o.Validate(); err != nil {
 		return nil, err
 	}
@@ -71,8 +74,10 @@ func Start(o Options) (*Sidecar, error) {
 			return nil, err
 		}
 	}
-	if s.pod, err = podName(); err != nil {
-		return nil, err
+	if s.pod = o.PodName; s.pod == "" {
+		if s.pod, err = podName(); err != nil {
+			return nil, err
+		}
 	}
 	if s.ns, err = podNamespace(o.PodNamespace); err != nil {
 		return nil, err
@@ -156,6 +161,14 @@ func (s *Sidecar) register(ctx context.Context, le *leader) error {
 		Namespace: s.ns, Pod: s.pod, Driver: driver, Port: port, CertSHA256: s.cert.sha256(),
 		LeaderElection: le != nil, Settings: s.opts.Settings, Duration: sidecar.LeaseDuration,
 	}}
+	if s.opts.Provisioner.NodeDeployment {
+		topo, err := waitForNodeInfo(ctx, s.driver, s.opts.Provisioner.Timeout, s.log)
+		if err != nil {
+			return nil // ctx ended
+		}
+		r.reg.Node, r.reg.NodeTopology, r.reg.NodeImmediateBinding = s.opts.NodeName, topo, s.opts.Provisioner.NodeImmediateBinding
+		s.log.Info("node deployment: registering for this node only", "node", s.opts.NodeName, "topology", topo)
+	}
 	if le == nil {
 		r.run(ctx)
 		return nil
@@ -203,6 +216,35 @@ func waitForDriver(ctx context.Context, cc *grpc.ClientConn, timeout time.Durati
 		select {
 		case <-ctx.Done():
 			return "", ctx.Err()
+		case <-time.After(delay):
+		}
+		delay = min(delay*2, 5*time.Second)
+	}
+}
+
+// waitForNodeInfo asks the driver its node's topology (NodeGetInfo), as
+// csi-provisioner does with --node-deployment, until it answers, with
+// backoff. A driver without topology answers an empty segment.
+func waitForNodeInfo(ctx context.Context, cc *grpc.ClientConn, timeout time.Duration, log *slog.Logger) (map[string]string, error) {
+	delay, logged := 100*time.Millisecond, false
+	for {
+		callCtx, cancel := context.WithTimeout(ctx, timeout)
+		info, err := csi.NewNodeClient(cc).NodeGetInfo(callCtx, &csi.NodeGetInfoRequest{})
+		cancel()
+		if err == nil {
+			topo := info.GetAccessibleTopology().GetSegments()
+			if topo == nil {
+				topo = map[string]string{}
+			}
+			return topo, nil
+		}
+		if !logged {
+			log.Warn("waiting for the CSI driver to answer NodeGetInfo (--node-deployment)", "error", err)
+			logged = true
+		}
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
 		case <-time.After(delay):
 		}
 		delay = min(delay*2, 5*time.Second)

@@ -12,6 +12,11 @@
 // With --leader-election only the sidecar holding csi-provisioner's own
 // leader lock registers, so one driver controller acts at a time, as with
 // csi-provisioner; without it every ready pod of the driver registers.
+// A sidecar started with --node-deployment (in a node-local driver's
+// DaemonSet) also names its node, the node's topology segment and
+// whether Immediate claims may go there (AnnotationNode and the two after
+// it); the provisioner then sends it only that node's calls, and trusts
+// the registration only while its pod runs on that node.
 //
 // A registration proves nothing by itself: anyone who may write Leases in
 // a namespace can write one. The provisioner trusts it only when

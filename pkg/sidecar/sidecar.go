@@ -37,6 +37,18 @@ const (
 	// AnnotationSettings is the JSON of Settings: the csi-provisioner
 	// flags of the sidecar's command line that shape requests and PVs.
 	AnnotationSettings = "volplane.io/provisioning-settings"
+	// AnnotationNode is, for a sidecar started with --node-deployment, the
+	// node its pod runs on: the driver behind it makes volumes for claims
+	// whose selected node is this one only. Absent: the driver serves the
+	// whole cluster.
+	AnnotationNode = "volplane.io/node"
+	// AnnotationNodeTopology is the JSON object of the node's topology
+	// segment as the driver's NodeGetInfo reports it (node deployment).
+	AnnotationNodeTopology = "volplane.io/node-topology"
+	// AnnotationNodeImmediateBinding is "false" when the node-deployed
+	// sidecar was started with --node-deployment-immediate-binding=false:
+	// claims of Immediate binding are not provisioned on its node.
+	AnnotationNodeImmediateBinding = "volplane.io/node-immediate-binding"
 
 	// Group, ResourceDrivers and VerbServe are what a SubjectAccessReview
 	// asks of a sidecar pod's ServiceAccount, with the driver's name as
@@ -72,6 +84,15 @@ type Registration struct {
 	LeaderElection bool
 	// Settings are the sidecar's request-shaping flags.
 	Settings Settings
+	// Node is the node of a node-deployed sidecar (--node-deployment),
+	// "" for one serving the whole cluster. NodeTopology is that node's
+	// segment (NodeGetInfo), NodeImmediateBinding whether claims of
+	// Immediate binding may be placed on it. These are annotations of
+	// their own, not Settings, so that a provisioner that predates them
+	// reads the Lease as before.
+	Node                 string
+	NodeTopology         map[string]string
+	NodeImmediateBinding bool
 	// RenewTime and Duration say until when the registration holds.
 	RenewTime time.Time
 	Duration  time.Duration
@@ -102,6 +123,13 @@ type Settings struct {
 	// of a claim whose only access mode is ReadOnlyMany gets
 	// spec.csi.readOnly.
 	ControllerPublishReadOnly bool `json:"controllerPublishReadOnly,omitempty"`
+	// NodeDeployment is --node-deployment: the registration names its
+	// node (AnnotationNode). It is a setting as well as the annotations so
+	// that a provisioner that predates node deployment, whose strict
+	// decoding refuses the unknown field, never uses a node's sidecar as
+	// one serving the whole cluster (which would send it other nodes'
+	// claims); a sidecar serving the whole cluster omits it.
+	NodeDeployment bool `json:"nodeDeployment,omitempty"`
 }
 
 // RegistrationName is the name of the Lease that registers pod.
@@ -134,7 +162,7 @@ func (r Registration) Lease(now time.Time) *coordinationv1.Lease {
 	secs := int32(r.Duration / time.Second)
 	holder := r.Pod
 	renew := metav1.NewMicroTime(now)
-	return &coordinationv1.Lease{
+	l := &coordinationv1.Lease{
 		ObjectMeta: metav1.ObjectMeta{
 			Name:      RegistrationName(r.Pod),
 			Namespace: r.Namespace,
@@ -145,16 +173,22 @@ func (r Registration) Lease(now time.Time) *coordinationv1.Lease {
 				AnnotationPort:           strconv.Itoa(r.Port),
 				AnnotationCertSHA256:     r.CertSHA256,
 				AnnotationLeaderElection: strconv.FormatBool(r.LeaderElection),
-				AnnotationSettings:       r.settingsJSON(),
+				AnnotationSettings:       mustJSON(r.Settings),
 			},
 		},
 		Spec: coordinationv1.LeaseSpec{HolderIdentity: &holder, LeaseDurationSeconds: &secs, RenewTime: &renew},
 	}
+	if r.Node != "" {
+		l.Annotations[AnnotationNode] = r.Node
+		l.Annotations[AnnotationNodeTopology] = mustJSON(r.NodeTopology)
+		l.Annotations[AnnotationNodeImmediateBinding] = strconv.FormatBool(r.NodeImmediateBinding)
+	}
+	return l
 }
 
-func (r Registration) settingsJSON() string {
-	b, err := json.Marshal(r.Settings)
-	if err != nil { // a struct of plain fields always marshals
+func mustJSON(v any) string {
+	b, err := json.Marshal(v)
+	if err != nil { // plain maps and structs always marshal
 		panic(err)
 	}
 	return string(b)
@@ -199,6 +233,7 @@ func FromLease(l *coordinationv1.Lease) (Registration, error) {
 			errs = append(errs, fmt.Errorf("%s: %v", AnnotationSettings, err))
 		}
 	}
+	errs = append(errs, r.readNode(a)...)
 	if l.Spec.RenewTime == nil || l.Spec.LeaseDurationSeconds == nil || *l.Spec.LeaseDurationSeconds <= 0 {
 		errs = append(errs, errors.New("spec.renewTime and a positive spec.leaseDurationSeconds are required"))
 	} else {
@@ -209,4 +244,38 @@ func FromLease(l *coordinationv1.Lease) (Registration, error) {
 		return Registration{}, fmt.Errorf("lease %s/%s: %w", l.Namespace, l.Name, errors.Join(errs...))
 	}
 	return r, nil
+}
+
+// readNode reads the node-deployment annotations into r, if any: a node
+// name, its topology (a JSON object of label keys and values) and the
+// immediate-binding switch, checked as the API server checks a Node's name
+// and labels.
+func (r *Registration) readNode(a map[string]string) []error {
+	node, ok := a[AnnotationNode]
+	if ok != r.Settings.NodeDeployment {
+		return []error{fmt.Errorf("%s is set: %v, but the settings' nodeDeployment is %v", AnnotationNode, ok, r.Settings.NodeDeployment)}
+	}
+	if !ok {
+		return nil
+	}
+	var errs []error
+	if msgs := validation.IsDNS1123Subdomain(node); len(msgs) > 0 {
+		errs = append(errs, fmt.Errorf("%s %q is not a node name", AnnotationNode, node))
+	}
+	r.Node = node
+	if err := json.Unmarshal([]byte(a[AnnotationNodeTopology]), &r.NodeTopology); err != nil {
+		errs = append(errs, fmt.Errorf("%s: %v", AnnotationNodeTopology, err))
+	}
+	for k, v := range r.NodeTopology {
+		if len(validation.IsQualifiedName(k)) > 0 || len(validation.IsValidLabelValue(v)) > 0 {
+			errs = append(errs, fmt.Errorf("%s: %q=%q is not a topology label", AnnotationNodeTopology, k, v))
+		}
+	}
+	switch v := a[AnnotationNodeImmediateBinding]; v {
+	case "true", "false":
+		r.NodeImmediateBinding = v == "true"
+	default:
+		errs = append(errs, fmt.Errorf("%s %q is not true or false", AnnotationNodeImmediateBinding, v))
+	}
+	return errs
 }

@@ -42,8 +42,18 @@ func (c capacityDrivers) Driver(name string) (capacity.Driver, bool) {
 }
 
 // Segments are the segments of every node where the driver is installed
-// (its CSINode lists it with topology keys, and the Node has their labels).
+// (its CSINode lists it with topology keys, and the Node has their labels);
+// for a node-deployed driver, the segments its sidecars registered, so
+// that each node's capacity is asked of that node's driver.
 func (c capacityDrivers) Segments(driver string) ([]map[string]string, error) {
+	if d := c.reg.byDriver(driver); d != nil && d.nodeDeployed() {
+		// Each node's own segment, as its sidecar registered it.
+		var segs []map[string]string
+		for _, ep := range d.sidecars.nodeEndpoints() {
+			segs = append(segs, ep.topology)
+		}
+		return dedupe(segs), nil
+	}
 	cns, err := c.nodes.CSINodes()
 	if err != nil {
 		return nil, fmt.Errorf("list CSINodes: %w", err)

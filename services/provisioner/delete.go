@@ -38,7 +38,12 @@ func (p *provisioner) deleteVolume(ctx context.Context, pv *corev1.PersistentVol
 		return result{outcome: provisionerv1.Outcome_OUTCOME_IN_BACKGROUND, message: "an attempt to delete " + pv.Name + " is running"}, nil
 	}
 	defer p.end(kindDelete, pv.Name)
-	return p.runDelete(ctx, d, pv.Name, pv.Spec.CSI.VolumeHandle, p.deletionSecret(ctx, pv)), nil
+	node, err := p.deletionNode(d, pv)
+	if err != nil {
+		out := classify(err, false)
+		return result{outcome: out, message: err.Error()}, nil
+	}
+	return p.runDelete(withNode(ctx, node), d, pv.Name, pv.Spec.CSI.VolumeHandle, p.deletionSecret(ctx, pv)), nil
 }
 
 // errNoSession: this replica has no etcd session, so it deletes nothing.

@@ -166,6 +166,8 @@ func (d *discovery) verify(ctx context.Context, r sidecar.Registration) (pod *co
 		return nil, "the pod is not Ready", nil
 	case pod.Status.PodIP == "":
 		return nil, "the pod has no IP", nil
+	case r.Node != "" && pod.Spec.NodeName != r.Node:
+		return nil, fmt.Sprintf("the registration is for node %q (--node-deployment), but the pod runs on node %q", r.Node, pod.Spec.NodeName), nil
 	case pod.Spec.HostNetwork && !declaresPort(pod, r.Port):
 		return nil, fmt.Sprintf("the pod runs in the node's network (hostNetwork) and none of its containers declares the registered port %d "+
 			"(ports: containerPort %d, TCP), so it may be another process's of the node", r.Port, r.Port), nil
@@ -248,8 +250,8 @@ func (d *discovery) use(ctx context.Context, key string, r sidecar.Registration,
 	drv, made := d.reg.sidecarDriver(r.Driver)
 	addr := netJoin(ip, r.Port)
 	if ep := drv.sidecars.get(key); ep != nil && ep.addr == addr && ep.hash == r.CertSHA256 {
-		changed := fmt.Sprint(ep.settings) != fmt.Sprint(r.Settings)
-		drv.sidecars.set(&sidecarEndpoint{lease: key, pod: r.Key(), addr: addr, hash: r.CertSHA256, settings: r.Settings, conn: ep.conn}, d.now())
+		changed := fmt.Sprint(ep.settings) != fmt.Sprint(r.Settings) || ep.node != r.Node || fmt.Sprint(ep.topology) != fmt.Sprint(r.NodeTopology)
+		drv.sidecars.set(endpointOf(key, addr, r, ep.conn), d.now())
 		d.known.remember(ctx, r.Driver, d.now(), r.Key())
 		if changed {
 			d.reg.kick()
@@ -265,20 +267,26 @@ func (d *discovery) use(ctx context.Context, key string, r sidecar.Registration,
 	if err != nil {
 		return fmt.Sprintf("the sidecar at %s does not answer with its pinned certificate: %v", addr, err)
 	}
-	if old := drv.sidecars.set(&sidecarEndpoint{lease: key, pod: r.Key(), addr: addr, hash: r.CertSHA256, settings: r.Settings, conn: cc}, d.now()); old != nil {
+	if old := drv.sidecars.set(endpointOf(key, addr, r, cc), d.now()); old != nil {
 		old.conn.Close()
 	}
 	d.mu.Lock()
 	d.drivers[key] = r.Driver
 	delete(d.logged, key)
 	d.mu.Unlock()
-	d.log.Info("volplane-csi-sidecar registered", "lease", key, "pod", r.Key(), "driver", r.Driver, "address", addr)
+	d.log.Info("volplane-csi-sidecar registered", "lease", key, "pod", r.Key(), "driver", r.Driver, "address", addr, "node", r.Node)
 	if made {
 		d.log.Info("CSI driver discovered", "driver", r.Driver)
 	}
 	d.known.remember(ctx, r.Driver, d.now(), r.Key())
 	d.reg.kick()
 	return ""
+}
+
+// endpointOf is the endpoint of registration r (lease key) at addr.
+func endpointOf(key, addr string, r sidecar.Registration, cc *grpc.ClientConn) *sidecarEndpoint {
+	return &sidecarEndpoint{lease: key, pod: r.Key(), addr: addr, hash: r.CertSHA256, settings: r.Settings, conn: cc,
+		node: r.Node, topology: r.NodeTopology, immediate: r.NodeImmediateBinding}
 }
 
 // drop takes the sidecar of lease key out of its driver's pool, logging

@@ -71,6 +71,12 @@ func selfSigned(t *testing.T, notBefore time.Time) tls.Certificate {
 // any) with cert, for clients whose certificate chains to caFile.
 func startSidecar(t *testing.T, name, host string, port int, cert tls.Certificate, caFile string) *testSidecar {
 	t.Helper()
+	return startSidecarOf(t, devcsi.Options{Name: name, RootDir: t.TempDir(), NodeID: "node-a", Logger: discard}, host, port, cert, caFile)
+}
+
+// startSidecarOf is startSidecar in front of a dev driver of options o.
+func startSidecarOf(t *testing.T, o devcsi.Options, host string, port int, cert tls.Certificate, caFile string) *testSidecar {
+	t.Helper()
 	pem, err := os.ReadFile(caFile)
 	if err != nil {
 		t.Fatal(err)
@@ -84,7 +90,7 @@ func startSidecar(t *testing.T, name, host string, port int, cert tls.Certificat
 			}
 			return nil
 		}}
-	d, err := devcsi.New(devcsi.Options{Name: name, RootDir: t.TempDir(), NodeID: "node-a", Logger: discard})
+	d, err := devcsi.New(o)
 	if err != nil {
 		t.Fatal(err)
 	}

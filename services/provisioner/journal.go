@@ -58,6 +58,10 @@ type provisionOp struct {
 	LastCode    string    `json:"lastCode,omitempty"`
 	LastMessage string    `json:"lastMessage,omitempty"`
 	LastAttempt time.Time `json:"lastAttempt,omitzero"`
+	// Node is, for a node-deployed driver, the node whose sidecar is asked
+	// (the claim's selected node, or the one an Immediate claim was placed
+	// on): every attempt of the journaled request goes there.
+	Node string `json:"node,omitempty"`
 }
 
 // failed records the error an attempt ended with.

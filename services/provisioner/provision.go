@@ -264,10 +264,13 @@ func (p *provisioner) prepare(ctx context.Context, a *attempt) error {
 		a.spec.readOnly = readOnlyVolume(p.publishReadOnlyFor(a.d), a.req)
 		return nil
 	}
+	if a.spec.node, err = p.volumeNode(ctx, a.d, a.claim, a.class, a.spec.fsType); err != nil {
+		return err
+	}
 	a.req, err = p.createRequest(ctx, a.d, a.claim, a.class, a.spec)
 	a.spec.readOnly = readOnlyVolume(p.publishReadOnlyFor(a.d), a.req)
 	a.op = provisionOp{ClaimNamespace: a.claim.Namespace, ClaimName: a.claim.Name, ClaimUID: string(a.claim.UID),
-		Class: a.class.Name, Provisioner: a.class.Provisioner, Secret: a.spec.secrets["provisioner"], Start: p.now()}
+		Class: a.class.Name, Provisioner: a.class.Provisioner, Secret: a.spec.secrets["provisioner"], Start: p.now(), Node: a.spec.node}
 	if err == nil {
 		a.op.Request, err = proto.Marshal(a.req)
 	}
@@ -280,7 +283,7 @@ func (p *provisioner) prepare(ctx context.Context, a *attempt) error {
 func (p *provisioner) createVolume(ctx context.Context, a *attempt, secrets map[string]string) (vol *csi.Volume, res result, done bool, err error) {
 	call := proto.Clone(a.req).(*csi.CreateVolumeRequest)
 	call.Secrets = secrets
-	cctx, cancel := context.WithTimeout(ctx, p.timeoutFor(a.d))
+	cctx, cancel := context.WithTimeout(withNode(ctx, a.op.Node), p.timeoutFor(a.d))
 	cctx, step := p.timeline.Start(cctx, string(a.claim.UID), "CreateVolume")
 	resp, err := a.d.controller.CreateVolume(cctx, call)
 	step.EndErr(err, a.name)
@@ -387,8 +390,16 @@ func (p *provisioner) createRequest(ctx context.Context, d *driver, claim *corev
 		VolumeCapabilities: caps,
 		Parameters:         driverParameters(class, claim, spec.name, p.extraMetadataFor(d)),
 	}
-	if p.topologyFor(d) && !unconstrained(p.immediateTopologyFor(d), class, claim) {
-		req.AccessibilityRequirements, err = accessibilityRequirements(p.nodes, d.name(), class, claim.Annotations[kube.AnnSelectedNode], claim.Name, p.strictTopologyFor(d))
+	node := spec.node
+	if node == "" {
+		node = claim.Annotations[kube.AnnSelectedNode]
+	}
+	if p.topologyFor(d) && (spec.node != "" || !unconstrained(p.immediateTopologyFor(d), class, claim)) {
+		n, err := p.nodesFor(d, node)
+		if err != nil {
+			return nil, err
+		}
+		req.AccessibilityRequirements, err = accessibilityRequirements(n, d.name(), class, node, claim.Name, p.strictTopologyFor(d))
 		if err != nil {
 			return nil, err
 		}
@@ -401,6 +412,23 @@ func (p *provisioner) createRequest(ctx context.Context, d *driver, claim *corev
 		return nil, err
 	}
 	return req, nil
+}
+
+// volumeNode is the node a node-deployed driver makes the claim's volume
+// on: its selected node, else (Immediate binding) the one placeImmediate
+// chooses. "" for a driver served cluster-wide.
+func (p *provisioner) volumeNode(ctx context.Context, d *driver, claim *corev1.PersistentVolumeClaim, class *storagev1.StorageClass, fsType string) (string, error) {
+	if !d.nodeDeployed() {
+		return "", nil
+	}
+	if node := claim.Annotations[kube.AnnSelectedNode]; node != "" {
+		return node, nil
+	}
+	caps, err := volumeCapabilities(claim, fsType, class.MountOptions, d.has(csi.ControllerServiceCapability_RPC_SINGLE_NODE_MULTI_WRITER))
+	if err != nil {
+		return "", err
+	}
+	return p.placeImmediate(ctx, d, claim, class, caps)
 }
 
 // saveVolume creates the PV; one that exists already for this claim (an

@@ -29,6 +29,12 @@ type sidecarEndpoint struct {
 	hash     string // the pinned certificate's SHA-256
 	settings sidecar.Settings
 	conn     *grpc.ClientConn
+	// node, topology and immediate are a node-deployed sidecar's node,
+	// its segment and whether it takes Immediate claims (nodedeploy.go);
+	// node is "" for a sidecar serving the whole cluster.
+	node      string
+	topology  map[string]string
+	immediate bool
 }
 
 // sidecarPool is the gRPC connection of a discovered driver: each call
@@ -122,6 +128,10 @@ func (p *sidecarPool) missing() string {
 func (p *sidecarPool) describe() string {
 	var parts []string
 	for _, ep := range p.endpoints() {
+		if ep.node != "" {
+			parts = append(parts, fmt.Sprintf("%s (%s, node %s)", ep.pod, ep.addr, ep.node))
+			continue
+		}
 		parts = append(parts, fmt.Sprintf("%s (%s)", ep.pod, ep.addr))
 	}
 	if len(parts) == 0 {
@@ -148,7 +158,7 @@ func (p *sidecarPool) pick() (*sidecarEndpoint, error) {
 
 // Invoke sends a unary call to one of the driver's sidecars.
 func (p *sidecarPool) Invoke(ctx context.Context, method string, args, reply any, opts ...grpc.CallOption) error {
-	ep, err := p.pick()
+	ep, err := p.route(ctx, args)
 	if err != nil {
 		return err
 	}
@@ -158,7 +168,7 @@ func (p *sidecarPool) Invoke(ctx context.Context, method string, args, reply any
 // NewStream opens a stream to one of the driver's sidecars (CSI has no
 // streaming call; here for the interface).
 func (p *sidecarPool) NewStream(ctx context.Context, desc *grpc.StreamDesc, method string, opts ...grpc.CallOption) (grpc.ClientStream, error) {
-	ep, err := p.pick()
+	ep, err := p.route(ctx, nil)
 	if err != nil {
 		return nil, err
 	}

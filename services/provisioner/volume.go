@@ -31,6 +31,9 @@ type volumeSpec struct {
 	// secrets the PV's CSI source refers to, by kind (see secretParams);
 	// "provisioner" becomes the deletion-secret annotations.
 	secrets map[string]*secretRef
+	// node is the node a node-deployed driver's volume is made on
+	// (nodedeploy.go); "": the claim's selected node, if any.
+	node string
 }
 
 // buildVolume is the PersistentVolume for a volume the driver made: the CSI
