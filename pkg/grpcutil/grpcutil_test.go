@@ -3,9 +3,12 @@ package grpcutil_test
 import (
 	"bytes"
 	"context"
+	"crypto/x509"
+	"encoding/pem"
 	"io"
 	"log/slog"
 	"net"
+	"os"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -347,6 +350,58 @@ func TestCertificateRotation(t *testing.T) {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
+	// volplane_certificate_expiry_timestamp_seconds has the certificate
+	// now in use, once, and the CA.
+	expiry := certificateExpiry(t)
+	if want := notAfter(t, srvFiles.CertFile); expiry["service CN=provisioner,O=volplane"] != want {
+		t.Errorf("service certificate expiry %v, want the rotated certificate's %v (series %v)", expiry["service CN=provisioner,O=volplane"], want, expiry)
+	}
+	if want := notAfter(t, srvFiles.CAFile); expiry["ca CN=test-ca,O=volplane"] != want {
+		t.Errorf("CA expiry %v, want %v (series %v)", expiry["ca CN=test-ca,O=volplane"], want, expiry)
+	}
+}
+
+// certificateExpiry is volplane_certificate_expiry_timestamp_seconds by
+// "role subject".
+func certificateExpiry(t *testing.T) map[string]float64 {
+	t.Helper()
+	mfs, err := metrics.Registry.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]float64{}
+	for _, mf := range mfs {
+		if mf.GetName() != "volplane_certificate_expiry_timestamp_seconds" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			l := map[string]string{}
+			for _, p := range m.GetLabel() {
+				l[p.GetName()] = p.GetValue()
+			}
+			out[l["role"]+" "+l["subject"]] = m.GetGauge().GetValue()
+		}
+	}
+	return out
+}
+
+// notAfter is the first certificate's notAfter in a PEM file, in Unix
+// seconds.
+func notAfter(t *testing.T, file string) float64 {
+	t.Helper()
+	b, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	block, _ := pem.Decode(b)
+	if block == nil {
+		t.Fatalf("%s: no PEM", file)
+	}
+	c, err := x509.ParseCertificate(block.Bytes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return float64(c.NotAfter.Unix())
 }
 
 // TestPanicBecomesInternal: a handler that panics fails its call with

@@ -1,0 +1,82 @@
+package metrics
+
+import (
+	"crypto/x509"
+	"sync"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Certificate roles: which of a process's certificates a series is of.
+const (
+	// RoleService is the process's own certificate for volplane's mutual
+	// TLS (--tls-cert-file), served and presented as a client.
+	RoleService = "service"
+	// RoleCA is a CA certificate the process trusts for volplane's mutual
+	// TLS (--tls-ca-file): once it expires no peer verifies.
+	RoleCA = "ca"
+	// RoleGatewayServing is the gateway's REST serving certificate
+	// (--tls-serving-cert-file).
+	RoleGatewayServing = "gateway-serving"
+)
+
+// certificateExpiry is volplane_certificate_expiry_timestamp_seconds: the
+// notAfter of every certificate the process has loaded and uses now, as
+// a Unix time, by role and subject. The alert VolplaneCertificateExpiring
+// compares it with time().
+var certificateExpiry = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+	Name: "volplane_certificate_expiry_timestamp_seconds",
+	Help: "When each certificate the process uses expires (notAfter, Unix seconds), by role (service, ca, gateway-serving) and subject.",
+}, []string{"role", "subject"})
+
+// certSources remembers the series each source (a role and the file it
+// was read from) set, so that a reload replaces them: a rotated
+// certificate's series goes, the new one's comes.
+var certSources = struct {
+	sync.Mutex
+	series map[[2]string][]prometheus.Labels
+}{series: map[[2]string][]prometheus.Labels{}}
+
+func init() {
+	Registry.MustRegister(certificateExpiry)
+}
+
+// SetCertificates records the certificates now in use from one source
+// (role and file; file only tells sources apart and is not a label),
+// replacing what that source recorded before. Certificates that two
+// sources share (one CA file named twice) have one series.
+func SetCertificates(role, file string, certs []*x509.Certificate) {
+	certSources.Lock()
+	defer certSources.Unlock()
+	key := [2]string{role, file}
+	for _, l := range certSources.series[key] {
+		if !usedElsewhere(key, l) {
+			certificateExpiry.Delete(l)
+		}
+	}
+	var set []prometheus.Labels
+	for _, c := range certs {
+		if c == nil {
+			continue
+		}
+		l := prometheus.Labels{"role": role, "subject": c.Subject.String()}
+		certificateExpiry.With(l).Set(float64(c.NotAfter.Unix()))
+		set = append(set, l)
+	}
+	certSources.series[key] = set
+}
+
+// usedElsewhere reports whether a source other than key set the series l.
+func usedElsewhere(key [2]string, l prometheus.Labels) bool {
+	for k, ls := range certSources.series {
+		if k == key {
+			continue
+		}
+		for _, o := range ls {
+			if o["role"] == l["role"] && o["subject"] == l["subject"] {
+				return true
+			}
+		}
+	}
+	return false
+}
