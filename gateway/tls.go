@@ -36,6 +36,7 @@ func newServingCert(certFile, keyFile string, log *slog.Logger) (*servingCert, e
 	}
 	s.certPEM, s.keyPEM, s.cert, s.lastCheck = c, k, cert, time.Now()
 	s.record(cert)
+	metrics.RefreshCertificatesWith(func() { _, _ = s.get(nil) })
 	return s, nil
 }
 

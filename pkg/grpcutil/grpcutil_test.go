@@ -581,3 +581,51 @@ func TestCallMetrics(t *testing.T) {
 		t.Fatalf("grpc_client_handled_total grew by %v, want 3", d)
 	}
 }
+
+// The expiry metric follows the files at each scrape, with no new
+// connection: a process whose connections all outlive a renewal still
+// reports the certificate a new connection would get.
+func TestCertificateExpiryFollowsTheFilesAtScrape(t *testing.T) {
+	ca, err := pki.NewCA(t.TempDir(), "scrape-ca")
+	if err != nil {
+		t.Fatal(err)
+	}
+	files, err := ca.Issue("scraped")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := files.ServerCredentials(); err != nil {
+		t.Fatal(err)
+	}
+	const key = "service CN=scraped,O=volplane"
+	if got, want := certificateExpiry(t)[key], notAfter(t, files.CertFile); got != want {
+		t.Fatalf("expiry %v, want %v", got, want)
+	}
+	// The renewed certificate names another subject, so the old series
+	// must go and the new one come.
+	other, err := ca.Issue("scraped-renewed")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for from, to := range map[string]string{other.CertFile: files.CertFile, other.KeyFile: files.KeyFile} {
+		b, err := os.ReadFile(from)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(to+".tmp", b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Rename(to+".tmp", to); err != nil {
+			t.Fatal(err)
+		}
+	}
+	const renewed = "service CN=scraped-renewed,O=volplane"
+	want := notAfter(t, files.CertFile)
+	deadline := time.Now().Add(10 * time.Second)
+	for e := certificateExpiry(t); e[renewed] != want || e[key] != 0; e = certificateExpiry(t) {
+		if time.Now().After(deadline) {
+			t.Fatalf("10s after the renewal: %v, want %s at %v and no %s", e, renewed, want, key)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}

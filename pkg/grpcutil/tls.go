@@ -194,6 +194,7 @@ func reloaderFor(f TLSFiles) (*reloader, error) {
 		return nil, err
 	}
 	reloaders[f] = r
+	metrics.RefreshCertificatesWith(func() { r.current() })
 	return r, nil
 }
 

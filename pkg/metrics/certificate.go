@@ -37,8 +37,41 @@ var certSources = struct {
 	series map[[2]string][]prometheus.Labels
 }{series: map[[2]string][]prometheus.Labels{}}
 
+// certRefreshers are called before the metric is collected: each reads
+// its files again (at most as often as it rereads them anyway), so the
+// series say what a new connection would get, even in a process that
+// made no new connection since the files were renewed.
+var certRefreshers struct {
+	sync.Mutex
+	fs []func()
+}
+
+// RefreshCertificatesWith has f called before every collection of
+// volplane_certificate_expiry_timestamp_seconds; f loads the
+// certificates again if their files changed and calls SetCertificates.
+func RefreshCertificatesWith(f func()) {
+	certRefreshers.Lock()
+	defer certRefreshers.Unlock()
+	certRefreshers.fs = append(certRefreshers.fs, f)
+}
+
+// certCollector collects certificateExpiry after the refreshers ran.
+type certCollector struct{}
+
+func (certCollector) Describe(ch chan<- *prometheus.Desc) { certificateExpiry.Describe(ch) }
+
+func (certCollector) Collect(ch chan<- prometheus.Metric) {
+	certRefreshers.Lock()
+	fs := append([]func(){}, certRefreshers.fs...)
+	certRefreshers.Unlock()
+	for _, f := range fs {
+		f()
+	}
+	certificateExpiry.Collect(ch)
+}
+
 func init() {
-	Registry.MustRegister(certificateExpiry)
+	Registry.MustRegister(certCollector{})
 }
 
 // SetCertificates records the certificates now in use from one source
