@@ -2,6 +2,8 @@ package metrics
 
 import (
 	"crypto/x509"
+	"encoding/pem"
+	"os"
 	"sync"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -18,6 +20,11 @@ const (
 	// RoleGatewayServing is the gateway's REST serving certificate
 	// (--tls-serving-cert-file).
 	RoleGatewayServing = "gateway-serving"
+	// RoleEtcdClient is the client certificate presented to etcd
+	// (--etcd-cert).
+	RoleEtcdClient = "etcd-client"
+	// RoleEtcdCA is the CA the etcd client trusts (--etcd-cacert).
+	RoleEtcdCA = "etcd-ca"
 )
 
 // certificateExpiry is volplane_certificate_expiry_timestamp_seconds: the
@@ -26,7 +33,7 @@ const (
 // compares it with time().
 var certificateExpiry = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 	Name: "volplane_certificate_expiry_timestamp_seconds",
-	Help: "When each certificate the process uses expires (notAfter, Unix seconds), by role (service, ca, gateway-serving) and subject.",
+	Help: "When each certificate the process uses expires (notAfter, Unix seconds), by role (service, ca, gateway-serving, etcd-client, etcd-ca) and subject.",
 }, []string{"role", "subject"})
 
 // certSources remembers the series each source (a role and the file it
@@ -112,4 +119,32 @@ func usedElsewhere(key [2]string, l prometheus.Labels) bool {
 		}
 	}
 	return false
+}
+
+// SetCertificatesFromFile reads the PEM file and records its
+// certificates as SetCertificates does. A file that cannot be read or
+// holds no certificate changes nothing: the process goes on with what it
+// loaded before, and so do its series.
+func SetCertificatesFromFile(role, file string) {
+	b, err := os.ReadFile(file)
+	if err != nil {
+		return
+	}
+	var certs []*x509.Certificate
+	for len(b) > 0 {
+		var block *pem.Block
+		block, b = pem.Decode(b)
+		if block == nil {
+			break
+		}
+		if block.Type != "CERTIFICATE" {
+			continue
+		}
+		if c, err := x509.ParseCertificate(block.Bytes); err == nil {
+			certs = append(certs, c)
+		}
+	}
+	if len(certs) > 0 {
+		SetCertificates(role, file, certs)
+	}
 }

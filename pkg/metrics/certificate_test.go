@@ -1,8 +1,15 @@
 package metrics_test
 
 import (
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
 	"crypto/x509"
 	"crypto/x509/pkix"
+	"encoding/pem"
+	"math/big"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -97,4 +104,53 @@ func TestCertificateExpiryRegistered(t *testing.T) {
 		}
 	}
 	t.Fatal("/metrics serves no volplane_certificate_expiry_timestamp_seconds")
+}
+
+// writeCert writes to file a self-signed certificate of cn, valid until
+// notAfter, as PEM after a block of another type (which is skipped).
+func writeCert(t *testing.T, file, cn string, notAfter time.Time) {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: cn}, NotBefore: time.Now().Add(-time.Hour), NotAfter: notAfter}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: []byte("not parsed")})
+	b = append(b, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})...)
+	if err := os.WriteFile(file, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A file's certificates are recorded; a file that is gone or holds no
+// certificate leaves the series of what was loaded before.
+func TestSetCertificatesFromFile(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "etcd-client.crt")
+	t.Cleanup(func() { metrics.SetCertificates(metrics.RoleEtcdClient, file, nil) })
+	writeCert(t, file, "volplane-binder", time.Date(2027, 3, 1, 0, 0, 0, 0, time.UTC))
+	metrics.SetCertificatesFromFile(metrics.RoleEtcdClient, file)
+	const want = "role=etcd-client,subject=CN=volplane-binder 2027-03-01\n"
+	if got := expirySeries(t); got != want {
+		t.Fatalf("series\n%s\nwant\n%s", got, want)
+	}
+	if err := os.WriteFile(file, []byte("half-written"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	metrics.SetCertificatesFromFile(metrics.RoleEtcdClient, file)
+	if err := os.Remove(file); err != nil {
+		t.Fatal(err)
+	}
+	metrics.SetCertificatesFromFile(metrics.RoleEtcdClient, file)
+	if got := expirySeries(t); got != want {
+		t.Fatalf("after a broken and a missing file: series\n%s\nwant the last loaded\n%s", got, want)
+	}
+	writeCert(t, file, "volplane-binder", time.Date(2027, 9, 1, 0, 0, 0, 0, time.UTC))
+	metrics.SetCertificatesFromFile(metrics.RoleEtcdClient, file)
+	if got, want := expirySeries(t), "role=etcd-client,subject=CN=volplane-binder 2027-09-01\n"; got != want {
+		t.Fatalf("after the renewal: series\n%s\nwant\n%s", got, want)
+	}
 }
