@@ -22,6 +22,8 @@ GRPC_GATEWAY_VERSION    := v2.33.0
 HELM_VERSION            := v4.3.2
 # The CSI conformance suite run against the dev CSI driver (internal/devcsi).
 CSI_SANITY_VERSION      := v5.6.0
+# promtool, which checks and unit-tests the alerting rules (make verify-alerts).
+PROMETHEUS_VERSION      := v0.316.0
 # The kube-apiserver the local environment and the end-to-end tests run.
 KUBE_VERSION            := v1.36.3
 # Where heavy builds are cached across clones (git-ignored, outside the tree).
@@ -300,7 +302,7 @@ bench-kcm: build kube-apiserver kube-controller-manager ## The static burst with
 ##@ Verify / fix
 
 .PHONY: verify
-verify: verify-fmt verify-vet verify-staticcheck verify-deps verify-layout verify-funclen verify-lint verify-generate verify-chart ## Run every verify-* target.
+verify: verify-fmt verify-vet verify-staticcheck verify-deps verify-layout verify-funclen verify-lint verify-generate verify-chart verify-alerts ## Run every verify-* target.
 
 .PHONY: verify-fmt fix-fmt
 verify-fmt: ## Fail when gofmt would change a file.
@@ -335,6 +337,18 @@ verify-funclen: ## List product functions over 60 lines; fail on one over 80 (ha
 .PHONY: verify-lint
 verify-lint: tools ## buf lint the protos.
 	$(BIN)/buf lint
+
+.PHONY: verify-alerts fix-alerts
+ALERTS_DIR := deploy/kubernetes/monitoring/promtool
+verify-alerts: $(BIN)/promtool ## promtool checks the alerting rules and runs their unit tests; fails when their plain form is stale (make fix-alerts).
+	$(GO) run ./hack/promrules -check
+	$(BIN)/promtool check rules $(ALERTS_DIR)/volplane.rules.yaml
+	$(BIN)/promtool test rules $(ALERTS_DIR)/volplane_test.yaml
+fix-alerts: ## Write the plain rule file promtool reads from deploy/kubernetes/monitoring/prometheusrule.yaml.
+	$(GO) run ./hack/promrules
+# Not in go.mod: a tool, installed at its own pinned version.
+$(BIN)/promtool:
+	GOBIN=$(BIN) $(GO) install github.com/prometheus/prometheus/cmd/promtool@$(PROMETHEUS_VERSION)
 
 .PHONY: generate verify-generate
 generate: tools ## Regenerate Go, grpc-gateway and OpenAPI code from proto/.

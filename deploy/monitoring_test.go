@@ -3,12 +3,14 @@ package deploy
 import (
 	"encoding/json"
 	"os"
+	"reflect"
 	"regexp"
 	"sort"
 	"strings"
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus"
+	sigyaml "sigs.k8s.io/yaml"
 
 	// Every volplane process's metrics, registered as they are when it
 	// runs (at init).
@@ -238,7 +240,9 @@ func TestAlertsAndDashboardNameMetricsThatExist(t *testing.T) {
 		}
 	}
 	for _, want := range []string{"VolplaneClaimPendingTooLong", "VolplaneProvisioningFailing", "VolplaneJournalRecordStuck",
-		"VolplaneOrphanedVolumes", "VolplaneEtcdSessionLost", "VolplaneSecondBinderActive"} {
+		"VolplaneOrphanedVolumes", "VolplaneEtcdSessionLost", "VolplaneSecondBinderActive",
+		"VolplaneBinderAbsent", "VolplaneProvisionerAbsent", "VolplaneCertificateExpiring", "VolplaneEtcdBackupTooOld",
+		"VolplaneEtcdNoLeader", "VolplaneEtcdDatabaseNearQuota", "VolplaneEtcdMemberWaiting"} {
 		if _, ok := exprs["alert "+want]; !ok {
 			t.Errorf("no alert %s", want)
 		}
@@ -268,5 +272,99 @@ func TestBaseNeedsNoMonitoringCRDs(t *testing.T) {
 				t.Errorf("%s renders %s %s: the base must apply without the Prometheus Operator's CRDs", dir, o.GetKind(), o.GetName())
 			}
 		}
+	}
+}
+
+// ruleGroups is the groups of the rendered PrometheusRule, as JSON values.
+func ruleGroups(t *testing.T) []any {
+	t.Helper()
+	_, objs, err := manifests.Render(monitoring)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, o := range objs {
+		if o.GetKind() == "PrometheusRule" {
+			spec, _ := o.Object["spec"].(map[string]any)
+			groups, _ := spec["groups"].([]any)
+			return groups
+		}
+	}
+	t.Fatal("the monitoring kustomization has no PrometheusRule")
+	return nil
+}
+
+// The plain rule file promtool checks and tests (make verify-alerts) is
+// the PrometheusRule's groups, unchanged: the one source is
+// prometheusrule.yaml, and make fix-alerts writes the plain form.
+func TestPlainRulesMatchThePrometheusRule(t *testing.T) {
+	b, err := os.ReadFile(monitoring + "/promtool/volplane.rules.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var plain struct {
+		Groups []any `json:"groups"`
+	}
+	if err := sigyaml.UnmarshalStrict(b, &plain); err != nil {
+		t.Fatal(err)
+	}
+	if want := ruleGroups(t); !reflect.DeepEqual(plain.Groups, want) {
+		t.Errorf("%s/promtool/volplane.rules.yaml differs from the PrometheusRule: run make fix-alerts", monitoring)
+	}
+}
+
+// promtoolTests is the part of promtool's unit test file this test reads.
+type promtoolTests struct {
+	RuleFiles []string `json:"rule_files"`
+	Tests     []struct {
+		Name          string `json:"name"`
+		AlertRuleTest []struct {
+			Alertname string           `json:"alertname"`
+			ExpAlerts []map[string]any `json:"exp_alerts"`
+		} `json:"alert_rule_test"`
+	} `json:"tests"`
+}
+
+// Every alert has a promtool unit test where it fires and one where it
+// must not (an evaluation expecting no alert of that name; the
+// evaluations that fire list every alert exactly, so their other series
+// must not fire either).
+func TestEveryAlertHasAPromtoolTest(t *testing.T) {
+	b, err := os.ReadFile(monitoring + "/promtool/volplane_test.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var tests promtoolTests
+	if err := sigyaml.Unmarshal(b, &tests); err != nil {
+		t.Fatal(err)
+	}
+	if len(tests.RuleFiles) != 1 || tests.RuleFiles[0] != "volplane.rules.yaml" {
+		t.Errorf("rule_files %v, want [volplane.rules.yaml]", tests.RuleFiles)
+	}
+	fires, quiet := map[string]bool{}, map[string]bool{}
+	for _, tg := range tests.Tests {
+		for _, a := range tg.AlertRuleTest {
+			if len(a.ExpAlerts) > 0 {
+				fires[a.Alertname] = true
+			} else {
+				quiet[a.Alertname] = true
+			}
+		}
+	}
+	alerts := 0
+	for _, g := range ruleGroups(t) {
+		rules, _ := g.(map[string]any)["rules"].([]any)
+		for _, r := range rules {
+			name, _ := r.(map[string]any)["alert"].(string)
+			alerts++
+			if !fires[name] {
+				t.Errorf("alert %s: no promtool test where it fires", name)
+			}
+			if !quiet[name] {
+				t.Errorf("alert %s: no promtool test where it must not fire", name)
+			}
+		}
+	}
+	if alerts < 20 {
+		t.Errorf("only %d alerting rules", alerts)
 	}
 }

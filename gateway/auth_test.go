@@ -44,6 +44,7 @@ import (
 
 	"github.com/volplane/volplane/pkg/auth"
 	"github.com/volplane/volplane/pkg/grpcutil"
+	"github.com/volplane/volplane/pkg/metrics"
 )
 
 // backendCall is what the fake backend saw of one call.
@@ -690,12 +691,18 @@ func TestServingCertificateReloads(t *testing.T) {
 	if !bytes.Equal(got.Certificate[0], first.Raw) {
 		t.Fatal("first certificate not served")
 	}
+	if e := servingExpiry(t); e != float64(first.NotAfter.Unix()) {
+		t.Fatalf("volplane_certificate_expiry_timestamp_seconds{role=gateway-serving} = %v, want the first certificate's %v", e, first.NotAfter.Unix())
+	}
 	second, _ := ca.issue(t, "gateway", nil, []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}, nil)
 	sc.mu.Lock()
 	sc.lastCheck = time.Time{}
 	sc.mu.Unlock()
 	if got, _ = sc.get(nil); !bytes.Equal(got.Certificate[0], second.Raw) {
 		t.Fatal("the rotated certificate is not served")
+	}
+	if e := servingExpiry(t); e != float64(second.NotAfter.Unix()) {
+		t.Fatalf("volplane_certificate_expiry_timestamp_seconds{role=gateway-serving} = %v, want the rotated certificate's %v", e, second.NotAfter.Unix())
 	}
 	if err := os.WriteFile(ca.file("gateway.key"), []byte("garbage"), 0o600); err != nil {
 		t.Fatal(err)
@@ -709,6 +716,33 @@ func TestServingCertificateReloads(t *testing.T) {
 	if _, err := newServingCert(ca.file("nope.crt"), ca.file("gateway.key"), discard()); err == nil {
 		t.Fatal("missing files: want an error")
 	}
+}
+
+// servingExpiry is the one series of
+// volplane_certificate_expiry_timestamp_seconds{role="gateway-serving"}.
+func servingExpiry(t *testing.T) float64 {
+	t.Helper()
+	mfs, err := metrics.Registry.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var values []float64
+	for _, mf := range mfs {
+		if mf.GetName() != "volplane_certificate_expiry_timestamp_seconds" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "role" && l.GetValue() == metrics.RoleGatewayServing {
+					values = append(values, m.GetGauge().GetValue())
+				}
+			}
+		}
+	}
+	if len(values) != 1 {
+		t.Fatalf("%d gateway-serving certificate series, want 1: %v", len(values), values)
+	}
+	return values[0]
 }
 
 func TestOptionsRefuseHalfTLS(t *testing.T) {

@@ -3,11 +3,14 @@ package gateway
 import (
 	"bytes"
 	"crypto/tls"
+	"crypto/x509"
 	"fmt"
 	"log/slog"
 	"os"
 	"sync"
 	"time"
+
+	"github.com/volplane/volplane/pkg/metrics"
 )
 
 // servingCert is the gateway's serving certificate, read again from its
@@ -32,6 +35,8 @@ func newServingCert(certFile, keyFile string, log *slog.Logger) (*servingCert, e
 		return nil, err
 	}
 	s.certPEM, s.keyPEM, s.cert, s.lastCheck = c, k, cert, time.Now()
+	s.record(cert)
+	metrics.RefreshCertificatesWith(func() { _, _ = s.get(nil) })
 	return s, nil
 }
 
@@ -51,6 +56,18 @@ func (s *servingCert) load() ([]byte, []byte, *tls.Certificate, error) {
 	return c, k, &cert, nil
 }
 
+// record publishes the notAfter of the certificate in use
+// (volplane_certificate_expiry_timestamp_seconds, role gateway-serving).
+func (s *servingCert) record(cert *tls.Certificate) {
+	var certs []*x509.Certificate
+	for _, der := range cert.Certificate {
+		if x, err := x509.ParseCertificate(der); err == nil {
+			certs = append(certs, x)
+		}
+	}
+	metrics.SetCertificates(metrics.RoleGatewayServing, s.certFile, certs)
+}
+
 // get is tls.Config.GetCertificate.
 func (s *servingCert) get(*tls.ClientHelloInfo) (*tls.Certificate, error) {
 	s.mu.Lock()
@@ -65,6 +82,7 @@ func (s *servingCert) get(*tls.ClientHelloInfo) (*tls.Certificate, error) {
 		s.log.Warn("serving certificate did not reload; keeping the one loaded before", "error", err)
 	case !bytes.Equal(c, s.certPEM) || !bytes.Equal(k, s.keyPEM):
 		s.certPEM, s.keyPEM, s.cert = c, k, cert
+		s.record(cert)
 		s.log.Info("serving certificate reloaded", "file", s.certFile)
 	}
 	return s.cert, nil

@@ -11,6 +11,7 @@ import (
 	"os"
 	"sort"
 	"strings"
+	"sync"
 	"time"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
@@ -21,6 +22,7 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/volplane/volplane/pkg/logging"
+	"github.com/volplane/volplane/pkg/metrics"
 )
 
 // DefaultTTL is the session lease TTL: how long a crashed replica's
@@ -120,6 +122,7 @@ func (s Security) apply(cfg *clientv3.Config) error {
 		}
 		tc.MinVersion = tls.VersionTLS12
 		cfg.TLS = tc
+		s.recordCertificates()
 	}
 	if s.Username != "" {
 		b, err := os.ReadFile(s.PasswordFile)
@@ -129,6 +132,30 @@ func (s Security) apply(cfg *clientv3.Config) error {
 		cfg.Username, cfg.Password = s.Username, strings.TrimRight(string(b), "\r\n")
 	}
 	return nil
+}
+
+// certsRecorded holds the client certificate files whose expiry is
+// already refreshed at each scrape, so that reconnecting registers no
+// second refresher.
+var certsRecorded sync.Map
+
+// recordCertificates publishes the etcd client certificate's and CA's
+// notAfter (volplane_certificate_expiry_timestamp_seconds, roles
+// etcd-client and etcd-ca). etcd's client reads the CA once, here, and
+// the client certificate at each handshake: the CA is recorded now, the
+// certificate again from its file at each scrape.
+func (s Security) recordCertificates() {
+	if s.CAFile != "" {
+		metrics.SetCertificatesFromFile(metrics.RoleEtcdCA, s.CAFile)
+	}
+	if s.CertFile == "" {
+		return
+	}
+	metrics.SetCertificatesFromFile(metrics.RoleEtcdClient, s.CertFile)
+	if _, loaded := certsRecorded.LoadOrStore(s.CertFile, true); !loaded {
+		file := s.CertFile
+		metrics.RefreshCertificatesWith(func() { metrics.SetCertificatesFromFile(metrics.RoleEtcdClient, file) })
+	}
 }
 
 // Member is one live replica of a service.

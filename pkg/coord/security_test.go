@@ -1,6 +1,8 @@
 package coord_test
 
 import (
+	"crypto/x509"
+	"encoding/pem"
 	"os"
 	"path/filepath"
 	"strings"
@@ -11,6 +13,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/volplane/volplane/pkg/coord"
+	"github.com/volplane/volplane/pkg/metrics"
 	"github.com/volplane/volplane/test/harness/devenv"
 	"github.com/volplane/volplane/test/harness/pki"
 )
@@ -95,6 +98,14 @@ func TestSecurity(t *testing.T) {
 		t.Fatalf("members %v, %v", ms, err)
 	}
 	c.Close()
+	// The client certificate's and the CA's expiry are published.
+	expiry := etcdCertificateExpiry(t)
+	for _, f := range []struct{ role, file string }{{metrics.RoleEtcdClient, cli.CertFile}, {metrics.RoleEtcdCA, ca.CertFile}} {
+		subject, notAfter := firstCertificate(t, f.file)
+		if got := expiry[f.role+" "+subject]; got != notAfter {
+			t.Errorf("%s %s expiry %v, want %v (series %v)", f.role, subject, got, notAfter, expiry)
+		}
+	}
 
 	for name, tc := range map[string]struct {
 		s         coord.Security
@@ -127,4 +138,47 @@ func TestSecurity(t *testing.T) {
 func with(s coord.Security, f func(*coord.Security)) coord.Security {
 	f(&s)
 	return s
+}
+
+// etcdCertificateExpiry is volplane_certificate_expiry_timestamp_seconds
+// by "role subject".
+func etcdCertificateExpiry(t *testing.T) map[string]float64 {
+	t.Helper()
+	mfs, err := metrics.Gatherer().Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]float64{}
+	for _, mf := range mfs {
+		if mf.GetName() != "volplane_certificate_expiry_timestamp_seconds" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			l := map[string]string{}
+			for _, p := range m.GetLabel() {
+				l[p.GetName()] = p.GetValue()
+			}
+			out[l["role"]+" "+l["subject"]] = m.GetGauge().GetValue()
+		}
+	}
+	return out
+}
+
+// firstCertificate is the subject and notAfter (Unix seconds) of a PEM
+// file's first certificate.
+func firstCertificate(t *testing.T, file string) (string, float64) {
+	t.Helper()
+	b, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	block, _ := pem.Decode(b)
+	if block == nil {
+		t.Fatalf("%s: no PEM", file)
+	}
+	c, err := x509.ParseCertificate(block.Bytes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c.Subject.String(), float64(c.NotAfter.Unix())
 }

@@ -3,9 +3,12 @@ package grpcutil_test
 import (
 	"bytes"
 	"context"
+	"crypto/x509"
+	"encoding/pem"
 	"io"
 	"log/slog"
 	"net"
+	"os"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -347,6 +350,58 @@ func TestCertificateRotation(t *testing.T) {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
+	// volplane_certificate_expiry_timestamp_seconds has the certificate
+	// now in use, once, and the CA.
+	expiry := certificateExpiry(t)
+	if want := notAfter(t, srvFiles.CertFile); expiry["service CN=provisioner,O=volplane"] != want {
+		t.Errorf("service certificate expiry %v, want the rotated certificate's %v (series %v)", expiry["service CN=provisioner,O=volplane"], want, expiry)
+	}
+	if want := notAfter(t, srvFiles.CAFile); expiry["ca CN=test-ca,O=volplane"] != want {
+		t.Errorf("CA expiry %v, want %v (series %v)", expiry["ca CN=test-ca,O=volplane"], want, expiry)
+	}
+}
+
+// certificateExpiry is volplane_certificate_expiry_timestamp_seconds by
+// "role subject".
+func certificateExpiry(t *testing.T) map[string]float64 {
+	t.Helper()
+	mfs, err := metrics.Registry.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]float64{}
+	for _, mf := range mfs {
+		if mf.GetName() != "volplane_certificate_expiry_timestamp_seconds" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			l := map[string]string{}
+			for _, p := range m.GetLabel() {
+				l[p.GetName()] = p.GetValue()
+			}
+			out[l["role"]+" "+l["subject"]] = m.GetGauge().GetValue()
+		}
+	}
+	return out
+}
+
+// notAfter is the first certificate's notAfter in a PEM file, in Unix
+// seconds.
+func notAfter(t *testing.T, file string) float64 {
+	t.Helper()
+	b, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	block, _ := pem.Decode(b)
+	if block == nil {
+		t.Fatalf("%s: no PEM", file)
+	}
+	c, err := x509.ParseCertificate(block.Bytes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return float64(c.NotAfter.Unix())
 }
 
 // TestPanicBecomesInternal: a handler that panics fails its call with
@@ -524,5 +579,53 @@ func TestCallMetrics(t *testing.T) {
 	}
 	if d := count("grpc_client_handled_total") - client; d != 3 {
 		t.Fatalf("grpc_client_handled_total grew by %v, want 3", d)
+	}
+}
+
+// The expiry metric follows the files at each scrape, with no new
+// connection: a process whose connections all outlive a renewal still
+// reports the certificate a new connection would get.
+func TestCertificateExpiryFollowsTheFilesAtScrape(t *testing.T) {
+	ca, err := pki.NewCA(t.TempDir(), "scrape-ca")
+	if err != nil {
+		t.Fatal(err)
+	}
+	files, err := ca.Issue("scraped")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := files.ServerCredentials(); err != nil {
+		t.Fatal(err)
+	}
+	const key = "service CN=scraped,O=volplane"
+	if got, want := certificateExpiry(t)[key], notAfter(t, files.CertFile); got != want {
+		t.Fatalf("expiry %v, want %v", got, want)
+	}
+	// The renewed certificate names another subject, so the old series
+	// must go and the new one come.
+	other, err := ca.Issue("scraped-renewed")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for from, to := range map[string]string{other.CertFile: files.CertFile, other.KeyFile: files.KeyFile} {
+		b, err := os.ReadFile(from)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(to+".tmp", b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Rename(to+".tmp", to); err != nil {
+			t.Fatal(err)
+		}
+	}
+	const renewed = "service CN=scraped-renewed,O=volplane"
+	want := notAfter(t, files.CertFile)
+	deadline := time.Now().Add(10 * time.Second)
+	for e := certificateExpiry(t); e[renewed] != want || e[key] != 0; e = certificateExpiry(t) {
+		if time.Now().After(deadline) {
+			t.Fatalf("10s after the renewal: %v, want %s at %v and no %s", e, renewed, want, key)
+		}
+		time.Sleep(100 * time.Millisecond)
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"encoding/pem"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -14,6 +15,8 @@ import (
 	"time"
 
 	"google.golang.org/grpc/credentials"
+
+	"github.com/volplane/volplane/pkg/metrics"
 )
 
 // TLSFiles names the PEM files of a volplane service's mutual TLS: the CA
@@ -191,6 +194,7 @@ func reloaderFor(f TLSFiles) (*reloader, error) {
 		return nil, err
 	}
 	reloaders[f] = r
+	metrics.RefreshCertificatesWith(func() { r.current() })
 	return r, nil
 }
 
@@ -231,6 +235,8 @@ func (r *reloader) load() ([3][]byte, error) {
 	}
 	reload := r.pool != nil
 	r.raw, r.cert, r.pool = raw, cert, pool
+	metrics.SetCertificates(metrics.RoleService, r.files.CertFile, chain(cert))
+	metrics.SetCertificates(metrics.RoleCA, r.files.CAFile, pemCertificates(raw[0]))
 	if reload {
 		slog.Default().Info("TLS certificates reloaded", "cert", r.files.CertFile, "ca", r.files.CAFile,
 			"subject", cert.Leaf.Subject.String(), "notAfter", cert.Leaf.NotAfter)
@@ -275,4 +281,36 @@ func (r *reloader) clientConfig() *tls.Config {
 
 func same(a, b [3][]byte) bool {
 	return bytes.Equal(a[0], b[0]) && bytes.Equal(a[1], b[1]) && bytes.Equal(a[2], b[2])
+}
+
+// chain is a loaded certificate's leaf and intermediates, parsed (those
+// that do not parse are left out: the key pair loaded, so the leaf did).
+func chain(c tls.Certificate) []*x509.Certificate {
+	var out []*x509.Certificate
+	for _, der := range c.Certificate {
+		if x, err := x509.ParseCertificate(der); err == nil {
+			out = append(out, x)
+		}
+	}
+	return out
+}
+
+// pemCertificates parses every CERTIFICATE block of a PEM bundle, as
+// x509.CertPool.AppendCertsFromPEM does (skipping what does not parse).
+func pemCertificates(b []byte) []*x509.Certificate {
+	var out []*x509.Certificate
+	for len(b) > 0 {
+		var block *pem.Block
+		block, b = pem.Decode(b)
+		if block == nil {
+			break
+		}
+		if block.Type != "CERTIFICATE" || len(block.Headers) != 0 {
+			continue
+		}
+		if x, err := x509.ParseCertificate(block.Bytes); err == nil {
+			out = append(out, x)
+		}
+	}
+	return out
 }
