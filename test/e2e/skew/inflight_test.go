@@ -4,10 +4,17 @@ import (
 	"context"
 	"time"
 
+	"google.golang.org/protobuf/proto"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	reclaimerv1 "github.com/volplane/volplane/proto/volplane/reclaimer/v1"
 
 	"github.com/volplane/volplane/test/harness/devenv"
 )
+
+// reclaimJournal is where the reclaimers journal a reclaim (protobuf
+// volplane.reclaimer.v1.Reclaim, by volume name; docs/operations.md).
+const reclaimJournal = "/volplane/journal/reclaim/"
 
 // unavailable are the dev CSI driver's faults while a row leaves
 // operations in flight: every CreateVolume and DeleteVolume answers
@@ -19,7 +26,8 @@ var unavailable = []string{"--fault", "CreateVolume=unavailable:*", "--fault", "
 // under this row's releases and leaves both undone for the next row's
 // (finishInFlight): a provisioned claim is deleted and a new claim made
 // while the CSI driver answers Unavailable, until etcd holds both
-// operations' records.
+// operations' records (and, from a reclaimer at HEAD, the reclaim's
+// trace_parent: a field the previous release does not know).
 func (m *matrix) leaveInFlight(ctx context.Context, st *rowState) error {
 	if st.last {
 		return errNotApplicable
@@ -43,6 +51,7 @@ func (m *matrix) leaveInFlight(ctx context.Context, st *rowState) error {
 		return err
 	}
 	st.left = &inFlight{provision: pending, reclaim: doomed}
+	headReclaimer := !st.prev["reclaimer"]
 	return poll(ctx, checkTimeout, func() string {
 		names, err := m.c.JournalNames(ctx)
 		if err != nil {
@@ -53,8 +62,36 @@ func (m *matrix) leaveInFlight(ctx context.Context, st *rowState) error {
 				return "no journal record of " + c + " yet"
 			}
 		}
+		if headReclaimer {
+			return m.tracedReclaim(ctx, "pvc-"+string(doomed.UID))
+		}
 		return ""
 	})
+}
+
+// tracedReclaim says why the reclaim record of volume does not carry a
+// trace_parent yet ("" when it does): the reclaimer at HEAD journals it.
+func (m *matrix) tracedReclaim(ctx context.Context, volume string) string {
+	cli, err := m.c.EtcdClient()
+	if err != nil {
+		return err.Error()
+	}
+	defer cli.Close()
+	resp, err := cli.Get(ctx, reclaimJournal+volume)
+	if err != nil {
+		return err.Error()
+	}
+	if len(resp.Kvs) == 0 {
+		return "no reclaim record of " + volume
+	}
+	var r reclaimerv1.Reclaim
+	if err := proto.Unmarshal(resp.Kvs[0].Value, &r); err != nil {
+		return err.Error()
+	}
+	if r.GetTraceParent() == "" {
+		return "the reclaim record of " + volume + " has no trace_parent yet"
+	}
+	return ""
 }
 
 // finishInFlight waits until this row's releases (switched to with the

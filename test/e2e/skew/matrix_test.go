@@ -64,8 +64,9 @@ type inFlight struct {
 // rowState is what one row's checks pass on to the next check.
 type rowState struct {
 	ns       string
-	last     bool   // the matrix's last row
-	static   string // the static PersistentVolume's name
+	prev     map[string]bool // the row's services at the previous release
+	last     bool            // the matrix's last row
+	static   string          // the static PersistentVolume's name
 	dynamic  *corev1.PersistentVolumeClaim
 	carried  *corev1.PersistentVolumeClaim
 	inFlight *inFlight // the previous row's
@@ -134,7 +135,7 @@ func (m *matrix) run(i int, r row) result {
 			res.errs = append(res.errs, fmt.Sprintf("%s runs %s, want %s", s, got, want))
 		}
 	}
-	st := &rowState{ns: fmt.Sprintf("skew-%d", i), last: i == m.last, carried: m.carried, inFlight: m.inFlight}
+	st := &rowState{ns: fmt.Sprintf("skew-%d", i), prev: r.prev, last: i == m.last, carried: m.carried, inFlight: m.inFlight}
 	m.carried, m.inFlight = nil, nil
 	for _, c := range checks {
 		if res.failed() {

@@ -46,7 +46,9 @@ type row struct {
 // rows are the matrix: every service at HEAD and every one at the
 // previous release (baselines, which tell a skew failure from a harness
 // one), then each service alone at the previous release, then each alone
-// at HEAD.
+// at HEAD, then the two states of an upgrade in the documented order (a
+// rollback in the reverse order) that neither of those covers: the first
+// two and the first three services at HEAD.
 func rows() []row {
 	all := map[string]bool{}
 	for _, s := range services {
@@ -63,6 +65,13 @@ func rows() []row {
 			others[o] = o != s
 		}
 		out = append(out, row{name: s + " at HEAD", prev: others})
+	}
+	for _, k := range []int{2, 3} {
+		later := map[string]bool{}
+		for _, s := range services[k:] {
+			later[s] = true
+		}
+		out = append(out, row{name: fmt.Sprintf("upgrade step %d", k), prev: later})
 	}
 	return out
 }
@@ -88,9 +97,17 @@ func TestSkewMatrix(t *testing.T) {
 	t.Logf("HEAD's binaries built in %s", time.Since(t0).Round(time.Second))
 	compareFlags(t, headBin, prevBin)
 	dir := t.TempDir()
+	// A collector nobody listens at: with an --otlp-endpoint the reclaimer
+	// at HEAD journals each reclaim's trace_parent (reclaimer.proto's field
+	// 20, new since the previous release), so the previous release's
+	// reclaimer takes over records that carry it (leaveInFlight).
+	collector, err := devenv.FreeAddr()
+	if err != nil {
+		t.Fatal(err)
+	}
 	t0 = time.Now()
 	c, err := chaos.StartCluster(ctx, chaos.ClusterOptions{Dir: dir, BinDir: headBin, Watchers: 1, Binders: 1, Provisioners: 1,
-		Reclaimers: 1, Gateway: true, Logf: t.Logf})
+		Reclaimers: 1, Gateway: true, Args: map[string][]string{"reclaimer-1": {"--otlp-endpoint", "http://" + collector}}, Logf: t.Logf})
 	if err != nil {
 		t.Fatal(err)
 	}
