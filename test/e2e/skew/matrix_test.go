@@ -120,7 +120,9 @@ func (m *matrix) run(i int, r row) result {
 	ctx := m.t.Context()
 	start := time.Now()
 	res := result{row: r, versions: map[string]string{}}
-	if err := m.switchTo(ctx, r); err != nil {
+	switched, err := m.switchTo(ctx, r)
+	res.times = append(res.times, switched...)
+	if err != nil {
 		res.errs = append(res.errs, "switch: "+err.Error())
 	}
 	if err := m.restartCSI(ctx); err != nil {
@@ -169,8 +171,10 @@ func releaseName(prev bool) string {
 }
 
 // switchTo restarts, one at a time in the upgrade order, each service
-// whose release differs from the row's, and waits until it serves.
-func (m *matrix) switchTo(ctx context.Context, r row) error {
+// whose release differs from the row's, and waits until it serves; it
+// says how long each took to stop and to serve again.
+func (m *matrix) switchTo(ctx context.Context, r row) ([]string, error) {
+	var took []string
 	for _, s := range services {
 		dir := m.head
 		if r.prev[s] {
@@ -181,16 +185,20 @@ func (m *matrix) switchTo(ctx context.Context, r row) error {
 		if rep.Binary() == want {
 			continue
 		}
+		t0 := time.Now()
 		rep.Stop()
+		stopped := time.Since(t0)
 		rep.SetBinary(want)
 		if err := rep.Start(); err != nil {
-			return err
+			return took, err
 		}
 		if err := m.c.WaitServing(ctx, rep, 2*time.Minute); err != nil {
-			return err
+			return took, err
 		}
+		took = append(took, fmt.Sprintf("%s stopped in %s, serving in %s", s, stopped.Round(100*time.Millisecond),
+			(time.Since(t0)-stopped).Round(100*time.Millisecond)))
 	}
-	return nil
+	return took, nil
 }
 
 // startLine finds a run's startup log line, its version and commit

@@ -100,7 +100,9 @@ func TestSkewMatrix(t *testing.T) {
 	// A collector nobody listens at: with an --otlp-endpoint the reclaimer
 	// at HEAD journals each reclaim's trace_parent (reclaimer.proto's field
 	// 20, new since the previous release), so the previous release's
-	// reclaimer takes over records that carry it (leaveInFlight).
+	// reclaimer takes over records that carry it (leaveInFlight). Each
+	// reclaimer's stop then spends 5s trying to flush its spans
+	// (pkg/replica), the longest step of a switch.
 	collector, err := devenv.FreeAddr()
 	if err != nil {
 		t.Fatal(err)
