@@ -11,8 +11,9 @@ import (
 )
 
 // flagLine is a flag's line in a service's --help (pkg/cmdutil's pflag
-// usage: "  -x, --name type   text" or "      --name").
-var flagLine = regexp.MustCompile(`(?m)^\s+(?:-\w, )?--([a-z0-9][a-z0-9-]*)`)
+// usage: "  -x, --name type   text" or "      --name type   text"); a
+// description's continuation lines are indented further and never match.
+var flagLine = regexp.MustCompile(`(?m)^(?:  -\w, |      )--([a-z0-9][a-z0-9-]*)`)
 
 // flagsOf lists the flags bin's --help names.
 func flagsOf(t *testing.T, bin string) []string {
@@ -42,17 +43,7 @@ func compareFlags(t *testing.T, head, prev string) {
 		if len(p) == 0 {
 			t.Fatalf("no flag found in %s --help: the pattern no longer reads it", s)
 		}
-		var added, removed []string
-		for _, f := range h {
-			if !slices.Contains(p, f) {
-				added = append(added, "--"+f)
-			}
-		}
-		for _, f := range p {
-			if !slices.Contains(h, f) {
-				removed = append(removed, "--"+f)
-			}
-		}
+		added, removed := flagDiff(h, p)
 		if len(removed) > 0 {
 			t.Errorf("%s at HEAD lacks flags the previous release has: %s", s, strings.Join(removed, " "))
 		}
@@ -62,4 +53,20 @@ func compareFlags(t *testing.T, head, prev string) {
 		fmt.Fprintf(&b, "  %-12s %s\n", s, strings.Join(added, " "))
 	}
 	t.Logf("flags only HEAD knows (not given in the matrix):\n%s", b.String())
+}
+
+// flagDiff returns the flags only head has and those only prev has, as
+// --name.
+func flagDiff(head, prev []string) (added, removed []string) {
+	for _, f := range head {
+		if !slices.Contains(prev, f) {
+			added = append(added, "--"+f)
+		}
+	}
+	for _, f := range prev {
+		if !slices.Contains(head, f) {
+			removed = append(removed, "--"+f)
+		}
+	}
+	return added, removed
 }

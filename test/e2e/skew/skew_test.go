@@ -96,36 +96,8 @@ func TestSkewMatrix(t *testing.T) {
 	}
 	t.Logf("HEAD's binaries built in %s", time.Since(t0).Round(time.Second))
 	compareFlags(t, headBin, prevBin)
-	dir := t.TempDir()
-	// A collector nobody listens at: with an --otlp-endpoint the reclaimer
-	// at HEAD journals each reclaim's trace_parent (reclaimer.proto's field
-	// 20, new since the previous release), so the previous release's
-	// reclaimer takes over records that carry it (leaveInFlight). Each
-	// reclaimer's stop then spends 5s trying to flush its spans
-	// (pkg/replica), the longest step of a switch.
-	collector, err := devenv.FreeAddr()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t0 = time.Now()
-	c, err := chaos.StartCluster(ctx, chaos.ClusterOptions{Dir: dir, BinDir: headBin, Watchers: 1, Binders: 1, Provisioners: 1,
-		Reclaimers: 1, Gateway: true, Args: map[string][]string{"reclaimer-1": {"--otlp-endpoint", "http://" + collector}}, Logf: t.Logf})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Stop()
-	t.Logf("cluster started in %s", time.Since(t0).Round(time.Second))
-	t.Cleanup(func() {
-		if t.Failed() {
-			dumpLogs(t, dir)
-		}
-	})
-	full, err := os.ReadFile(filepath.Join(prevBin, "commit"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	m := &matrix{t: t, c: c, head: headBin, prev: prevBin, prevCommit: string(full[:12]), book: chaos.NewBook()}
-	m.setup()
+	m := startMatrix(t, headBin, prevBin)
+	defer m.c.Stop()
 	start := time.Now()
 	var results []result
 	all := rows()
@@ -143,6 +115,42 @@ func TestSkewMatrix(t *testing.T) {
 			t.Errorf("%s: %s", res.row.name, strings.Join(res.errs, "; "))
 		}
 	}
+}
+
+// startMatrix starts the cluster the rows run on, every service at HEAD,
+// and the StorageClasses of the checks.
+func startMatrix(t *testing.T, headBin, prevBin string) *matrix {
+	t.Helper()
+	full, err := os.ReadFile(filepath.Join(prevBin, "commit"))
+	if err != nil || len(full) < 12 {
+		t.Fatalf("%s/commit (hack/build-prev.sh writes it): %q %v", prevBin, full, err)
+	}
+	dir := t.TempDir()
+	// A collector nobody listens at: with an --otlp-endpoint the reclaimer
+	// at HEAD journals each reclaim's trace_parent (reclaimer.proto's field
+	// 20, new since the previous release), so the previous release's
+	// reclaimer takes over records that carry it (leaveInFlight). Each
+	// reclaimer's stop then spends 5s trying to flush its spans
+	// (pkg/replica), the longest step of a switch.
+	collector, err := devenv.FreeAddr()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t0 := time.Now()
+	c, err := chaos.StartCluster(t.Context(), chaos.ClusterOptions{Dir: dir, BinDir: headBin, Watchers: 1, Binders: 1, Provisioners: 1,
+		Reclaimers: 1, Gateway: true, Args: map[string][]string{"reclaimer-1": {"--otlp-endpoint", "http://" + collector}}, Logf: t.Logf})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("cluster started in %s", time.Since(t0).Round(time.Second))
+	t.Cleanup(func() {
+		if t.Failed() {
+			dumpLogs(t, dir)
+		}
+	})
+	m := &matrix{t: t, c: c, head: headBin, prev: prevBin, prevCommit: string(full[:12]), book: chaos.NewBook()}
+	m.setup()
+	return m
 }
 
 // buildPrev builds (or finds cached) the previous release's services and
