@@ -35,6 +35,10 @@ KUBE_APISERVER          := $(VOLPLANE_CACHE)/kube-apiserver-$(KUBE_VERSION)
 # Only for the comparison benchmarks (make bench-kcm, bench-external-provisioner, bench-rate-kcm, bench-scale).
 KUBE_CONTROLLER_MANAGER := $(VOLPLANE_CACHE)/kube-controller-manager-$(KUBE_VERSION)
 EXTERNAL_PROVISIONER_VERSION := v6.3.0
+# The previous release (hack/prev-release, a commit of this clone's
+# history): make verify-breaking checks the protos against it, make
+# test-skew runs its services beside HEAD's (docs/compatibility.md#version-skew).
+PREV_RELEASE := $(shell cat hack/prev-release)
 CSI_PROVISIONER         := $(VOLPLANE_CACHE)/csi-provisioner-$(EXTERNAL_PROVISIONER_VERSION)
 # What ships: the services, the gateway, the dev CSI driver and the kubectl
 # plugin (make verify-deps keeps etcd's server out of them). The etcd
@@ -227,6 +231,14 @@ compare-kcm: kube-apiserver kube-controller-manager ## Run the fidelity checks (
 test-standalone: kube-apiserver kube-controller-manager ## Run standalone mode (managed clusters) end to end beside kube-controller-manager's binder (test/e2e/standalone, about 5 minutes), with the parity checks against csi-provisioner when make external-provisioner cached it; make test runs it only when kube-controller-manager is cached.
 	VOLPLANE_KUBE_CONTROLLER_MANAGER=$(KUBE_CONTROLLER_MANAGER) VOLPLANE_CSI_PROVISIONER=$(CSI_PROVISIONER) $(GO) test -count=1 -v -timeout 20m ./test/e2e/standalone/
 
+# The version skew matrix (test/e2e/skew, docs/compatibility.md#version-skew):
+# each service at the previous release with the others at HEAD, and each at
+# HEAD with the others at the previous release. make test runs it within
+# go test ./...; this prints the matrix.
+.PHONY: test-skew
+test-skew: kube-apiserver ## Each service at the previous release (PREV_RELEASE, built from git history once into the cache) beside the others at HEAD and the reverse: bind, provision, reclaim, the gateway; prints the matrix.
+	VOLPLANE_CACHE=$(VOLPLANE_CACHE) $(GO) test -count=1 -v -timeout 20m -run '^TestSkewMatrix$$' ./test/e2e/skew/
+
 .PHONY: test-unit
 test-unit: ## Run the tests that need no kube-apiserver.
 	$(GO) test -count=1 -short ./...
@@ -302,7 +314,7 @@ bench-kcm: build kube-apiserver kube-controller-manager ## The static burst with
 ##@ Verify / fix
 
 .PHONY: verify
-verify: verify-fmt verify-vet verify-staticcheck verify-deps verify-layout verify-funclen verify-lint verify-generate verify-chart verify-alerts ## Run every verify-* target.
+verify: verify-fmt verify-vet verify-staticcheck verify-deps verify-layout verify-funclen verify-lint verify-breaking verify-generate verify-chart verify-alerts ## Run every verify-* target.
 
 .PHONY: verify-fmt fix-fmt
 verify-fmt: ## Fail when gofmt would change a file.
@@ -349,6 +361,13 @@ fix-alerts: ## Write the plain rule file promtool reads from deploy/kubernetes/m
 # Not in go.mod: a tool, installed at its own pinned version.
 $(BIN)/promtool:
 	GOBIN=$(BIN) $(GO) install github.com/prometheus/prometheus/cmd/promtool@$(PROMETHEUS_VERSION)
+.PHONY: verify-breaking
+verify-breaking: tools ## buf breaking: the protos against the previous release's (PREV_RELEASE, read from git history).
+	@git rev-parse --verify --quiet '$(PREV_RELEASE)^{commit}' >/dev/null || { \
+		echo "verify-breaking: commit $(PREV_RELEASE) (the previous release, hack/prev-release) is not in this clone's history;" \
+			"fetch it: git fetch --unshallow (or git fetch origin $(PREV_RELEASE))" >&2; exit 1; }
+	$(BIN)/buf breaking --against '.git#ref=$(PREV_RELEASE)'
+	@echo "buf breaking: no breaking change since $(PREV_RELEASE) (docs/compatibility.md#version-skew)"
 
 .PHONY: generate verify-generate
 generate: tools ## Regenerate Go, grpc-gateway and OpenAPI code from proto/.

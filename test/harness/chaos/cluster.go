@@ -98,6 +98,9 @@ type Cluster struct {
 	HostPath string
 	// Services are the volplane replicas, watchers first.
 	Services []*Replica
+	// GatewayURL is the REST gateway's https:// URL (with
+	// ClusterOptions.Gateway); its certificate is the services' CA's.
+	GatewayURL string
 
 	o ClusterOptions
 }
@@ -127,13 +130,14 @@ type Replica struct {
 	crashes int  // runs that ended without Kill or Stop
 }
 
-// standaloneFlag is the reclaimer's --standalone as set (a flag is always
-// given, so the argument list stays one shape).
-func standaloneFlag(on bool) string {
+// standaloneFlag is the reclaimer's --standalone when on, else nothing:
+// a reclaimer of a release before --standalone (test/e2e/skew) refuses a
+// flag it does not know, and off is its default.
+func standaloneFlag(on bool) []string {
 	if on {
-		return "--standalone=true"
+		return []string{"--standalone=true"}
 	}
-	return "--standalone=false"
+	return nil
 }
 
 // StartCluster starts etcd, kube-apiserver, the CSI driver and the
@@ -269,9 +273,9 @@ func StartCluster(ctx context.Context, o ClusterOptions) (_ *Cluster, err error)
 	}
 	for i, a := range addrs["reclaimer"] {
 		c.service("reclaimer", i, a, func(gen int) []string {
-			return append(append(common("reclaimer"), etcdArgs...), "--listen", a, "--member-id", memberID("reclaimer", i, gen),
+			return append(append(append(common("reclaimer"), etcdArgs...), "--listen", a, "--member-id", memberID("reclaimer", i, gen),
 				"--provisioner-address", pick("provisioner", i), "--recycle-mode", "node-local", "--node-name", NodeName,
-				"--recycle-path-prefixes", c.HostPath, "--takeover-period", "2s", "--retry-interval-max", "5s", standaloneFlag(o.Standalone))
+				"--recycle-path-prefixes", c.HostPath, "--takeover-period", "2s", "--retry-interval-max", "5s"), standaloneFlag(o.Standalone)...)
 		})
 	}
 	for i, a := range addrs["binder"] {
@@ -299,6 +303,7 @@ func StartCluster(ctx context.Context, o ClusterOptions) (_ *Cluster, err error)
 		if err != nil {
 			return nil, err
 		}
+		c.GatewayURL = "https://" + a
 		c.service("gateway", 0, "", func(int) []string {
 			args := append(common("gateway"), "--listen", a, "--binder-address", pick("binder", 0), "--watcher-address", pick("watcher", 0),
 				"--provisioner-address", pick("provisioner", 0), "--reclaimer-address", pick("reclaimer", 0),
@@ -536,6 +541,23 @@ func (r *Replica) Crashes() int {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return r.crashes
+}
+
+// SetBinary makes the replica's next start run bin instead of the binary
+// of its service in ClusterOptions.BinDir: another release of it, for the
+// version skew tests (test/e2e/skew). Its command line stays the same, so
+// bin must know every flag the cluster gives.
+func (r *Replica) SetBinary(bin string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.bin = bin
+}
+
+// Binary is the binary the replica's next start runs.
+func (r *Replica) Binary() string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.bin
 }
 
 // LogPath is the replica's log, every run appended.
