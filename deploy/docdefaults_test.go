@@ -71,7 +71,7 @@ type stated struct{ flag, value string }
 var (
 	// "`--name` (value ...)" or "`--name` (default value ...)": the value
 	// is the first word in the parentheses.
-	statedOne = regexp.MustCompile("`--([a-z0-9-]+)`\\s*\\((?:default )?`?([0-9][0-9a-zA-Z.]*(?: (?:minutes?|seconds?|hours?|min|ms|s|KiB|MiB|GiB))?)`?[,;)\\s]")
+	statedOne = regexp.MustCompile("`--([a-z0-9-]+)`\\s*\\((?:default )?`?([0-9][0-9a-zA-Z.]*(?: (?:minutes?|seconds?|hours?|min|ms|s|KiB|MiB|GiB))?)`?[,;:)\\s]")
 	// "`--a`/`--b` (1s/5m)"
 	statedPair = regexp.MustCompile("`--([a-z0-9-]+)`/`--([a-z0-9-]+)`\\s*\\(`?([0-9][0-9a-zA-Z.]*)/([0-9][0-9a-zA-Z.]*)`?\\)")
 	// "(after `--name`, 2s)"

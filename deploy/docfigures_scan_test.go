@@ -24,11 +24,13 @@ var (
 	comment  = regexp.MustCompile(`(?s)<!--.*?-->`)
 	linkDest = regexp.MustCompile(`\]\([^)\s]*\)`)
 	heading  = regexp.MustCompile(`(?m)^(#{1,6}) `)
+	// The end of a sentence: a full stop, question or exclamation mark, then a space.
+	sentenceEnd = regexp.MustCompile(`[.?!]\s`)
 )
 
 // docFigures finds every figure in a doc's prose and what holds it.
 func docFigures(doc string) []figure {
-	prose := mask(doc, fence, comment, codeSpan, linkDest)
+	prose := blank(mask(doc, fence, comment, codeSpan, linkDest), indentedCode(doc))
 	figs := findFigures(doc, prose)
 	for _, s := range statedAt(doc) {
 		holdIn(figs, s.start, s.end, holder{kind: "stated"})
@@ -57,6 +59,47 @@ func mask(doc string, patterns ...*regexp.Regexp) string {
 		}
 	}
 	return string(b)
+}
+
+// blank blanks the spans of s, keeping newlines.
+func blank(s string, spans [][2]int) string {
+	b := []byte(s)
+	for _, sp := range spans {
+		for i := sp[0]; i < sp[1]; i++ {
+			if b[i] != '\n' {
+				b[i] = ' '
+			}
+		}
+	}
+	return string(b)
+}
+
+var listItem = regexp.MustCompile(`^\s*(?:[-*+]|\d+\.)\s`)
+
+// indentedCode finds Markdown's indented code blocks: lines indented by
+// four spaces after a blank line that does not continue a list.
+func indentedCode(doc string) [][2]int {
+	var spans [][2]int
+	lines := strings.SplitAfter(doc, "\n")
+	offset, inCode, inList := 0, false, false
+	prevBlank := true
+	for _, l := range lines {
+		blankLine := strings.TrimSpace(l) == ""
+		switch {
+		case blankLine:
+		case strings.HasPrefix(l, "    ") && (inCode || (prevBlank && !inList)):
+			inCode = true
+			spans = append(spans, [2]int{offset, offset + len(l)})
+		default:
+			inCode = false
+			if !strings.HasPrefix(l, " ") {
+				inList = listItem.MatchString(l)
+			}
+		}
+		prevBlank = blankLine
+		offset += len(l)
+	}
+	return spans
 }
 
 // located is a figure with its offsets in the doc.
@@ -143,33 +186,85 @@ func holdIn(figs []*located, start, end int, h holder) {
 	}
 }
 
-// applyMarkers reads the markers: a const or flag marker holds the
-// figure right before it (nothing but spaces between); a figures marker
-// every figure of its block; a figures-below marker every figure to the
-// end of its section.
+// applyMarkers reads the markers, const and flag markers first: a const
+// or flag marker holds the figure right before it (nothing but spaces
+// between); a figures marker the other figures before it in its
+// sentence (a table's row), back to the marker before it, or, on a line
+// of its own, the block it opens; a figures-below marker every other figure
+// from it to the end of its section.
 func applyMarkers(doc string, figs []*located) {
+	code := mask(doc, fence, codeSpan)
+	var markers [][]int
 	for _, m := range figureMarker.FindAllStringSubmatchIndex(doc, -1) {
-		h := holder{kind: doc[m[2]:m[3]], arg: doc[m[4]:m[5]]}
-		start, end := blockAround(doc, m[0])
-		switch h.kind {
-		case "figures":
-			holdIn(figs, start, end, h)
-		case "figures below":
-			h.kind = "figures"
-			holdIn(figs, start, sectionEnd(doc, m[0]), h)
-		default:
-			for _, f := range figs {
-				if f.end <= m[0] && strings.TrimSpace(doc[f.end:m[0]]) == "" {
-					f.held = h
-				}
+		if code[m[0]] == '<' { // not a marker shown in code
+			markers = append(markers, m)
+		}
+	}
+	for _, pass := range []string{"const", "flag", "figures", "figures below"} {
+		for _, m := range markers {
+			h := holder{kind: doc[m[2]:m[3]], arg: doc[m[4]:m[5]]}
+			if h.kind != pass {
+				continue
+			}
+			switch h.kind {
+			case "figures":
+				start, end := figuresScope(doc, markers, m)
+				holdIn(figs, start, end, h)
+			case "figures below":
+				h.kind = "figures"
+				holdIn(figs, m[0], sectionEnd(doc, m[0]), h)
+			default:
+				holdBefore(doc, figs, m[0], h)
 			}
 		}
 	}
 }
 
-// blockAround is the block (paragraph, table or list: lines up to a
-// blank line) around offset at.
+// figuresScope is what a figures marker holds: on a line of its own,
+// the block it opens; else its block (a table's row) up to the marker,
+// from the end of the marker before it in the block.
+func figuresScope(doc string, markers [][]int, m []int) (int, int) {
+	start, end := blockAround(doc, m[0])
+	lineStart := strings.LastIndex(doc[:m[0]], "\n") + 1
+	lineEnd := strings.IndexByte(doc[m[1]:], '\n')
+	if lineEnd < 0 {
+		lineEnd = len(doc) - m[1]
+	}
+	if strings.TrimSpace(doc[lineStart:m[0]]+doc[m[1]:m[1]+lineEnd]) == "" {
+		return m[1], end
+	}
+	for _, o := range markers {
+		if o[1] <= m[0] && o[1] > start {
+			start = o[1]
+		}
+	}
+	if ends := sentenceEnd.FindAllStringIndex(doc[start:m[0]], -1); len(ends) > 0 {
+		start += ends[len(ends)-1][1]
+	}
+	return start, m[0]
+}
+
+// holdBefore gives h to the figure that ends right before offset at,
+// nothing but spaces between.
+func holdBefore(doc string, figs []*located, at int, h holder) {
+	for _, f := range figs {
+		if f.end <= at && strings.TrimSpace(doc[f.end:at]) == "" {
+			f.held = h
+		}
+	}
+}
+
+// blockAround is the block around offset at: lines up to a blank line
+// (a paragraph, a list), or, in a table, the row.
 func blockAround(doc string, at int) (int, int) {
+	lineStart := strings.LastIndex(doc[:at], "\n") + 1
+	if strings.HasPrefix(doc[lineStart:], "|") {
+		lineEnd := strings.Index(doc[at:], "\n")
+		if lineEnd < 0 {
+			return lineStart, len(doc)
+		}
+		return lineStart, at + lineEnd
+	}
 	start := strings.LastIndex(doc[:at], "\n\n")
 	if start < 0 {
 		start = 0

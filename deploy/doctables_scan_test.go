@@ -8,14 +8,12 @@ import (
 // flagRow is one row of a doc's flags table: a table whose header has a
 // "Flag" and a "Default" column.
 type flagRow struct {
-	line       int
-	flags      []string // without the dashes
-	def        string   // the default cell, trimmed
-	defStart   int      // the default cell's offsets in the doc
-	defEnd     int
-	services   string // the "services" cell, where the table has one
-	rowOffset  int
-	headerLine int
+	line     int
+	flags    []string // without the dashes
+	def      string   // the default cell, trimmed
+	defStart int      // the default cell's offsets in the doc
+	defEnd   int
+	services string // the "services" cell, where the table has one
 }
 
 var flagName = regexp.MustCompile("`--([a-z0-9][a-z0-9-]*)`")
@@ -38,7 +36,6 @@ func flagTableRows(doc string) []flagRow {
 			for j, c := range cells {
 				cols[strings.ToLower(strings.TrimSpace(c.text))] = j
 			}
-			cols["header line"] = i + 1
 			continue
 		}
 		f, okF := cols["flag"]
@@ -46,7 +43,7 @@ func flagTableRows(doc string) []flagRow {
 		if !okF || !okD || len(cells) <= max(f, d) || strings.HasPrefix(cells[0].text, "---") {
 			continue
 		}
-		row := flagRow{line: i + 1, def: strings.TrimSpace(cells[d].text), defStart: start + cells[d].start, defEnd: start + cells[d].end, rowOffset: start, headerLine: cols["header line"]}
+		row := flagRow{line: i + 1, def: strings.TrimSpace(cells[d].text), defStart: start + cells[d].start, defEnd: start + cells[d].end}
 		for _, m := range flagName.FindAllStringSubmatch(cells[f].text, -1) {
 			row.flags = append(row.flags, m[1])
 		}
