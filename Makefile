@@ -314,7 +314,7 @@ bench-kcm: build kube-apiserver kube-controller-manager ## The static burst with
 ##@ Verify / fix
 
 .PHONY: verify
-verify: verify-fmt verify-vet verify-staticcheck verify-deps verify-layout verify-funclen verify-lint verify-breaking verify-generate verify-chart verify-alerts ## Run every verify-* target.
+verify: verify-fmt verify-vet verify-staticcheck verify-deps verify-layout verify-funclen verify-docs verify-lint verify-breaking verify-generate verify-chart verify-alerts ## Run every verify-* target.
 
 .PHONY: verify-fmt fix-fmt
 verify-fmt: ## Fail when gofmt would change a file.
@@ -345,6 +345,11 @@ verify-layout: ## Fail when a product package imports a test or bench harness, o
 .PHONY: verify-funclen
 verify-funclen: ## List product functions over 60 lines; fail on one over 80 (hack/funclen).
 	$(GO) run ./hack/funclen
+
+.PHONY: verify-docs
+verify-docs: ## Fail when docs and READMEs state a flag, default, duration, count or Go name the code does not have (deploy/doc*_test.go).
+	$(GO) test -count=1 ./deploy -run 'TestDocs|TestDocFigures|TestFigure|TestFlag|TestEveryFlagIsDocumented|TestReadmeIsShort'
+	$(GO) test -count=1 ./internal/csisidecar -run 'TestDocTableIsTheFlagList|TestProvisionerHelpListsNoFlagTheTableLacks'
 
 .PHONY: verify-lint
 verify-lint: tools ## buf lint the protos.

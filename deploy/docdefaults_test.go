@@ -69,21 +69,43 @@ func TestFlagDefaultsInDocs(t *testing.T) {
 type stated struct{ flag, value string }
 
 var (
-	// "`--name` (value ...)": the value is the first word in the parentheses.
-	statedOne = regexp.MustCompile("`--([a-z0-9-]+)`\\s*\\(`?([0-9][0-9a-zA-Z.]*(?: (?:minutes?|seconds?|hours?|KiB|MiB|GiB))?)`?[,;) ]")
+	// "`--name` (value ...)" or "`--name` (default value ...)": the value
+	// is the first word in the parentheses.
+	statedOne = regexp.MustCompile("`--([a-z0-9-]+)`\\s*\\((?:default )?`?([0-9][0-9a-zA-Z.]*(?: (?:minutes?|seconds?|hours?|min|ms|s|KiB|MiB|GiB))?)`?[,;:)\\s]")
 	// "`--a`/`--b` (1s/5m)"
 	statedPair = regexp.MustCompile("`--([a-z0-9-]+)`/`--([a-z0-9-]+)`\\s*\\(`?([0-9][0-9a-zA-Z.]*)/([0-9][0-9a-zA-Z.]*)`?\\)")
+	// "(after `--name`, 2s)"
+	statedAfter = regexp.MustCompile("`--([a-z0-9-]+)`, ([0-9][0-9a-zA-Z.]*)\\)")
 )
 
 // statedDefaults finds the numbers and durations docs give as flags'
 // defaults.
 func statedDefaults(doc string) []stated {
 	var out []stated
-	for _, m := range statedOne.FindAllStringSubmatch(doc, -1) {
-		out = append(out, stated{m[1], m[2]})
+	for _, s := range statedAt(doc) {
+		out = append(out, s.stated)
 	}
-	for _, m := range statedPair.FindAllStringSubmatch(doc, -1) {
-		out = append(out, stated{m[1], m[3]}, stated{m[2], m[4]})
+	return out
+}
+
+// statedSpan is a stated default and where its value is in the doc.
+type statedSpan struct {
+	stated
+	start, end int
+}
+
+// statedAt finds the stated defaults with their values' offsets.
+func statedAt(doc string) []statedSpan {
+	var out []statedSpan
+	for _, re := range []*regexp.Regexp{statedOne, statedAfter} {
+		for _, m := range re.FindAllStringSubmatchIndex(doc, -1) {
+			out = append(out, statedSpan{stated{doc[m[2]:m[3]], doc[m[4]:m[5]]}, m[4], m[5]})
+		}
+	}
+	for _, m := range statedPair.FindAllStringSubmatchIndex(doc, -1) {
+		out = append(out,
+			statedSpan{stated{doc[m[2]:m[3]], doc[m[6]:m[7]]}, m[6], m[7]},
+			statedSpan{stated{doc[m[4]:m[5]], doc[m[8]:m[9]]}, m[8], m[9]})
 	}
 	return out
 }
@@ -151,9 +173,11 @@ func withUnit(v string) string {
 		return v
 	}
 	switch strings.TrimSuffix(unit, "s") {
-	case "second":
+	case "second", "":
 		return n + "s"
-	case "minute":
+	case "m":
+		return n + "ms"
+	case "minute", "min":
 		return n + "m"
 	case "hour":
 		return n + "h"
