@@ -196,6 +196,16 @@ perf_driver_file() {
 	driver_file=$reports/volplane-csi-perf.yaml
 }
 
+# dump_state: the cluster's pods and volplane's latest Events, on the
+# standard error, when perf fails (the cluster is taken down after it).
+dump_state() {
+	log "perf failed; the cluster's state:"
+	kubectl get nodes -o wide || true
+	kubectl get pods -A -o wide || true
+	kubectl -n volplane-system get events --sort-by=.lastTimestamp | tail -n 40 || true
+	kubectl -n volplane-system describe pods | grep -A25 '^Events:' | tail -n 80 || true
+}
+
 # perf: the performance suites E2E_PERF_ROUNDS times on A, the cutover,
 # as many times on B, then their figures side by side (the suites'
 # own: volumeperf's average latency and throughput, pvcdeletionperf's
@@ -205,6 +215,7 @@ perf_driver_file() {
 perf() {
 	local rounds=${E2E_PERF_ROUNDS:-1} t0=$SECONDS t r rc=0 parts=() runs=() junits=()
 	[[ $rounds =~ ^[1-9][0-9]*$ ]] || die "E2E_PERF_ROUNDS=$rounds is not a count"
+	trap 'rc=$?; ((rc == 0)) || dump_state >&2; exit $rc' EXIT
 	focus=${E2E_FOCUS:-$perf_focus} skip=${E2E_SKIP:-'\[Feature:Windows\]'}
 	perf_driver_file
 	step "import the e2e images" import_images
