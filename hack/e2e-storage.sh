@@ -42,6 +42,8 @@
 #   E2E_TIMEOUT  e2e.test's -ginkgo.timeout per run (default 40m)
 #   KUBECONFIG   the cluster (default the local cluster's admin.kubeconfig)
 #   VOLPLANE_BIN volplane-certs, kubectl-volplane and volplane-e2e-report (default bin/)
+#   E2E_FOCUS and E2E_SKIP, when set, replace perf's own too (the two
+#                performance suites; only Windows skipped).
 #   E2E_PERF_COUNT  perf: the claims each performance suite makes (default the
 #                driver file's Count, 80)
 #   E2E_PERF_ROUNDS perf: the runs on each side (default 1): A1..An, the cutover, B1..Bn
