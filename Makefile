@@ -80,7 +80,7 @@ KCM_FLAGS = --kube-controller-manager $(KUBE_CONTROLLER_MANAGER) --kcm-qps $(KCM
 
 .PHONY: help
 help: ## Show this help.
-	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  %-24s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z0-9_-]+:.*## / {printf "  %-24s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
 ##@ Run
 
@@ -191,6 +191,20 @@ test-e2e-storage: e2e-test e2e-images ## make cluster with the vendor-deployed d
 	$(CLUSTER_ENV) VOLPLANE_CSI_SIDECARS=1 KCM_CONTROLLERS='*,bootstrapsigner,tokencleaner' hack/cluster/up.sh && \
 	$(CLUSTER_ENV) VOLPLANE_BIN=$(BIN) hack/e2e-storage.sh ab || rc=$$?; \
 	echo "make test-e2e-storage: $$(( $$(date +%s) - start ))s, then make cluster-down"; exit $$rc
+
+# Kubernetes' performance suites (volumeperf.go's volume-lifecycle-performance,
+# pvcdeletionperf.go's pvc-deletion-performance) as a benchmark: on A, the
+# cutover, on B, the suites' own figures side by side (hack/e2e-storage.sh
+# perf, docs/benchmarks.md). Not in make test. E2E_PERF_COUNT (claims a
+# suite, default the driver file's 80) and E2E_PERF_ROUNDS (runs a side).
+.PHONY: bench-e2e-perf
+bench-e2e-perf: e2e-test e2e-images ## make cluster, Kubernetes' storage performance suites on kcm + csi-provisioner (A) then on volplane (B), their figures side by side, make cluster-down (as root; not in make test).
+	@trap 'rc=$$?; $(CLUSTER_ENV) hack/cluster/down.sh || rc=1; exit $$rc' EXIT; \
+	start=$$(date +%s); rc=0; \
+	$(GO) build -o $(BIN)/ ./cmd/volplane-certs ./cmd/kubectl-volplane ./test/cmd/volplane-e2e-report && \
+	$(CLUSTER_ENV) VOLPLANE_CSI_SIDECARS=1 KCM_CONTROLLERS='*,bootstrapsigner,tokencleaner' hack/cluster/up.sh && \
+	$(CLUSTER_ENV) VOLPLANE_BIN=$(BIN) E2E_REPORTS=$${E2E_REPORTS:-$(BIN)/e2e-perf} hack/e2e-storage.sh perf || rc=$$?; \
+	echo "make bench-e2e-perf: $$(( $$(date +%s) - start ))s, then make cluster-down"; exit $$rc
 
 ##@ Test
 

@@ -17,6 +17,8 @@
 #   hack/e2e-storage.sh cutover           # to volplane: the sidecar-drivers overlay, csi-provisioner's
 #                                         # image swapped to volplane-csi-sidecar, kcm's binder off
 #   hack/e2e-storage.sh table A B         # the two runs side by side, spec by spec
+#   hack/e2e-storage.sh perf              # the performance suites on A, the cutover, on B,
+#                                         # their figures side by side: make bench-e2e-perf
 #
 # ab runs the focus as A (kube-controller-manager's binder and
 # csi-provisioner v6.3.0 in front of the driver), makes the cutover, runs
@@ -40,6 +42,11 @@
 #   E2E_TIMEOUT  e2e.test's -ginkgo.timeout per run (default 40m)
 #   KUBECONFIG   the cluster (default the local cluster's admin.kubeconfig)
 #   VOLPLANE_BIN volplane-certs, kubectl-volplane and volplane-e2e-report (default bin/)
+#   E2E_FOCUS and E2E_SKIP, when set, replace perf's own too (the two
+#                performance suites; only Windows skipped).
+#   E2E_PERF_COUNT  perf: the claims each performance suite makes (default the
+#                driver file's Count, 80)
+#   E2E_PERF_ROUNDS perf: the runs on each side (default 1): A1..An, the cutover, B1..Bn
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 # shellcheck source=cluster/lib.sh
@@ -174,6 +181,71 @@ cutover() {
 	log "cutover: kube-controller-manager's binder off, csi-provisioner is $(provisioner_image), volplane serves $driver_name ($(elapsed $((SECONDS - start))))"
 }
 
+# perf_focus: Kubernetes' two performance suites (volumeperf.go and
+# pvcdeletionperf.go), which are [Slow] and [Serial]: only Windows is
+# skipped.
+perf_focus='External.Storage.*\] (volume-lifecycle-performance|pvc-deletion-performance) '
+
+# perf_driver_file: the driver file, or with E2E_PERF_COUNT a copy of it
+# in the reports whose PerformanceTestOptions ask for that many claims.
+perf_driver_file() {
+	local count=${E2E_PERF_COUNT:-}
+	[[ -n $count ]] || return 0
+	[[ $count =~ ^[1-9][0-9]*$ ]] || die "E2E_PERF_COUNT=$count is not a count"
+	mkdir -p "$reports"
+	sed -E "s/^( +Count:) [0-9]+$/\1 $count/" "$driver_file" >"$reports/volplane-csi-perf.yaml"
+	grep -q "^ *Count: $count$" "$reports/volplane-csi-perf.yaml" || die "no Count in $driver_file"
+	driver_file=$reports/volplane-csi-perf.yaml
+}
+
+# dump_state: the cluster's pods and volplane's latest Events, on the
+# standard error, when perf fails (the cluster is taken down after it).
+dump_state() {
+	log "perf failed; the cluster's state:"
+	kubectl get nodes -o wide || true
+	kubectl get pods -A -o wide || true
+	kubectl -n volplane-system get events --sort-by=.lastTimestamp | tail -n 40 || true
+	kubectl -n volplane-system describe pods | grep -A25 '^Events:' | tail -n 80 || true
+}
+
+# perf: the performance suites E2E_PERF_ROUNDS times on A, the cutover,
+# as many times on B, then their figures side by side (the suites'
+# own: volumeperf's average latency and throughput, pvcdeletionperf's
+# deletion times), and each spec's result. Fails when a run logged no
+# figures or a spec failed on B (volumeperf fails below upstream's
+# baseline); A's failures are printed, not fatal.
+perf() {
+	local rounds=${E2E_PERF_ROUNDS:-1} t0=$SECONDS t r rc=0 parts=() runs=() junits=()
+	[[ $rounds =~ ^[1-9][0-9]*$ ]] || die "E2E_PERF_ROUNDS=$rounds is not a count"
+	trap 'rc=$?; ((rc == 0)) || dump_state >&2; exit $rc' EXIT
+	focus=${E2E_FOCUS:-$perf_focus} skip=${E2E_SKIP:-'\[Feature:Windows\]'}
+	perf_driver_file
+	step "import the e2e images" import_images
+	step "install the driver (deploy/drivers/volplane-csi)" install_driver
+	parts+=("setup $(elapsed $((SECONDS - t0)))")
+	for r in $(seq "$rounds"); do
+		t=$SECONDS
+		log "==> A$r: kube-controller-manager's binder + csi-provisioner"
+		run_e2e "A$r" || log "run A$r failed (upstream's baseline or the dev driver: see its log)"
+		parts+=("A$r $(elapsed $((SECONDS - t)))") runs+=("A$r=$reports/A$r/e2e.log") junits+=("A$r=$reports/A$r/junit_01.xml")
+	done
+	t=$SECONDS
+	step "cutover to volplane" cutover
+	parts+=("cutover $(elapsed $((SECONDS - t)))")
+	for r in $(seq "$rounds"); do
+		t=$SECONDS
+		log "==> B$r: volplane through volplane-csi-sidecar"
+		run_e2e "B$r" || rc=$?
+		parts+=("B$r $(elapsed $((SECONDS - t)))") runs+=("B$r=$reports/B$r/e2e.log") junits+=("B$r=$reports/B$r/junit_01.xml")
+	done
+	"$bin/volplane-e2e-report" table "${junits[@]}" || true
+	"$bin/volplane-e2e-report" perf "${runs[@]}" || rc=1
+	"$bin/volplane-e2e-report" perf -markdown "${runs[@]}" >"$reports/perf.md" || true
+	log "the figures in Markdown: $reports/perf.md"
+	log "times: ${parts[*]}"
+	return "$rc"
+}
+
 table() {
 	local args=() l
 	for l in "$@"; do args+=("$l=$reports/$l/junit_01.xml"); done
@@ -224,5 +296,6 @@ install) install_driver ;;
 run) run_e2e "${2:?usage: $0 run LABEL}" ;;
 cutover) cutover ;;
 table) shift && table "$@" ;;
+perf) perf ;;
 *) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//' >&2 && exit 2 ;;
 esac

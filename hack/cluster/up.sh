@@ -82,6 +82,14 @@ network() {
 	# delivered is refused on this host, never sent to the default gateway.
 	ip route replace unreachable "$service_cidr"
 	ip route replace unreachable "$cluster_cidr"
+	# Pod traffic is forwarded whatever the FORWARD chain's policy: a
+	# Docker daemon on the host sets it to DROP, which cuts every pod off
+	# from every other pod on the bridge (br_netfilter passes bridged
+	# packets through it). down.sh removes the chain with the CNI-* ones.
+	iptables -N CNI-VOLPLANE-FORWARD 2>/dev/null || iptables -F CNI-VOLPLANE-FORWARD
+	iptables -A CNI-VOLPLANE-FORWARD -s "$cluster_cidr" -j ACCEPT
+	iptables -A CNI-VOLPLANE-FORWARD -d "$cluster_cidr" -j ACCEPT
+	iptables -C FORWARD -j CNI-VOLPLANE-FORWARD 2>/dev/null || iptables -I FORWARD 1 -j CNI-VOLPLANE-FORWARD
 	cat >"$state/cni/net.d/10-volplane.conflist" <<EOF
 {
   "cniVersion": "1.0.0",
