@@ -289,3 +289,52 @@ func TestStartupCheckCatches(t *testing.T) {
 		})
 	}
 }
+
+// sizingRows reads docs/operations.md's sizing table: per service, its
+// request and limit cells ("100m, 256Mi").
+func sizingRows(t *testing.T) map[string][2]string {
+	t.Helper()
+	b, err := os.ReadFile("../docs/operations.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, sec, ok := strings.Cut(string(b), "## Sizing")
+	if !ok {
+		t.Fatal("docs/operations.md has no Sizing section")
+	}
+	rows := map[string][2]string{}
+	for _, line := range strings.Split(sec, "\n") {
+		cells := strings.Split(strings.Trim(line, "| "), " | ")
+		if len(cells) != 7 || strings.HasPrefix(cells[0], "---") || cells[0] == "service" {
+			continue
+		}
+		name, _, _ := strings.Cut(cells[0], " ")
+		rows["volplane-"+name] = [2]string{cells[5], cells[6]}
+	}
+	return rows
+}
+
+// cell is a container's CPU and memory as the sizing table writes them.
+func cell(l corev1.ResourceList) string {
+	return l.Cpu().String() + ", " + l.Memory().String()
+}
+
+// docs/operations.md's sizing table gives the requests and limits the base
+// ships, for every workload of it.
+func TestSizingTableMatchesBase(t *testing.T) {
+	rows := sizingRows(t)
+	r := decodeAll(t, "kubernetes")
+	if len(rows) != len(r.workloads) {
+		t.Errorf("the sizing table has %d services, the base %d workloads", len(rows), len(r.workloads))
+	}
+	for _, w := range r.workloads {
+		c := mainContainer(w)
+		row, ok := rows[w.name]
+		switch {
+		case !ok:
+			t.Errorf("%s: not in docs/operations.md's sizing table", w.name)
+		case row[0] != cell(c.Resources.Requests) || row[1] != cell(c.Resources.Limits):
+			t.Errorf("%s: the table says request %s, limit %s; the base ships %s and %s", w.name, row[0], row[1], cell(c.Resources.Requests), cell(c.Resources.Limits))
+		}
+	}
+}
