@@ -46,7 +46,7 @@ const (
 )
 
 // NonRootUID is the user (and group) the base's /etc/passwd names nonroot,
-// as in distroless images and volplane's Dockerfile.
+// as in distroless images.
 const NonRootUID = 65532
 
 // File is a file of the build host copied into the image.
