@@ -198,8 +198,13 @@ test: verify kube-apiserver kube-controller-manager external-provisioner $(BIN)/
 	$(GO) test -count=1 -timeout 25m ./...
 	@if [ "$$(id -u)" = 0 ]; then $(MAKE) --no-print-directory test-cluster; \
 	else echo "test-cluster: SKIPPED, it runs a kubelet and needs root"; fi
-	@# Docker installed (dockerd on the PATH) but not running: start it, as
-	@# test-cluster starts its own runtime; SKIPPED only without Docker.
+	@$(MAKE) --no-print-directory test-compose-auto
+
+# make test's compose step. Docker installed (dockerd on the PATH) but not
+# running: start it, as test-cluster starts its own runtime; SKIPPED only
+# without Docker.
+.PHONY: test-compose-auto
+test-compose-auto: ## make test's compose step: start dockerd where Docker is installed but not running (as root), then make test-compose and its time; SKIPPED only where Docker is absent.
 	@if ! docker info >/dev/null 2>&1 && command -v dockerd >/dev/null && [ "$$(id -u)" = 0 ]; then \
 		$(MAKE) --no-print-directory docker-daemon; fi
 	@if docker info >/dev/null 2>&1; then start=$$(date +%s); \
