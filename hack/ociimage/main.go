@@ -6,6 +6,12 @@
 //	ociimage -name ghcr.io/volplane/pause:0.1.0 -o pause.tar \
 //	    -entrypoint /pause -add /pause=bin/pause
 //
+// With -platforms linux/amd64,linux/arm64 it writes one image index with a
+// manifest per platform; {arch} in an -add source stands for the
+// platform's architecture (-add /usr/local/bin/binder=bin/{arch}/binder).
+// The tar carries a manifest.json too, which `docker load` reads: it loads
+// the build host's platform.
+//
 // The root filesystem is a base (with -base, the default: /etc/passwd and
 // /etc/group with root and the non-root user 65532, the build host's CA
 // bundle at /etc/ssl/certs/ca-certificates.crt, an empty /tmp with mode
@@ -21,6 +27,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"runtime"
 	"strings"
 	"syscall"
 
@@ -35,7 +42,7 @@ func (l *list) Set(v string) error { *l = append(*l, v); return nil }
 func main() {
 	var o oci.Options
 	var adds, dirs, links, env list
-	var entrypoint, cmd string
+	var entrypoint, cmd, platforms string
 	flag.StringVar(&o.Name, "name", "", "the image's fully qualified reference, e.g. ghcr.io/volplane/volplane:0.1.0 (required)")
 	flag.StringVar(&o.Out, "o", "", "the tar file to write (required)")
 	flag.BoolVar(&o.Base, "base", true, "add /etc/passwd, /etc/group, the CA bundle and /tmp")
@@ -48,11 +55,13 @@ func main() {
 	flag.StringVar(&o.User, "user", "65532:65532", "the user the image runs as")
 	flag.StringVar(&o.WorkingDir, "workdir", "/", "the working directory")
 	flag.Var(&env, "env", "KEY=VALUE in the image's environment (repeatable)")
+	flag.StringVar(&platforms, "platforms", "", "comma-separated OS/ARCH built, e.g. linux/amd64,linux/arm64 (default: linux and the build host's architecture); {arch} in an -add source is each one's GOARCH")
 	flag.Parse()
 
 	o.Entrypoint = split(entrypoint)
 	o.Cmd = split(cmd)
 	o.Env = env
+	o.Platforms = split(platforms)
 	for _, a := range adds {
 		dest, src, ok := strings.Cut(a, "=")
 		if !ok {
@@ -82,7 +91,11 @@ func main() {
 	if err != nil {
 		fail(err)
 	}
-	fmt.Printf("%s %s %s\n", o.Name, digest, o.Out)
+	built := platforms
+	if built == "" {
+		built = "linux/" + runtime.GOARCH
+	}
+	fmt.Printf("%s %s %s %s\n", o.Name, digest, o.Out, built)
 }
 
 func split(s string) []string {

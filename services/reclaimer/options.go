@@ -12,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/yaml"
 
 	startup "github.com/volplane/volplane/pkg/replica"
+	"github.com/volplane/volplane/pkg/version"
 )
 
 // Service is the reclaimer's name in etcd membership.
@@ -34,7 +35,6 @@ const (
 
 // Defaults of the Options.
 const (
-	DefaultRecyclerImage            = "docker.io/library/busybox:1.37"
 	DefaultRecyclerNamespace        = "default"
 	DefaultRecyclerMinimumTimeout   = 60 * time.Second
 	DefaultRecyclerTimeoutIncrement = 30 * time.Second
@@ -45,6 +45,15 @@ const (
 	DefaultTakeoverPeriod           = 10 * time.Second
 	DefaultRecordTTL                = 10 * time.Minute
 )
+
+// DefaultRecyclerImage is volplane's own image at this build's version
+// (ghcr.io/volplane/volplane:0.1.0 for v0.1.0): the reclaimer binary in it
+// scrubs (reclaimer scrub DIR), so an air-gapped cluster needs no image
+// from Docker Hub.
+var DefaultRecyclerImage = volplaneImage + ":" + strings.TrimPrefix(version.Get().Version, "v")
+
+// volplaneImage is the repository of volplane's image (hack/images.txt).
+const volplaneImage = "ghcr.io/volplane/volplane"
 
 // Options configures a reclaimer replica.
 type Options struct {
@@ -76,7 +85,9 @@ type Options struct {
 	// replaced by the volume's. Empty: a pod running RecyclerImage.
 	RecyclerPodTemplate string
 	// RecyclerImage is the image of the default recycler pod; default
-	// DefaultRecyclerImage. Exclusive with RecyclerPodTemplate; like it,
+	// DefaultRecyclerImage. An image whose repository is named volplane (a
+	// mirror of volplane's) runs its reclaimer's scrub; any other runs
+	// Kubernetes' shell command (an image with /bin/sh and find: busybox). Exclusive with RecyclerPodTemplate; like it,
 	// refused in RecycleNodeLocal mode (unused).
 	RecyclerImage string
 	// RecyclerNamespace is where recycler pods run (a namespace name);

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"os"
+	"path"
 	"path/filepath"
 	"strings"
 	"time"
@@ -354,22 +355,52 @@ func recyclerVolume(p *corev1.Pod) *corev1.Volume {
 	return nil
 }
 
-// defaultRecyclerPod is Kubernetes' recycler pod with the given image.
+// defaultRecyclerPod is Kubernetes' recycler pod with the given image:
+// volplane's image runs its reclaimer's scrub (ScrubCommand), as root as
+// busybox's runs, so that it deletes whatever user owns the files; any
+// other image Kubernetes' shell command.
 func defaultRecyclerPod(image string) *corev1.Pod {
+	c := corev1.Container{
+		Name:         "pv-recycler",
+		Image:        image,
+		Command:      []string{"/bin/sh"},
+		Args:         []string{"-c", scrubScript},
+		VolumeMounts: []corev1.VolumeMount{{Name: recyclerVolumeName, MountPath: "/scrub"}},
+	}
+	if isVolplaneImage(image) {
+		root := int64(0)
+		c.Command, c.Args = []string{"/usr/local/bin/reclaimer", ScrubCommand, "/scrub"}, nil
+		c.SecurityContext = &corev1.SecurityContext{RunAsUser: &root, RunAsGroup: &root}
+	}
 	return &corev1.Pod{
 		Spec: corev1.PodSpec{
 			RestartPolicy: corev1.RestartPolicyNever,
-			Containers: []corev1.Container{{
-				Name:         "pv-recycler",
-				Image:        image,
-				Command:      []string{"/bin/sh"},
-				Args:         []string{"-c", scrubScript},
-				VolumeMounts: []corev1.VolumeMount{{Name: recyclerVolumeName, MountPath: "/scrub"}},
-			}},
-			Volumes: []corev1.Volume{{Name: recyclerVolumeName}},
+			Containers:    []corev1.Container{c},
+			Volumes:       []corev1.Volume{{Name: recyclerVolumeName}},
 		},
 	}
 }
+
+// isVolplaneImage says whether an image reference names volplane's image:
+// its repository's last component is "volplane", on any registry (a
+// mirror keeps the name), with any tag or digest.
+func isVolplaneImage(image string) bool {
+	repo, _, _ := strings.Cut(image, "@")
+	if colon := strings.LastIndex(repo, ":"); colon > strings.LastIndex(repo, "/") {
+		repo = repo[:colon]
+	}
+	return path.Base(repo) == "volplane" && strings.Contains(repo, "/")
+}
+
+// ScrubCommand is the reclaimer's mode that scrubs a directory and exits
+// (reclaimer scrub DIR): the default recycler pod's command.
+const ScrubCommand = "scrub"
+
+// Scrub deletes every entry inside dir and keeps dir, as the recycler
+// pod's command: it fails when dir does not exist, is not a directory, is
+// "/" or relative, or is not empty afterwards. Symbolic links are removed,
+// never followed.
+func Scrub(dir string) error { return scrubDir(dir) }
 
 // recyclerTimeout is the recycler pod's activeDeadlineSeconds: the
 // increment per GiB of the volume's capacity (rounded up), at least the

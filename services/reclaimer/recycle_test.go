@@ -206,3 +206,49 @@ func TestLoadPodTemplateErrors(t *testing.T) {
 		t.Error("a missing template loaded")
 	}
 }
+
+// The default image is volplane's own, at this build's version, and its
+// pod runs the reclaimer's scrub as root (busybox's runs as root too: a
+// recycled volume's files belong to whoever wrote them).
+func TestDefaultRecyclerPodIsVolplanes(t *testing.T) {
+	if !strings.HasPrefix(DefaultRecyclerImage, "ghcr.io/volplane/volplane:") || strings.Contains(DefaultRecyclerImage, ":v") {
+		t.Errorf("DefaultRecyclerImage %s, want ghcr.io/volplane/volplane:VERSION (no v, as make images tags)", DefaultRecyclerImage)
+	}
+	for _, image := range []string{DefaultRecyclerImage, "registry.corp.example:5000/mirror/volplane:0.1.0", "ghcr.io/volplane/volplane@sha256:0123"} {
+		c := defaultRecyclerPod(image).Spec.Containers[0]
+		sc := c.SecurityContext
+		if !slices.Equal(c.Command, []string{"/usr/local/bin/reclaimer", "scrub", "/scrub"}) || len(c.Args) != 0 ||
+			sc == nil || sc.RunAsUser == nil || *sc.RunAsUser != 0 || sc.RunAsGroup == nil || *sc.RunAsGroup != 0 {
+			t.Errorf("%s: command %v args %v security %+v, want reclaimer scrub /scrub as root", image, c.Command, c.Args, sc)
+		}
+	}
+	for _, image := range []string{"busybox:1.37", "docker.io/library/busybox:1.37", "ghcr.io/volplane/volplane-csi-sidecar:0.1.0", "volplane:0.1.0",
+		"registry.example/volplane/scrubber:1", "localhost:5000/volplane-etcd"} {
+		if c := defaultRecyclerPod(image).Spec.Containers[0]; !slices.Equal(c.Command, []string{"/bin/sh"}) || c.SecurityContext != nil {
+			t.Errorf("%s: command %v, want Kubernetes' /bin/sh command as the image's user", image, c.Command)
+		}
+	}
+}
+
+// Scrub, the recycler pod's command, is scrubDir: it empties a directory
+// and refuses what scrubDir refuses.
+func TestScrub(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(dir, "a", "b"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, ".hidden"), nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := Scrub(dir); err != nil {
+		t.Fatal(err)
+	}
+	if left, err := os.ReadDir(dir); err != nil || len(left) != 0 {
+		t.Errorf("left %v, %v", left, err)
+	}
+	for _, bad := range []string{"/", "relative", filepath.Join(dir, "missing")} {
+		if err := Scrub(bad); err == nil {
+			t.Errorf("Scrub(%q) succeeded", bad)
+		}
+	}
+}

@@ -107,8 +107,7 @@ func TestRecyclerPod(t *testing.T) {
 	p := waitPod(t, n, v.Name)
 	c := p.Spec.Containers[0]
 	switch {
-	case c.Image != reclaimer.DefaultRecyclerImage || !slices.Equal(c.Command, []string{"/bin/sh"}) || len(c.Args) != 2 ||
-		c.Args[1] != `test -e /scrub && find /scrub -mindepth 1 -delete && test -z "$(ls -A /scrub)" || exit 1`:
+	case c.Image != reclaimer.DefaultRecyclerImage || !slices.Equal(c.Command, []string{"/usr/local/bin/reclaimer", "scrub", "/scrub"}) || len(c.Args) != 0:
 		t.Errorf("container %+v", c)
 	case len(c.VolumeMounts) == 0 || c.VolumeMounts[0].Name != "vol" || c.VolumeMounts[0].MountPath != "/scrub":
 		t.Errorf("mounts %+v", c.VolumeMounts)

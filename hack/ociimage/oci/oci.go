@@ -9,6 +9,7 @@ package oci
 
 import (
 	"archive/tar"
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -45,7 +46,7 @@ const (
 )
 
 // NonRootUID is the user (and group) the base's /etc/passwd names nonroot,
-// as in distroless images and volplane's Dockerfile.
+// as in distroless images.
 const NonRootUID = 65532
 
 // File is a file of the build host copied into the image.
@@ -102,6 +103,39 @@ type Options struct {
 	// Env gains a PATH when it has none.
 	Entrypoint, Cmd, Env []string
 	User, WorkingDir     string
+	// Platforms are the OS/ARCH pairs built (linux/amd64, linux/arm64), one
+	// manifest each under one image index; empty: the build host's
+	// architecture alone. A File's Source may hold ArchPlaceholder, replaced
+	// by each platform's architecture (bin/{arch}/binder).
+	Platforms []string
+}
+
+// ArchPlaceholder in a File's Source stands for the platform's
+// architecture (GOARCH).
+const ArchPlaceholder = "{arch}"
+
+// platforms parses o.Platforms (validated) or gives the host's.
+func (o Options) platforms() []platform {
+	if len(o.Platforms) == 0 {
+		return []platform{{Architecture: runtime.GOARCH, OS: "linux"}}
+	}
+	var ps []platform
+	for _, s := range o.Platforms {
+		osName, arch, _ := strings.Cut(s, "/")
+		ps = append(ps, platform{Architecture: arch, OS: osName})
+	}
+	return ps
+}
+
+// forArch is o with ArchPlaceholder in its files' sources replaced.
+func (o Options) forArch(arch string) Options {
+	files := make([]File, len(o.Files))
+	for i, f := range o.Files {
+		f.Source = strings.ReplaceAll(f.Source, ArchPlaceholder, arch)
+		files[i] = f
+	}
+	o.Files = files
+	return o
 }
 
 // ParseDir parses PATH[:UID:GID[:MODE]] (MODE in octal; the defaults are
@@ -158,6 +192,17 @@ func (o Options) validate() error {
 		if f.Source == "" {
 			errs = append(errs, fmt.Errorf("file %s: no source", f.Path))
 		}
+	}
+	seen := map[string]bool{}
+	for _, p := range o.Platforms {
+		osName, arch, ok := strings.Cut(p, "/")
+		switch {
+		case !ok || osName != "linux" || arch == "" || strings.ContainsAny(arch, "/{} "):
+			errs = append(errs, fmt.Errorf("platform %q: want linux/ARCH", p))
+		case seen[p]:
+			errs = append(errs, fmt.Errorf("platform %s given twice", p))
+		}
+		seen[p] = true
 	}
 	return errors.Join(errs...)
 }
@@ -277,92 +322,54 @@ func (o Options) tree() (map[string]*entry, error) {
 	return members, nil
 }
 
-// Write writes the image described by o to o.Out and returns its manifest
-// digest (sha256:...).
+// Write writes the image described by o to o.Out and returns the digest
+// of what the name points to (sha256:...): the image's manifest, or with
+// several platforms the image index that lists one manifest per platform.
+// The tar also holds a manifest.json, so that `docker load` (which reads
+// no OCI index before Docker 25) loads the platform of the build host, or
+// the first platform where the host's is not built.
 func Write(ctx context.Context, o Options) (string, error) {
 	if err := o.validate(); err != nil {
 		return "", err
 	}
-	members, err := o.tree()
-	if err != nil {
-		return "", err
-	}
 	dir := filepath.Dir(o.Out)
-	layer, err := os.CreateTemp(dir, ".layer-*")
-	if err != nil {
-		return "", err
-	}
-	defer os.Remove(layer.Name())
-	defer layer.Close()
-	h := sha256.New()
-	if err := writeLayer(ctx, io.MultiWriter(layer, h), members); err != nil {
-		return "", fmt.Errorf("layer: %w", err)
-	}
-	layerDesc := descriptor{MediaType: MediaTypeLayer, Digest: digestOf(h), Size: size(layer)}
-
-	env := o.Env
-	if !hasKey(env, "PATH") {
-		env = append([]string{"PATH=/usr/local/bin:/usr/bin:/bin"}, env...)
-	}
-	cfg, err := json.Marshal(imageConfig{
-		Architecture: runtime.GOARCH,
-		OS:           "linux",
-		Config: execConfig{
-			User: o.User, Entrypoint: o.Entrypoint, Cmd: o.Cmd, Env: env, WorkingDir: o.WorkingDir,
-		},
-		RootFS:  rootFS{Type: "layers", DiffIDs: []string{layerDesc.Digest}},
-		History: []history{{CreatedBy: "volplane hack/ociimage"}},
-	})
-	if err != nil {
-		return "", err
-	}
-	cfgDesc := descriptor{MediaType: MediaTypeConfig, Digest: digestBytes(cfg), Size: int64(len(cfg))}
-	manifest, err := json.Marshal(imageManifest{
-		SchemaVersion: 2, MediaType: MediaTypeManifest, Config: cfgDesc, Layers: []descriptor{layerDesc},
-	})
-	if err != nil {
-		return "", err
-	}
-	_, tag := splitTag(o.Name)
-	manDesc := descriptor{
-		MediaType: MediaTypeManifest, Digest: digestBytes(manifest), Size: int64(len(manifest)),
-		Platform:    &platform{Architecture: runtime.GOARCH, OS: "linux"},
-		Annotations: map[string]string{AnnotationImageName: o.Name, AnnotationRefName: tag},
-	}
-	index, err := json.Marshal(imageIndex{SchemaVersion: 2, MediaType: MediaTypeIndex, Manifests: []descriptor{manDesc}})
-	if err != nil {
-		return "", err
-	}
-
 	out, err := os.CreateTemp(dir, ".image-*")
 	if err != nil {
 		return "", err
 	}
 	defer os.Remove(out.Name())
 	defer out.Close()
-	tw := tar.NewWriter(out)
-	for _, f := range []struct {
-		name string
-		data []byte
-	}{
-		{"oci-layout", []byte(`{"imageLayoutVersion":"1.0.0"}`)},
-		{"blobs/", nil},
-		{"blobs/sha256/", nil},
-		{blobName(cfgDesc.Digest), cfg},
-		{blobName(manDesc.Digest), manifest},
-		{"index.json", index},
-	} {
-		if err := writeMember(tw, f.name, f.data); err != nil {
+	tw := &layout{Writer: tar.NewWriter(out), seen: map[string]bool{}}
+	for _, name := range []string{"blobs/", "blobs/sha256/"} {
+		if err := writeMember(tw, name, nil); err != nil {
 			return "", err
 		}
 	}
-	if _, err := layer.Seek(0, io.SeekStart); err != nil {
+	var manifests []descriptor
+	var load dockerImage
+	for _, p := range o.platforms() {
+		man, img, err := o.writeImage(ctx, tw, p)
+		if err != nil {
+			return "", fmt.Errorf("%s: %w", p, err)
+		}
+		manifests = append(manifests, man)
+		if load.Config == "" || p.Architecture == runtime.GOARCH {
+			load = img
+		}
+	}
+	top, err := writeTop(tw, o.Name, manifests)
+	if err != nil {
 		return "", err
 	}
-	if err := tw.WriteHeader(header(blobName(layerDesc.Digest), 0o644, layerDesc.Size)); err != nil {
+	load.RepoTags = []string{o.Name}
+	dockerManifest, err := json.Marshal([]dockerImage{load})
+	if err != nil {
 		return "", err
 	}
-	if _, err := io.Copy(tw, layer); err != nil {
+	if err := writeMember(tw, "manifest.json", dockerManifest); err != nil {
+		return "", err
+	}
+	if err := writeMember(tw, "oci-layout", []byte(`{"imageLayoutVersion":"1.0.0"}`)); err != nil {
 		return "", err
 	}
 	if err := tw.Close(); err != nil {
@@ -377,7 +384,93 @@ func Write(ctx context.Context, o Options) (string, error) {
 	if err := os.Rename(out.Name(), o.Out); err != nil {
 		return "", err
 	}
-	return manDesc.Digest, nil
+	return top, nil
+}
+
+// writeTop writes index.json naming the image: with one platform it points
+// to that manifest (as before several platforms were written); with more,
+// to an image index blob listing them, so that an importer names one image
+// whatever the platform (containerd takes the name from index.json's
+// entries: two entries with one name would be two images, the last kept).
+func writeTop(tw *layout, name string, manifests []descriptor) (string, error) {
+	_, tag := splitTag(name)
+	annotations := map[string]string{AnnotationImageName: name, AnnotationRefName: tag}
+	top := manifests[0]
+	if len(manifests) > 1 {
+		idx, err := json.Marshal(imageIndex{SchemaVersion: 2, MediaType: MediaTypeIndex, Manifests: manifests})
+		if err != nil {
+			return "", err
+		}
+		top = descriptor{MediaType: MediaTypeIndex, Digest: digestBytes(idx), Size: int64(len(idx))}
+		if err := tw.blob(top, bytes.NewReader(idx)); err != nil {
+			return "", err
+		}
+	}
+	top.Annotations = annotations
+	index, err := json.Marshal(imageIndex{SchemaVersion: 2, MediaType: MediaTypeIndex, Manifests: []descriptor{top}})
+	if err != nil {
+		return "", err
+	}
+	return top.Digest, writeMember(tw, "index.json", index)
+}
+
+// writeImage writes one platform's layer, config and manifest blobs and
+// returns the manifest's descriptor and the image as docker load finds it.
+func (o Options) writeImage(ctx context.Context, tw *layout, p platform) (descriptor, dockerImage, error) {
+	members, err := o.forArch(p.Architecture).tree()
+	if err != nil {
+		return descriptor{}, dockerImage{}, err
+	}
+	layer, err := os.CreateTemp(filepath.Dir(o.Out), ".layer-*")
+	if err != nil {
+		return descriptor{}, dockerImage{}, err
+	}
+	defer os.Remove(layer.Name())
+	defer layer.Close()
+	h := sha256.New()
+	if err := writeLayer(ctx, io.MultiWriter(layer, h), members); err != nil {
+		return descriptor{}, dockerImage{}, fmt.Errorf("layer: %w", err)
+	}
+	layerDesc := descriptor{MediaType: MediaTypeLayer, Digest: digestOf(h), Size: size(layer)}
+	env := o.Env
+	if !hasKey(env, "PATH") {
+		env = append([]string{"PATH=/usr/local/bin:/usr/bin:/bin"}, env...)
+	}
+	cfg, err := json.Marshal(imageConfig{
+		Architecture: p.Architecture,
+		OS:           p.OS,
+		Config: execConfig{
+			User: o.User, Entrypoint: o.Entrypoint, Cmd: o.Cmd, Env: env, WorkingDir: o.WorkingDir,
+		},
+		RootFS:  rootFS{Type: "layers", DiffIDs: []string{layerDesc.Digest}},
+		History: []history{{CreatedBy: "volplane hack/ociimage"}},
+	})
+	if err != nil {
+		return descriptor{}, dockerImage{}, err
+	}
+	cfgDesc := descriptor{MediaType: MediaTypeConfig, Digest: digestBytes(cfg), Size: int64(len(cfg))}
+	manifest, err := json.Marshal(imageManifest{
+		SchemaVersion: 2, MediaType: MediaTypeManifest, Config: cfgDesc, Layers: []descriptor{layerDesc},
+	})
+	if err != nil {
+		return descriptor{}, dockerImage{}, err
+	}
+	manDesc := descriptor{MediaType: MediaTypeManifest, Digest: digestBytes(manifest), Size: int64(len(manifest)), Platform: &p}
+	for _, b := range []struct {
+		digest string
+		data   []byte
+	}{{cfgDesc.Digest, cfg}, {manDesc.Digest, manifest}} {
+		if err := tw.blob(descriptor{Digest: b.digest, Size: int64(len(b.data))}, bytes.NewReader(b.data)); err != nil {
+			return descriptor{}, dockerImage{}, err
+		}
+	}
+	if _, err := layer.Seek(0, io.SeekStart); err != nil {
+		return descriptor{}, dockerImage{}, err
+	}
+	if err := tw.blob(layerDesc, layer); err != nil {
+		return descriptor{}, dockerImage{}, err
+	}
+	return manDesc, dockerImage{Config: blobName(cfgDesc.Digest), Layers: []string{blobName(layerDesc.Digest)}}, nil
 }
 
 func writeLayer(ctx context.Context, w io.Writer, members map[string]*entry) error {
@@ -464,7 +557,26 @@ func header(name string, mode fs.FileMode, size int64) *tar.Header {
 	}
 }
 
-func writeMember(tw *tar.Writer, name string, data []byte) error {
+// layout is the tar of an image layout; it writes each blob once (two
+// platforms' layers are one blob when their files are the same).
+type layout struct {
+	*tar.Writer
+	seen map[string]bool
+}
+
+func (l *layout) blob(d descriptor, r io.Reader) error {
+	if l.seen[d.Digest] {
+		return nil
+	}
+	l.seen[d.Digest] = true
+	if err := l.WriteHeader(header(blobName(d.Digest), 0o644, d.Size)); err != nil {
+		return err
+	}
+	_, err := io.Copy(l, r)
+	return err
+}
+
+func writeMember(tw *layout, name string, data []byte) error {
 	if strings.HasSuffix(name, "/") {
 		hdr := header(name, 0o755, 0)
 		hdr.Typeflag = tar.TypeDir
@@ -512,6 +624,13 @@ type descriptor struct {
 type platform struct {
 	Architecture string `json:"architecture"`
 	OS           string `json:"os"`
+}
+
+// dockerImage is an entry of manifest.json, the file docker load reads.
+type dockerImage struct {
+	Config   string
+	RepoTags []string
+	Layers   []string
 }
 
 type imageIndex struct {

@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
 )
@@ -193,6 +194,13 @@ func TestWriteRefuses(t *testing.T) {
 		{"unclean link path", func(o *Options) { o.Links[0].Path = "/bin/../tool" }, "clean absolute path"},
 		{"missing source", func(o *Options) { o.Files[0].Source = "/nonexistent" }, "no such file"},
 		{"no CA bundle", func(o *Options) { o.CABundle = "" }, "CA bundle"},
+		{"platform without arch", func(o *Options) { o.Platforms = []string{"linux/"} }, "want linux/ARCH"},
+		{"another OS", func(o *Options) { o.Platforms = []string{"windows/amd64"} }, "want linux/ARCH"},
+		{"platform twice", func(o *Options) { o.Platforms = []string{"linux/amd64", "linux/amd64"} }, "given twice"},
+		{"placeholder left", func(o *Options) { o.Platforms = []string{"linux/{arch}"} }, "want linux/ARCH"},
+		{"missing arch build", func(o *Options) {
+			o.Platforms, o.Files[0].Source = []string{"linux/amd64", "linux/arm64"}, filepath.Join(filepath.Dir(o.Files[0].Source), "{arch}", "tool")
+		}, "no such file"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			o := testOptions(t)
@@ -227,5 +235,81 @@ func TestParseDir(t *testing.T) {
 				t.Fatalf("ParseDir = %+v, %v", got, err)
 			}
 		})
+	}
+}
+
+// TestWriteIndex writes two platforms, each with its own binary, and reads
+// them back as containerd does (index.json: one image, an index of one
+// manifest per platform) and as docker load does (manifest.json: the build
+// host's platform, tagged).
+func TestWriteIndex(t *testing.T) {
+	o := testOptions(t)
+	dir := filepath.Dir(o.Files[0].Source)
+	for _, arch := range []string{"amd64", "arm64"} {
+		if err := os.MkdirAll(filepath.Join(dir, arch), 0o700); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, arch, "tool"), []byte("binary for "+arch), 0o700); err != nil {
+			t.Fatal(err)
+		}
+	}
+	o.Platforms = []string{"linux/amd64", "linux/arm64"}
+	o.Files[0].Source = filepath.Join(dir, ArchPlaceholder, "tool")
+	digest, err := Write(t.Context(), o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.Open(o.Out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	files, _ := readTar(t, f)
+	blob := func(d string, into any) []byte {
+		t.Helper()
+		b, ok := files[blobName(d)]
+		if !ok || sum(b) != d {
+			t.Fatalf("blob %s missing or corrupt", d)
+		}
+		if into != nil {
+			if err := json.Unmarshal(b, into); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return b
+	}
+	var top, index imageIndex
+	if err := json.Unmarshal(files["index.json"], &top); err != nil {
+		t.Fatal(err)
+	}
+	if len(top.Manifests) != 1 || top.Manifests[0].MediaType != MediaTypeIndex || top.Manifests[0].Digest != digest ||
+		top.Manifests[0].Annotations[AnnotationImageName] != o.Name {
+		t.Fatalf("index.json %+v: want one named image index %s", top, digest)
+	}
+	blob(digest, &index)
+	configs := map[string]string{}
+	for i, m := range index.Manifests {
+		var man imageManifest
+		var cfg imageConfig
+		blob(m.Digest, &man)
+		blob(man.Config.Digest, &cfg)
+		layer, _ := readTar(t, strings.NewReader(string(blob(man.Layers[0].Digest, nil))))
+		arch := o.Platforms[i][len("linux/"):]
+		if m.Platform == nil || m.Platform.Architecture != arch || cfg.Architecture != arch || cfg.OS != "linux" ||
+			string(layer["usr/local/bin/tool"]) != "binary for "+arch {
+			t.Errorf("manifest %d: platform %+v, config %s/%s, binary %q: want %s's", i, m.Platform, cfg.OS, cfg.Architecture, layer["usr/local/bin/tool"], arch)
+		}
+		configs[arch] = blobName(man.Config.Digest)
+	}
+	var load []dockerImage
+	if err := json.Unmarshal(files["manifest.json"], &load); err != nil {
+		t.Fatal(err)
+	}
+	want := configs[runtime.GOARCH]
+	if want == "" {
+		want = configs["amd64"]
+	}
+	if len(load) != 1 || load[0].Config != want || len(load[0].RepoTags) != 1 || load[0].RepoTags[0] != o.Name {
+		t.Errorf("manifest.json %+v: want the host's platform (config %s) tagged %s", load, want, o.Name)
 	}
 }

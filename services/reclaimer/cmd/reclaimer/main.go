@@ -22,6 +22,11 @@ is journaled in etcd and re-checks the claim and volume against the API server r
 acts, so that no live claim's data is ever deleted.`
 
 func main() {
+	// reclaimer scrub DIR: the default recycler pod's command (volplane's
+	// image is the recycler's, so a cluster pulls nothing else to recycle).
+	if len(os.Args) > 1 && os.Args[1] == reclaimer.ScrubCommand {
+		os.Exit(scrub(os.Args[2:]))
+	}
 	var o reclaimer.Options
 	cmd := cmdutil.NewCommand(reclaimer.Service, description)
 	fs := cmd.Flags("Reclaimer")
@@ -41,7 +46,7 @@ func main() {
 		return nil
 	})
 	rec.StringVar(&o.RecyclerPodTemplate, "recycler-pod-template", "", "file with a Pod (YAML or JSON) used as the recycler pod; its volume \"vol\" gets the recycled volume's source")
-	rec.StringVar(&o.RecyclerImage, "recycler-image", "", "image of the default recycler pod (default "+reclaimer.DefaultRecyclerImage+"); exclusive with --recycler-pod-template; --recycle-mode=pod only")
+	rec.StringVar(&o.RecyclerImage, "recycler-image", "", "image of the default recycler pod (default "+reclaimer.DefaultRecyclerImage+", volplane's own: its reclaimer scrubs; an image not named volplane runs Kubernetes' /bin/sh command, e.g. busybox); exclusive with --recycler-pod-template; --recycle-mode=pod only")
 	rec.StringVar(&o.RecyclerNamespace, "recycler-namespace", reclaimer.DefaultRecyclerNamespace, "namespace of the recycler pods")
 	rec.DurationVar(&o.RecyclerMinimumTimeout, "recycler-minimum-timeout", reclaimer.DefaultRecyclerMinimumTimeout, "least activeDeadlineSeconds of a recycler pod")
 	rec.DurationVar(&o.RecyclerTimeoutIncrement, "recycler-timeout-increment", reclaimer.DefaultRecyclerTimeoutIncrement, "recycler pod deadline per GiB of the volume, when above the minimum")
