@@ -9,7 +9,9 @@
 #   mounts      everything mounted under $state and the kubelet's directory
 #   network     cni0 and its veths, the unreachable routes, kube-proxy's
 #               nftables tables, the kubelet's KUBE-* and CNI-* iptables
-#               chains, the cluster's conntrack entries; with several nodes
+#               chains, the cluster's conntrack entries, the rules that
+#               accept cni0's traffic on a host whose FORWARD policy is
+#               drop (comment volplane-cluster); with several nodes
 #               (hack/cluster/nodes.sh) their network namespaces (and with
 #               them all that was in them), their switch $switch_netns and
 #               the host's link to it, $node_bridge
@@ -165,6 +167,12 @@ network() {
 			done
 		done
 	done
+	# up.sh's accept rules for cni0 on a host whose FORWARD policy is drop.
+	for c in FORWARD DOCKER-USER; do
+		while read -r rule; do
+			eval "iptables -t filter $rule" 2>/dev/null || true
+		done < <(iptables -t filter -S "$c" 2>/dev/null | awk '$1 == "-A" && /--comment "?volplane-cluster"? / {sub(/^-A/, "-D"); print}')
+	done
 	# The iptables tables the kubelet created, when they are empty again.
 	if [[ -r $state/host/nft-tables ]]; then
 		local table
@@ -225,6 +233,7 @@ check() {
 	ip link show "$node_bridge" >/dev/null 2>&1 && problems+=("$node_bridge still exists")
 	[[ -n $(our_netns) ]] && problems+=("network namespaces left: $(our_netns | tr '\n' ' ')")
 	nft list table ip kube-proxy >/dev/null 2>&1 && problems+=("nftables table ip kube-proxy still exists")
+	iptables -t filter -S 2>/dev/null | grep -q -- '--comment "\?volplane-cluster' && problems+=("iptables rules of the cluster left")
 	[[ -n $(shims) ]] && problems+=("containerd shims still run: $(shims | tr '\n' ' ')")
 	[[ -e $state || -e $kubelet_dir ]] && problems+=("$state or $kubelet_dir still exists")
 	return 0

@@ -114,7 +114,23 @@ network() {
 	# delivered is refused on this host, never sent to the default gateway.
 	ip route replace unreachable "$service_cidr"
 	ip route replace unreachable "$cluster_cidr"
+	forward_accept
 	cni_conflist "$state/cni/net.d/10-volplane.conflist" "$node_pod_cidr" "$node_pod_gateway" "$state/cni/ipam"
+}
+# forward_accept: with net.bridge.bridge-nf-call-iptables=1 the frames
+# $bridge bridges between two pods pass the host's FORWARD hook; on a host
+# whose FORWARD policy is drop (a host running Docker: its `table ip
+# filter`) pods could not reach each other, nor a Service's pods. So then
+# $bridge's traffic is accepted first, in DOCKER-USER (the chain Docker
+# keeps for its users' rules, which it never rewrites) or else FORWARD,
+# by rules with the comment volplane-cluster that down.sh deletes.
+forward_accept() {
+	iptables -t filter -S FORWARD 2>/dev/null | grep -qx -- '-P FORWARD ACCEPT' && return 0
+	local chain=FORWARD
+	iptables -t filter -S DOCKER-USER >/dev/null 2>&1 && chain=DOCKER-USER
+	iptables -t filter -I "$chain" -o "$bridge" -m comment --comment volplane-cluster -j ACCEPT
+	iptables -t filter -I "$chain" -i "$bridge" -m comment --comment volplane-cluster -j ACCEPT
+	log "    the host's FORWARD policy is drop: $bridge's traffic accepted first in $chain"
 }
 if multi_node; then
 	step "the nodes' namespaces and network ($nodes nodes, switch $switch_netns)" nodes_network
