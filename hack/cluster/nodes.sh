@@ -16,7 +16,8 @@
 #             of the file system is the host's
 #   hostname  a UTS namespace (ns/uts) whose host name is NAME
 #   processes containerd, the kubelet and kube-proxy of its own (pid files
-#             and logs NAME-containerd, ... in $run and $logs), runc's and
+#             and logs containerd-NAME, kubelet-NAME, kube-proxy-NAME in
+#             $run and $logs; restart.sh restarts them there), runc's and
 #             containerd's state below $state/nodes/NAME
 #   cgroups   its pods under $node_cgroup_parent/NAME/kubepods in every
 #             hierarchy (the kubelet's cgroupRoot)
@@ -33,10 +34,10 @@ node_dir() { echo "$state/nodes/$1"; }
 # in_node NAME COMMAND...: COMMAND in node NAME's network, mount and UTS
 # namespaces (nsenter execs it: the pid is COMMAND's).
 in_node() {
-	local d
+	local name=$1 d
 	d=$(node_dir "$1")
 	shift
-	nsenter --net="/run/netns/$(basename "$d")" --mount="$d/ns/mnt" --uts="$d/ns/uts" -- "$@"
+	nsenter --net="/run/netns/$name" --mount="$d/ns/mnt" --uts="$d/ns/uts" -- "$@"
 }
 
 # nodes_network: the switch (a network namespace holding the bridge, and
