@@ -138,15 +138,29 @@ $(KUBE_CONTROLLER_MANAGER):
 # The local single-node cluster (hack/cluster/README.md): its state lives
 # in CLUSTER_DIR and the kubelet's directory, its builds in VOLPLANE_CACHE.
 CLUSTER_DIR ?= /var/lib/volplane-cluster
-CLUSTER_ENV  = VERSION=$(VERSION) KUBE_VERSION=$(KUBE_VERSION) VOLPLANE_CACHE=$(VOLPLANE_CACHE) VOLPLANE_CLUSTER_DIR=$(CLUSTER_DIR)
+# NODES=3: a cluster of three nodes, each in namespaces of its own on a
+# bridge the cluster creates, in zones zone-a, zone-b, zone-c
+# (hack/cluster/nodes.sh); 1, the default, is the single node on the host.
+NODES ?= 1
+CLUSTER_ENV  = VERSION=$(VERSION) KUBE_VERSION=$(KUBE_VERSION) VOLPLANE_CACHE=$(VOLPLANE_CACHE) VOLPLANE_CLUSTER_DIR=$(CLUSTER_DIR) VOLPLANE_CLUSTER_NODES=$(NODES)
 CLUSTER_TEST_ENV = VOLPLANE_CLUSTER_KUBECONFIG=$(CLUSTER_DIR)/admin.kubeconfig VOLPLANE_KUBECTL=$(KUBE_DIR)/kubectl \
 	VOLPLANE_WORKLOAD_IMAGE=ghcr.io/volplane/workload:$(VERSION) VOLPLANE_CLUSTER_DIR=$(CLUSTER_DIR) VOLPLANE_BIN=$(BIN)
 
-.PHONY: cluster cluster-down test-cluster-smoke test-cluster
-cluster: ## Start a single-node Kubernetes cluster from pinned parts (kubelet, containerd, CoreDNS...; as root), and say how to reach it.
+.PHONY: cluster cluster-down test-cluster-smoke test-cluster test-cluster-multi
+cluster: ## Start a Kubernetes cluster from pinned parts (kubelet, containerd, CoreDNS...; as root), one node or NODES=3, and say how to reach it.
 	$(CLUSTER_ENV) hack/cluster/up.sh
 cluster-down: ## Stop the cluster and undo what it changed on the host (processes, mounts, network, cgroups, sysctls, state).
 	$(CLUSTER_ENV) hack/cluster/down.sh
+# The cluster of several nodes (NODES, 3 unless given) and its smoke test:
+# the nodes Ready in their zones, pods and Services across nodes, each
+# node's own hostPath directories (test/cluster TestMultiNode).
+test-cluster-multi: ## make cluster NODES=3, its smoke test (zones, pods and Services across nodes, hostPaths per node), then make cluster-down even when it fails.
+	@trap 'rc=$$?; $(CLUSTER_ENV) hack/cluster/down.sh || rc=1; exit $$rc' EXIT; \
+	start=$$(date +%s); \
+	$(CLUSTER_ENV) VOLPLANE_CLUSTER_NODES=$(if $(filter 1,$(NODES)),3,$(NODES)) hack/cluster/up.sh && \
+	$(CLUSTER_TEST_ENV) VOLPLANE_CLUSTER_NODES=$(if $(filter 1,$(NODES)),3,$(NODES)) \
+		$(GO) test -count=1 -v -timeout 20m -run '^TestMultiNode$$' ./test/cluster/; \
+	rc=$$?; echo "make test-cluster-multi: $$(( $$(date +%s) - start ))s, then make cluster-down"; exit $$rc
 test-cluster-smoke: ## make cluster, its smoke test (node, DNS, volumes, token, logs, exec), then make cluster-down even when it fails.
 	@trap 'rc=$$?; $(CLUSTER_ENV) hack/cluster/down.sh || rc=1; exit $$rc' EXIT; \
 	$(CLUSTER_ENV) hack/cluster/up.sh; \

@@ -2,15 +2,21 @@
 # Stops the local cluster (make cluster-down) and undoes what it changed on
 # the host, whatever state hack/cluster/up.sh left it in:
 #
-#   processes   the kubelet, the pods' processes (by the kubepods cgroups),
+#   processes   the kubelets, the pods' processes (by the kubepods cgroups),
 #               containerd and its shims, kube-proxy, the control plane:
 #               only processes up.sh started (pid files checked against
 #               their binary) or their pods
 #   mounts      everything mounted under $state and the kubelet's directory
 #   network     cni0 and its veths, the unreachable routes, kube-proxy's
 #               nftables tables, the kubelet's KUBE-* and CNI-* iptables
-#               chains, the cluster's conntrack entries
-#   cgroups     the kubepods hierarchy in every cgroup controller
+#               chains, the cluster's conntrack entries, the rules that
+#               accept cni0's traffic on a host whose FORWARD policy is
+#               drop (comment volplane-cluster); with several nodes
+#               (hack/cluster/nodes.sh) their network namespaces (and with
+#               them all that was in them), their switch $switch_netns and
+#               the host's link to it, $node_bridge
+#   cgroups     the kubepods hierarchy in every cgroup controller (and the
+#               nodes' $node_cgroup_parent)
 #   sysctls     restored to the values recorded at start
 #   files       $state, the kubelet's directory, and the host paths the
 #               parts created (recorded at start)
@@ -19,6 +25,8 @@
 set -euo pipefail
 # shellcheck source=lib.sh
 source "$(dirname "$0")/lib.sh"
+# shellcheck source=nodes.sh
+source "$(dirname "$0")/nodes.sh"
 need_root
 start_time=$SECONDS
 problems=()
@@ -46,7 +54,7 @@ stop() {
 # kubepods: the cgroup directories of the pods, deepest first.
 kubepods() {
 	local h
-	for h in /sys/fs/cgroup/*/kubepods /sys/fs/cgroup/kubepods; do
+	for h in /sys/fs/cgroup/*/kubepods /sys/fs/cgroup/kubepods /sys/fs/cgroup/*/"$node_cgroup_parent"; do
 		[[ -d $h ]] && find "$h" -depth -type d
 	done
 	return 0
@@ -70,24 +78,35 @@ kill_pods() {
 }
 
 # shims: the containerd shims of this cluster (they outlive containerd):
-# our shim binary, serving our containerd's socket.
+# our shim binary, serving a containerd socket below $state (the host's or
+# a node's).
 shims() {
 	local p exe
 	for p in /proc/[0-9]*; do
 		exe=$(readlink "$p/exe" 2>/dev/null) || continue
 		[[ $exe == "$containerd_dir/containerd-shim-runc-v2" ]] || continue
-		tr '\0' ' ' <"$p/cmdline" 2>/dev/null | grep -qF -- "$containerd_sock" && echo "${p#/proc/}"
+		tr '\0' ' ' <"$p/cmdline" 2>/dev/null | grep -qF -- "-address $state/" && echo "${p#/proc/}"
 	done
 	return 0
 }
 
+# stop_all PREFIX: stop every process whose pid file is PREFIX.pid or
+# PREFIX-NODE.pid (a node's).
+stop_all() {
+	local f
+	for f in "$run/$1.pid" "$run/$1"-*.pid; do
+		[[ -e $f ]] && stop "$(basename "$f" .pid)"
+	done
+	rm -f "$run/$1"-*.node
+}
+
 processes() {
-	stop kubelet
+	stop_all kubelet
 	kill_pods
-	stop containerd
+	stop_all containerd
 	local pid
 	for pid in $(shims); do kill -KILL "$pid" 2>/dev/null || true; done
-	stop kube-proxy
+	stop_all kube-proxy
 	stop kube-scheduler
 	stop kube-controller-manager # a host process before it became a static pod
 	stop kube-apiserver
@@ -125,6 +144,7 @@ network() {
 		ip link del "$l" 2>/dev/null || true
 	done
 	ip link del "$bridge" 2>/dev/null || true
+	nodes_network_down
 	ip route del unreachable "$service_cidr" 2>/dev/null || true
 	ip route del unreachable "$cluster_cidr" 2>/dev/null || true
 	local fam
@@ -146,6 +166,12 @@ network() {
 				"$ipt" -t "$t" -X "$c" 2>/dev/null || true
 			done
 		done
+	done
+	# up.sh's accept rules for cni0 on a host whose FORWARD policy is drop.
+	for c in FORWARD DOCKER-USER; do
+		while read -r rule; do
+			eval "iptables -t filter $rule" 2>/dev/null || true
+		done < <(iptables -t filter -S "$c" 2>/dev/null | awk '$1 == "-A" && /--comment "?volplane-cluster"? / {sub(/^-A/, "-D"); print}')
 	done
 	# The iptables tables the kubelet created, when they are empty again.
 	if [[ -r $state/host/nft-tables ]]; then
@@ -204,7 +230,10 @@ check() {
 	[[ -z $(kubepods) ]] || problems+=("cgroups left: $(kubepods | head -3 | tr '\n' ' ')")
 	while read -r m; do ours "$m" && problems+=("mount left: $m"); done < <(awk '{print $5}' /proc/self/mountinfo)
 	ip link show "$bridge" >/dev/null 2>&1 && problems+=("$bridge still exists")
+	ip link show "$node_bridge" >/dev/null 2>&1 && problems+=("$node_bridge still exists")
+	[[ -n $(our_netns) ]] && problems+=("network namespaces left: $(our_netns | tr '\n' ' ')")
 	nft list table ip kube-proxy >/dev/null 2>&1 && problems+=("nftables table ip kube-proxy still exists")
+	iptables -t filter -S 2>/dev/null | grep -q -- '--comment "\?volplane-cluster' && problems+=("iptables rules of the cluster left")
 	[[ -n $(shims) ]] && problems+=("containerd shims still run: $(shims | tr '\n' ' ')")
 	[[ -e $state || -e $kubelet_dir ]] && problems+=("$state or $kubelet_dir still exists")
 	return 0

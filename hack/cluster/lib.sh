@@ -48,7 +48,7 @@ kcm_manifest_dir=$state/manifests
 # the dev CSI driver of deploy/drivers/volplane-csi keeps its volumes in
 # /var/lib/volplane-csi on the node) may create; up.sh records which
 # existed before, down.sh removes the others.
-host_paths="/run/containerd /var/lib/cni /var/log/containers /var/log/pods /var/lib/volplane-csi"
+host_paths="/run/containerd /var/lib/cni /var/log/containers /var/log/pods /var/lib/volplane-csi /var/lib/volplane-node"
 # kube-controller-manager's --controllers at start. The default leaves the
 # PV binder off, for volplane; `make test-cluster` starts with kubeadm's
 # default (the binder on) and turns it off by docs/install.md's flip.
@@ -73,6 +73,43 @@ etcd_client_port=12379
 etcd_peer_port=12380
 etcd_metrics_port=12381
 node_name=$(hostname | tr '[:upper:]' '[:lower:]')
+
+# Several nodes (make cluster NODES=3, hack/cluster/nodes.sh): each node a
+# network namespace, a mount namespace and a UTS namespace of its own on
+# this host, with its own containerd, kubelet and kube-proxy; the nodes and
+# the host meet on a bridge in the network namespace $switch_netns, which
+# the cluster creates (the host by the veth $node_bridge). With 1 (the
+# default) the cluster is the single node on the host's network.
+nodes=${VOLPLANE_CLUSTER_NODES:-1}
+[[ $nodes =~ ^[1-9][0-9]?$ ]] || {
+	echo "NODES=$nodes: want a number from 1 to 99" >&2
+	exit 1
+}
+node_bridge=volplane0
+switch_netns=volplane-switch
+node_net=10.250.0.0/24
+# The host's address on the bridge: where the nodes reach the API server.
+node_gateway=10.250.0.1
+# The nodes' directories that are each node's own: bind-mounted in its
+# mount namespace from $state/nodes/NAME/root, so that a hostPath below one
+# of them on one node is not another node's. Elsewhere a node sees the
+# host's files.
+node_private_dirs="/var/lib/kubelet /var/lib/volplane-csi /var/lib/volplane-node /var/lib/cni /var/log/pods /var/log/containers /run/containerd /tmp"
+# The cgroup (in every hierarchy) under which each node's pods live
+# (the kubelets' cgroupRoot: $node_cgroup_parent/NAME).
+node_cgroup_parent=volplane-cluster
+# multi_node: the cluster has several nodes.
+multi_node() { ((nodes > 1)); }
+# node_name_of I, node_ip_of I, node_zone_of I, node_pod_cidr_of I: node I
+# (1..$nodes): volplane-node-I at 10.250.0.(10+I), in zone-a, zone-b,
+# zone-c, zone-a..., its pods in 10.244.I.0/24.
+node_name_of() { echo "volplane-node-$1"; }
+node_ip_of() { echo "10.250.0.$((10 + $1))"; }
+node_zone_of() {
+	local z=(a b c)
+	echo "zone-${z[$((($1 - 1) % 3))]}"
+}
+node_pod_cidr_of() { echo "10.244.$1.0/24"; }
 
 log() { printf '%s %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
 die() {

@@ -4,6 +4,7 @@
 # service-account signing key pair.
 #
 #   hack/cluster/pki.sh DIR NODE_NAME NODE_IP
+#   hack/cluster/pki.sh node DIR NODE_NAME NODE_IP
 #
 #   ca                        the cluster CA (kube-apiserver's --client-ca-file, the kubelet's clientCAFile)
 #   etcd-server               etcd's serving and peer certificate (127.0.0.1)
@@ -16,9 +17,20 @@
 #   kubelet                   the kubelet's client: system:node:NODE_NAME in system:nodes
 #   kubelet-serving           the kubelet's serving certificate (NODE_NAME, NODE_IP)
 #   sa.key, sa.pub            service-account token signing
+#
+# With "node" it adds, with the CA already in DIR, the certificates of one
+# more node of a cluster of several (hack/cluster/nodes.sh):
+#
+#   kubelet-NODE_NAME         its kubelet's client: system:node:NODE_NAME in system:nodes
+#   kubelet-serving-NODE_NAME its kubelet's serving certificate (NODE_NAME, NODE_IP)
 set -euo pipefail
 # shellcheck source=lib.sh
 source "$(dirname "$0")/lib.sh"
+add_node=
+if [[ ${1:-} == node ]]; then
+	add_node=1
+	shift
+fi
 dir=${1:?usage: $0 DIR NODE_NAME NODE_IP}
 node=${2:?usage: $0 DIR NODE_NAME NODE_IP}
 node_ip=${3:?usage: $0 DIR NODE_NAME NODE_IP}
@@ -48,6 +60,13 @@ issue() {
 		-days "$days" -extfile "$name.ext" -out "$name.crt" 2>/dev/null
 	rm -f "$name.csr" "$name.ext"
 }
+
+if [[ -n $add_node ]]; then
+	[[ -r ca.key ]] || die "$dir/ca.key: no CA to sign $node's certificates"
+	issue "kubelet-$node" "/O=system:nodes/CN=system:node:$node" clientAuth
+	issue "kubelet-serving-$node" "/O=system:nodes/CN=system:node:$node" serverAuth "DNS:$node, IP:$node_ip"
+	exit 0
+fi
 
 key ca.key
 openssl req -x509 -new -key ca.key -subj "/CN=volplane-cluster-ca" -days "$days" -out ca.crt \

@@ -3,6 +3,9 @@
 # kubelet, containerd, kube-proxy, kube-scheduler, kube-apiserver or etcd)
 # as up.sh started it: the same command line and environment, in a session
 # of its own, its output appended to $logs/NAME.log, its pid file renewed.
+# In a cluster of several nodes a node's are kubelet-NODE, containerd-NODE
+# and kube-proxy-NODE (kubelet-volplane-node-2), started again in that
+# node's namespaces (hack/cluster/nodes.sh).
 # The fault tests of test/cluster restart the kubelet and the runtime this
 # way; pods keep running through both (containerd's shims outlive it).
 #
@@ -12,8 +15,19 @@
 set -euo pipefail
 # shellcheck source=lib.sh
 source "$(dirname "$0")/lib.sh"
+# shellcheck source=nodes.sh
+source "$(dirname "$0")/nodes.sh"
 need_root
-name=${1:?usage: restart.sh kubelet|containerd|kube-proxy|kube-scheduler|kube-apiserver|etcd}
+name=${1:?usage: restart.sh kubelet|containerd|kube-proxy|kube-scheduler|kube-apiserver|etcd, or kubelet|containerd|kube-proxy-NODE}
+# The node whose namespaces it runs in (none: the host's).
+node=
+[[ -r $run/$name.node ]] && read -r node <"$run/$name.node"
+sock=$containerd_sock
+[[ -z $node ]] || sock=$(node_dir "$node")/containerd/containerd.sock
+# on_node COMMAND...: COMMAND where the process runs.
+on_node() {
+	if [[ -n $node ]]; then in_node "$node" "$@"; else "$@"; fi
+}
 f=$run/$name.pid
 [[ -r $f ]] || die "$name: no pid file $f (is the cluster up? kube-controller-manager is a static pod)"
 read -r pid bin <"$f"
@@ -38,16 +52,21 @@ fi
 log "$name ($pid) stopped in $(elapsed $((SECONDS - start)))"
 
 cd "$cwd"
-env -i "${environ[@]}" setsid "${argv[@]}" >>"$logs/$name.log" 2>&1 </dev/null &
+if [[ -n $node ]]; then
+	env -i "${environ[@]}" setsid nsenter --net="/run/netns/$node" --mount="$(node_dir "$node")/ns/mnt" \
+		--uts="$(node_dir "$node")/ns/uts" -- "${argv[@]}" >>"$logs/$name.log" 2>&1 </dev/null &
+else
+	env -i "${environ[@]}" setsid "${argv[@]}" >>"$logs/$name.log" 2>&1 </dev/null &
+fi
 echo "$! $bin" >"$f"
 log "$name started again: pid $!"
 
 # Wait until it serves again.
 ready() {
-	case $name in
-	kubelet) curl -sf http://127.0.0.1:10248/healthz ;;
-	containerd) "$ctr" --address "$containerd_sock" version ;;
-	kube-proxy) curl -sf http://127.0.0.1:10256/healthz ;;
+	case ${name%-"$node"} in
+	kubelet) on_node curl -sf http://127.0.0.1:10248/healthz ;;
+	containerd) "$ctr" --address "$sock" version ;;
+	kube-proxy) on_node curl -sf http://127.0.0.1:10256/healthz ;;
 	kube-scheduler) curl -skf https://127.0.0.1:10259/healthz ;;
 	kube-apiserver) kctl get --raw /readyz ;;
 	*) true ;;

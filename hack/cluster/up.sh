@@ -16,6 +16,8 @@
 set -euo pipefail
 # shellcheck source=lib.sh
 source "$(dirname "$0")/lib.sh"
+# shellcheck source=nodes.sh
+source "$(dirname "$0")/nodes.sh"
 need_root
 here=$root/hack/cluster
 total_start=$SECONDS
@@ -46,8 +48,13 @@ if [[ -e $state || -e $kubelet_dir ]]; then
 	"$here/down.sh"
 fi
 
-node_ip=$(ip -4 -o addr show dev "$(ip -4 route show default | awk '{print $5; exit}')" | awk '{split($4, a, "/"); print a[1]; exit}')
-[[ -n $node_ip ]] || die "no IPv4 address on the default route's interface: the kubelet would have no node IP"
+if multi_node; then
+	# The API server's address for the nodes: the host's, on their bridge.
+	node_ip=$node_gateway
+else
+	node_ip=$(ip -4 -o addr show dev "$(ip -4 route show default | awk '{print $5; exit}')" | awk '{split($4, a, "/"); print a[1]; exit}')
+	[[ -n $node_ip ]] || die "no IPv4 address on the default route's interface: the kubelet would have no node IP"
+fi
 
 mkdir -p "$state"/{host,etcd,cni/net.d,cni/ipam,containerd,pod-logs} "$logs" "$run"
 chmod 700 "$state"
@@ -74,23 +81,10 @@ record_host() {
 }
 step "record the host's settings" record_host
 
-network() {
-	# Pod traffic is routed through the host and Service addresses are
-	# translated by kube-proxy in nftables.
-	sysctl -qw net.ipv4.ip_forward=1 net.bridge.bridge-nf-call-iptables=1
-	# A packet to a Service or pod address that nothing translated or
-	# delivered is refused on this host, never sent to the default gateway.
-	ip route replace unreachable "$service_cidr"
-	ip route replace unreachable "$cluster_cidr"
-	# Pod traffic is forwarded whatever the FORWARD chain's policy: a
-	# Docker daemon on the host sets it to DROP, which cuts every pod off
-	# from every other pod on the bridge (br_netfilter passes bridged
-	# packets through it). down.sh removes the chain with the CNI-* ones.
-	iptables -N CNI-VOLPLANE-FORWARD 2>/dev/null || iptables -F CNI-VOLPLANE-FORWARD
-	iptables -A CNI-VOLPLANE-FORWARD -s "$cluster_cidr" -j ACCEPT
-	iptables -A CNI-VOLPLANE-FORWARD -d "$cluster_cidr" -j ACCEPT
-	iptables -C FORWARD -j CNI-VOLPLANE-FORWARD 2>/dev/null || iptables -I FORWARD 1 -j CNI-VOLPLANE-FORWARD
-	cat >"$state/cni/net.d/10-volplane.conflist" <<EOF
+# cni_conflist FILE SUBNET GATEWAY IPAM_DIR: the bridge plugin's
+# configuration, pods in SUBNET on $bridge with GATEWAY, no masquerade.
+cni_conflist() {
+	cat >"$1" <<EOF
 {
   "cniVersion": "1.0.0",
   "name": "volplane-cluster",
@@ -103,26 +97,57 @@ network() {
       "hairpinMode": true,
       "ipam": {
         "type": "host-local",
-        "ranges": [[{"subnet": "$node_pod_cidr", "gateway": "$node_pod_gateway"}]],
+        "ranges": [[{"subnet": "$2", "gateway": "$3"}]],
         "routes": [{"dst": "0.0.0.0/0"}],
-        "dataDir": "$state/cni/ipam"
+        "dataDir": "$4"
       }
     }
   ]
 }
 EOF
 }
-step "host network" network
+network() {
+	# Pod traffic is routed through the host and Service addresses are
+	# translated by kube-proxy in nftables.
+	sysctl -qw net.ipv4.ip_forward=1 net.bridge.bridge-nf-call-iptables=1
+	# A packet to a Service or pod address that nothing translated or
+	# delivered is refused on this host, never sent to the default gateway.
+	ip route replace unreachable "$service_cidr"
+	ip route replace unreachable "$cluster_cidr"
+	forward_accept
+	cni_conflist "$state/cni/net.d/10-volplane.conflist" "$node_pod_cidr" "$node_pod_gateway" "$state/cni/ipam"
+}
+# forward_accept: with net.bridge.bridge-nf-call-iptables=1 the frames
+# $bridge bridges between two pods pass the host's FORWARD hook; on a host
+# whose FORWARD policy is drop (a host running Docker: its `table ip
+# filter`) pods could not reach each other, nor a Service's pods. So then
+# $bridge's traffic is accepted first, in DOCKER-USER (the chain Docker
+# keeps for its users' rules, which it never rewrites) or else FORWARD,
+# by rules with the comment volplane-cluster that down.sh deletes.
+forward_accept() {
+	iptables -t filter -S FORWARD 2>/dev/null | grep -qx -- '-P FORWARD ACCEPT' && return 0
+	local chain=FORWARD
+	iptables -t filter -S DOCKER-USER >/dev/null 2>&1 && chain=DOCKER-USER
+	iptables -t filter -I "$chain" -o "$bridge" -m comment --comment volplane-cluster -j ACCEPT
+	iptables -t filter -I "$chain" -i "$bridge" -m comment --comment volplane-cluster -j ACCEPT
+	log "    the host's FORWARD policy is drop: $bridge's traffic accepted first in $chain"
+}
+if multi_node; then
+	step "the nodes' namespaces and network ($nodes nodes, switch $switch_netns)" nodes_network
+else
+	step "host network" network
+fi
 
-# kubeconfig NAME USER: $state/NAME.kubeconfig with the client certificate
-# $pki/USER.{crt,key}.
+# kubeconfig NAME USER [SERVER]: $state/NAME.kubeconfig with the client
+# certificate $pki/USER.{crt,key}, for the API server at SERVER
+# (https://127.0.0.1:$api_port).
 kubeconfig() {
 	cat >"$state/$1.kubeconfig" <<EOF
 apiVersion: v1
 kind: Config
 clusters:
   - name: volplane-cluster
-    cluster: {server: "https://127.0.0.1:$api_port", certificate-authority: "$pki/ca.crt"}
+    cluster: {server: "${3:-https://127.0.0.1:$api_port}", certificate-authority: "$pki/ca.crt"}
 users:
   - name: $2
     user: {client-certificate: "$pki/$2.crt", client-key: "$pki/$2.key"}
@@ -136,10 +161,17 @@ EOF
 credentials() {
 	"$here/pki.sh" "$pki" "$node_name" "$node_ip"
 	kubeconfig admin admin
-	kubeconfig kube-controller-manager kube-controller-manager
 	kubeconfig kube-scheduler kube-scheduler
-	kubeconfig kube-proxy kube-proxy
-	kubeconfig kubelet kubelet
+	if multi_node; then
+		# What runs on the nodes reaches the API server on their bridge.
+		kubeconfig kube-controller-manager kube-controller-manager "https://$node_gateway:$api_port"
+		kubeconfig kube-proxy kube-proxy "https://$node_gateway:$api_port"
+		nodes_credentials
+	else
+		kubeconfig kube-controller-manager kube-controller-manager
+		kubeconfig kube-proxy kube-proxy
+		kubeconfig kubelet kubelet
+	fi
 }
 step "PKI and kubeconfigs" credentials
 
@@ -224,20 +256,23 @@ import_pulled_image() {
 	"$ctr" --address "$containerd_sock" -n k8s.io images label "${2%:*}@$digest" io.cri-containerd.pinned=pinned >>"$logs/ctr.log" 2>&1
 }
 
-runtime() {
-	mkdir -p "$state/containerd"
+# containerd_config DIR SOCKET CNI_CONF_DIR: DIR/config.toml, containerd's
+# root, state and runc root below DIR, serving SOCKET, its pods' network
+# from CNI_CONF_DIR.
+containerd_config() {
+	mkdir -p "$1"
 	# restrict_oom_score_adj: this host lacks CAP_SYS_RESOURCE, so runc may
 	# not lower a container's oom_score_adj (every sandbox fails with
 	# "oom_score_adj: Permission denied" otherwise). NRI and the opt plugin
 	# are off: they would create /var/run/nri and /opt/containerd.
-	cat >"$state/containerd/config.toml" <<EOF
+	cat >"$1/config.toml" <<EOF
 version = 3
-root = "$state/containerd/root"
-state = "$state/containerd/state"
+root = "$1/root"
+state = "$1/state"
 disabled_plugins = ["io.containerd.nri.v1.nri", "io.containerd.internal.v1.opt"]
 
 [grpc]
-  address = "$containerd_sock"
+  address = "$2"
 
 [plugins.'io.containerd.cri.v1.images']
   snapshotter = "overlayfs"
@@ -256,32 +291,45 @@ disabled_plugins = ["io.containerd.nri.v1.nri", "io.containerd.internal.v1.opt"]
       runtime_type = "io.containerd.runc.v2"
       [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc.options]
         BinaryName = "/usr/sbin/runc"
-        Root = "$state/containerd/runc"
+        Root = "$1/runc"
         SystemdCgroup = false
   [plugins.'io.containerd.cri.v1.runtime'.cni]
     bin_dirs = ["/usr/lib/cni"]
-    conf_dir = "$state/cni/net.d"
+    conf_dir = "$3"
     max_conf_num = 1
 EOF
+}
+
+# import_images SOCKET: the cluster's images into the containerd at SOCKET.
+import_images() {
+	local img tar ref sock=$1
+	for img in pause:$pause_image volplane:$volplane_image etcd:$etcd_image coredns:$coredns_image workload:$workload_image volplane-csi-sidecar:$sidecar_image; do
+		containerd_sock=$sock import_image "$images_dir/${img%%:*}.tar" "${img#*:}"
+	done
+	if [[ ${VOLPLANE_CSI_SIDECARS:-} == 1 ]]; then
+		while read -r tar ref; do containerd_sock=$sock import_pulled_image "$tar" "$ref"; done <"$images_dir/csi-sidecars/images.txt"
+	fi
+}
+
+runtime() {
+	containerd_config "$state/containerd" "$containerd_sock" "$state/cni/net.d"
 	# containerd starts the shim it finds first on PATH: the cached one.
 	PATH=$containerd_dir:$PATH start containerd "$containerd_dir/containerd" --config "$state/containerd/config.toml"
 	wait_for "containerd" 60 "$logs/containerd.log" "$ctr" --address "$containerd_sock" version
 	# Pinned: no registry could give them back, so the kubelet's image
 	# garbage collection must never remove them.
-	local img tar ref
-	for img in pause:$pause_image volplane:$volplane_image etcd:$etcd_image coredns:$coredns_image workload:$workload_image volplane-csi-sidecar:$sidecar_image; do
-		import_image "$images_dir/${img%%:*}.tar" "${img#*:}"
-	done
-	if [[ ${VOLPLANE_CSI_SIDECARS:-} == 1 ]]; then
-		while read -r tar ref; do import_pulled_image "$tar" "$ref"; done <"$images_dir/csi-sidecars/images.txt"
-	fi
+	import_images "$containerd_sock"
 	"$ctr" --address "$containerd_sock" -n k8s.io images ls -q 2>>"$logs/ctr.log" | grep -v '^sha256:' | sed 's/^/    /' >&2
 }
-step "containerd and the images" runtime
+if ! multi_node; then
+	step "containerd and the images" runtime
+fi
 
-node() {
-	mkdir -p "$state/kubelet"
-	cat >"$state/kubelet/config.yaml" <<EOF
+# kubelet_config FILE SOCKET CERT KEY POD_LOGS [YAML]: the kubelet's
+# configuration: the runtime at SOCKET, serving with CERT and KEY, the
+# pods' logs in POD_LOGS, and the lines YAML at the end (a node's own).
+kubelet_config() {
+	cat >"$1" <<EOF
 apiVersion: kubelet.config.k8s.io/v1beta1
 kind: KubeletConfiguration
 # This host is cgroup v1 (hybrid), has no swap limit support and no systemd
@@ -289,7 +337,7 @@ kind: KubeletConfiguration
 failCgroupV1: false
 cgroupDriver: cgroupfs
 failSwapOn: false
-containerRuntimeEndpoint: unix://$containerd_sock
+containerRuntimeEndpoint: unix://$2
 # As a kubeadm node: client certificates signed by the cluster CA, anything
 # else asks the API server (webhook); a serving certificate the API server
 # verifies (--kubelet-certificate-authority).
@@ -298,16 +346,14 @@ authentication:
   webhook: {enabled: true}
   x509: {clientCAFile: "$pki/ca.crt"}
 authorization: {mode: Webhook}
-tlsCertFile: "$pki/kubelet-serving.crt"
-tlsPrivateKeyFile: "$pki/kubelet-serving.key"
+tlsCertFile: "$3"
+tlsPrivateKeyFile: "$4"
 readOnlyPort: 0
 healthzBindAddress: 127.0.0.1
 clusterDNS: [$dns_ip]
 clusterDomain: $cluster_domain
 resolvConf: /etc/resolv.conf
-podLogsDir: "$state/pod-logs"
-# kube-controller-manager's static pod, as kubeadm's /etc/kubernetes/manifests.
-staticPodPath: "$kcm_manifest_dir"
+podLogsDir: "$5"
 # No CAP_SYS_RESOURCE: the kubelet may not lower its own oom_score_adj.
 oomScoreAdj: 0
 # A shared development machine: evict only when really short.
@@ -316,13 +362,13 @@ evictionHard:
   nodefs.available: 5%
   nodefs.inodesFree: 5%
   imagefs.available: 5%
+${6:-}
 EOF
-	kcm_manifest
-	start kubelet "$kube_dir/kubelet" --config="$state/kubelet/config.yaml" \
-		--kubeconfig="$state/kubelet.kubeconfig" --root-dir="$kubelet_dir" --v=1
-	wait_for "the kubelet's node registration" 120 "$logs/kubelet.log" kctl get node "$node_name"
+}
 
-	cat >"$state/kube-proxy.yaml" <<EOF
+# kube_proxy_config FILE NODE_NAME: kube-proxy's configuration.
+kube_proxy_config() {
+	cat >"$1" <<EOF
 apiVersion: kubeproxy.config.k8s.io/v1alpha1
 kind: KubeProxyConfiguration
 # nftables: kube-proxy keeps every rule in tables of its own ("ip
@@ -331,7 +377,7 @@ kind: KubeProxyConfiguration
 # 127.0.0.1, so loopback traffic of other processes is never translated.
 mode: nftables
 clientConnection: {kubeconfig: "$state/kube-proxy.kubeconfig"}
-hostnameOverride: $node_name
+hostnameOverride: $2
 clusterCIDR: $cluster_cidr
 detectLocalMode: ClusterCIDR
 nodePortAddresses: [primary]
@@ -341,6 +387,19 @@ metricsBindAddress: 127.0.0.1:10249
 conntrack: {maxPerCore: 0, min: 0, tcpEstablishedTimeout: 0s, tcpCloseWaitTimeout: 0s}
 oomScoreAdj: 0
 EOF
+}
+
+node() {
+	mkdir -p "$state/kubelet"
+	# kube-controller-manager's static pod, as kubeadm's /etc/kubernetes/manifests.
+	kubelet_config "$state/kubelet/config.yaml" "$containerd_sock" "$pki/kubelet-serving.crt" "$pki/kubelet-serving.key" \
+		"$state/pod-logs" "staticPodPath: \"$kcm_manifest_dir\""
+	kcm_manifest
+	start kubelet "$kube_dir/kubelet" --config="$state/kubelet/config.yaml" \
+		--kubeconfig="$state/kubelet.kubeconfig" --root-dir="$kubelet_dir" --v=1
+	wait_for "the kubelet's node registration" 120 "$logs/kubelet.log" kctl get node "$node_name"
+
+	kube_proxy_config "$state/kube-proxy.yaml" "$node_name"
 	start kube-proxy "$kube_dir/kube-proxy" --config="$state/kube-proxy.yaml" --v=1
 	wait_for "kube-proxy /healthz" 120 "$logs/kube-proxy.log" curl -sf http://127.0.0.1:10256/healthz
 	wait_for "node $node_name Ready" 180 "$logs/kubelet.log" \
@@ -404,10 +463,19 @@ spec:
 EOF
 }
 ready_start=$SECONDS
-step "kubelet and kube-proxy" node
+if multi_node; then
+	step "the nodes: containerd, the images, the kubelet and kube-proxy on each" nodes_up
+else
+	step "kubelet and kube-proxy" node
+fi
 ready_time=$((SECONDS - ready_start))
 kcm() {
-	wait_for "kube-controller-manager /healthz (its static pod)" 180 "$logs/kubelet.log" curl -skf https://127.0.0.1:10257/healthz
+	if multi_node; then
+		wait_for "kube-controller-manager /healthz (its static pod on $(node_name_of 1))" 180 "$logs/kubelet-$(node_name_of 1).log" \
+			in_node "$(node_name_of 1)" curl -skf https://127.0.0.1:10257/healthz
+	else
+		wait_for "kube-controller-manager /healthz (its static pod)" 180 "$logs/kubelet.log" curl -skf https://127.0.0.1:10257/healthz
+	fi
 }
 step "kube-controller-manager" kcm
 
@@ -418,16 +486,26 @@ dns() {
 }
 step "CoreDNS" dns
 
-kctl get nodes -o wide >&2
+kctl get nodes -L topology.kubernetes.io/zone -o wide >&2
 kctl get pods -A -o wide >&2
+kcm_node=$node_name
+if multi_node; then
+	kcm_node=$(node_name_of 1)
+	cat >&2 <<EOF
+
+$nodes nodes, each in network, mount and UTS namespaces of its own (hack/cluster/nodes.sh), on a bridge in the network namespace $switch_netns ($node_net; the host, and the API server, at $node_gateway:$api_port on $node_bridge)
+  a shell on a node: nsenter --net=/run/netns/NAME --mount=$state/nodes/NAME/ns/mnt --uts=$state/nodes/NAME/ns/uts
+  each node's own directories (a hostPath below them is the node's): $node_private_dirs
+EOF
+fi
 cat >&2 <<EOF
 
-The cluster is up in $(elapsed $((SECONDS - total_start))) (the node was Ready $(elapsed "$ready_time") after the kubelet started).
+The cluster is up in $(elapsed $((SECONDS - total_start))) ($(if multi_node; then echo "every node was Ready $(elapsed "$ready_time") after the first node's containerd started"; else echo "the node was Ready $(elapsed "$ready_time") after the kubelet started"; fi)).
   export KUBECONFIG=$admin_kubeconfig
   kubectl (the cluster's version): $kubectl
   images: $pause_image (sandbox), $volplane_image, $etcd_image, $coredns_image, $workload_image, $sidecar_image$(
 	[[ ${VOLPLANE_CSI_SIDECARS:-} == 1 ]] && printf ', %s' $(cut -d' ' -f2 "$images_dir/csi-sidecars/images.txt"))
   logs: $logs
-  kube-controller-manager: static pod kube-system/kube-controller-manager-$node_name, manifest $kcm_manifest_dir/kube-controller-manager.yaml (--controllers=$kcm_controllers)
+  kube-controller-manager: static pod kube-system/kube-controller-manager-$kcm_node, manifest $kcm_manifest_dir/kube-controller-manager.yaml (--controllers=$kcm_controllers)
 make cluster-down stops it and removes its state.
 EOF

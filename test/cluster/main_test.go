@@ -11,7 +11,9 @@
 // does the same with TestCluster: the dev driver deployed as a vendor's
 // chart does, volplane installed and cut over by docs/install.md's steps,
 // workloads, faults, the defects of issue 24, the rollback and managed
-// mode (volplane_test.go).
+// mode (volplane_test.go). `make test-cluster-multi` starts a cluster of
+// three nodes (make cluster NODES=3) and runs TestMultiNode
+// (multinode_test.go), which the other targets skip.
 //
 // The tests run on the cluster's node (they check hostPath volumes on the
 // host's file system). The helpers in helpers_test.go (Cluster, kubectl,

@@ -8,6 +8,8 @@
 //	volplane-workload cat PATH...                 print files
 //	volplane-workload resolve NAME                print NAME's addresses (the pod's resolver)
 //	volplane-workload whoami [-token FILE]        ask the API server who the token is, through the kubernetes Service
+//	volplane-workload serve ADDR TEXT             answer every HTTP request on ADDR with TEXT, until SIGTERM
+//	volplane-workload get URL                     print the body of an HTTP GET of URL (an error unless 200)
 //
 // hold logs "wrote PATH" or "kept PATH: TEXT" per file, so that the pod's
 // log tells whether the data was there when it started.
@@ -36,7 +38,7 @@ const serviceAccountDir = "/var/run/secrets/kubernetes.io/serviceaccount"
 
 func main() {
 	if len(os.Args) < 2 {
-		fmt.Fprintln(os.Stderr, "usage: volplane-workload hold|cat|resolve|whoami ...")
+		fmt.Fprintln(os.Stderr, "usage: volplane-workload hold|cat|resolve|whoami|serve|get ...")
 		os.Exit(2)
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -51,6 +53,10 @@ func main() {
 		err = resolve(ctx, args)
 	case "whoami":
 		err = whoami(ctx, args)
+	case "serve":
+		err = serve(ctx, args)
+	case "get":
+		err = get(ctx, args)
 	default:
 		err = fmt.Errorf("unknown command %q", cmd)
 	}
@@ -198,5 +204,59 @@ func whoami(ctx context.Context, args []string) error {
 		return err
 	}
 	fmt.Println(review.Status.UserInfo.Username)
+	return nil
+}
+
+// serve answers every HTTP request on ADDR with TEXT (a pod's node name,
+// say, so that a client learns which pod a Service sent it to), until the
+// pod is stopped.
+func serve(ctx context.Context, args []string) error {
+	if len(args) != 2 {
+		return errors.New("usage: serve ADDR TEXT")
+	}
+	text := args[1]
+	srv := &http.Server{
+		Addr:              args[0],
+		ReadHeaderTimeout: 10 * time.Second,
+		Handler: http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+			io.WriteString(w, text)
+		}),
+	}
+	errc := make(chan error, 1)
+	go func() { errc <- srv.ListenAndServe() }()
+	fmt.Println("serving", args[0])
+	select {
+	case err := <-errc:
+		return err
+	case <-ctx.Done():
+		return srv.Close()
+	}
+}
+
+// get prints the body of an HTTP GET of URL; a status other than 200 or
+// no answer within 10 seconds is an error.
+func get(ctx context.Context, args []string) error {
+	if len(args) != 1 {
+		return errors.New("usage: get URL")
+	}
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, args[0], nil)
+	if err != nil {
+		return err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return err
+	}
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("%s: %s", resp.Status, b)
+	}
+	os.Stdout.Write(b)
 	return nil
 }
