@@ -262,7 +262,7 @@ func TestChartSchemaRefusesBadValues(t *testing.T) {
 func TestChartValues(t *testing.T) {
 	helm(t)
 	objs, err := helmTemplate(t, chartDir, "etcd.replicas=5", "etcd.dataVolume.emptyDir=null", "etcd.dataVolume.hostPath.path=/var/lib/volplane-etcd", "watcher.replicas=3", "image.repository=registry.example/volplane", "image.tag=9.9.9",
-		"etcd.image.tag=9.9.8", "binder.priorityClassName=system-cluster-critical", "gateway.resources.limits.memory=3Gi",
+		"etcd.image.tag=9.9.8", "binder.priorityClassName=system-cluster-critical", "watcher.priorityClassName=", "gateway.resources.limits.memory=3Gi",
 		"certificates.source=cert-manager", "monitoring.enabled=true", "monitoring.labels.release=kps")
 	if err != nil {
 		t.Fatal(err)
@@ -296,7 +296,7 @@ func TestChartValues(t *testing.T) {
 		{"dev driver image", str(find("Deployment", "volplane-provisioner"), "spec", "template", "spec", "containers"), `"image":"registry.example/volplane:9.9.9","imagePullPolicy":"IfNotPresent","name":"csi-driver"`},
 		{"priority class", str(find("StatefulSet", "volplane-binder"), "spec", "template", "spec", "priorityClassName"), `"system-cluster-critical"`},
 		{"no priority class", str(find("StatefulSet", "volplane-watcher"), "spec", "template", "spec", "priorityClassName"), "null"},
-		{"resources", str(find("Deployment", "volplane-gateway"), "spec", "template", "spec", "containers"), `"limits":{"cpu":"2","memory":"3Gi"}`},
+		{"resources", str(find("Deployment", "volplane-gateway"), "spec", "template", "spec", "containers"), `"limits":{"cpu":"1","memory":"3Gi"}`},
 		{"Prometheus' label", str(find("PrometheusRule", "volplane"), "metadata", "labels"), `{"release":"kps"}`},
 	}
 	for _, c := range checks {

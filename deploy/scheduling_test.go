@@ -314,8 +314,8 @@ func sizingRows(t *testing.T) map[string][2]string {
 	return rows
 }
 
-// cell is a container's CPU and memory as the sizing table writes them.
-func cell(l corev1.ResourceList) string {
+// sizeCell is a container's CPU and memory as the sizing table writes them.
+func sizeCell(l corev1.ResourceList) string {
 	return l.Cpu().String() + ", " + l.Memory().String()
 }
 
@@ -333,8 +333,8 @@ func TestSizingTableMatchesBase(t *testing.T) {
 		switch {
 		case !ok:
 			t.Errorf("%s: not in docs/operations.md's sizing table", w.name)
-		case row[0] != cell(c.Resources.Requests) || row[1] != cell(c.Resources.Limits):
-			t.Errorf("%s: the table says request %s, limit %s; the base ships %s and %s", w.name, row[0], row[1], cell(c.Resources.Requests), cell(c.Resources.Limits))
+		case row[0] != sizeCell(c.Resources.Requests) || row[1] != sizeCell(c.Resources.Limits):
+			t.Errorf("%s: the table says request %s, limit %s; the base ships %s and %s", w.name, row[0], row[1], sizeCell(c.Resources.Requests), sizeCell(c.Resources.Limits))
 		}
 	}
 }

@@ -154,6 +154,10 @@ func TestChartTakesNewObjectsAndFields(t *testing.T) {
 	spec["initContainers"] = []any{map[string]any{"name": "wait", "image": "ghcr.io/volplane/volplane:0.1.0", "imagePullPolicy": "IfNotPresent"}}
 	binder, _ := c.find("StatefulSet", "volplane-binder")
 	binder.u["spec"].(map[string]any)["template"].(map[string]any)["spec"].(map[string]any)["priorityClassName"] = "volplane-critical"
+	// The base gives every workload a priority class: take the watcher's
+	// away, as a base without one would be.
+	watcher, _ := c.find("StatefulSet", "volplane-watcher")
+	delete(watcher.u["spec"].(map[string]any)["template"].(map[string]any)["spec"].(map[string]any), "priorityClassName")
 	if err := c.hookAll(); err != nil {
 		t.Fatal(err)
 	}
