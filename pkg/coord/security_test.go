@@ -144,22 +144,9 @@ func with(s coord.Security, f func(*coord.Security)) coord.Security {
 // by "role subject".
 func etcdCertificateExpiry(t *testing.T) map[string]float64 {
 	t.Helper()
-	mfs, err := metrics.Gatherer().Gather()
+	out, err := metrics.CertificateExpiries(metrics.Gatherer())
 	if err != nil {
 		t.Fatal(err)
-	}
-	out := map[string]float64{}
-	for _, mf := range mfs {
-		if mf.GetName() != "volplane_certificate_expiry_timestamp_seconds" {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			l := map[string]string{}
-			for _, p := range m.GetLabel() {
-				l[p.GetName()] = p.GetValue()
-			}
-			out[l["role"]+" "+l["subject"]] = m.GetGauge().GetValue()
-		}
 	}
 	return out
 }

@@ -365,22 +365,9 @@ func TestCertificateRotation(t *testing.T) {
 // "role subject".
 func certificateExpiry(t *testing.T) map[string]float64 {
 	t.Helper()
-	mfs, err := metrics.Registry.Gather()
+	out, err := metrics.CertificateExpiries(metrics.Registry)
 	if err != nil {
 		t.Fatal(err)
-	}
-	out := map[string]float64{}
-	for _, mf := range mfs {
-		if mf.GetName() != "volplane_certificate_expiry_timestamp_seconds" {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			l := map[string]string{}
-			for _, p := range m.GetLabel() {
-				l[p.GetName()] = p.GetValue()
-			}
-			out[l["role"]+" "+l["subject"]] = m.GetGauge().GetValue()
-		}
 	}
 	return out
 }

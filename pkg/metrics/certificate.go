@@ -148,3 +148,26 @@ func SetCertificatesFromFile(role, file string) {
 		SetCertificates(role, file, certs)
 	}
 }
+
+// CertificateExpiries reads volplane_certificate_expiry_timestamp_seconds
+// back from g: each series' value (a Unix time) by "role subject".
+func CertificateExpiries(g prometheus.Gatherer) (map[string]float64, error) {
+	mfs, err := g.Gather()
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]float64{}
+	for _, mf := range mfs {
+		if mf.GetName() != "volplane_certificate_expiry_timestamp_seconds" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			l := map[string]string{}
+			for _, p := range m.GetLabel() {
+				l[p.GetName()] = p.GetValue()
+			}
+			out[l["role"]+" "+l["subject"]] = m.GetGauge().GetValue()
+		}
+	}
+	return out, nil
+}
