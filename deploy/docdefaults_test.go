@@ -20,13 +20,7 @@ func TestFlagDefaultsInDocs(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds every binary")
 	}
-	bin := build(t)
-	defaults := map[string]map[string]string{} // binary -> flag -> default
-	for path := range binaries {
-		name := filepath.Base(path)
-		out, _ := exec.Command(filepath.Join(bin, name), "--help").CombinedOutput()
-		defaults[name] = helpDefaults(string(out))
-	}
+	defaults := helpOfEveryBinary(t)
 	own := map[string]string{
 		"../services/watcher/README.md":     "watcher",
 		"../services/binder/README.md":      "binder",
@@ -108,6 +102,20 @@ func statedAt(doc string) []statedSpan {
 			statedSpan{stated{doc[m[4]:m[5]], doc[m[8]:m[9]]}, m[8], m[9]})
 	}
 	return out
+}
+
+// helpOfEveryBinary builds every binary and reads each one's flag
+// defaults from its --help: binary -> flag -> default.
+func helpOfEveryBinary(t *testing.T) map[string]map[string]string {
+	t.Helper()
+	bin := build(t)
+	defaults := map[string]map[string]string{}
+	for path := range binaries {
+		name := filepath.Base(path)
+		out, _ := exec.Command(filepath.Join(bin, name), "--help").CombinedOutput()
+		defaults[name] = helpDefaults(string(out))
+	}
+	return defaults
 }
 
 // helpDefaults reads each flag's "(default X)" from pflag's --help; a

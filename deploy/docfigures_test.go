@@ -3,7 +3,6 @@ package deploy
 import (
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -37,13 +36,7 @@ func TestDocsFiguresHeldByCode(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds every binary")
 	}
-	bin := build(t)
-	help := map[string]map[string]string{}
-	for path := range binaries {
-		name := filepath.Base(path)
-		out, _ := exec.Command(filepath.Join(bin, name), "--help").CombinedOutput()
-		help[name] = helpDefaults(string(out))
-	}
+	help := helpOfEveryBinary(t)
 	consts := newConstReader("..")
 	pending := readPending(t)
 	count := map[string]int{}

@@ -2,8 +2,6 @@ package deploy
 
 import (
 	"os"
-	"os/exec"
-	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
@@ -25,13 +23,7 @@ func TestFlagTablesMatchHelp(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds every binary")
 	}
-	bin := build(t)
-	help := map[string]map[string]string{}
-	for path := range binaries {
-		name := filepath.Base(path)
-		out, _ := exec.Command(filepath.Join(bin, name), "--help").CombinedOutput()
-		help[name] = helpDefaults(string(out))
-	}
+	help := helpOfEveryBinary(t)
 	consts := newConstReader("..")
 	checked := 0
 	for _, f := range figureDocs(t) {

@@ -9,8 +9,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	storagev1 "k8s.io/api/storage/v1"
-	"k8s.io/apimachinery/pkg/runtime/serializer/json"
-	"k8s.io/client-go/kubernetes/scheme"
 
 	"github.com/volplane/volplane/internal/csisidecar"
 	"github.com/volplane/volplane/pkg/sidecar"
@@ -25,19 +23,7 @@ const distributedDir = "drivers/volplane-csi-distributed"
 // is skipped).
 func distributed(t *testing.T) []any {
 	t.Helper()
-	strict := json.NewSerializerWithOptions(json.DefaultMetaFactory, scheme.Scheme, scheme.Scheme, json.SerializerOptions{Strict: true})
-	var objs []any
-	for i, doc := range render(t, distributedDir) {
-		if strings.Contains(string(doc), `"apiVersion":"snapshot.storage.k8s.io/`) {
-			continue
-		}
-		obj, _, err := strict.Decode(doc, nil, nil)
-		if err != nil {
-			t.Fatalf("#%d: %v", i, err)
-		}
-		objs = append(objs, obj)
-	}
-	return objs
+	return decodeStrictly(t, distributedDir)
 }
 
 // TestDistributedDriverDeployment: the node-deployment form of the dev

@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"net/url"
 	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -324,20 +323,7 @@ func TestEtcdBackupComponent(t *testing.T) {
 	}
 	bin := build(t)
 	version := makefileVersion(t)
-	base, err := filepath.Abs("kubernetes")
-	if err != nil {
-		t.Fatal(err)
-	}
-	overlay := t.TempDir()
-	rel, err := filepath.Rel(overlay, base) // kustomize takes no absolute path
-	if err != nil {
-		t.Fatal(err)
-	}
-	k := fmt.Sprintf("apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources: [%s]\ncomponents: [%s]\n", rel, filepath.Join(rel, "etcd-backup"))
-	if err := os.WriteFile(filepath.Join(overlay, "kustomization.yaml"), []byte(k), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	objs := renderObjects(t, overlay)
+	objs := renderObjects(t, backupOverlay(t))
 	var sts appsv1.StatefulSet
 	objs.into(t, "StatefulSet/volplane-etcd", &sts)
 	var cj batchv1.CronJob
