@@ -50,6 +50,10 @@ func usagef(format string, a ...any) error { return usageError{fmt.Errorf(format
 // answers as `kubectl-volplane __complete`.
 const CompletionExecutable = "kubectl_complete-volplane"
 
+// defaultRequestTimeout bounds each request to the gateway and the API
+// server unless --request-timeout says otherwise.
+const defaultRequestTimeout = 30 * time.Second
+
 // Args are the arguments Run gets for a process started as argv0 with
 // args: those of `__complete` when argv0 is CompletionExecutable.
 func Args(argv0 string, args []string) []string {
@@ -101,7 +105,7 @@ func (o *options) addFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.gatewayURL, "gateway", "", "the gateway's URL, e.g. https://volplane.example.com (default: found by the Service named by --gateway-service)")
 	fs.StringVar(&o.gatewayService, "gateway-service", DefaultGatewayService, "NAMESPACE/NAME of the gateway's Service, read for its "+AnnotationGatewayURL+" and "+AnnotationGatewayCA+" annotations or load-balancer address")
 	fs.StringVar(&o.caFile, "certificate-authority", "", "PEM file of the CA of the gateway's serving certificate (not the API server's, which the kubeconfig names; default: the Service's "+AnnotationGatewayCA+" annotation, else the system's roots)")
-	fs.DurationVar(&o.timeout, "request-timeout", 30*time.Second, "timeout of each request to the gateway and the API server (0: 30s)")
+	fs.DurationVar(&o.timeout, "request-timeout", defaultRequestTimeout, "timeout of each request to the gateway and the API server (0: 30s)")
 }
 
 // Run runs kubectl-volplane with args (without the program name). Errors

@@ -36,8 +36,11 @@ func shardsFor(claims int) int {
 	if claims < 1024 {
 		return 1
 	}
-	return 16
+	return largeStoreParts
 }
+
+// largeStoreParts is how many parts a store of 1024 claims or more has.
+const largeStoreParts = 16
 
 // Span is one recorded step.
 type Span struct {

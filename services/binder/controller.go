@@ -40,15 +40,24 @@ type controller struct {
 	reservations *reservations
 }
 
+// The per-item backoff of the binder's work queues: a sync that failed
+// (a conflict, an API error) is retried after queueBackoffBase, doubling
+// up to queueBackoffMax.
+const (
+	queueBackoffBase = 5 * time.Millisecond
+	queueBackoffMax  = 5 * time.Minute
+)
+
 // newController returns a controller with empty caches that owns every
 // object and holds volumes in memory only, without etcd, services or a
 // timeline: newWiredController (run.go) adds those.
 func newController(log *slog.Logger, client kubernetes.Interface, recorder record.EventRecorder) *controller {
 	limiter := func() workqueue.TypedRateLimiter[string] {
 		// Per-item exponential backoff only: a conflict is retried after
-		// 5ms, 10ms, ... up to 5 minutes, without the global token bucket
-		// that would throttle retries during a burst of binds.
-		return workqueue.NewTypedItemExponentialFailureRateLimiter[string](5*time.Millisecond, 5*time.Minute)
+		// queueBackoffBase, doubling up to queueBackoffMax, without the
+		// global token bucket that would throttle retries during a burst
+		// of binds.
+		return workqueue.NewTypedItemExponentialFailureRateLimiter[string](queueBackoffBase, queueBackoffMax)
 	}
 	c := &controller{
 		log:          log,
