@@ -35,7 +35,7 @@ func TestChaosShort(t *testing.T) {
 		Deletions:      20,
 		RebindReleased: true,
 		KillEvery:      4 * time.Second,
-		Converge:       90 * time.Second,
+		Converge:       chaos.ShortRunConverge,
 		Out:            &out,
 	})
 	t.Log("\n" + out.String())

@@ -322,7 +322,7 @@ func (x *crashes) bound(cl *corev1.PersistentVolumeClaim, volume string) {
 func (x *crashes) gone(cl *corev1.PersistentVolumeClaim) {
 	x.t.Helper()
 	name := "pvc-" + string(cl.UID)
-	e2e.Eventually(x.t, 2*time.Minute, func() string {
+	e2e.Eventually(x.t, chaos.GoneWithin, func() string {
 		if _, err := x.c.Client.CoreV1().PersistentVolumes().Get(x.t.Context(), name, metav1.GetOptions{}); err == nil {
 			return "PV " + name + " still exists"
 		}

@@ -267,7 +267,7 @@ func StartCluster(ctx context.Context, o ClusterOptions) (_ *Cluster, err error)
 	for i, a := range addrs["provisioner"] {
 		c.service("provisioner", i, a, func(gen int) []string {
 			return append(append(append(common("provisioner"), etcdArgs...), "--listen", a, "--member-id", memberID("provisioner", i, gen),
-				"--csi-endpoint", csi, "--recovery-period", "2s", "--timeout", "10s", "--probe-period", "2s",
+				"--csi-endpoint", csi, "--recovery-period", provisionerRecoveryPeriod.String(), "--timeout", "10s", "--probe-period", "2s",
 				"--watcher-address", strings.Join(addrs["watcher"], ",")), standalone...)
 		})
 	}
@@ -562,3 +562,15 @@ func (r *Replica) Binary() string {
 
 // LogPath is the replica's log, every run appended.
 func (r *Replica) LogPath() string { return r.logs }
+
+// provisionerRecoveryPeriod is how often the chaos cluster's provisioners
+// run their journal recovery (--recovery-period).
+const provisionerRecoveryPeriod = 2 * time.Second
+
+// ShortRunConverge is how long make test's short chaos run (test/chaos)
+// gives the cluster to converge after its storm.
+const ShortRunConverge = 90 * time.Second
+
+// GoneWithin is how long the crash test's fault points wait for a deleted
+// claim's volume and its CSI volume to be gone.
+const GoneWithin = 2 * time.Minute

@@ -285,7 +285,7 @@ func (f *faults) run(ctx context.Context, d, every time.Duration) time.Time {
 				r := victims[f.rng.IntN(len(victims))]
 				f.note("SIGKILL " + r.Name)
 				r.Kill()
-				sleep(ctx, time.Duration(200+f.rng.IntN(1500))*time.Millisecond)
+				sleep(ctx, restartAfterMin+time.Duration(f.rng.IntN(int((restartAfterMax-restartAfterMin)/time.Millisecond)))*time.Millisecond)
 				if err := r.Start(); err != nil {
 					f.logf("restart %s: %v", r.Name, err)
 				}
@@ -363,3 +363,10 @@ func (r *Report) Err() error {
 }
 
 var errViolated = errors.New("chaos run")
+
+// A killed replica is started again between restartAfterMin and
+// restartAfterMax after its SIGKILL (docs/chaos.md).
+const (
+	restartAfterMin = 200 * time.Millisecond
+	restartAfterMax = 1700 * time.Millisecond
+)

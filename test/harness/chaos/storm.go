@@ -101,6 +101,23 @@ func (s *storm) dynamicClass(i int) string {
 	return DynamicClass
 }
 
+// The times of the storm's deletions (docs/chaos.md): three in four come
+// within quickDeleteWithin of the claim's creation; with the rebind
+// policy, half are deleted between rebindDeleteMin and rebindDeleteMax
+// after it and created again between recreateMin and recreateMax later.
+const (
+	quickDeleteWithin = 2 * time.Second
+	rebindDeleteMin   = 3 * time.Second
+	rebindDeleteMax   = 8 * time.Second
+	recreateMin       = 300 * time.Millisecond
+	recreateMax       = 4300 * time.Millisecond
+)
+
+// between is a time in [lo, hi), to the millisecond, from the seed.
+func (s *storm) between(lo, hi time.Duration) time.Duration {
+	return lo + time.Duration(s.intn(int((hi-lo)/time.Millisecond)))*time.Millisecond
+}
+
 func (s *storm) intn(n int) int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -162,18 +179,18 @@ func (s *storm) plan(statics, dynamics, deletions int, span time.Duration) []tas
 		ts[i].delete = true
 		if s.rebind && s.intn(2) == 0 {
 			// Deleted once it has likely bound (its volume is then
-			// Released), and created again 0.3-4.3s later: some before
+			// Released), and created again soon after: some before
 			// the binder has seen the volume Released, most after.
 			ts[i].recreate = true
-			ts[i].del = time.Duration(3000+s.intn(5000)) * time.Millisecond
-			ts[i].again = time.Duration(300+s.intn(4000)) * time.Millisecond
+			ts[i].del = s.between(rebindDeleteMin, rebindDeleteMax)
+			ts[i].again = s.between(recreateMin, recreateMax)
 			if ts[i].static >= 0 {
 				spares++
 			}
 			continue
 		}
 		if s.intn(4) < 3 {
-			ts[i].del = time.Duration(s.intn(2000)) * time.Millisecond
+			ts[i].del = s.between(0, quickDeleteWithin)
 		} else {
 			ts[i].del = time.Duration(s.intn(int(span/time.Millisecond)/2+1)) * time.Millisecond
 		}
