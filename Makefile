@@ -415,7 +415,8 @@ verify-breaking: tools ## buf breaking: the protos against the previous release'
 	@git rev-parse --verify --quiet '$(PREV_RELEASE)^{commit}' >/dev/null || { \
 		echo "verify-breaking: commit $(PREV_RELEASE) (the previous release, hack/prev-release) is not in this clone's history;" \
 			"fetch it: git fetch --unshallow (or git fetch origin $(PREV_RELEASE))" >&2; exit 1; }
-	$(BIN)/buf breaking --against '.git#ref=$(PREV_RELEASE)'
+	@rm -rf .cache/prev-proto && mkdir -p .cache/prev-proto && git archive '$(PREV_RELEASE)' buf.yaml proto | tar -x -C .cache/prev-proto
+	$(BIN)/buf breaking --against .cache/prev-proto
 	@echo "buf breaking: no breaking change since $(PREV_RELEASE) (docs/compatibility.md#version-skew)"
 
 .PHONY: generate verify-generate
