@@ -600,7 +600,7 @@ func TestProvisionWaitsForAGoneDriver(t *testing.T) {
 	p := &provisioner{drivers: reg, log: discard, prefix: "pvc", timeout: time.Second, events: func(string) record.EventRecorder { return rec }}
 	claim := claimOf([]corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce}, false, "1Gi", "")
 	class := &storagev1.StorageClass{ObjectMeta: metav1.ObjectMeta{Name: "vendor"}, Provisioner: sidecarDriverName}
-	res, err := p.provision(t.Context(), claim, class, false)
+	res, err := p.provision(t.Context(), claim, class, "")
 	if err != nil || res.outcome != provisionerv1.Outcome_OUTCOME_IN_BACKGROUND {
 		t.Fatalf("provision: %v, %v", res, err)
 	}

@@ -109,10 +109,13 @@ var errNotServed = errors.New("not served by this provisioner")
 
 // provision makes one attempt at the volume of claim: CreateVolume with the
 // journaled request, then the PV. It is safe to call again at any time;
-// every attempt uses the same volume name. With journaledOnly (recovery),
-// it acts only if the operation is still journaled once its lock is held:
-// an attempt that finished meanwhile is not started again.
-func (p *provisioner) provision(ctx context.Context, claim *corev1.PersistentVolumeClaim, class *storagev1.StorageClass, journaledOnly bool) (result, error) {
+// every attempt uses the same volume name. A recovery passes journaled,
+// the name its journal record holds: the operation keeps the name it
+// began with even when the naming flags changed since (a restart with
+// another --volume-name-prefix or --volume-name-uuid-length), and it acts
+// only if the operation is still journaled once its lock is held: an
+// attempt that finished meanwhile is not started again.
+func (p *provisioner) provision(ctx context.Context, claim *corev1.PersistentVolumeClaim, class *storagev1.StorageClass, journaled string) (result, error) {
 	d := p.drivers.byProvisioner(class.Provisioner)
 	if d == nil {
 		return result{}, fmt.Errorf("provisioner %q of StorageClass %q is %w", class.Provisioner, class.Name, errNotServed)
@@ -122,7 +125,10 @@ func (p *provisioner) provision(ctx context.Context, claim *corev1.PersistentVol
 		p.sidecarNotReady(claim, class, d, msg)
 		return result{outcome: provisionerv1.Outcome_OUTCOME_IN_BACKGROUND, message: msg}, nil
 	}
-	name := p.namingFor(d).name(claim)
+	name := journaled
+	if name == "" {
+		name = p.namingFor(d).name(claim)
+	}
 	if claim.DeletionTimestamp != nil {
 		return result{outcome: provisionerv1.Outcome_OUTCOME_NO_CHANGE, message: "the claim is being deleted"}, nil
 	}
@@ -134,7 +140,7 @@ func (p *provisioner) provision(ctx context.Context, claim *corev1.PersistentVol
 	}
 	defer p.end(kindProvision, name)
 	a := &attempt{claim: claim, class: class, d: d, name: name}
-	if res, done, err := p.lock(ctx, a, journaledOnly); done {
+	if res, done, err := p.lock(ctx, a, journaled != ""); done {
 		return res, err
 	}
 	if err := p.prepare(ctx, a); err != nil {
@@ -252,6 +258,7 @@ func (p *provisioner) lock(ctx context.Context, a *attempt, journaledOnly bool) 
 // builds the request and the record to journal.
 func (p *provisioner) prepare(ctx context.Context, a *attempt) error {
 	a.spec = p.spec(a.d, a.claim, a.class)
+	a.spec.name = a.name // a recovery's journaled name
 	if err := p.checkModifyVolume(a.d, a.claim); err != nil {
 		return err
 	}

@@ -123,7 +123,7 @@ func TestProvisionUndoesAnEarlierAttemptOfAClaimGone(t *testing.T) {
 	g.s.p.timeout = 10 * time.Second
 	claim, _ := g.s.hints.Claim("app", "data")
 	class, _ := g.api.StorageV1().StorageClasses().Get(t.Context(), "fast", metav1.GetOptions{})
-	res, err := g.s.p.provision(t.Context(), claim, class, false)
+	res, err := g.s.p.provision(t.Context(), claim, class, "")
 	if err != nil || res.outcome != provisionerv1.Outcome_OUTCOME_NO_CHANGE {
 		t.Fatalf("retry: %v %v, want NO_CHANGE", res, err)
 	}

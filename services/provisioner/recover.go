@@ -71,7 +71,7 @@ func (p *provisioner) recoverProvision(ctx context.Context, r coord.Record) erro
 			return fmt.Errorf("class %q of claim %s/%s: %w", op.Class, op.ClaimNamespace, op.ClaimName, err)
 		}
 		began := p.now()
-		res, err := p.provision(ctx, claim, class, true)
+		res, err := p.provision(ctx, claim, class, r.Name)
 		p.noteRecovery(ctx, op.ClaimUID, r.Holder, began, res, err)
 		if err != nil {
 			return err

@@ -75,7 +75,7 @@ func (s *server) Provision(ctx context.Context, req *provisionerv1.ProvisionRequ
 	}
 	ctx, step := s.p.timeline.Start(ctx, string(claim.UID), "provision")
 	start := time.Now()
-	res, err := s.p.provision(ctx, claim, class, false)
+	res, err := s.p.provision(ctx, claim, class, "")
 	countProvision(claim, res, err, start)
 	if err != nil {
 		step.EndErr(err, "")

@@ -71,7 +71,7 @@ func TestPopulatorClaimIsLeftAlone(t *testing.T) {
 			DataSourceRef: &corev1.TypedObjectReference{APIGroup: &pop, Kind: "Hello", Name: "src"}}}
 	class := testClass()
 	for range 2 {
-		res, err := g.s.p.provision(t.Context(), claim, class, false)
+		res, err := g.s.p.provision(t.Context(), claim, class, "")
 		if err != nil {
 			t.Fatal(err)
 		}

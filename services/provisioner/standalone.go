@@ -205,7 +205,7 @@ func (s *standalone) sync(ctx context.Context, key string, retried bool) (retry 
 	}
 	ctx, step := s.p.timeline.Start(ctx, string(claim.UID), "provision")
 	start := time.Now()
-	res, err := s.p.provision(ctx, claim, class, false)
+	res, err := s.p.provision(ctx, claim, class, "")
 	countProvision(claim, res, err, start)
 	if err != nil {
 		step.EndErr(err, "")

@@ -5,6 +5,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	csi "github.com/container-storage-interface/spec/lib/go/csi"
 	"google.golang.org/grpc"
@@ -63,7 +64,7 @@ func (g *guarded) lastCreate(t *testing.T) *csi.CreateVolumeRequest {
 func (g *guarded) provisioned(t *testing.T, claim *corev1.PersistentVolumeClaim, class *storagev1.StorageClass) *corev1.PersistentVolume {
 	t.Helper()
 	claim = g.addClaim(t, claim)
-	res, err := g.s.p.provision(t.Context(), claim, class, false)
+	res, err := g.s.p.provision(t.Context(), claim, class, "")
 	if err != nil || res.outcome != provisionerv1.Outcome_OUTCOME_FINISHED || res.volume == nil {
 		t.Fatalf("provision: %v %v %s", err, res.outcome, res.message)
 	}
@@ -303,7 +304,7 @@ func TestContentSourceMissing(t *testing.T) {
 	clone.Spec.DataSource = &corev1.TypedLocalObjectReference{Kind: "PersistentVolumeClaim", Name: "src"}
 	clone = g.addClaim(t, clone)
 
-	res, err := g.s.p.provision(t.Context(), clone, class, false)
+	res, err := g.s.p.provision(t.Context(), clone, class, "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -388,5 +389,44 @@ func TestFeatureGatesAsCSIProvisioner(t *testing.T) {
 	g := FeatureGates{"AllAlpha": true, sidecar.GateReleaseLeaderElectionOnExit: false}
 	if !g.Enabled(GateCrossNamespaceVolumeDataSource) || g.Enabled(sidecar.GateReleaseLeaderElectionOnExit) || !g.Enabled(sidecar.GateTopology) {
 		t.Errorf("AllAlpha=true: %v", g)
+	}
+}
+
+// A provisioning journaled under one --volume-name-uuid-length is carried
+// on under the name its record holds after a restart with another: the
+// recovery writes that PV and ends the record, instead of computing a new
+// name, finding no record under it and leaving the old one for ever.
+func TestRecoveryKeepsTheJournaledName(t *testing.T) {
+	g := newGuarded(t)
+	g.s.p.flags.uuidLength = 8
+	if _, err := g.api.StorageV1().StorageClasses().Create(t.Context(), &storagev1.StorageClass{ObjectMeta: metav1.ObjectMeta{Name: "fast"},
+		Provisioner: devcsi.DefaultName}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	claim := g.addClaim(t, flagsClaim(flagsUID, corev1.ReadWriteOnce))
+	g.drv.Faults().Set("CreateVolume", devcsi.Fault{HangCount: 1, Hang: devcsi.HangComplete})
+	g.s.p.timeout = 200 * time.Millisecond
+	resp, err := g.s.Provision(t.Context(), &provisionerv1.ProvisionRequest{ClaimNamespace: claim.Namespace, ClaimName: claim.Name, ClaimUid: flagsUID})
+	const name = "pvc-0d2c9f3e"
+	if err != nil || resp.Outcome != provisionerv1.Outcome_OUTCOME_IN_BACKGROUND || resp.GetVolumeName() != name {
+		t.Fatalf("first attempt: %v %v, want IN_BACKGROUND for %s", resp, err, name)
+	}
+	pollVolumes(t, g, 1)
+	// Restarted with the default naming.
+	g.s.p.flags.uuidLength = 0
+	g.s.p.timeout = 10 * time.Second
+	g.s.p.recoverAll(t.Context())
+	if _, err := g.api.CoreV1().PersistentVolumes().Get(t.Context(), name, metav1.GetOptions{}); err != nil {
+		t.Fatalf("the recovery wrote no PV %s: %v", name, err)
+	}
+	recs, err := g.journal.List(t.Context(), kindProvision)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(recs) != 0 {
+		t.Errorf("journal records left after the recovery: %v", recs)
+	}
+	if pvs, _ := g.api.CoreV1().PersistentVolumes().List(t.Context(), metav1.ListOptions{}); len(pvs.Items) != 1 {
+		t.Errorf("%d PVs, want only %s", len(pvs.Items), name)
 	}
 }
