@@ -475,7 +475,7 @@ func TestIsRead(t *testing.T) {
 }
 
 // TestCallLogLevels: at info level a write is logged as "grpc write", a
-// read not at all, the caller's mistake as "grpc call rejected" and the
+// read and a write its handler marked Repeated not at all, the caller's mistake as "grpc call rejected" and the
 // server's failure as a warning, each with its code.
 func TestCallLogLevels(t *testing.T) {
 	certs, err := pki.Generate(t.TempDir(), "a")
@@ -484,24 +484,36 @@ func TestCallLogLevels(t *testing.T) {
 	}
 	var mu sync.Mutex
 	var next error
-	handler := func(context.Context) error { mu.Lock(); defer mu.Unlock(); return next }
+	var repeat bool
+	handler := func(ctx context.Context) error {
+		mu.Lock()
+		defer mu.Unlock()
+		if repeat {
+			grpcutil.Repeated(ctx)
+		}
+		return next
+	}
 	addr, logs := startServer(t, grpcutil.ServerOptions{TLS: certs["a"]}, handler, handler)
 	cc := dial(t, addr, certs["a"])
 	for _, tc := range []struct {
-		name string
-		err  error
-		call func(context.Context, *grpc.ClientConn) error
-		want string
+		name   string
+		err    error
+		repeat bool // the handler marks the call grpcutil.Repeated
+		call   func(context.Context, *grpc.ClientConn) error
+		want   string
 	}{
-		{"write", nil, func(ctx context.Context, cc *grpc.ClientConn) error { return callDelete(ctx, cc) }, `level=INFO msg="grpc write" method=/test.Things/Delete code=OK`},
-		{"read", nil, callWatch, ""},
-		{"caller's mistake", status.Error(codes.NotFound, "no such thing"), func(ctx context.Context, cc *grpc.ClientConn) error { return callDelete(ctx, cc) },
+		{"write", nil, false, func(ctx context.Context, cc *grpc.ClientConn) error { return callDelete(ctx, cc) }, `level=INFO msg="grpc write" method=/test.Things/Delete code=OK`},
+		{"repeated write", nil, true, func(ctx context.Context, cc *grpc.ClientConn) error { return callDelete(ctx, cc) }, ""},
+		{"read", nil, false, callWatch, ""},
+		{"caller's mistake", status.Error(codes.NotFound, "no such thing"), false, func(ctx context.Context, cc *grpc.ClientConn) error { return callDelete(ctx, cc) },
 			`level=INFO msg="grpc call rejected" method=/test.Things/Delete code=NotFound`},
-		{"server's failure", status.Error(codes.Unavailable, "etcd down"), callWatch, `level=WARN msg="grpc call failed" method=/test.Things/WatchThings code=Unavailable`},
+		{"repeated, but rejected", status.Error(codes.NotFound, "no such thing"), true, func(ctx context.Context, cc *grpc.ClientConn) error { return callDelete(ctx, cc) },
+			`level=INFO msg="grpc call rejected" method=/test.Things/Delete code=NotFound`},
+		{"server's failure", status.Error(codes.Unavailable, "etcd down"), false, callWatch, `level=WARN msg="grpc call failed" method=/test.Things/WatchThings code=Unavailable`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			mu.Lock()
-			next = tc.err
+			next, repeat = tc.err, tc.repeat
 			mu.Unlock()
 			logs.Reset()
 			if err := tc.call(ctxTimeout(t), cc); status.Code(err) != status.Code(tc.err) {
@@ -510,7 +522,7 @@ func TestCallLogLevels(t *testing.T) {
 			l := logs.String()
 			if tc.want == "" {
 				if l != "" {
-					t.Fatalf("a read was logged at info:\n%s", l)
+					t.Fatalf("a read or a repeated write was logged at info:\n%s", l)
 				}
 				return
 			}

@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"runtime/debug"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors"
@@ -126,7 +127,33 @@ func serverLogging(log *slog.Logger, writes bool) (grpc.UnaryServerInterceptor, 
 	l := logging.LoggerFunc(func(ctx context.Context, lvl logging.Level, _ string, fields ...any) {
 		logCall(ctx, log, writes, lvl, fields)
 	})
-	return logging.UnaryServerInterceptor(l, opts...), logging.StreamServerInterceptor(l, opts...)
+	unary := logging.UnaryServerInterceptor(l, opts...)
+	noted := func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+		return unary(context.WithValue(ctx, callNoteKey{}, new(callNote)), req, info, handler)
+	}
+	return noted, logging.StreamServerInterceptor(l, opts...)
+}
+
+// callNote is what a handler tells the log line that ends its call.
+type callNote struct{ repeat atomic.Bool }
+
+type callNoteKey struct{}
+
+// Repeated marks the unary call whose server context ctx is as a repeat
+// of one already served: the handler answered from memory and started
+// nothing (e.g. a Reclaim of a release the reclaimer already holds). A
+// successful repeated write is logged at debug level, not info, so the
+// audit trail has one line per write that did something.
+func Repeated(ctx context.Context) {
+	if n, ok := ctx.Value(callNoteKey{}).(*callNote); ok {
+		n.repeat.Store(true)
+	}
+}
+
+// repeated reports whether the call of ctx was marked Repeated.
+func repeated(ctx context.Context) bool {
+	n, ok := ctx.Value(callNoteKey{}).(*callNote)
+	return ok && n.repeat.Load()
 }
 
 // codeLevel: the caller's doing (a closed stream, a bad request) is info,
@@ -180,6 +207,8 @@ func logCall(ctx context.Context, log *slog.Logger, writes bool, lvl logging.Lev
 	case errText != "":
 		// The caller got the message; it is not this service's trouble.
 		log.InfoContext(ctx, "grpc call rejected", append(attrs, "error", errText)...)
+	case writes && !IsRead(full) && repeated(ctx):
+		log.DebugContext(ctx, "grpc write repeated, answered from memory", attrs...)
 	case writes && !IsRead(full):
 		log.InfoContext(ctx, "grpc write", attrs...)
 	default:

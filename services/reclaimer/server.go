@@ -87,6 +87,7 @@ func (s *server) Reclaim(ctx context.Context, req *reclaimerv1.ReclaimRequest) (
 		uid = string(sent.UID)
 	}
 	if r := s.c.heldRelease(sent, uid); r != nil {
+		grpcutil.Repeated(ctx) // logged at debug: it started nothing
 		return &reclaimerv1.ReclaimResponse{Reclaim: answer(r)}, nil
 	}
 	v, err := s.c.kube.GetVolume(ctx, req.GetVolumeName())
