@@ -164,6 +164,7 @@ func (c *controller) claimChanged(key string) {
 // (a watch event), empty when a relist did not mention the volume.
 func (c *controller) volumeDeleted(name string, uid types.UID) {
 	c.refused.forget(name)
+	c.handed.forget(name)
 	old := c.store.deleteVolume(name, uid)
 	if old != nil && old.Spec.ClaimRef != nil {
 		// The claim turns Lost now rather than at the next resync.

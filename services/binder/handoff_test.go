@@ -13,6 +13,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/volplane/volplane/pkg/kube"
 )
@@ -181,4 +182,83 @@ func TestARefusedHandOffWaitsForAChange(t *testing.T) {
 	waitFor(t, func() bool { return c.volumeQueue.retries("v") == 0 })
 	n := rec.count()
 	handedOver(n)
+}
+
+// A hand-off the reclaimer took is made once: the volume's next changes
+// (Failed, its finalizer removed, Terminating: each a watch event and a
+// sync) do not hand it over again. A new release (another policy) is
+// handed over at once, and so is the same release at the resync once the
+// hand-off is older than the resync period (the safety net). A failed
+// hand-off is not remembered: it is retried with backoff until one is
+// taken.
+//
+// Not parallel: its failed hand-offs count in the process's retry metric,
+// which TestARefusedHandOffWaitsForAChange reads.
+func TestATakenHandOffIsNotRepeated(t *testing.T) {
+	v := testVolume("v")
+	v.Annotations = map[string]string{kube.AnnDynamicallyProvisioned: "p"}
+	v.Spec.PersistentVolumeReclaimPolicy = corev1.PersistentVolumeReclaimDelete
+	v.Spec.ClaimRef = &corev1.ObjectReference{Kind: "PersistentVolumeClaim", APIVersion: "v1", Namespace: "ns", Name: "gone", UID: "uid-gone"}
+	v.Status.Phase = corev1.VolumeReleased
+	c, _ := fedController(t, v.DeepCopy())
+	logs := &syncBuffer{}
+	c.log = slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	rec := &scriptedReclaimer{}
+	c.reclaimer = rec
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	go func() { _ = c.run(ctx, 2, 0) }()
+
+	handedOver := func(want int) {
+		t.Helper()
+		waitFor(t, func() bool { return rec.count() >= want })
+		stays(t, 300*time.Millisecond, func() string {
+			if n := rec.count(); n != want {
+				return "handed over " + strconv.Itoa(n) + " times, want " + strconv.Itoa(want)
+			}
+			return ""
+		})
+	}
+	rv := 1
+	update := func(change func(*corev1.PersistentVolume)) {
+		rv++
+		change(v)
+		v.ResourceVersion = strconv.Itoa(10 + rv)
+		deliver(t, c, evUpdated, v.DeepCopy())
+	}
+	handedOver(1)
+	update(func(v *corev1.PersistentVolume) { v.Status.Phase = corev1.VolumeFailed })
+	update(func(v *corev1.PersistentVolume) { v.Finalizers = nil })
+	update(func(v *corev1.PersistentVolume) { now := metav1.Now(); v.DeletionTimestamp = &now })
+	c.enqueueAll() // a resync within the period
+	handedOver(1)
+	if n := logs.lines("level=DEBUG", "not handed over again", "volume=v"); n == 0 {
+		t.Errorf("the skipped hand-offs were not logged at debug:\n%s", logs.b.String())
+	}
+
+	// Another policy is another release: handed over at once.
+	update(func(v *corev1.PersistentVolume) { v.Spec.PersistentVolumeReclaimPolicy = corev1.PersistentVolumeReclaimRetain })
+	handedOver(2)
+
+	// The resync hands it over again once the period has passed.
+	c.handed.mu.Lock()
+	c.handed.ttl = time.Millisecond
+	c.handed.mu.Unlock()
+	time.Sleep(2 * time.Millisecond)
+	c.enqueueAll()
+	handedOver(3)
+
+	// A failed hand-off is retried with backoff until one is taken, and
+	// then not again.
+	c.handed.mu.Lock()
+	c.handed.ttl = time.Hour
+	c.handed.mu.Unlock()
+	rec.answer(status.Error(codes.Unavailable, "connection refused"))
+	update(func(v *corev1.PersistentVolume) { v.Spec.PersistentVolumeReclaimPolicy = corev1.PersistentVolumeReclaimDelete })
+	waitFor(t, func() bool { return rec.count() >= 6 })
+	rec.answer(nil)
+	waitFor(t, func() bool { return c.volumeQueue.retries("v") == 0 })
+	handedOver(rec.count())
+	update(func(v *corev1.PersistentVolume) { v.Status.Phase = corev1.VolumeReleased })
+	handedOver(rec.count())
 }

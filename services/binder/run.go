@@ -257,6 +257,7 @@ func newWiredController(r *replica.Replica, o Options) (c *controller, prov prov
 		}
 	}
 	c = newController(r.Log, r.Client, r.Recorder)
+	c.handed.ttl = o.ResyncPeriod
 	if len(o.ForeignBinderManagers) > 0 {
 		c.foreign = newForeignBinders(o.ForeignBinderManagers, r.Client, r.Recorder, r.Log)
 	}

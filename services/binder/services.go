@@ -25,6 +25,9 @@ type services struct {
 	// refused: the volumes whose hand-off the reclaimer refused
 	// (handoff.go), looked at again when their claim changes.
 	refused refusals
+	// handed: the volumes the reclaimer took (handoff.go), not handed
+	// over again on their next changes.
+	handed handedOver
 	// journal says whether a reclaim of a volume is journaled, read right
 	// before a rebind (rebind.go); nil reads none.
 	journal reclaimJournal

@@ -346,6 +346,10 @@ func (c *controller) reclaimVolume(ctx context.Context, volume *corev1.Persisten
 	if c.reclaimer == nil {
 		return nil
 	}
+	if c.handed.done(volume, time.Now()) {
+		c.log.Debug("the reclaimer has the volume's release already; not handed over again", "volume", volume.Name)
+		return nil
+	}
 	if err := c.fence(ctx); err != nil {
 		return err
 	}
@@ -353,8 +357,10 @@ func (c *controller) reclaimVolume(ctx context.Context, volume *corev1.Persisten
 	switch decideHandOff(err) {
 	case handOffTaken:
 		c.refused.forget(volume.Name)
+		c.handed.taken(volume, time.Now())
 		return nil
 	case handOffRefused:
+		c.handed.forget(volume.Name)
 		// Not retried: the volume's or its claim's next change, or the
 		// resync, hands it over again.
 		why := status.Convert(err).Message()
@@ -366,6 +372,7 @@ func (c *controller) reclaimVolume(ctx context.Context, volume *corev1.Persisten
 			"volume", volume.Name, "why", why)
 		return nil
 	}
+	c.handed.forget(volume.Name)
 	return fmt.Errorf("hand volume %s to the reclaimer: %w: %w", volume.Name, errReclaim, err)
 }
 

@@ -35,12 +35,15 @@ import (
 
 // cluster is what every test shares.
 var cluster struct {
-	env             *devenv.Env
-	client          kubernetes.Interface
-	driver          *devcsi.Driver
-	csi             csi.ControllerClient
-	csiEndpoint     string
-	requests        *recorder
+	env         *devenv.Env
+	client      kubernetes.Interface
+	driver      *devcsi.Driver
+	csi         csi.ControllerClient
+	csiEndpoint string
+	requests    *recorder
+	// reclaims counts the Reclaim calls the reclaimer served, by volume
+	// (reclaimcalls_test.go).
+	reclaims        *reclaimCalls
 	provisionerAddr string
 	reclaimerAddr   string
 	binderAddr      string
@@ -95,6 +98,7 @@ func run(m *testing.M) int {
 		return 1
 	}
 	cluster.driver, cluster.requests = drv, &recorder{}
+	cluster.reclaims = &reclaimCalls{}
 	if err := devcsi.RegisterNode(ctx, c.Client, drv.Name(), drv.NodeID()); err != nil {
 		fmt.Fprintln(os.Stderr, "e2e/dynamic:", err)
 		return 1
@@ -145,7 +149,7 @@ func run(m *testing.M) int {
 	}()
 	go func() {
 		errc <- reclaimer.Run(ctx, reclaimer.Options{
-			Options:            replica.Options{Kubeconfig: env.Kubeconfig, EtcdEndpoints: env.EtcdEndpoints, Listen: cluster.reclaimerAddr, TLS: c.TLS("reclaimer"), Logger: logger("reclaimer")},
+			Options:            replica.Options{Kubeconfig: env.Kubeconfig, EtcdEndpoints: env.EtcdEndpoints, Listen: cluster.reclaimerAddr, TLS: c.TLS("reclaimer"), Logger: slog.New(cluster.reclaims.wrap(logger("reclaimer").Handler()))},
 			ProvisionerAddress: cluster.provisionerAddr,
 		})
 	}()
