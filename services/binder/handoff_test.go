@@ -237,7 +237,9 @@ func TestATakenHandOffIsNotRepeated(t *testing.T) {
 	}
 
 	// Another policy is another release: handed over at once.
-	update(func(v *corev1.PersistentVolume) { v.Spec.PersistentVolumeReclaimPolicy = corev1.PersistentVolumeReclaimRetain })
+	update(func(v *corev1.PersistentVolume) {
+		v.Spec.PersistentVolumeReclaimPolicy = corev1.PersistentVolumeReclaimRetain
+	})
 	handedOver(2)
 
 	// The resync hands it over again once the period has passed.
@@ -254,7 +256,9 @@ func TestATakenHandOffIsNotRepeated(t *testing.T) {
 	c.handed.ttl = time.Hour
 	c.handed.mu.Unlock()
 	rec.answer(status.Error(codes.Unavailable, "connection refused"))
-	update(func(v *corev1.PersistentVolume) { v.Spec.PersistentVolumeReclaimPolicy = corev1.PersistentVolumeReclaimDelete })
+	update(func(v *corev1.PersistentVolume) {
+		v.Spec.PersistentVolumeReclaimPolicy = corev1.PersistentVolumeReclaimDelete
+	})
 	waitFor(t, func() bool { return rec.count() >= 6 })
 	rec.answer(nil)
 	waitFor(t, func() bool { return c.volumeQueue.retries("v") == 0 })
