@@ -401,6 +401,9 @@ func TestPrintCompare(t *testing.T) {
 		"| 100 | static | volplane | 150.0 | 1.00 s | 2.00 s | 2.00 ms | 1.0 MiB | 5.00 (5.00) | 1.00 ms |",
 		"| 100 | static | kube-controller-manager | 50.0 |",
 		"| 100 | static | volplane ÷ kcm | 3.00× | 1.00× | 1.00× | 0.33× | 1.00× | 0.83× | 1.00× |",
+		"| 100 | static | PUT persistentvolumes | 5.00 | 6.00 | -1.00 |",
+		"| 100 | static | reads (GET, LIST, WATCH) | 0.00 | 0.00 | +0.00 |",
+		"| 100 | static | total | 5.00 | 6.00 | -1.00 |",
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("table lacks %q:\n%s", want, out)
