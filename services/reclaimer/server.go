@@ -120,9 +120,11 @@ func (s *server) Reclaim(ctx context.Context, req *reclaimerv1.ReclaimRequest) (
 // heldRelease answers a Reclaim of a release this replica already holds
 // from memory: the volume sent (with uid) is Released or Failed with the
 // claimRef UID and the policy of the held reclaim. The binder hands a
-// volume over on every change of it (Released, Terminating, ...): reading
-// it and its claim from the API server again for each would cost two reads
-// that decide nothing, as the answer starts nothing. The held reclaim's
+// volume over once per release and again at its resync (an older binder,
+// or another implementation, on every change of it): reading it and its
+// claim from the API server again for each would cost two reads that
+// decide nothing, as the answer starts nothing; the call is logged at
+// debug (grpcutil.Repeated). The held reclaim's
 // worker re-reads the volume and the claims before every step, whatever
 // the request said. nil: the request takes the full path.
 func (c *controller) heldRelease(sent *corev1.PersistentVolume, uid string) *reclaimerv1.Reclaim {
