@@ -113,7 +113,7 @@ func (c *controller) Apply(ev watchclient.Event) error {
 		old := c.store.volume(ev.Key)
 		if v := c.store.putVolume(o); v != nil {
 			if c.foreign != nil && old != nil && old != v && old.UID == v.UID && c.owns(volumeOwnerKey(v)) {
-				c.foreign.observe(foreignChange{kind: "volume", name: v.Name, uid: v.UID, fields: volumeBindingChanges(old, v)})
+				c.foreign.observe(foreignChange{kind: "volume", name: v.Name, uid: v.UID, rv: v.ResourceVersion, fields: volumeBindingChanges(old, v)})
 			}
 			c.volumeChanged(v)
 		}
@@ -126,7 +126,7 @@ func (c *controller) Apply(ev watchclient.Event) error {
 			// A binding field changed that no write of this replica's had
 			// brought into the cache first: another binder's, maybe.
 			if c.foreign != nil && old != nil && old != cur && old.UID == cur.UID && c.owns("pvc/"+ev.Key) {
-				c.foreign.observe(foreignChange{kind: "claim", namespace: cur.Namespace, name: cur.Name, uid: cur.UID, fields: claimBindingChanges(old, cur)})
+				c.foreign.observe(foreignChange{kind: "claim", namespace: cur.Namespace, name: cur.Name, uid: cur.UID, rv: cur.ResourceVersion, fields: claimBindingChanges(old, cur)})
 			}
 			c.claimQueue.add(ev.Key)
 			c.claimChanged(ev.Key)

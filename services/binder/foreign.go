@@ -46,6 +46,10 @@ const (
 	foreignBacklog = 256
 	// foreignRemembered bounds the objects remembered for the Event limit.
 	foreignRemembered = 10000
+	// foreignSettle is how long a change waits before it is checked: the
+	// watch event of this replica's own write may come before the
+	// write's answer, which then says it was this replica's (known).
+	foreignSettle = time.Second
 )
 
 var foreignBindsTotal = prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -145,7 +149,9 @@ type foreignChange struct {
 	kind            string // "claim" or "volume"
 	namespace, name string
 	uid             types.UID
+	rv              string // the changed version's resourceVersion
 	fields          []field
+	seen            time.Time // when observe queued it
 }
 
 // foreignBinders notices another binder (kube-controller-manager's, left
@@ -167,6 +173,11 @@ type foreignBinders struct {
 	changes  chan foreignChange
 	every    time.Duration
 	now      func() time.Time
+	// known reports whether an API response gave this replica that
+	// version of the object (its own write's answer, or a read of it):
+	// such a change is not read back. nil: every change is.
+	known  func(types.UID, string) bool
+	settle time.Duration // see foreignSettle
 
 	mu         sync.Mutex
 	evented    map[types.UID]time.Time
@@ -177,7 +188,7 @@ type foreignBinders struct {
 func newForeignBinders(managers []string, client kubernetes.Interface, recorder record.EventRecorder, log *slog.Logger) *foreignBinders {
 	return &foreignBinders{
 		managers: managers, client: client, recorder: recorder, log: log,
-		changes: make(chan foreignChange, foreignBacklog), every: foreignReadEvery, now: time.Now,
+		changes: make(chan foreignChange, foreignBacklog), every: foreignReadEvery, now: time.Now, settle: foreignSettle,
 		evented: map[types.UID]time.Time{}, logged: map[string]time.Time{}, suppressed: map[string]int{},
 	}
 }
@@ -187,6 +198,7 @@ func (f *foreignBinders) observe(ch foreignChange) {
 	if f == nil || len(ch.fields) == 0 {
 		return
 	}
+	ch.seen = f.now()
 	select {
 	case f.changes <- ch:
 	default:
@@ -200,6 +212,9 @@ func (f *foreignBinders) run(ctx context.Context) {
 	for {
 		select {
 		case ch := <-f.changes:
+			if !f.wait(ctx, ch) {
+				return
+			}
 			f.check(ctx, ch)
 		case <-ctx.Done():
 			return
@@ -212,9 +227,33 @@ func (f *foreignBinders) run(ctx context.Context) {
 	}
 }
 
+// wait lets a change settle (foreignSettle) before its check, so that
+// the answer of this replica's own write is known by then; false when ctx
+// ended.
+func (f *foreignBinders) wait(ctx context.Context, ch foreignChange) bool {
+	d := ch.seen.Add(f.settle).Sub(f.now())
+	if d <= 0 {
+		return ctx.Err() == nil
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
 // check reads the object and reports each changed field a foreign binder
-// owns.
+// owns. A change to a version an API response gave this replica (known)
+// is this replica's own and is not read: under load the watch event of a
+// write comes before its answer (issue 40: 0.1-0.27 reads of volumes per
+// claim).
 func (f *foreignBinders) check(ctx context.Context, ch foreignChange) {
+	if f.known != nil && ch.rv != "" && f.known(ch.uid, ch.rv) {
+		return
+	}
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	var (

@@ -5,6 +5,7 @@ import (
 	"io"
 	"log/slog"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -13,7 +14,9 @@ import (
 	dto "github.com/prometheus/client_model/go"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
 	"k8s.io/client-go/tools/record"
 
 	"github.com/volplane/volplane/pkg/kube"
@@ -177,6 +180,45 @@ func TestForeignBinderReported(t *testing.T) {
 	}
 	if got := value(t, counter) - before; got != 3 {
 		t.Errorf("metric +%v, want +3", got)
+	}
+
+	// A version an API response gave this replica (its own write, whose
+	// watch event came first) is not read back at all.
+	var known versions
+	known.add("uid-c", "7")
+	f.known = known.has
+	reads := 0
+	client.PrependReactor("get", "*", func(k8stesting.Action) (bool, runtime.Object, error) { reads++; return false, nil, nil })
+	own := bound
+	own.rv = "7"
+	now = now.Add(foreignEventEvery)
+	f.check(ctx, own)
+	if reads != 0 || len(rec.Events) != 0 {
+		t.Errorf("this replica's own version: %d reads, %d events, want none", reads, len(rec.Events))
+	}
+	own.rv = "8" // another version: read, and reported
+	f.check(ctx, own)
+	if reads != 1 || len(rec.Events) != 1 {
+		t.Errorf("another version: %d reads, %d events, want 1 and 1", reads, len(rec.Events))
+	}
+}
+
+// The versions remembered are bounded: the oldest are forgotten first.
+func TestVersionsBounded(t *testing.T) {
+	var v versions
+	for i := range respondedVersions + 10 {
+		v.add("u", strconv.Itoa(i))
+	}
+	if v.has("u", "0") || v.has("u", "9") || !v.has("u", "10") || !v.has("u", strconv.Itoa(respondedVersions+9)) {
+		t.Error("not the newest versions kept")
+	}
+	if len(v.set) != respondedVersions {
+		t.Errorf("%d versions held, want %d", len(v.set), respondedVersions)
+	}
+	v.add("", "1")
+	v.add("u", "")
+	if v.has("", "1") || v.has("u", "") {
+		t.Error("an empty UID or version was remembered")
 	}
 }
 

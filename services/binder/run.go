@@ -260,6 +260,7 @@ func newWiredController(r *replica.Replica, o Options) (c *controller, prov prov
 	c.handed.ttl = o.ResyncPeriod
 	if len(o.ForeignBinderManagers) > 0 {
 		c.foreign = newForeignBinders(o.ForeignBinderManagers, r.Client, r.Recorder, r.Log)
+		c.foreign.known = c.store.responded.has
 	}
 	c.provisions = newProvisions(o.ProvisionCalls, o.RetryIntervalStart, o.RetryIntervalMax)
 	c.feed = &feed{staleAfter: o.StaleAfter}

@@ -49,6 +49,9 @@ type store struct {
 	// gone: the UIDs of volumes and claims whose deletion was seen; their
 	// events never enter the cache again (see goneUIDs).
 	gone goneUIDs
+	// responded: the versions API responses gave this replica
+	// (refreshVolume, refreshClaim), for the foreign-binder check.
+	responded versions
 	// shared: what the cached objects have in common, held once.
 	shared *interner
 }
@@ -148,6 +151,7 @@ func (s *store) insertVolume(v *corev1.PersistentVolume) {
 // to 9 times per claim). It returns the newest version known, cached or
 // not.
 func (s *store) refreshVolume(v *corev1.PersistentVolume) *corev1.PersistentVolume {
+	s.responded.add(v.UID, v.ResourceVersion)
 	v = kube.Slim(v)
 	s.shared.volume(v)
 	s.mu.Lock()
@@ -273,6 +277,7 @@ func (s *store) insertClaim(key string, c *corev1.PersistentVolumeClaim) {
 // refreshClaim takes a claim from an API response; see refreshVolume: it
 // only ever updates the cached entry of the same claim (UID).
 func (s *store) refreshClaim(c *corev1.PersistentVolumeClaim) *corev1.PersistentVolumeClaim {
+	s.responded.add(c.UID, c.ResourceVersion)
 	c = kube.Slim(c)
 	s.shared.claim(c)
 	key := claimKey(c)
