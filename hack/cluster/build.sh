@@ -8,7 +8,8 @@
 #   etcd        etcd from hack/etcd (the control plane's, and the etcd image's)
 #   coredns     CoreDNS with a minimal plugin set from hack/coredns
 #   images      the image tarballs, FROM scratch (hack/ociimage): pause,
-#               volplane, etcd, coredns, workload, volplane-csi-sidecar
+#               volplane, etcd, coredns, workload, volplane-csi-sidecar,
+#               and volplane:VERSION-prev (the previous release)
 #   sidecars    the upstream CSI sidecars and their images, for a driver
 #               deployed as vendors ship them (hack/build-csi-sidecars.sh);
 #               only when asked: make test-cluster
@@ -90,6 +91,7 @@ build_images() {
 		-dir /var/lib/volplane/etcd:65532:65532:0755 \
 		-dir /var/lib/volplane/csi:65532:65532:0755 \
 		-dir /var/lib/volplane/csi-socket:65532:65532:0755
+	build_prev_image "$oci"
 	# volplane's etcd (deploy/kubernetes: docs/etcd.md): its entrypoint
 	# volplane-etcd-member embeds etcd; etcd itself for docker-compose.
 	"$oci" -name "$etcd_image" -o "$images_dir/etcd.tar" \
@@ -107,6 +109,30 @@ build_images() {
 	# volume whoever owns it; a test that wants otherwise sets runAsUser.
 	"$oci" -name "$workload_image" -o "$images_dir/workload.tar" -user 0:0 \
 		-entrypoint /usr/local/bin/volplane-workload -add "/usr/local/bin/volplane-workload=$bin/workload"
+}
+
+# build_prev_image OCIIMAGE: the previous release's five services, built
+# from git history (hack/build-prev.sh, static as every binary here) and
+# packed as volplane's image, tagged $prev_image. A clone without that
+# commit (a shallow one) gets no such image, and says so.
+build_prev_image() {
+	local oci=$1 prev=$images_dir/bin-prev rc=0
+	"$root/hack/build-prev.sh" "$prev_commit" "$prev" || rc=$?
+	if ((rc == 3)); then
+		rm -f "$images_dir/volplane-prev.tar"
+		echo "no image $prev_image: the clone lacks the previous release $prev_commit" >&2
+		return 0
+	fi
+	((rc == 0)) || die "hack/build-prev.sh $prev_commit failed"
+	"$oci" -name "$prev_image" -o "$images_dir/volplane-prev.tar" \
+		-add "/usr/local/bin/watcher=$prev/watcher" \
+		-add "/usr/local/bin/binder=$prev/binder" \
+		-add "/usr/local/bin/provisioner=$prev/provisioner" \
+		-add "/usr/local/bin/reclaimer=$prev/reclaimer" \
+		-add "/usr/local/bin/gateway=$prev/gateway" \
+		-dir /var/lib/volplane/etcd:65532:65532:0755 \
+		-dir /var/lib/volplane/csi:65532:65532:0755 \
+		-dir /var/lib/volplane/csi-socket:65532:65532:0755
 }
 
 parts=("$@")

@@ -309,6 +309,10 @@ import_images() {
 	if [[ ${VOLPLANE_CSI_SIDECARS:-} == 1 ]]; then
 		while read -r tar ref; do containerd_sock=$sock import_pulled_image "$tar" "$ref"; done <"$images_dir/csi-sidecars/images.txt"
 	fi
+	# The previous release, when the clone has it (hack/cluster/build.sh).
+	if [[ -f $images_dir/volplane-prev.tar ]]; then
+		containerd_sock=$sock import_image "$images_dir/volplane-prev.tar" "$prev_image"
+	fi
 }
 
 runtime() {
