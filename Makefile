@@ -175,13 +175,17 @@ test-cluster-smoke: ## make cluster, its smoke test (node, DNS, volumes, token, 
 # (test/cluster TestCluster).
 # Its phase kubernetes-e2e runs Kubernetes' storage e2e tests on volplane
 # (run B of make test-e2e-storage: hack/e2e-storage.sh run B).
+# PREV_IMAGE, the previous release's image (hack/cluster/build.sh packs
+# it as ghcr.io/volplane/volplane:$(VERSION)-prev), turns on TestCluster's
+# phase upgrade: make test-cluster PREV_IMAGE=ghcr.io/volplane/volplane:$(VERSION)-prev
+PREV_IMAGE ?=
 test-cluster: e2e-test e2e-images ## make cluster with the upstream CSI sidecars; the dev driver as a vendor ships it, volplane installed and cut over by docs/install.md, Kubernetes' storage e2e tests on it, workloads, faults, defects, rollback, managed mode (test/cluster TestCluster); make cluster-down even when it fails.
 	@trap 'rc=$$?; $(CLUSTER_ENV) hack/cluster/down.sh || rc=1; exit $$rc' EXIT; \
 	start=$$(date +%s); \
 	$(GO) build -o $(BIN)/ ./cmd/volplane-certs ./cmd/kubectl-volplane ./test/cmd/volplane-e2e-report && \
 	$(CLUSTER_ENV) VOLPLANE_CSI_SIDECARS=1 KCM_CONTROLLERS='*,bootstrapsigner,tokencleaner' hack/cluster/up.sh && \
 	$(CLUSTER_ENV) $(CLUSTER_TEST_ENV) VOLPLANE_SNAPSHOT_CRDS=$(VOLPLANE_CACHE)/csi-sidecars/snapshot-crds VOLPLANE_E2E_STORAGE=1 \
-		$(GO) test -count=1 -v -timeout 75m -run '^(TestInstallDocSteps|TestCluster)$$' ./test/cluster/; \
+		VOLPLANE_PREV_IMAGE=$(PREV_IMAGE) $(GO) test -count=1 -v -timeout 75m -run '^(TestInstallDocSteps|TestCluster)$$' ./test/cluster/; \
 	rc=$$?; echo "make test-cluster: $$(( $$(date +%s) - start ))s, then make cluster-down"; exit $$rc
 
 # The vendor driver's cutover, rollback and managed mode are phases of
