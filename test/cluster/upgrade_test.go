@@ -59,8 +59,11 @@ var prevLacks = map[string]string{
 // restPollEvery, volplane goes to the previous release, then up to HEAD
 // one component at a time in the documented order, then back down the
 // same way in reverse, then to HEAD again for the phases after it. Each
-// step: no claim bound twice, no volume leaked, the REST API's longest
-// gap within restGapBound.
+// step adds a replica to a StatefulSet whose pods write to their
+// (WaitForFirstConsumer) volumes, and checks: no claim bound twice, no
+// volume leaked, the REST API's longest gap within restGapBound; it logs
+// its row of the table as it ends. At the end every pod of the StatefulSet
+// reads its own data and every claim alive is Bound.
 func testUpgrade(t *testing.T) {
 	prev := os.Getenv("VOLPLANE_PREV_IMAGE")
 	if prev == "" {
@@ -69,45 +72,22 @@ func testUpgrade(t *testing.T) {
 	requireVolplaneReady(t)
 	head := workloadImage(t, upgradeOrder[0])
 	ns := c.Namespace(t)
+	nonce := randomSuffix()
 	ctx, stop := context.WithCancel(t.Context())
 	defer stop()
-	u := &upgradeRun{ns: ns, step: "start", stats: map[string]*stepStats{"start": {}}, bound: map[string]bool{}}
+	u := &upgradeRun{ns: ns, step: "start", stats: map[string]*stepStats{"start": {}}, bound: map[string]bool{}, created: map[string]time.Time{}}
 	var wg sync.WaitGroup
 	wg.Go(func() { u.pollREST(ctx, t, gatewayTLS(t)) })
 	wg.Go(func() { u.churn(ctx) })
 	defer func() { stop(); wg.Wait() }()
 
-	rows := [][]string{{"STEP", "COMPONENT", "VERSION", "CREATED", "BOUND", "DELETED", "LONGEST REST GAP", "LEAKS", "DOUBLE BINDS", "TOOK"}}
+	rows := [][]string{upgradeHeader}
+	replicas := 0
 	run := func(label string, comps []upgradeComponent, image, version string) {
-		began := time.Now()
-		u.begin(label)
-		for _, comp := range comps {
-			if _, ok := prevLacks[comp.name]; ok {
-				continue
-			}
-			setImage(t, comp, image)
-		}
-		for _, comp := range comps {
-			c.Kubectl(t, "-n", volplaneNS, "rollout", "status", comp.kind+"/"+comp.workload, "--timeout=5m")
-		}
-		requireVolplaneReady(t)
-		time.Sleep(2 * churnEvery) // claims made with the step's versions in place
-		leaks, doubles := u.check(t)
-		s := u.end(label)
-		names := make([]string, 0, len(comps))
-		for _, comp := range comps {
-			n := comp.name
-			if why, ok := prevLacks[n]; ok {
-				n += " (HEAD throughout: " + why + ")"
-			}
-			names = append(names, n)
-		}
-		rows = append(rows, []string{label, strings.Join(names, ", "), version, fmt.Sprint(s.created), fmt.Sprint(s.bound),
-			fmt.Sprint(s.deleted), s.gap.Round(10 * time.Millisecond).String(), fmt.Sprint(leaks), fmt.Sprint(doubles),
-			time.Since(began).Round(time.Second).String()})
-		if s.gap > restGapBound {
-			t.Errorf("step %s: the REST API was unavailable for %v, more than the bound %v", label, s.gap, restGapBound)
-		}
+		replicas++
+		row := u.step1(t, label, comps, image, version, replicas, nonce)
+		rows = append(rows, row)
+		t.Logf("step %s done:\n%s", label, table([][]string{upgradeHeader, row}))
 	}
 	defer func() {
 		t.Logf("upgrade from %s to %s and back, with claims in flight:\n%s", prev, head, table(rows))
@@ -131,6 +111,57 @@ func testUpgrade(t *testing.T) {
 	stop()
 	wg.Wait()
 	u.finish(t)
+	lines := readIDs(t, ns, upgradeSTS, nonce, replicas)
+	t.Logf("StatefulSet %s, a replica added per step, each on a volume provisioned then:\n  %s", upgradeSTS, strings.Join(lines, "\n  "))
+	c.Kubectl(t, "-n", ns, "delete", "statefulset", upgradeSTS, "--wait=true")
+}
+
+// upgradeSTS is the StatefulSet the upgrade grows by a replica per step.
+const upgradeSTS = "upg"
+
+// upgradeHeader is the header of the upgrade's table.
+var upgradeHeader = []string{"STEP", "COMPONENT", "VERSION", "CREATED", "BOUND", "DELETED", "LONGEST BIND WAIT",
+	"LONGEST REST GAP", "LEAKS", "DOUBLE BINDS", "REPLICAS READY", "TOOK"}
+
+// step1 is one step of the upgrade: comps set to image (all of them at
+// once, each rolled out), the StatefulSet grown to replicas with its new
+// pod Ready, the checks, and the step's row of the table.
+func (u *upgradeRun) step1(t *testing.T, label string, comps []upgradeComponent, image, version string, replicas int, nonce string) []string {
+	t.Helper()
+	began := time.Now()
+	u.begin(label)
+	for _, comp := range comps {
+		if _, ok := prevLacks[comp.name]; !ok {
+			setImage(t, comp, image)
+		}
+	}
+	if replicas == 1 {
+		c.Apply(t, u.ns, statefulSet(upgradeSTS, classWFFC, nonce, 1))
+	} else {
+		c.Kubectl(t, "-n", u.ns, "scale", "statefulset", upgradeSTS, fmt.Sprintf("--replicas=%d", replicas))
+	}
+	for _, comp := range comps {
+		c.Kubectl(t, "-n", volplaneNS, "rollout", "status", comp.kind+"/"+comp.workload, "--timeout=5m")
+	}
+	requireVolplaneReady(t)
+	c.WaitPodReady(t, u.ns, fmt.Sprintf("%s-%d", upgradeSTS, replicas-1), 3*time.Minute)
+	time.Sleep(2 * churnEvery) // claims made with the step's versions in place
+	leaks, doubles := u.check(t)
+	s := u.end(label)
+	names := make([]string, 0, len(comps))
+	for _, comp := range comps {
+		n := comp.name
+		if why, ok := prevLacks[n]; ok {
+			n += " (HEAD throughout: " + why + ")"
+		}
+		names = append(names, n)
+	}
+	if s.gap > restGapBound {
+		t.Errorf("step %s: the REST API was unavailable for %v, more than the bound %v", label, s.gap, restGapBound)
+	}
+	return []string{label, strings.Join(names, ", "), version, fmt.Sprint(s.created), fmt.Sprint(s.bound),
+		fmt.Sprint(s.deleted), s.bindWait.Round(time.Second).String(), s.gap.Round(10 * time.Millisecond).String(),
+		fmt.Sprint(leaks), fmt.Sprint(doubles), fmt.Sprint(replicas), time.Since(began).Round(time.Second).String()}
 }
 
 // workloadImage is the volplane image comp's workload runs.
@@ -199,6 +230,7 @@ func gatewayTLS(t testing.TB) *tls.Config {
 type stepStats struct {
 	created, bound, deleted int
 	gap                     time.Duration // the longest the REST API was unavailable
+	bindWait                time.Duration // the longest a claim bound in the step waited
 }
 
 // upgradeRun is the load and the REST poller of testUpgrade, by step.
@@ -208,9 +240,10 @@ type upgradeRun struct {
 	mu      sync.Mutex
 	step    string
 	stats   map[string]*stepStats
-	lastOK  time.Time       // the gateway's last 200
-	bound   map[string]bool // claims seen Bound
-	alive   []string        // claims created and not deleted, oldest first
+	lastOK  time.Time            // the gateway's last 200
+	bound   map[string]bool      // claims seen Bound
+	created map[string]time.Time // when each claim was created
+	alive   []string             // claims created and not deleted, oldest first
 	deleted []string
 	errs    []string
 }
@@ -334,6 +367,7 @@ func (u *upgradeRun) churnOnce(ctx context.Context, name string) {
 	} else {
 		st.created++
 		u.alive = append(u.alive, name)
+		u.created[name] = time.Now()
 	}
 	if lerr != nil {
 		return
@@ -342,6 +376,9 @@ func (u *upgradeRun) churnOnce(ctx context.Context, name string) {
 		if cl.Status.Phase == corev1.ClaimBound && !u.bound[cl.Name] {
 			u.bound[cl.Name] = true
 			st.bound++
+			if at, ok := u.created[cl.Name]; ok {
+				st.bindWait = max(st.bindWait, time.Since(at))
+			}
 		}
 	}
 	if len(u.alive) < 3 || !u.bound[u.alive[0]] {
