@@ -12,8 +12,11 @@
 #   sidecars    the upstream CSI sidecars and their images, for a driver
 #               deployed as vendors ship them (hack/build-csi-sidecars.sh);
 #               only when asked: make test-cluster
+#   prev        volplane:VERSION-prev, the previous release's services
+#               (hack/prev-release) built from git history and packed as
+#               volplane's image, once; only when asked: make test-cluster
 #
-#   hack/cluster/build.sh [PART...]     (default: every part but sidecars)
+#   hack/cluster/build.sh [PART...]     (default: every part but sidecars, prev)
 #
 # The versioned parts are built once; the images are packed again each time
 # (the volplane binaries come from the working tree; an unchanged input
@@ -109,12 +112,47 @@ build_images() {
 		-entrypoint /usr/local/bin/volplane-workload -add "/usr/local/bin/volplane-workload=$bin/workload"
 }
 
+# build_prev: the previous release's five services, built from git
+# history (hack/build-prev.sh, static as every binary here, cached in
+# $images_dir/bin-prev) and packed as volplane's image, tagged $prev_image,
+# into volplane-prev.tar; packed again only when the commit or the tag
+# changed. A clone without that commit (a shallow one) gets no such image,
+# and says so.
+build_prev() {
+	local oci=$images_dir/bin/ociimage prev=$images_dir/bin-prev tar=$images_dir/volplane-prev.tar rc=0
+	"$root/hack/build-prev.sh" "$prev_commit" "$prev" || rc=$?
+	if ((rc == 3)); then
+		rm -f "$tar" "$tar.stamp"
+		echo "no image $prev_image: the clone lacks the previous release $prev_commit" >&2
+		return 0
+	fi
+	((rc == 0)) || die "hack/build-prev.sh $prev_commit failed"
+	local stamp
+	stamp="$(cat "$prev/commit") $prev_image"
+	if [[ -f $tar && -f $tar.stamp && "$(cat "$tar.stamp")" == "$stamp" ]]; then
+		echo "image $prev_image: cached in $tar"
+		return 0
+	fi
+	[[ -x $oci ]] || (cd "$root" && go build -o "$images_dir/bin/" ./hack/ociimage)
+	rm -f "$tar.stamp"
+	"$oci" -name "$prev_image" -o "$tar" \
+		-add "/usr/local/bin/watcher=$prev/watcher" \
+		-add "/usr/local/bin/binder=$prev/binder" \
+		-add "/usr/local/bin/provisioner=$prev/provisioner" \
+		-add "/usr/local/bin/reclaimer=$prev/reclaimer" \
+		-add "/usr/local/bin/gateway=$prev/gateway" \
+		-dir /var/lib/volplane/etcd:65532:65532:0755 \
+		-dir /var/lib/volplane/csi:65532:65532:0755 \
+		-dir /var/lib/volplane/csi-socket:65532:65532:0755
+	echo "$stamp" >"$tar.stamp"
+}
+
 parts=("$@")
 ((${#parts[@]})) || parts=(kube containerd etcd coredns images)
 mkdir -p "$cache"
 for p in "${parts[@]}"; do
 	case $p in
-	kube | containerd | etcd | coredns | images | sidecars) step "build $p" "build_$p" ;;
-	*) die "unknown part $p (kube, containerd, etcd, coredns, images, sidecars)" ;;
+	kube | containerd | etcd | coredns | images | sidecars | prev) step "build $p" "build_$p" ;;
+	*) die "unknown part $p (kube, containerd, etcd, coredns, images, sidecars, prev)" ;;
 	esac
 done

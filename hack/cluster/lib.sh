@@ -31,6 +31,11 @@ workload_image=$image_registry/workload:$VERSION
 # The driver sidecar, in a CSI driver's pod in csi-provisioner's place
 # (docs/sidecar.md): its entrypoint is the sidecar, as hack/build-images.sh's.
 sidecar_image=$image_registry/volplane-csi-sidecar:$VERSION
+# The previous release's services (hack/prev-release, built from git
+# history by hack/build-prev.sh), packed as volplane's image is, for the
+# upgrade from it to the working tree (TestCluster/upgrade).
+prev_commit=$(tr -d '[:space:]' <"$root/hack/prev-release")
+prev_image=$image_registry/volplane:$VERSION-prev
 
 # The cluster's state: every file a running cluster writes, except the
 # kubelet's directory, which stays where CSI drivers' manifests expect it.

@@ -23,11 +23,11 @@ here=$root/hack/cluster
 total_start=$SECONDS
 
 step "Debian packages" "$here/deps.sh"
-if [[ ${VOLPLANE_CSI_SIDECARS:-} == 1 ]]; then
-	step "build" "$here/build.sh" kube containerd etcd coredns images sidecars
-else
-	step "build" "$here/build.sh"
-fi
+build_parts=(kube containerd etcd coredns images)
+[[ ${VOLPLANE_CSI_SIDECARS:-} == 1 ]] && build_parts+=(sidecars)
+# The previous release's image, for TestCluster/upgrade (make test-cluster).
+[[ -n ${VOLPLANE_PREV_IMAGE:-} ]] && build_parts+=(prev)
+step "build" "$here/build.sh" "${build_parts[@]}"
 
 # alive NAME: the process of $run/NAME.pid runs, and runs the binary it was
 # started as (a recycled PID is not ours).
@@ -308,6 +308,10 @@ import_images() {
 	done
 	if [[ ${VOLPLANE_CSI_SIDECARS:-} == 1 ]]; then
 		while read -r tar ref; do containerd_sock=$sock import_pulled_image "$tar" "$ref"; done <"$images_dir/csi-sidecars/images.txt"
+	fi
+	# The previous release, when asked and the clone has it (build.sh prev).
+	if [[ -n ${VOLPLANE_PREV_IMAGE:-} && -f $images_dir/volplane-prev.tar ]]; then
+		containerd_sock=$sock import_image "$images_dir/volplane-prev.tar" "$prev_image"
 	fi
 }
 

@@ -89,6 +89,10 @@ func binDir(t testing.TB) string {
 //     External Storage suites) on volplane through the sidecar;
 //   - workloads, faults, defects: volplane's own checks, the driver in its
 //     own pod (the faults kill it too);
+//   - upgrade: the services set to the previous release's image, then
+//     upgraded to HEAD one at a time in docs/operations.md's order and
+//     rolled back the same way, with claims created and deleted and the
+//     REST API polled throughout (only with VOLPLANE_PREV_IMAGE set);
 //   - rollback: volplane notices kube-controller-manager's binder turned
 //     back on, then docs/install.md's rollback with csi-provisioner's
 //     image back, which deletes the volumes volplane made; nothing leaks;
@@ -147,6 +151,7 @@ func TestCluster(t *testing.T) {
 		phase("workloads", true, step{"volplane workloads", quiet(testWorkloads)}) &&
 		phase("faults", true, step{"faults under load", quiet(testFaults)}) &&
 		phase("defects", true, step{"issue 24 defects", quiet(testDefects)}) &&
+		phase("upgrade", true, step{"upgrade from the previous release and back with claims in flight", quiet(testUpgrade)}) &&
 		phase("rollback", false,
 			step{"kcm's binder back on: volplane notices; docs/install.md's rollback", func(t *testing.T) string { return testCutover(t, cu.in) }},
 			step{"csi-provisioner's image back (docs/install.md); it provisions again", cu.rollback},
