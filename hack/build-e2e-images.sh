@@ -10,6 +10,9 @@
 #   registry.k8s.io/e2e-test-images/agnhost:2.63.0     pod helpers, subPath, exec checks
 #   registry.k8s.io/e2e-test-images/nginx:1.15-4       only volumes' "should allow exec of files
 #                                                      on the volume": it runs a shell script
+#   registry.k8s.io/e2e-test-images/glibc-dns-testing:2.0.0
+#                                                      multiVolume's pods: a shell loop, and
+#                                                      dd, sha256sum, base64 checks run in them
 #
 #   hack/build-e2e-images.sh            (VOLPLANE_CACHE, KUBE_VERSION as hack/cluster/lib.sh)
 #
@@ -24,7 +27,11 @@
 # /agnhost-2 a link to it, as upstream's) beside busybox, which stands in
 # for the alpine base's shell and tools. "nginx" is the busybox image under
 # nginx's name: the one test in the storage suites that starts it only runs
-# /bin/sh in it.
+# /bin/sh in it. "glibc-dns-testing" is the same busybox image under that
+# name: multiVolume (testsuites/multivolume.go) starts its pods from it only
+# for the shell and the coreutils applets (its DNS tools serve the DNS
+# tests, not storage's); without it each multiVolume spec waits out the
+# 5-minute pod start.
 #
 # The binaries are cached in $VOLPLANE_CACHE/e2e-images/; the images are
 # packed every time into $VOLPLANE_CACHE/cluster-images/e2e/NAME.tar with
@@ -41,6 +48,7 @@ kube_module=/k8s.io/kubernetes@$KUBE_VERSION
 e2e_registry=registry.k8s.io/e2e-test-images
 busybox_ref=$e2e_registry/busybox:1.37.0-1
 nginx_ref=$e2e_registry/nginx:1.15-4
+glibc_ref=$e2e_registry/glibc-dns-testing:2.0.0
 
 # busybox: $e2e_cache/busybox-VERSION/bin/busybox, from Debian's
 # busybox-static package; sets busybox.
@@ -109,6 +117,7 @@ main() {
 	rm -f "$e2e_images/images.txt.tmp"
 	pack busybox "$busybox_ref" -cmd sh
 	pack nginx "$nginx_ref" -cmd sh
+	pack glibc-dns-testing "$glibc_ref" -cmd sh
 	pack agnhost "$e2e_registry/agnhost:$agnhost_version" -add "/agnhost=$agnhost" -symlink /agnhost-2=agnhost \
 		-dir /uploads -entrypoint /agnhost -cmd pause
 	mv -f "$e2e_images/images.txt.tmp" "$e2e_images/images.txt"
