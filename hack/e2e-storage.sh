@@ -13,6 +13,7 @@
 #   hack/e2e-storage.sh b                 # images, install, cutover, run B alone: for make test
 #   hack/e2e-storage.sh images            # import hack/build-e2e-images.sh's images into the node's containerd
 #   hack/e2e-storage.sh install           # the snapshot CRDs and deploy/drivers/volplane-csi, rolled out
+#   hack/e2e-storage.sh classes           # the classes the driver file names (its VolumeAttributesClass)
 #   hack/e2e-storage.sh run LABEL         # e2e.test -> $E2E_REPORTS/LABEL/junit_01.xml, one line per spec
 #   hack/e2e-storage.sh cutover           # to volplane: the sidecar-drivers overlay, csi-provisioner's
 #                                         # image swapped to volplane-csi-sidecar, kcm's binder off
@@ -30,14 +31,19 @@
 #
 # Settings (environment):
 #   E2E_FOCUS    ginkgo focus (default: External Storage's provisioning, volumes,
-#                volumeMode, volume-expand, read-write-once-pod, snapshottable,
-#                ephemeral and topology suites on dynamically provisioned volumes,
-#                snapshots and generic ephemeral volumes: what goes through a
-#                binder and a provisioner; not subPath, fsgroupchangepolicy or
-#                volumeIO, which are the kubelet's)
+#                volumeMode, volume-expand, volume-modify, read-write-once-pod,
+#                snapshottable, ephemeral and topology suites on dynamically
+#                provisioned volumes, snapshots and generic ephemeral volumes,
+#                and test/e2e/storage's PV Protection and PersistentVolumes CSI
+#                Conformance (a PV and a claim bound, released, deleted): what
+#                goes through a binder and a provisioner; not subPath,
+#                fsgroupchangepolicy or volumeIO, which are the kubelet's)
 #   E2E_SKIP     ginkgo skip (default: [Slow], [Serial], [Disruptive] as prow.sh's
 #                default run, and Windows; [Feature:VolumeSnapshotDataSource] runs,
 #                as prow.sh runs it for a driver with snapshots)
+#   E2E_DEFAULT_CLASS 1: install makes test/e2e-storage/default-class.yaml the
+#                cluster's default StorageClass (PVC Protection needs one; not
+#                for make test, whose later phases bind claims without a class)
 #   E2E_REPORTS  where the runs' reports go (default bin/e2e-storage)
 #   E2E_TIMEOUT  e2e.test's -ginkgo.timeout per run (default 40m)
 #   KUBECONFIG   the cluster (default the local cluster's admin.kubeconfig)
@@ -54,7 +60,7 @@ source "$here/cluster/lib.sh"
 
 e2e_test=$cache/e2e-$KUBE_VERSION/e2e.test
 driver_file=$root/test/e2e-storage/volplane-csi.yaml
-focus=${E2E_FOCUS:-'External.Storage.*\[Testpattern: (Dynamic PV|Dynamic Snapshot|Generic Ephemeral-volume)[^]]*\] (provisioning|volumes|volumeMode|volume-expand|read-write-once-pod|snapshottable|ephemeral|topology) '}
+focus=${E2E_FOCUS:-'External.Storage.*\[Testpattern: (Dynamic PV|Dynamic Snapshot|Generic Ephemeral-volume)[^]]*\] (provisioning|volumes|volumeMode|volume-expand|volume-modify|read-write-once-pod|snapshottable|ephemeral|topology) |\[sig-storage\] (PV Protection|PersistentVolumes CSI Conformance) '}
 skip=${E2E_SKIP:-'\[Slow\]|\[Serial\]|\[Disruptive\]|\[Feature:Windows\]'}
 reports=${E2E_REPORTS:-$root/bin/e2e-storage}
 timeout=${E2E_TIMEOUT:-40m}
@@ -78,6 +84,15 @@ import_images() {
 	done <"$list"
 }
 
+# classes: the VolumeAttributesClass test/e2e-storage/volplane-csi.yaml
+# names, and with E2E_DEFAULT_CLASS=1 a default StorageClass of the driver.
+classes() {
+	kubectl apply -f "$root/test/e2e-storage/volplane-csi-vac.yaml"
+	if [[ ${E2E_DEFAULT_CLASS:-} == 1 ]]; then
+		kubectl apply -f "$root/test/e2e-storage/default-class.yaml"
+	fi
+}
+
 # install_driver: the snapshot CRDs, then the driver's kustomization, as
 # test/cluster's installVendorDriver, until the kubelet lists the driver.
 install_driver() {
@@ -85,6 +100,7 @@ install_driver() {
 	kubectl wait --for=condition=Established --timeout=60s crd/volumesnapshots.snapshot.storage.k8s.io \
 		crd/volumesnapshotcontents.snapshot.storage.k8s.io crd/volumesnapshotclasses.snapshot.storage.k8s.io
 	kubectl apply -k "$root/deploy/drivers/volplane-csi"
+	classes
 	kubectl -n "$driver_ns" rollout status --timeout=3m "deployment/$driver_deployment"
 	kubectl -n "$driver_ns" rollout status --timeout=3m daemonset/volplane-csi-node
 	kubectl -n kube-system rollout status --timeout=3m deployment/snapshot-controller
@@ -293,6 +309,7 @@ ab) ab ;;
 b) b ;;
 images) import_images ;;
 install) install_driver ;;
+classes) classes ;;
 run) run_e2e "${2:?usage: $0 run LABEL}" ;;
 cutover) cutover ;;
 table) shift && table "$@" ;;

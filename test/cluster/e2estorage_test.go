@@ -28,7 +28,7 @@ func e2eStorage(t *testing.T) string {
 	}
 	script := filepath.Join(repoRoot(t), "hack", "e2e-storage.sh")
 	var summary string
-	for _, args := range [][]string{{"images"}, {"run", "B"}} {
+	for _, args := range [][]string{{"images"}, {"classes"}, {"run", "B"}} {
 		cmd := exec.CommandContext(t.Context(), script, args...)
 		cmd.Env = append(os.Environ(), "E2E_SKIP="+e2eSkip)
 		out, err := cmd.CombinedOutput()
