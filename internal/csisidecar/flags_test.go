@@ -187,6 +187,7 @@ func TestVolumeModeConversionIsCarried(t *testing.T) {
 // TestRefusalsNameTheirFlag covers the refusals beyond the Refused class:
 // values csi-provisioner itself would not run with.
 func TestRefusalsNameTheirFlag(t *testing.T) {
+	t.Setenv("NODE_NAME", "")
 	for _, tc := range []struct {
 		args []string
 		want string
@@ -213,6 +214,25 @@ func TestRefusalsNameTheirFlag(t *testing.T) {
 		if _, err := Parse(args); err == nil {
 			t.Errorf("%v parsed", args)
 		}
+	}
+}
+
+// TestNodeDeploymentTakesNodeNameFromTheEnvironment runs what the
+// command runs, Parse (Finish) then Validate, with $NODE_NAME set as a
+// DaemonSet's downward API sets it: the node name must be read before the
+// validation that requires it. The first multi-node cluster run found the
+// sidecar refusing to start in every node's pod.
+func TestNodeDeploymentTakesNodeNameFromTheEnvironment(t *testing.T) {
+	t.Setenv("NODE_NAME", "node-a")
+	o, err := Parse([]string{"--node-deployment", "--csi-address=/csi/csi.sock"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := o.Validate(); err != nil {
+		t.Fatalf("refused with NODE_NAME set: %v", err)
+	}
+	if o.NodeName != "node-a" {
+		t.Fatalf("node name %q, want node-a", o.NodeName)
 	}
 }
 

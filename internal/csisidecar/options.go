@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
 	"strconv"
 
 	"github.com/spf13/pflag"
@@ -110,6 +111,11 @@ func (o *Options) Finish(fs *pflag.FlagSet) {
 	o.Given = map[string]bool{}
 	fs.Visit(func(f *pflag.Flag) { o.Given[f.Name] = true })
 	o.carry()
+	// Read here, before Validate, which refuses --node-deployment without
+	// it: the command validates before Start.
+	if o.Provisioner.NodeDeployment && o.NodeName == "" {
+		o.NodeName = os.Getenv("NODE_NAME")
+	}
 }
 
 // carry moves the parsed flags whose form differs from pkg/sidecar's
