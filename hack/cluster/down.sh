@@ -65,11 +65,14 @@ kill_pods() {
 	for round in 1 2 3 4 5 6 7 8 9 10; do
 		local found=0
 		while read -r d; do
+			# The directory may go between the test and the read (the
+			# kubelet removes a pod's cgroup as its last process ends):
+			# a cgroup that is gone has no process left to kill.
 			[[ -r $d/cgroup.procs ]] || continue
 			while read -r pid; do
 				found=1
 				kill -KILL "$pid" 2>/dev/null || true
-			done <"$d/cgroup.procs"
+			done < <(cat "$d/cgroup.procs" 2>/dev/null || true)
 		done < <(kubepods)
 		((found)) || return 0
 		sleep 0.5
