@@ -64,9 +64,9 @@ type provisionRun struct {
 // on its pod's node (PV node affinity, the volume's directory under that
 // node's own root on the host and no other), and a claim too big for any
 // node stays Pending with a message. The two runs are logged side by
-// side. It returns the namespace of volplane's run, whose StatefulSet
-// the drain then moves.
-func testDistributed(t *testing.T, names []string) (ns string) {
+// side. volplane's run is in ns, whose StatefulSet the drain then
+// moves. It reports whether both runs passed.
+func testDistributed(t *testing.T, names []string, ns string) bool {
 	crds := os.Getenv("VOLPLANE_SNAPSHOT_CRDS")
 	if crds == "" {
 		t.Skip("VOLPLANE_SNAPSHOT_CRDS is not set: make test-cluster-multi sets it (the driver's VolumeSnapshotClass)")
@@ -81,9 +81,8 @@ func testDistributed(t *testing.T, names []string) (ns string) {
 	if t.Failed() {
 		t.FailNow()
 	}
-	// volplane's run's namespace outlives its subtest: the drain moves
-	// its StatefulSet.
-	ns = c.Namespace(t)
+	// volplane's run is in ns, TestMultiNode's, which outlives this
+	// subtest: the drain moves its StatefulSet.
 	t.Run("volplane-csi-sidecar --node-deployment", func(t *testing.T) {
 		installSpread(t)
 		sidecar := strings.Replace(volplaneImage(t), "/volplane:", "/volplane-csi-sidecar:", 1)
@@ -93,7 +92,7 @@ func testDistributed(t *testing.T, names []string) (ns string) {
 		vp = provisionOnNodes(t, ns, "volplane", names, false)
 	})
 	logSideBySide(t, up, vp)
-	return ns
+	return !t.Failed()
 }
 
 // installDistributed applies the snapshot CRDs and

@@ -216,7 +216,10 @@ func testDrain(t *testing.T, names []string, ns string) {
 	t.Logf("after draining %s: kubectl get pods -n %s -o wide:\n%s", first, volplaneNS, c.Kubectl(t, "get", "pods", "-n", volplaneNS, "-o", "wide"))
 	out, err = drainWithClaim(t, claimNS, "during-second", second, 45*time.Second)
 	t.Logf("kubectl drain %s (etcd down to 2 members: its budget allows none to go):\n%s", second, out)
-	if err == nil || !strings.Contains(out, "disruption budget") {
+	// kubectl writes its eviction retries ("Cannot evict pod as it would
+	// violate the pod's disruption budget") to stderr, which Run returns
+	// in the error.
+	if err == nil || !strings.Contains(err.Error(), "disruption budget") {
 		t.Errorf("kubectl drain %s did not stop at etcd's PodDisruptionBudget: %v", second, err)
 	}
 	if got := len(readyPods(t, "volplane-etcd")); got != 2 {

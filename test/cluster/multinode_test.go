@@ -55,11 +55,14 @@ func TestMultiNode(t *testing.T) {
 	t.Run("hostPath per node", func(t *testing.T) {
 		checkHostPathPerNode(t, ns, names)
 	})
-	var spreadNS string
+	// The namespace of volplane's run of the StatefulSet is this test's,
+	// not the subtest's: the drain moves its pods and reads them back.
+	spreadNS := c.Namespace(t)
+	var distributed bool
 	t.Run("distributed provisioning", func(t *testing.T) {
-		spreadNS = testDistributed(t, names)
+		distributed = testDistributed(t, names, spreadNS)
 	})
-	if spreadNS == "" {
+	if !distributed {
 		return
 	}
 	t.Run("volplane spread over nodes and zones", checkSpread)
