@@ -154,12 +154,13 @@ cluster-down: ## Stop the cluster and undo what it changed on the host (processe
 # The cluster of several nodes (NODES, 3 unless given) and its smoke test:
 # the nodes Ready in their zones, pods and Services across nodes, each
 # node's own hostPath directories (test/cluster TestMultiNode).
-test-cluster-multi: ## make cluster NODES=3, its smoke test (zones, pods and Services across nodes, hostPaths per node), then make cluster-down even when it fails.
+test-cluster-multi: ## make cluster NODES=3 with the upstream CSI sidecars and kube-controller-manager's binder; its smoke test, distributed provisioning (csi-provisioner and volplane-csi-sidecar --node-deployment side by side), volplane spread, drains; then make cluster-down even when it fails.
 	@trap 'rc=$$?; $(CLUSTER_ENV) hack/cluster/down.sh || rc=1; exit $$rc' EXIT; \
 	start=$$(date +%s); \
-	$(CLUSTER_ENV) VOLPLANE_CLUSTER_NODES=$(if $(filter 1,$(NODES)),3,$(NODES)) hack/cluster/up.sh && \
-	$(CLUSTER_TEST_ENV) VOLPLANE_CLUSTER_NODES=$(if $(filter 1,$(NODES)),3,$(NODES)) \
-		$(GO) test -count=1 -v -timeout 20m -run '^TestMultiNode$$' ./test/cluster/; \
+	$(GO) build -o $(BIN)/ ./cmd/volplane-certs && \
+	$(CLUSTER_ENV) VOLPLANE_CLUSTER_NODES=$(if $(filter 1,$(NODES)),3,$(NODES)) VOLPLANE_CSI_SIDECARS=1 KCM_CONTROLLERS='*,bootstrapsigner,tokencleaner' hack/cluster/up.sh && \
+	$(CLUSTER_TEST_ENV) VOLPLANE_CLUSTER_NODES=$(if $(filter 1,$(NODES)),3,$(NODES)) VOLPLANE_SNAPSHOT_CRDS=$(VOLPLANE_CACHE)/csi-sidecars/snapshot-crds \
+		$(GO) test -count=1 -v -timeout 40m -run '^TestMultiNode$$' ./test/cluster/; \
 	rc=$$?; echo "make test-cluster-multi: $$(( $$(date +%s) - start ))s, then make cluster-down"; exit $$rc
 test-cluster-smoke: ## make cluster, its smoke test (node, DNS, volumes, token, logs, exec), then make cluster-down even when it fails.
 	@trap 'rc=$$?; $(CLUSTER_ENV) hack/cluster/down.sh || rc=1; exit $$rc' EXIT; \

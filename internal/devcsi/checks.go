@@ -3,6 +3,8 @@ package devcsi
 import (
 	"errors"
 	"fmt"
+	"sort"
+	"strings"
 
 	csi "github.com/container-storage-interface/spec/lib/go/csi"
 	"google.golang.org/grpc/codes"
@@ -120,4 +122,25 @@ func allowsNode(tr *csi.TopologyRequirement, node string) bool {
 		}
 	}
 	return false
+}
+
+// segmentsText is topologies as a log shows them, each segment's keys in
+// order: [{k=v,k2=v2} {...}], or [] for none. The dev driver logs a
+// CreateVolume's accessibility requirements with it, which the cluster
+// test compares between csi-provisioner and volplane.
+func segmentsText(ts []*csi.Topology) string {
+	parts := make([]string, 0, len(ts))
+	for _, t := range ts {
+		keys := make([]string, 0, len(t.GetSegments()))
+		for k := range t.GetSegments() {
+			keys = append(keys, k)
+		}
+		sort.Strings(keys)
+		kv := make([]string, len(keys))
+		for i, k := range keys {
+			kv[i] = k + "=" + t.GetSegments()[k]
+		}
+		parts = append(parts, "{"+strings.Join(kv, ",")+"}")
+	}
+	return "[" + strings.Join(parts, " ") + "]"
 }

@@ -111,7 +111,9 @@ func (s *controllerServer) CreateVolume(ctx context.Context, req *csi.CreateVolu
 		return nil, err
 	}
 	d.log.Info("volume created", "volume", v.ID, "name", v.Name, "bytes", v.CapacityBytes, "node", v.Node,
-		"sourceVolume", srcVolume, "sourceSnapshot", srcSnapshot)
+		"sourceVolume", srcVolume, "sourceSnapshot", srcSnapshot,
+		"requisite", segmentsText(req.GetAccessibilityRequirements().GetRequisite()),
+		"preferred", segmentsText(req.GetAccessibilityRequirements().GetPreferred()))
 	return &csi.CreateVolumeResponse{Volume: d.csiVolume(v)}, nil
 }
 

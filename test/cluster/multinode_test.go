@@ -29,7 +29,13 @@ var nodeNet = netip.MustParsePrefix("10.250.0.0/24")
 // ClusterIP and the pod's address, a server pod on the last node; and a
 // DaemonSet's hostPath being each node's own: every pod finds its own
 // node's file and none of another's, and on the host the files are below
-// each node's directory, not in the host's.
+// each node's directory, not in the host's. Then, with the upstream CSI
+// sidecars imported ($VOLPLANE_SNAPSHOT_CRDS set), distributed
+// provisioning of the dev driver by csi-provisioner --node-deployment and
+// by volplane-csi-sidecar side by side (testDistributed), volplane's
+// replicas on distinct nodes and etcd's in distinct zones (checkSpread),
+// and real drains that every PodDisruptionBudget holds while claims bind
+// (testDrain).
 func TestMultiNode(t *testing.T) {
 	want, _ := strconv.Atoi(os.Getenv("VOLPLANE_CLUSTER_NODES"))
 	if want < 2 {
@@ -48,6 +54,20 @@ func TestMultiNode(t *testing.T) {
 	})
 	t.Run("hostPath per node", func(t *testing.T) {
 		checkHostPathPerNode(t, ns, names)
+	})
+	// The namespace of volplane's run of the StatefulSet is this test's,
+	// not the subtest's: the drain moves its pods and reads them back.
+	spreadNS := c.Namespace(t)
+	var distributed bool
+	t.Run("distributed provisioning", func(t *testing.T) {
+		distributed = testDistributed(t, names, spreadNS)
+	})
+	if !distributed {
+		return
+	}
+	t.Run("volplane spread over nodes and zones", checkSpread)
+	t.Run("drain", func(t *testing.T) {
+		testDrain(t, names, spreadNS)
 	})
 }
 
