@@ -167,36 +167,9 @@ func waitCapacities(t *testing.T, ns string, names []string) {
 // over the nodes (maxSkew 1, DoNotSchedule), each writing its name into
 // its volume.
 func spreadStatefulSet(name, nonce string) string {
-	return fmt.Sprintf(`
-apiVersion: apps/v1
-kind: StatefulSet
-metadata: {name: %[1]s}
-spec:
-  serviceName: %[1]s
-  replicas: %[4]d
-  podManagementPolicy: Parallel
-  selector: {matchLabels: {app: %[1]s}}
-  template:
-    metadata: {labels: {app: %[1]s}}
-    spec:
-      terminationGracePeriodSeconds: 2
-      automountServiceAccountToken: false
-      topologySpreadConstraints:
-        - {maxSkew: 1, topologyKey: kubernetes.io/hostname, whenUnsatisfiable: DoNotSchedule, labelSelector: {matchLabels: {app: %[1]s}}}
-      containers:
-        - name: workload
-          image: %[5]s
-          imagePullPolicy: Never
-          args: [hold, -write, "/data/id=$(POD_NAME) %[3]s"]
-          env: [{name: POD_NAME, valueFrom: {fieldRef: {fieldPath: metadata.name}}}]
-          volumeMounts: [{name: data, mountPath: /data}]
-  volumeClaimTemplates:
-    - metadata: {name: data}
-      spec:
-        accessModes: [ReadWriteOnce]
-        storageClassName: %[2]s
-        resources: {requests: {storage: 10Mi}}
-`, name, classWFFC, nonce, spreadReplicas, c.WorkloadImage)
+	spread := fmt.Sprintf("      topologySpreadConstraints:\n"+
+		"        - {maxSkew: 1, topologyKey: kubernetes.io/hostname, whenUnsatisfiable: DoNotSchedule, labelSelector: {matchLabels: {app: %s}}}\n", name)
+	return strings.Replace(statefulSet(name, classWFFC, nonce, spreadReplicas), "      containers:\n", spread+"      containers:\n", 1)
 }
 
 // provisionOnNodes runs the StatefulSet and the too big claim in ns with
