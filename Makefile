@@ -181,18 +181,19 @@ test-cluster-smoke: ## make cluster, its smoke test (node, DNS, volumes, token, 
 # with claims in flight): up.sh builds it from git history (hack/cluster/
 # build.sh prev, cached under $(VOLPLANE_CACHE)/cluster-images) and imports
 # it. PREV_IMAGE= leaves it out; a clone without the commit (a shallow one)
-# gets no image and the phase says SKIP. CLUSTER_RUN picks the tests or
+# gets no image and the phase says SKIP. Its last step, back to HEAD, is
+# helm upgrade --install of deploy/helm/volplane ($(BIN)/helm). CLUSTER_RUN picks the tests or
 # phases, e.g. CLUSTER_RUN='TestCluster/(before|install|upgrade)$'.
 PREV_IMAGE ?= ghcr.io/volplane/volplane:$(VERSION)-prev
 CLUSTER_RUN ?= ^(TestInstallDocSteps|TestCluster)$$
-test-cluster: e2e-test e2e-images ## make cluster with the upstream CSI sidecars; the dev driver as a vendor ships it, volplane installed and cut over by docs/install.md, Kubernetes' storage e2e tests on it, workloads, faults, defects, the upgrade from the previous release and back, rollback, managed mode (test/cluster TestCluster); make cluster-down even when it fails.
+test-cluster: e2e-test e2e-images $(BIN)/helm ## make cluster with the upstream CSI sidecars; the dev driver as a vendor ships it, volplane installed and cut over by docs/install.md, Kubernetes' storage e2e tests on it, workloads, faults, defects, the upgrade from the previous release and back, rollback, managed mode (test/cluster TestCluster); make cluster-down even when it fails.
 	@trap 'rc=$$?; $(CLUSTER_ENV) hack/cluster/down.sh || rc=1; exit $$rc' EXIT; \
 	start=$$(date +%s); \
 	$(GO) build -o $(BIN)/ ./cmd/volplane-certs ./cmd/kubectl-volplane ./test/cmd/volplane-e2e-report && \
 	$(CLUSTER_ENV) VOLPLANE_CSI_SIDECARS=1 VOLPLANE_PREV_IMAGE=$(PREV_IMAGE) KCM_CONTROLLERS='*,bootstrapsigner,tokencleaner' hack/cluster/up.sh && \
 	prev=$$(test -f $(VOLPLANE_CACHE)/cluster-images/volplane-prev.tar && echo '$(PREV_IMAGE)' || true) && \
 	$(CLUSTER_ENV) $(CLUSTER_TEST_ENV) VOLPLANE_SNAPSHOT_CRDS=$(VOLPLANE_CACHE)/csi-sidecars/snapshot-crds VOLPLANE_E2E_STORAGE=1 \
-		VOLPLANE_PREV_IMAGE=$$prev $(GO) test -count=1 -v -timeout 90m -run '$(CLUSTER_RUN)' ./test/cluster/; \
+		VOLPLANE_PREV_IMAGE=$$prev VOLPLANE_HELM=$(BIN)/helm $(GO) test -count=1 -v -timeout 90m -run '$(CLUSTER_RUN)' ./test/cluster/; \
 	rc=$$?; echo "make test-cluster: $$(( $$(date +%s) - start ))s, then make cluster-down"; exit $$rc
 
 # The vendor driver's cutover, rollback and managed mode are phases of

@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"net/http"
 	"os"
+	"os/exec"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -58,7 +60,10 @@ var prevLacks = map[string]string{
 // bound one deleted every churnEvery and the gateway polled every
 // restPollEvery, volplane goes to the previous release, then up to HEAD
 // one component at a time in the documented order, then back down the
-// same way in reverse, then to HEAD again for the phases after it. Each
+// same way in reverse, then to HEAD again for the phases after it: by
+// `helm upgrade --install --take-ownership` of deploy/helm/volplane when
+// $VOLPLANE_HELM names a helm (make test-cluster sets it; the cluster
+// test's one Helm install), else by images as the other steps. Each
 // step adds a replica to a StatefulSet whose pods write to their
 // (WaitForFirstConsumer) volumes, and checks: no claim bound twice, no
 // volume leaked, the REST API's longest gap within restGapBound; it logs
@@ -107,7 +112,17 @@ func testUpgrade(t *testing.T) {
 	for i, comp := range reversed {
 		run(fmt.Sprintf("rollback %d", i+1), []upgradeComponent{comp}, prev, "prev")
 	}
-	run("back to HEAD", upgradeOrder, head, "HEAD")
+	if helm := os.Getenv("VOLPLANE_HELM"); helm != "" {
+		// docs/operations.md's last step: the new manifests applied, here
+		// as the chart (docs/helm.md), which takes over the objects
+		// kubectl applied: the one Helm install of the cluster test.
+		replicas++
+		row := u.helmStep(t, helm, head, replicas, nonce)
+		rows = append(rows, row)
+		t.Logf("step %s done:\n%s", row[0], table([][]string{upgradeHeader, row}))
+	} else {
+		run("back to HEAD", upgradeOrder, head, "HEAD")
+	}
 	stop()
 	wg.Wait()
 	u.finish(t)
@@ -128,13 +143,57 @@ var upgradeHeader = []string{"STEP", "COMPONENT", "VERSION", "CREATED", "BOUND",
 // pod Ready, the checks, and the step's row of the table.
 func (u *upgradeRun) step1(t *testing.T, label string, comps []upgradeComponent, image, version string, replicas int, nonce string) []string {
 	t.Helper()
-	began := time.Now()
-	u.begin(label)
-	for _, comp := range comps {
-		if _, ok := prevLacks[comp.name]; !ok {
-			setImage(t, comp, image)
+	return u.stepWith(t, label, comps, version, replicas, nonce, func() {
+		for _, comp := range comps {
+			if _, ok := prevLacks[comp.name]; !ok {
+				setImage(t, comp, image)
+			}
+		}
+	})
+}
+
+// helmStep is the upgrade's last step: every component to HEAD's image
+// by `helm upgrade --install` of deploy/helm/volplane with the values
+// that render deploy/overlays/cluster-dev (deploy/chart_test.go), taking
+// over the objects kubectl applied.
+func (u *upgradeRun) helmStep(t *testing.T, helm, head string, replicas int, nonce string) []string {
+	t.Helper()
+	_, tag, _ := strings.Cut(head, ":")
+	return u.stepWith(t, "back to HEAD (helm upgrade --install)", upgradeOrder, "HEAD", replicas, nonce, func() {
+		cmd := exec.CommandContext(t.Context(), helm, "upgrade", "--install", "volplane", filepath.Join(repoRoot(t), "deploy/helm/volplane"),
+			"--kubeconfig", c.Kubeconfig, "-n", volplaneNS, "--take-ownership", "--server-side=true", "--force-conflicts",
+			"--set", "provisioner.devDriver.enabled=false", "--set", "image.tag="+tag, "--timeout=5m")
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("helm upgrade --install: %v\n%s", err, out)
+		}
+		t.Logf("helm upgrade --install volplane deploy/helm/volplane --take-ownership --set provisioner.devDriver.enabled=false,image.tag=%s:\n%s", tag, out)
+		checkHelmOwns(t)
+	})
+}
+
+// checkHelmOwns checks that the release volplane now owns every
+// component's workload: Helm's annotation on each, which a later `helm
+// upgrade` or `helm uninstall` acts on.
+func checkHelmOwns(t *testing.T) {
+	t.Helper()
+	for _, comp := range upgradeOrder {
+		got := strings.TrimSpace(c.Kubectl(t, "-n", volplaneNS, "get", comp.kind, comp.workload,
+			"-o", `jsonpath={.metadata.annotations.meta\.helm\.sh/release-name}`))
+		if got != "volplane" {
+			t.Errorf("%s/%s after helm upgrade --install --take-ownership: annotation meta.helm.sh/release-name is %q, want \"volplane\"", comp.kind, comp.workload, got)
 		}
 	}
+}
+
+// stepWith runs one step whose change is do: the workloads of comps
+// rolled out after it, the StatefulSet grown to replicas with its new pod
+// Ready, the checks, and the step's row of the table.
+func (u *upgradeRun) stepWith(t *testing.T, label string, comps []upgradeComponent, version string, replicas int, nonce string, do func()) []string {
+	t.Helper()
+	began := time.Now()
+	u.begin(label)
+	do()
 	if replicas == 1 {
 		c.Apply(t, u.ns, statefulSet(upgradeSTS, classWFFC, nonce, 1))
 	} else {
