@@ -153,8 +153,10 @@ cluster-down: ## Stop the cluster and undo what it changed on the host (processe
 	$(CLUSTER_ENV) hack/cluster/down.sh
 # The cluster of several nodes (NODES, 3 unless given) and its smoke test:
 # the nodes Ready in their zones, pods and Services across nodes, each
-# node's own hostPath directories (test/cluster TestMultiNode).
-test-cluster-multi: ## make cluster NODES=3 with the upstream CSI sidecars and kube-controller-manager's binder; its smoke test, distributed provisioning (csi-provisioner and volplane-csi-sidecar --node-deployment side by side), volplane spread, drains; then make cluster-down even when it fails.
+# node's own hostPath directories; then volplane spread over the nodes,
+# drains, and a node killed as by a power loss (hack/cluster/node.sh)
+# while claims bind (test/cluster TestMultiNode).
+test-cluster-multi: ## make cluster NODES=3 with the upstream CSI sidecars and kube-controller-manager's binder; its smoke test, distributed provisioning (csi-provisioner and volplane-csi-sidecar --node-deployment side by side), volplane spread, drains, a node (an etcd member, a zone) killed while claims bind and brought back; then make cluster-down even when it fails.
 	@trap 'rc=$$?; $(CLUSTER_ENV) hack/cluster/down.sh || rc=1; exit $$rc' EXIT; \
 	start=$$(date +%s); \
 	$(GO) build -o $(BIN)/ ./cmd/volplane-certs && \

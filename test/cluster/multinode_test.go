@@ -34,8 +34,11 @@ var nodeNet = netip.MustParsePrefix("10.250.0.0/24")
 // provisioning of the dev driver by csi-provisioner --node-deployment and
 // by volplane-csi-sidecar side by side (testDistributed), volplane's
 // replicas on distinct nodes and etcd's in distinct zones (checkSpread),
-// and real drains that every PodDisruptionBudget holds while claims bind
-// (testDrain).
+// real drains that every PodDisruptionBudget holds while claims bind
+// (testDrain), and a node holding an etcd member, alone in its zone,
+// killed as by a power loss while claims bind (hack/cluster/node.sh),
+// given the out-of-service taint once NotReady, and brought back
+// (testKillNode).
 func TestMultiNode(t *testing.T) {
 	want, _ := strconv.Atoi(os.Getenv("VOLPLANE_CLUSTER_NODES"))
 	if want < 2 {
@@ -68,6 +71,9 @@ func TestMultiNode(t *testing.T) {
 	t.Run("volplane spread over nodes and zones", checkSpread)
 	t.Run("drain", func(t *testing.T) {
 		testDrain(t, names, spreadNS)
+	})
+	t.Run("kill a node", func(t *testing.T) {
+		testKillNode(t, names, spreadNS)
 	})
 }
 
