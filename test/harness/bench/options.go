@@ -43,11 +43,14 @@ type Options struct {
 	// Clients is how many goroutines create objects in parallel (the
 	// burst's claims, every run's volumes, the Existing population).
 	Clients int
-	// ProfileDir, when set, receives CPU profiles of the binder, the
-	// watcher and (dynamic) the provisioner taken while the claims are
-	// bound (binder.pprof, watcher.pprof, provisioner.pprof) and their heap
-	// profiles at the end (binder.heap, …); with Rates, one directory per
-	// rate (rate-<R>/), profiled while the claims arrive. Volplane only.
+	// ProfileDir, when set, receives CPU profiles of what binds (the
+	// binder, the watcher and, dynamic, the provisioner; or
+	// kube-controller-manager and, dynamic, csi-provisioner) and of
+	// kube-apiserver, taken while the claims are bound (binder.pprof,
+	// kube-controller-manager.pprof, …), and heap profiles of what binds
+	// at the end (binder.heap, …); with Rates, one directory per rate
+	// (rate-<R>/), profiled while the claims arrive. A single burst then
+	// prints each process's CPU per claim split by cause (causes.go).
 	ProfileDir string
 	// KeepLogs keeps each run's directory (every process's log) instead
 	// of removing it, and prints where it is.
