@@ -43,6 +43,7 @@ func main() {
 	fs.IntVar(&o.Workers, "workers", 0, "binder --workers and the ceiling's workers; 0 means 128 (bench.DefaultWorkers)")
 	fs.IntVar(&o.Clients, "clients", 32, "goroutines creating a burst's claims, the volumes and the --existing population")
 	fs.StringVar(&o.ProfileDir, "profile-dir", "", "save CPU and heap profiles of what binds (the binder, the watcher and, dynamic, the provisioner; or kube-controller-manager and, dynamic, csi-provisioner) and a CPU profile of kube-apiserver, taken during a burst (or, with --rate, while each rate's claims arrive, in rate-<R>/) into this directory; a single burst then prints each process's CPU per claim by cause")
+	fs.IntVar(&o.ProfileSeconds, "profile-seconds", 0, "with --profile-dir, how long a burst is profiled from its first create; 0 means n/300 s, 2 s at least (longer than the burst covers all of it)")
 	fs.BoolVar(&o.KeepLogs, "keep-logs", false, "keep each run's directory with every process's log (printed at the end of the run) instead of removing it")
 	fs.StringVar(&o.KCM, "kube-controller-manager", "", "compare: bind with this kube-controller-manager binary's PV binder instead of volplane (make kube-controller-manager)")
 	fs.IntVar(&o.KCMQPS, "kcm-qps", 20, "kube-controller-manager's (and csi-provisioner's) --kube-api-qps and burst (its default is 20)")

@@ -54,7 +54,7 @@ func (t *trial) startProfiles(ctx context.Context, l load, n int) func() error {
 	if t.o.ProfileDir == "" || t.sys == sysCeiling || t.noProfiles {
 		return func() error { return nil }
 	}
-	dir, seconds := t.o.ProfileDir, profileSeconds(n)
+	dir, seconds := t.o.ProfileDir, profileSeconds(t.o.ProfileSeconds, n)
 	if l.rate > 0 {
 		dir, seconds = filepath.Join(dir, fmt.Sprintf("rate-%g", l.rate)), max(2, int(l.duration.Seconds()))
 	}
@@ -92,10 +92,15 @@ func (t *trial) startProfiles(ctx context.Context, l load, n int) func() error {
 	}
 }
 
-// profileSeconds is how long a burst of n claims is profiled: from its
-// first create, 2 s at least, n/300 s, so a few seconds of a burst of
-// 1,000 (volplane binds them in about as long).
-func profileSeconds(n int) int { return max(2, n/300) }
+// profileSeconds is how long a burst of n claims is profiled from its
+// first create: set (Options.ProfileSeconds), or n/300 s and 2 s at least,
+// the first few seconds of a burst of 1,000.
+func profileSeconds(set, n int) int {
+	if set > 0 {
+		return set
+	}
+	return max(2, n/300)
+}
 
 // debugClient is the client for a process's debug URL: kube-controller-
 // manager's is its secure port.

@@ -52,6 +52,11 @@ type Options struct {
 	// (rate-<R>/), profiled while the claims arrive. A single burst then
 	// prints each process's CPU per claim split by cause (causes.go).
 	ProfileDir string
+	// ProfileSeconds is how long a burst is profiled, from its first
+	// create; 0 means N/300 s, 2 s at least. A window longer than the
+	// burst covers all of it: a CPU profile records only CPU used, so an
+	// idle tail adds few samples (the processes' background work).
+	ProfileSeconds int
 	// KeepLogs keeps each run's directory (every process's log) instead
 	// of removing it, and prints where it is.
 	KeepLogs bool
@@ -289,6 +294,9 @@ func (o *Options) validate() error {
 		if !strings.HasPrefix(f, "--") {
 			errs = append(errs, fmt.Errorf("service flag %q: want --name or --name=value", f))
 		}
+	}
+	if o.ProfileSeconds < 0 {
+		errs = append(errs, fmt.Errorf("profile-seconds must not be negative, got %d", o.ProfileSeconds))
 	}
 	if o.Compare < 0 {
 		errs = append(errs, fmt.Errorf("compare must not be negative, got %d", o.Compare))
