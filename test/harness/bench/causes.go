@@ -219,17 +219,18 @@ func frames(s *profile.Sample) []string {
 // split is a profile's samples by cause and by caller, as fractions of
 // its total.
 type split struct {
-	samples int // how many samples the profile holds
+	samples int           // how many samples the profile holds
+	cpu     time.Duration // their CPU time (0 when the profile has no cpu type)
 	cause   [numCauses]float64
 	caller  [numFor]float64
 }
 
 // classify splits p's samples.
 func classify(p *profile.Profile) split {
-	idx := len(p.SampleType) - 1
+	idx, ns := len(p.SampleType)-1, false
 	for i, st := range p.SampleType {
-		if st.Type == "cpu" {
-			idx = i
+		if st.Type == "cpu" && st.Unit == "nanoseconds" {
+			idx, ns = i, true
 		}
 	}
 	var s split
@@ -245,6 +246,9 @@ func classify(p *profile.Profile) split {
 		s.samples++
 		total += v
 	}
+	if ns {
+		s.cpu = time.Duration(total)
+	}
 	if total > 0 {
 		for i := range s.cause {
 			s.cause[i] /= total
@@ -259,9 +263,9 @@ func classify(p *profile.Profile) split {
 // profiled is one process's measured CPU per claim and its profile's
 // split.
 type profiled struct {
-	name     string
-	perClaim time.Duration
-	split    split
+	name               string
+	perClaim, measured time.Duration
+	split              split
 }
 
 // readCauses classifies dir/<process>.pprof for every process of r that
@@ -281,9 +285,18 @@ func readCauses(r *Result, dir string) ([]profiled, error) {
 		if err != nil {
 			return nil, fmt.Errorf("%s's profile: %w", u.Name, err)
 		}
-		out = append(out, profiled{name: u.Name, perClaim: u.Measured / time.Duration(max(r.Claims, 1)), split: classify(p)})
+		out = append(out, profiled{name: u.Name, perClaim: u.Measured / time.Duration(max(r.Claims, 1)), measured: u.Measured, split: classify(p)})
 	}
 	return out, nil
+}
+
+// coverage is the profile's CPU as a percentage of the measured CPU: how
+// much of what the split divides the samples saw.
+func coverage(profiled, measured time.Duration) string {
+	if profiled <= 0 || measured <= 0 {
+		return "–"
+	}
+	return fmt.Sprintf("%.0f %%", 100*float64(profiled)/float64(measured))
 }
 
 // printCauses writes two Markdown tables: each profiled process's measured
@@ -297,16 +310,16 @@ func printCauses(w io.Writer, r *Result, dir string) error {
 	ms := func(d time.Duration, frac float64) string {
 		return fmt.Sprintf("%.3f", frac*float64(d)/float64(time.Millisecond))
 	}
-	fmt.Fprintf(w, "\nCPU ms per claim by cause: %s, %s, %d claims (the measured CPU per claim of each process, split in proportion to its CPU profile's samples; profiles in %s)\n\n",
+	fmt.Fprintf(w, "\nCPU ms per claim by cause: %s, %s, %d claims (the measured CPU per claim of each process, split in proportion to its CPU profile's samples; profiled: the profile's CPU over the measured CPU; profiles in %s)\n\n",
 		r.System, r.mode(), r.Claims, dir)
-	fmt.Fprintf(w, "| process | CPU ms/claim | samples | %s |\n", strings.Join(causeNames[:], " | "))
-	fmt.Fprintf(w, "|---|---:|---:|%s\n", strings.Repeat("---:|", numCauses))
+	fmt.Fprintf(w, "| process | CPU ms/claim | samples | profiled | %s |\n", strings.Join(causeNames[:], " | "))
+	fmt.Fprintf(w, "|---|---:|---:|---:|%s\n", strings.Repeat("---:|", numCauses))
 	for _, p := range ps {
 		cells := make([]string, numCauses)
 		for i := range cells {
 			cells[i] = ms(p.perClaim, p.split.cause[i])
 		}
-		fmt.Fprintf(w, "| %s | %s | %d | %s |\n", p.name, ms(p.perClaim, 1), p.split.samples, strings.Join(cells, " | "))
+		fmt.Fprintf(w, "| %s | %s | %d | %s | %s |\n", p.name, ms(p.perClaim, 1), p.split.samples, coverage(p.split.cpu, p.measured), strings.Join(cells, " | "))
 	}
 	fmt.Fprintf(w, "\nCPU ms per claim on behalf of (the first frame from the root that is not the runtime's or a goroutine launcher's)\n\n")
 	fmt.Fprintf(w, "| process | CPU ms/claim | %s |\n", strings.Join(forNames[:], " | "))
