@@ -71,6 +71,10 @@ PLACEMENT ?= shared
 REPLICAS ?= 1 2 3
 # `make bench-compare`: burst sizes, each run static then dynamic.
 SIZES ?= 1000,10000
+# `make bench-profile`: where the CPU profiles go (one directory per run).
+PROFILE_DIR ?= $(BIN)/profiles
+# and how long each burst is profiled from its first create: longer than the burst, to cover it all.
+PROFILE_SECONDS ?= 30
 # More volplane-dev flags for `make up`, e.g. DEV_FLAGS=--driver-fault=CreateVolume=delay:3s.
 DEV_FLAGS ?=
 # More volplane-bench flags for every bench target, e.g. BENCH_FLAGS=--workers=64.
@@ -364,6 +368,13 @@ bench-hop: build kube-apiserver ## The sidecar's hop: dynamic provisioning of N 
 .PHONY: bench-dynamic
 bench-dynamic: build kube-apiserver ## Measure dynamic provisioning only (volumes/s through the dev CSI driver), one burst of N.
 	$(VOLPLANE_BENCH) -n $(N) --existing $(EXISTING) --dynamic
+
+.PHONY: bench-profile
+bench-profile: build kube-apiserver kube-controller-manager external-provisioner ## Where the CPU goes: one burst of N each, static then dynamic, volplane then kube-controller-manager (+ external-provisioner), profiled into PROFILE_DIR; each process's CPU per claim by cause (GC, scheduling, TLS, encode, decode, etcd, API requests, ...).
+	$(VOLPLANE_BENCH) -n $(N) --existing $(EXISTING) --profile-seconds $(PROFILE_SECONDS) --profile-dir $(PROFILE_DIR)/static-volplane
+	$(VOLPLANE_BENCH) -n $(N) --existing $(EXISTING) $(KCM_FLAGS) --profile-seconds $(PROFILE_SECONDS) --profile-dir $(PROFILE_DIR)/static-kcm
+	$(VOLPLANE_BENCH) -n $(N) --existing $(EXISTING) --dynamic --profile-seconds $(PROFILE_SECONDS) --profile-dir $(PROFILE_DIR)/dynamic-volplane
+	$(VOLPLANE_BENCH) -n $(N) --existing $(EXISTING) --dynamic $(KCM_FLAGS) --external-provisioner $(CSI_PROVISIONER) --profile-seconds $(PROFILE_SECONDS) --profile-dir $(PROFILE_DIR)/dynamic-kcm
 
 .PHONY: bench-kcm
 bench-kcm: build kube-apiserver kube-controller-manager ## The static burst with kube-controller-manager's PV binder (KCM_QPS=1000).

@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 )
 
@@ -42,16 +43,18 @@ func (l load) create(ctx context.Context, create func(i int) error) (Lateness, e
 // are created.
 func boundWait(n int) time.Duration { return 2*time.Minute + time.Duration(n)*50*time.Millisecond }
 
-// startProfiles takes CPU profiles of volplane's binder and watcher (and
-// provisioner, when dynamic) and of kube-apiserver while a burst's claims are bound, or while a
-// steady rate's claims arrive, into ProfileDir (a steady rate's into
-// ProfileDir/rate-<R>); the function it returns waits for them and saves
+// startProfiles takes CPU profiles of what binds (volplane's binder and
+// watcher, and provisioner when dynamic; or kube-controller-manager, and
+// csi-provisioner when dynamic) and of kube-apiserver while a burst's
+// claims are bound, or while a steady rate's claims arrive, into
+// ProfileDir (a steady rate's into ProfileDir/rate-<R>), one
+// <process>.pprof each; the function it returns waits for them and saves
 // heap profiles.
 func (t *trial) startProfiles(ctx context.Context, l load, n int) func() error {
-	if t.o.ProfileDir == "" || t.sys != sysVolplane || t.noProfiles {
+	if t.o.ProfileDir == "" || t.sys == sysCeiling || t.noProfiles {
 		return func() error { return nil }
 	}
-	dir, seconds := t.o.ProfileDir, max(2, n/300)
+	dir, seconds := t.o.ProfileDir, profileSeconds(t.o.ProfileSeconds, n)
 	if l.rate > 0 {
 		dir, seconds = filepath.Join(dir, fmt.Sprintf("rate-%g", l.rate)), max(2, int(l.duration.Seconds()))
 	}
@@ -62,7 +65,7 @@ func (t *trial) startProfiles(ctx context.Context, l load, n int) func() error {
 	errc := make(chan error, len(services)+1)
 	for _, s := range services {
 		go func() {
-			errc <- fetch(ctx, fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", t.debug[s], seconds), filepath.Join(dir, s+".pprof"))
+			errc <- fetch(ctx, debugClient(t.debug[s]), fmt.Sprintf("%s/debug/pprof/profile?seconds=%d", t.debug[s], seconds), filepath.Join(dir, s+".pprof"))
 		}()
 	}
 	// The apiserver too: it spends most of every claim's CPU.
@@ -83,19 +86,38 @@ func (t *trial) startProfiles(ctx context.Context, l load, n int) func() error {
 			err = errors.Join(err, <-errc)
 		}
 		for _, s := range services {
-			err = errors.Join(err, fetch(ctx, "http://"+t.debug[s]+"/debug/pprof/heap", filepath.Join(dir, s+".heap")))
+			err = errors.Join(err, fetch(ctx, debugClient(t.debug[s]), t.debug[s]+"/debug/pprof/heap", filepath.Join(dir, s+".heap")))
 		}
 		return err
 	}
 }
 
+// profileSeconds is how long a burst of n claims is profiled from its
+// first create: set (Options.ProfileSeconds), or n/300 s and 2 s at least,
+// the first few seconds of a burst of 1,000.
+func profileSeconds(set, n int) int {
+	if set > 0 {
+		return set
+	}
+	return max(2, n/300)
+}
+
+// debugClient is the client for a process's debug URL: kube-controller-
+// manager's is its secure port.
+func debugClient(base string) *http.Client {
+	if strings.HasPrefix(base, "https://") {
+		return insecureClient
+	}
+	return http.DefaultClient
+}
+
 // fetch saves what url answers into path.
-func fetch(ctx context.Context, url, path string) error {
+func fetch(ctx context.Context, client *http.Client, url, path string) error {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
 		return err
 	}
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := client.Do(req)
 	if err != nil {
 		return err
 	}

@@ -2,6 +2,7 @@ package bench
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
@@ -47,7 +48,7 @@ type trial struct {
 	// baseWatches are the apiserver's own watches, open before anything
 	// else runs.
 	baseWatches counts
-	debug       map[string]string // service → debug address (ProfileDir)
+	debug       map[string]string // process → base URL of its /debug/pprof (ProfileDir)
 	// noProfiles: the phase measured now is not profiled (the
 	// provisioning before a deletion burst).
 	noProfiles bool
@@ -231,11 +232,16 @@ func (t *trial) newClient(userAgent string) kubernetes.Interface {
 
 // waitHealthy polls url until it answers 200.
 func waitHealthy(ctx context.Context, url string, fail <-chan error, timeout time.Duration) error {
+	return waitHealthyWith(ctx, http.DefaultClient, url, fail, timeout)
+}
+
+// waitHealthyWith is waitHealthy with client.
+func waitHealthyWith(ctx context.Context, client *http.Client, url string, fail <-chan error, timeout time.Duration) error {
 	deadline := time.Now().Add(timeout)
 	last := "no answer"
 	for time.Now().Before(deadline) {
 		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-		resp, err := http.DefaultClient.Do(req)
+		resp, err := client.Do(req)
 		if err == nil {
 			resp.Body.Close()
 			if resp.StatusCode == http.StatusOK {
@@ -272,31 +278,74 @@ func (t *trial) startSystem(ctx context.Context) error {
 		t.ceiling = c
 		return nil
 	case sysKCM:
-		if t.o.ExternalProvisioner != "" {
-			p, err := t.startProcess("csi-provisioner", t.o.ExternalProvisioner,
-				"--csi-address", t.csiSock, "--kubeconfig", t.api.Kubeconfig, "--leader-election=false",
-				"--kube-api-qps", strconv.Itoa(kcmQPS(t.o.KCMQPS)), "--kube-api-burst", strconv.Itoa(kcmQPS(t.o.KCMQPS)), "--v=1")
-			if err != nil {
-				return err
-			}
-			t.procs = append(t.procs, p)
-		}
-		qps := strconv.Itoa(kcmQPS(t.o.KCMQPS))
-		p, err := t.startProcess("kube-controller-manager", t.o.KCM,
-			"--kubeconfig", t.api.Kubeconfig,
-			"--controllers", "persistentvolume-binder-controller",
-			"--kube-api-qps", qps, "--kube-api-burst", qps,
-			"--kube-api-content-type", "application/vnd.kubernetes.protobuf",
-			"--leader-elect=false", "--secure-port=0", "--v=1")
-		if err != nil {
-			return err
-		}
-		t.procs, t.binder = append(t.procs, p), p
-		return nil
+		return t.startKCM(ctx)
 	default:
 		return t.startVolplane(ctx)
 	}
 }
+
+// startKCM runs kube-controller-manager's PV binder, and csi-provisioner
+// when dynamic. With ProfileDir both serve /debug/pprof: csi-provisioner
+// on plain HTTP (--http-endpoint, --enable-pprof), kube-controller-manager
+// on its secure port (--profiling is its default) with a self-signed
+// certificate, the pprof paths allowed without authorization and requests
+// without credentials taken as anonymous (no --authentication-kubeconfig),
+// so that the bench needs no credential of its own to profile it.
+func (t *trial) startKCM(ctx context.Context) error {
+	qps := strconv.Itoa(kcmQPS(t.o.KCMQPS))
+	if t.o.ExternalProvisioner != "" {
+		args := []string{"--csi-address", t.csiSock, "--kubeconfig", t.api.Kubeconfig, "--leader-election=false",
+			"--kube-api-qps", qps, "--kube-api-burst", qps, "--v=1"}
+		if t.o.ProfileDir != "" {
+			addr, err := devenv.FreeAddr()
+			if err != nil {
+				return err
+			}
+			t.debug["csi-provisioner"] = "http://" + addr
+			args = append(args, "--http-endpoint", addr, "--enable-pprof")
+		}
+		p, err := t.startProcess("csi-provisioner", t.o.ExternalProvisioner, args...)
+		if err != nil {
+			return err
+		}
+		t.procs = append(t.procs, p)
+	}
+	args := []string{"--kubeconfig", t.api.Kubeconfig,
+		"--controllers", "persistentvolume-binder-controller",
+		"--kube-api-qps", qps, "--kube-api-burst", qps,
+		"--kube-api-content-type", "application/vnd.kubernetes.protobuf",
+		"--leader-elect=false", "--v=1"}
+	if t.o.ProfileDir == "" {
+		args = append(args, "--secure-port=0")
+	} else {
+		addr, err := devenv.FreeAddr()
+		if err != nil {
+			return err
+		}
+		host, port, err := net.SplitHostPort(addr)
+		if err != nil {
+			return err
+		}
+		t.debug["kube-controller-manager"] = "https://" + addr
+		args = append(args, "--bind-address", host, "--secure-port", port, "--cert-dir", filepath.Join(t.dir, "kcm-certs"),
+			"--profiling=true", "--authorization-always-allow-paths", "/healthz,/readyz,/livez,/debug/pprof/*")
+	}
+	p, err := t.startProcess("kube-controller-manager", t.o.KCM, args...)
+	if err != nil {
+		return err
+	}
+	t.procs, t.binder = append(t.procs, p), p
+	if u := t.debug["kube-controller-manager"]; u != "" {
+		if err := waitHealthyWith(ctx, insecureClient, u+"/healthz", t.fail, time.Minute); err != nil {
+			return fmt.Errorf("kube-controller-manager: %w (log: %s)", err, p.LogPath)
+		}
+	}
+	return nil
+}
+
+// insecureClient reaches kube-controller-manager's secure port, whose
+// certificate it made itself: only for its profiles, on loopback.
+var insecureClient = &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}} //nolint:gosec // loopback, self-signed, profiles only
 
 // kcmQPS is kube-controller-manager's (and csi-provisioner's) client QPS:
 // qps, or kube-controller-manager's default of 20.
@@ -340,10 +389,12 @@ func (t *trial) startVolplane(ctx context.Context) error {
 	}
 	watcherArgs := append([]string{"--kubeconfig", t.api.Kubeconfig, "--listen", watcherAddr, "--log-level", "warn"}, devenv.TLSArgs(t.certs["watcher"])...)
 	if t.o.ProfileDir != "" {
-		if t.debug["watcher"], err = devenv.FreeAddr(); err != nil {
+		addr, err := devenv.FreeAddr()
+		if err != nil {
 			return err
 		}
-		watcherArgs = append(watcherArgs, "--debug-address", t.debug["watcher"], "--enable-pprof")
+		t.debug["watcher"] = "http://" + addr
+		watcherArgs = append(watcherArgs, "--debug-address", addr, "--enable-pprof")
 	}
 	w, err := t.startProcess("watcher", filepath.Join(t.o.BinDir, "watcher"), watcherArgs...)
 	if err != nil {
@@ -365,10 +416,12 @@ func (t *trial) startVolplane(ctx context.Context) error {
 		args = append(args, provisionerDriverArgs(t.sys, t.csiSock)...)
 		args = append(args, t.o.ServiceFlags...)
 		if t.o.ProfileDir != "" {
-			if t.debug["provisioner"], err = devenv.FreeAddr(); err != nil {
+			addr, err := devenv.FreeAddr()
+			if err != nil {
 				return err
 			}
-			args = append(args, "--debug-address", t.debug["provisioner"], "--enable-pprof")
+			t.debug["provisioner"] = "http://" + addr
+			args = append(args, "--debug-address", addr, "--enable-pprof")
 		}
 		p, err := t.startProcess("provisioner", filepath.Join(t.o.BinDir, "provisioner"), args...)
 		if err != nil {
@@ -395,10 +448,12 @@ func (t *trial) startVolplane(ctx context.Context) error {
 		args := append([]string{"--kubeconfig", t.api.Kubeconfig, "--etcd-endpoints", etcd, "--listen", reclaimerAddr,
 			"--provisioner-address", provisionerAddr, "--member-id", "reclaimer", "--log-level", "warn"}, devenv.TLSArgs(t.certs["reclaimer"])...)
 		if t.o.ProfileDir != "" {
-			if t.debug["reclaimer"], err = devenv.FreeAddr(); err != nil {
+			addr, err := devenv.FreeAddr()
+			if err != nil {
 				return err
 			}
-			args = append(args, "--debug-address", t.debug["reclaimer"], "--enable-pprof")
+			t.debug["reclaimer"] = "http://" + addr
+			args = append(args, "--debug-address", addr, "--enable-pprof")
 		}
 		r, err := t.startProcess("reclaimer", filepath.Join(t.o.BinDir, "reclaimer"), args...)
 		if err != nil {
@@ -432,10 +487,12 @@ func (t *trial) startVolplane(ctx context.Context) error {
 			binderArgs = append(binderArgs, "--reclaimer-address", reclaimerAddr)
 		}
 		if t.o.ProfileDir != "" && i == 0 {
-			if t.debug["binder"], err = devenv.FreeAddr(); err != nil {
+			addr, err := devenv.FreeAddr()
+			if err != nil {
 				return err
 			}
-			binderArgs = append(binderArgs, "--debug-address", t.debug["binder"], "--enable-pprof")
+			t.debug["binder"] = "http://" + addr
+			binderArgs = append(binderArgs, "--debug-address", addr, "--enable-pprof")
 		}
 		b, err := t.startProcess(name, filepath.Join(t.o.BinDir, "binder"), binderArgs...)
 		if err != nil {

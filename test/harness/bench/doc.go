@@ -20,5 +20,8 @@
 //
 // Every run reports each process's peak RSS and CPU time (usage.go, from
 // /proc) and what the apiserver and etcd served per claim, from their
-// /metrics read before and after the measured phase (metrics.go).
+// /metrics read before and after the measured phase (metrics.go). With
+// ProfileDir, what binds and kube-apiserver are CPU-profiled during the
+// measured phase, and a burst ends with each profiled process's CPU per
+// claim split by cause and by caller (causes.go).
 package bench

@@ -43,12 +43,20 @@ type Options struct {
 	// Clients is how many goroutines create objects in parallel (the
 	// burst's claims, every run's volumes, the Existing population).
 	Clients int
-	// ProfileDir, when set, receives CPU profiles of the binder, the
-	// watcher and (dynamic) the provisioner taken while the claims are
-	// bound (binder.pprof, watcher.pprof, provisioner.pprof) and their heap
-	// profiles at the end (binder.heap, …); with Rates, one directory per
-	// rate (rate-<R>/), profiled while the claims arrive. Volplane only.
+	// ProfileDir, when set, receives CPU profiles of what binds (the
+	// binder, the watcher and, dynamic, the provisioner; or
+	// kube-controller-manager and, dynamic, csi-provisioner) and of
+	// kube-apiserver, taken while the claims are bound (binder.pprof,
+	// kube-controller-manager.pprof, …), and heap profiles of what binds
+	// at the end (binder.heap, …); with Rates, one directory per rate
+	// (rate-<R>/), profiled while the claims arrive. A single burst then
+	// prints each process's CPU per claim split by cause (causes.go).
 	ProfileDir string
+	// ProfileSeconds is how long a burst is profiled, from its first
+	// create; 0 means N/300 s, 2 s at least. A window longer than the
+	// burst covers all of it: a CPU profile records only CPU used, so an
+	// idle tail adds few samples (the processes' background work).
+	ProfileSeconds int
 	// KeepLogs keeps each run's directory (every process's log) instead
 	// of removing it, and prints where it is.
 	KeepLogs bool
@@ -286,6 +294,9 @@ func (o *Options) validate() error {
 		if !strings.HasPrefix(f, "--") {
 			errs = append(errs, fmt.Errorf("service flag %q: want --name or --name=value", f))
 		}
+	}
+	if o.ProfileSeconds < 0 {
+		errs = append(errs, fmt.Errorf("profile-seconds must not be negative, got %d", o.ProfileSeconds))
 	}
 	if o.Compare < 0 {
 		errs = append(errs, fmt.Errorf("compare must not be negative, got %d", o.Compare))

@@ -42,6 +42,9 @@ func Run(ctx context.Context, o Options) error {
 			return err
 		}
 		r.Print(o.Out)
+		if o.ProfileDir != "" {
+			return printCauses(o.Out, r, o.ProfileDir)
+		}
 		return nil
 	}
 }
