@@ -1,10 +1,15 @@
 package cluster
 
 import (
+	"bytes"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"encoding/json"
 	"fmt"
+	"io"
+	"net"
+	"net/http"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -128,8 +133,7 @@ func (d *restoreDrill) reclaimInFlight(t *testing.T) string {
 }
 
 func (d *restoreDrill) backup(t *testing.T) string {
-	cli := etcdClient(t)
-	if _, err := cli.Put(t.Context(), d.marker, "written before the snapshot"); err != nil {
+	if err := etcdPut(t, d.marker, "written before the snapshot"); err != nil {
 		t.Fatalf("put %s: %v", d.marker, err)
 	}
 	c.Kubectl(t, "-n", volplaneNS, "create", "job", "volplane-etcd-drill-backup", "--from=cronjob/volplane-etcd-backup")
@@ -170,11 +174,13 @@ func (d *restoreDrill) destroy(t *testing.T) string {
 		return ""
 	})
 	took := time.Since(began).Round(time.Second)
-	resp, err := etcdClient(t).Get(t.Context(), d.marker)
-	if err != nil {
-		t.Fatalf("get %s from the new members: %v", d.marker, err)
-	}
-	if len(resp.Kvs) != 0 {
+	var kvs map[string]string
+	waitFor(t, 2*time.Minute, func() string { // the new members' leader elected
+		var err error
+		kvs, err = etcdRange(t, d.marker, false)
+		return errOrEmpty(err)
+	})
+	if _, ok := kvs[d.marker]; ok {
 		t.Fatalf("%s is still there after every etcd pod was deleted: the members' data was not destroyed", d.marker)
 	}
 	return fmt.Sprintf("%d new members Ready after %v, the marker gone: an empty cluster", len(d.oldPods), took)
@@ -231,12 +237,12 @@ func (d *restoreDrill) restore(t *testing.T) string {
 }
 
 func (d *restoreDrill) check(t *testing.T) string {
-	resp, err := etcdClient(t).Get(t.Context(), d.marker)
+	kvs, err := etcdRange(t, d.marker, false)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(resp.Kvs) != 1 || string(resp.Kvs[0].Value) != "written before the snapshot" {
-		t.Fatalf("%s after the restore: %v, want the value written before the snapshot", d.marker, resp.Kvs)
+	if v, ok := kvs[d.marker]; !ok || v != "written before the snapshot" {
+		t.Fatalf("%s after the restore: %q (there: %v), want the value written before the snapshot", d.marker, v, ok)
 	}
 	if msg := journalRecordOf(t, d.gone); msg != "" {
 		t.Fatalf("after the restore: %s", msg)
@@ -278,7 +284,7 @@ func (d *restoreDrill) after(t *testing.T) string {
 }
 
 func (d *restoreDrill) cleanup(t *testing.T) string {
-	if _, err := etcdClient(t).Delete(t.Context(), d.marker); err != nil {
+	if err := etcdDelete(t, d.marker); err != nil {
 		t.Error(err)
 	}
 	c.Kubectl(t, "-n", volplaneNS, "delete", "job", "volplane-etcd-drill-backup", "volplane-etcd-restore", "--wait=true")
@@ -290,50 +296,95 @@ func (d *restoreDrill) cleanup(t *testing.T) string {
 // journalRecordOf says why volplane's etcd has no journal record of pv
 // ("" once it has one): a key under /volplane/journal/ ending in its name.
 func journalRecordOf(t *testing.T, pv string) string {
-	resp, err := etcdClient(t).Get(t.Context(), "/volplane/journal/", clientv3.WithPrefix(), clientv3.WithKeysOnly())
+	kvs, err := etcdRange(t, "/volplane/journal/", true)
 	if err != nil {
 		return err.Error()
 	}
 	var keys []string
-	for _, kv := range resp.Kvs {
-		if strings.HasSuffix(string(kv.Key), "/"+pv) {
+	for k := range kvs {
+		if strings.HasSuffix(k, "/"+pv) {
 			return ""
 		}
-		keys = append(keys, string(kv.Key))
+		keys = append(keys, k)
 	}
 	return fmt.Sprintf("no journal record of %s among %q", pv, keys)
 }
 
-// etcdClient is a client of volplane's etcd as the backup job is one: its
-// certificate (volplane-etcd-backup-tls), the first member's address.
-func etcdClient(t *testing.T) *clientv3.Client {
+// etcdCall posts body to path of volplane's etcd's JSON API (etcd's gRPC
+// gateway, /v3/kv/...) as the backup job is its client: its certificate
+// (volplane-etcd-backup-tls), the first member's address, and decodes
+// the answer into out.
+func etcdCall(t *testing.T, path string, body, out any) error {
 	t.Helper()
 	s, err := c.Client.CoreV1().Secrets(volplaneNS).Get(t.Context(), "volplane-etcd-backup-tls", metav1.GetOptions{})
 	if err != nil {
-		t.Fatal(err)
+		return err
 	}
 	cert, err := tls.X509KeyPair(s.Data["tls.crt"], s.Data["tls.key"])
 	if err != nil {
-		t.Fatal(err)
+		return err
 	}
 	roots := x509.NewCertPool()
 	roots.AppendCertsFromPEM(s.Data["ca.crt"])
 	const member = "volplane-etcd-0"
 	p, err := c.Client.CoreV1().Pods(volplaneNS).Get(t.Context(), member, metav1.GetOptions{})
-	if err != nil || p.Status.PodIP == "" {
-		t.Fatalf("etcd member %s: %v (address %q)", member, err, p.Status.PodIP)
-	}
-	cli, err := clientv3.New(clientv3.Config{
-		Endpoints:   []string{"https://" + p.Status.PodIP + ":2379"},
-		DialTimeout: 10 * time.Second,
-		TLS:         &tls.Config{Certificates: []tls.Certificate{cert}, RootCAs: roots, ServerName: member + ".volplane-etcd.volplane-system.svc", MinVersion: tls.VersionTLS12},
-		Context:     t.Context(),
-	})
 	if err != nil {
-		t.Fatal(err)
+		return err
 	}
-	t.Cleanup(func() { _ = cli.Close() })
-	return cli
+	if p.Status.PodIP == "" {
+		return fmt.Errorf("etcd member %s has no address yet", member)
+	}
+	hc := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{
+		Certificates: []tls.Certificate{cert}, RootCAs: roots, MinVersion: tls.VersionTLS12,
+		ServerName: member + ".volplane-etcd.volplane-system.svc",
+	}}}
+	defer hc.CloseIdleConnections()
+	b, err := json.Marshal(body)
+	if err != nil {
+		return err
+	}
+	resp, err := hc.Post("https://"+net.JoinHostPort(p.Status.PodIP, "2379")+path, "application/json", bytes.NewReader(b))
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	raw, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return err
+	}
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("etcd %s: %s: %s", path, resp.Status, raw)
+	}
+	return json.Unmarshal(raw, out)
+}
+
+// etcdRange reads key (every key under it, with prefix) from volplane's
+// etcd: key to value.
+func etcdRange(t *testing.T, key string, prefix bool) (map[string]string, error) {
+	req := map[string]any{"key": []byte(key)}
+	if prefix {
+		req["range_end"] = []byte(clientv3.GetPrefixRangeEnd(key))
+	}
+	var resp struct {
+		Kvs []struct{ Key, Value []byte } `json:"kvs"`
+	}
+	if err := etcdCall(t, "/v3/kv/range", req, &resp); err != nil {
+		return nil, err
+	}
+	out := map[string]string{}
+	for _, kv := range resp.Kvs {
+		out[string(kv.Key)] = string(kv.Value)
+	}
+	return out, nil
+}
+
+// etcdPut writes key=value into volplane's etcd, etcdDelete removes key.
+func etcdPut(t *testing.T, key, value string) error {
+	return etcdCall(t, "/v3/kv/put", map[string]any{"key": []byte(key), "value": []byte(value)}, &struct{}{})
+}
+
+func etcdDelete(t *testing.T, key string) error {
+	return etcdCall(t, "/v3/kv/deleterange", map[string]any{"key": []byte(key)}, &struct{}{})
 }
 
 // jobLog waits for Job name of volplane-system to complete and returns its
