@@ -100,6 +100,13 @@ func (d *restoreDrill) setUp(t *testing.T) string {
 	requireVolplaneReady(t)
 	d.ns = c.Namespace(t)
 	c.Apply(t, volplaneNS, backupManifest(t))
+	t.Cleanup(func() { // on a failure too, so that the phases after it find no drill's object
+		for _, obj := range []string{"job/volplane-etcd-drill-backup", "job/volplane-etcd-restore", "cronjob/volplane-etcd-backup", "pvc/volplane-etcd-backup"} {
+			if out, err := c.Run(context.Background(), "", "-n", volplaneNS, "delete", obj, "--ignore-not-found", "--wait=true"); err != nil {
+				t.Errorf("deleting %s: %v %s", obj, err, out)
+			}
+		}
+	})
 	waitClaimBound(t, volplaneNS, "volplane-etcd-backup", 3*time.Minute)
 	for i := range 3 {
 		name := fmt.Sprintf("keep-%d", i)
@@ -118,8 +125,10 @@ func (d *restoreDrill) reclaimInFlight(t *testing.T) string {
 	}
 	d.provisioner = int(*dep.Spec.Replicas)
 	c.Kubectl(t, "-n", volplaneNS, "scale", "deployment/volplane-provisioner", "--replicas=0")
-	t.Cleanup(func() { // should a step fail before check scales it back
-		c.Kubectl(t, "-n", volplaneNS, "scale", "deployment/volplane-provisioner", "--replicas="+strconv.Itoa(d.provisioner))
+	t.Cleanup(func() { // should a step fail before check scales it back (t's context is done by now)
+		if out, err := c.Run(context.Background(), "", "-n", volplaneNS, "scale", "deployment/volplane-provisioner", "--replicas="+strconv.Itoa(d.provisioner)); err != nil {
+			t.Errorf("scaling the provisioner back: %v %s", err, out)
+		}
 	})
 	waitFor(t, 2*time.Minute, func() string {
 		if n := len(listPods(t, volplaneNS, "app=volplane-provisioner")); n > 0 {
@@ -230,10 +239,10 @@ func (d *restoreDrill) restore(t *testing.T) string {
 		t.Fatalf("the restore wrote nothing back into the empty cluster:\n%s", log)
 	}
 	line := log
-	if i := strings.Index(log, "etcd snapshot restored"); i >= 0 {
+	if i := strings.Index(log, "snapshot="); i >= 0 {
 		line = log[i:]
 	}
-	return strings.TrimSpace(strings.SplitN(line, "\n", 2)[0])
+	return "restored: " + strings.TrimSpace(strings.SplitN(line, "\n", 2)[0])
 }
 
 func (d *restoreDrill) check(t *testing.T) string {
@@ -287,10 +296,9 @@ func (d *restoreDrill) cleanup(t *testing.T) string {
 	if err := etcdDelete(t, d.marker); err != nil {
 		t.Error(err)
 	}
-	c.Kubectl(t, "-n", volplaneNS, "delete", "job", "volplane-etcd-drill-backup", "volplane-etcd-restore", "--wait=true")
 	c.Kubectl(t, "-n", volplaneNS, "delete", "cronjob", "volplane-etcd-backup", "--wait=true")
 	c.Kubectl(t, "-n", volplaneNS, "delete", "pvc", "volplane-etcd-backup", "--wait=true")
-	return "Jobs, CronJob and backup claim deleted"
+	return "marker, CronJob and backup claim deleted"
 }
 
 // journalRecordOf says why volplane's etcd has no journal record of pv
@@ -387,8 +395,8 @@ func etcdDelete(t *testing.T, key string) error {
 	return etcdCall(t, "/v3/kv/deleterange", map[string]any{"key": []byte(key)}, &struct{}{})
 }
 
-// jobLog waits for Job name of volplane-system to complete and returns its
-// pods' log.
+// jobLog waits for Job name of volplane-system to complete, returns its
+// pods' log and deletes it.
 func jobLog(t *testing.T, name string) string {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(t.Context(), 4*time.Minute)
@@ -398,6 +406,8 @@ func jobLog(t *testing.T, name string) string {
 	if err != nil {
 		t.Fatalf("Job %s did not complete: %v %s\nits log:\n%s", name, err, out, log)
 	}
+	// Gone with its pod, which would count as a volplane pod not Ready.
+	c.Kubectl(t, "-n", volplaneNS, "delete", "job", name, "--cascade=foreground", "--wait=true")
 	return log
 }
 
