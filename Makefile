@@ -192,7 +192,7 @@ test-cluster-smoke: ## make cluster, its smoke test (node, DNS, volumes, token, 
 # phases, e.g. CLUSTER_RUN='TestCluster/(before|install|upgrade)$'.
 PREV_IMAGE ?= ghcr.io/volplane/volplane:$(VERSION)-prev
 CLUSTER_RUN ?= ^(TestInstallDocSteps|TestCluster)$$
-test-cluster: e2e-test e2e-images $(BIN)/helm ## make cluster with the upstream CSI sidecars; the dev driver as a vendor ships it, volplane installed and cut over by docs/install.md, Kubernetes' storage e2e tests on it, workloads, faults, defects, the upgrade from the previous release and back, rollback, managed mode (test/cluster TestCluster); make cluster-down even when it fails.
+test-cluster: e2e-test e2e-images $(BIN)/helm ## make cluster with the upstream CSI sidecars; the dev driver as a vendor ships it, volplane installed and cut over by docs/install.md, Kubernetes' storage e2e tests on it, workloads, faults, defects, the upgrade from the previous release and back (its last step a Helm install), the etcd restore drill, rollback, managed mode (test/cluster TestCluster); make cluster-down even when it fails.
 	@trap 'rc=$$?; $(CLUSTER_ENV) hack/cluster/down.sh || rc=1; exit $$rc' EXIT; \
 	start=$$(date +%s); \
 	$(GO) build -o $(BIN)/ ./cmd/volplane-certs ./cmd/kubectl-volplane ./test/cmd/volplane-e2e-report && \

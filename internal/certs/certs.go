@@ -56,6 +56,23 @@ var Components = []Component{
 	{Name: "gateway", Secret: "volplane-gateway-tls", Service: "volplane-gateway"},
 }
 
+// Client is a client-only certificate of the services CA: a job that
+// calls a component and serves nothing, so it has no DNS name and is
+// refused as a server.
+type Client struct {
+	// Name is its common name (volplane-etcd-backup).
+	Name string
+	// Secret is the Secret its pods mount.
+	Secret string
+}
+
+// Clients are the client-only certificates the manifests mount, as
+// cert-manager's certificates.yaml issues them: the etcd backup job's
+// (deploy/kubernetes/etcd-backup.yaml).
+var Clients = []Client{
+	{Name: "volplane-etcd-backup", Secret: "volplane-etcd-backup-tls"},
+}
+
 // ClientCASecret is the gateway's client CA: ca.crt, the CA whose client
 // certificates identify REST users.
 const ClientCASecret = "volplane-gateway-client-ca"
@@ -178,8 +195,9 @@ func (o Options) Hosts(c Component) []string {
 	return hosts
 }
 
-// Make returns the Secrets of every component and the gateway's client
-// CA, in the order of Components, the CA last. The CAs are read from the
+// Make returns the Secrets of every component, of every client-only
+// certificate and the gateway's client CA, in the order of Components
+// then Clients, the CA last. The CAs are read from the
 // state directory, or made there when it has none.
 func Make(o Options) ([]*corev1.Secret, error) {
 	if err := o.defaults(); err != nil {
@@ -196,6 +214,15 @@ func Make(o Options) ([]*corev1.Secret, error) {
 	for _, c := range Components {
 		certPEM, keyPEM, err := ca.issue("volplane-"+c.Name, nil, o.Hosts(c), o.Validity, o.now(),
 			x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", c.Name, err)
+		}
+		out = append(out, o.secret(c.Secret, corev1.SecretTypeTLS, map[string][]byte{
+			"ca.crt": ca.certPEM, corev1.TLSCertKey: certPEM, corev1.TLSPrivateKeyKey: keyPEM,
+		}))
+	}
+	for _, c := range Clients {
+		certPEM, keyPEM, err := ca.issue(c.Name, nil, nil, o.Validity, o.now(), x509.ExtKeyUsageClientAuth)
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", c.Name, err)
 		}

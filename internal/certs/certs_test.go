@@ -59,7 +59,7 @@ func TestMake(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(first) != len(certs.Components)+1 {
+	if len(first) != len(certs.Components)+len(certs.Clients)+1 {
 		t.Fatalf("%d Secrets", len(first))
 	}
 	m := byName(first)
@@ -89,6 +89,9 @@ func TestMake(t *testing.T) {
 		if _, err := leaf.Verify(x509.VerifyOptions{Roots: pool(t, s.Data["ca.crt"]), DNSName: "volplane-other.volplane-system.svc"}); err == nil {
 			t.Errorf("%s verifies for another Service's name", c.Name)
 		}
+	}
+	for _, c := range certs.Clients {
+		clientOnly(t, c, m[c.Secret])
 	}
 	svcCA := m["volplane-binder-tls"].Data["ca.crt"]
 	clientCA := m[certs.ClientCASecret].Data["ca.crt"]
@@ -232,5 +235,26 @@ func TestOptionsRefused(t *testing.T) {
 	}
 	if _, _, err := certs.User(dir, t.TempDir(), "../bob", nil, 0); err == nil {
 		t.Error("a user name with a slash: want an error")
+	}
+}
+
+// clientOnly checks a client-only certificate: under the services CA,
+// named as the manifests' Certificate names it, a client of it, and
+// refused as a server for any name.
+func clientOnly(t *testing.T, c certs.Client, s *corev1.Secret) {
+	t.Helper()
+	if s == nil || s.Type != corev1.SecretTypeTLS || s.Namespace != "volplane-system" || len(s.Data["tls.key"]) == 0 {
+		t.Fatalf("%s: %+v", c.Secret, s)
+	}
+	leaf := parse(t, s.Data["tls.crt"])
+	if leaf.Subject.CommonName != c.Name || len(leaf.DNSNames)+len(leaf.IPAddresses) != 0 {
+		t.Errorf("%s: CN %q, names %v %v", c.Secret, leaf.Subject.CommonName, leaf.DNSNames, leaf.IPAddresses)
+	}
+	roots := pool(t, s.Data["ca.crt"])
+	if _, err := leaf.Verify(x509.VerifyOptions{Roots: roots, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}); err != nil {
+		t.Errorf("%s as a client: %v", c.Secret, err)
+	}
+	if _, err := leaf.Verify(x509.VerifyOptions{Roots: roots, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}); err == nil {
+		t.Errorf("%s verifies as a server", c.Secret)
 	}
 }

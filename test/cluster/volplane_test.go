@@ -93,6 +93,9 @@ func binDir(t testing.TB) string {
 //     upgraded to HEAD one at a time in docs/operations.md's order and
 //     rolled back the same way, with claims created and deleted and the
 //     REST API polled throughout (only with VOLPLANE_PREV_IMAGE set);
+//   - etcd-restore: docs/etcd.md's backup and restore drill, every etcd
+//     member's data destroyed while a reclaim is in flight, restored from
+//     a snapshot the backup CronJob's Job took (testRestoreDrill);
 //   - rollback: volplane notices kube-controller-manager's binder turned
 //     back on, then docs/install.md's rollback with csi-provisioner's
 //     image back, which deletes the volumes volplane made; nothing leaks;
@@ -152,6 +155,7 @@ func TestCluster(t *testing.T) {
 		phase("faults", true, step{"faults under load", quiet(testFaults)}) &&
 		phase("defects", true, step{"issue 24 defects", quiet(testDefects)}) &&
 		phase("upgrade", true, step{"upgrade from the previous release and back with claims in flight", quiet(testUpgrade)}) &&
+		phase("etcd-restore", true, step{"etcd backup and restore drill", quiet(testRestoreDrill)}) &&
 		phase("rollback", false,
 			step{"kcm's binder back on: volplane notices; docs/install.md's rollback", func(t *testing.T) string { return testCutover(t, cu.in) }},
 			step{"csi-provisioner's image back (docs/install.md); it provisions again", cu.rollback},
