@@ -37,21 +37,19 @@ import (
 // back, the provisioner back, the reclaim finished with no volume leaked,
 // every claim bound before still Bound, and a new claim bound.
 type restoreDrill struct {
-	ns, nonce   string
+	ns          string
 	marker      string
 	snapshot    string
 	gone        string // the PV whose reclaim is in flight at the snapshot
 	keep        map[string]string
 	provisioner int // the provisioner's replicas before the drill
-	oldPods     map[string]types.UID
 }
 
 // testRestoreDrill runs the drill's steps in order, on one namespace, and
 // logs a row per step (what it saw and how long it took) as the phases'
 // steps do.
 func testRestoreDrill(t *testing.T) {
-	d := &restoreDrill{nonce: randomSuffix(), keep: map[string]string{}}
-	d.marker = "/volplane/drill/" + d.nonce
+	d := &restoreDrill{marker: "/volplane/drill/" + randomSuffix(), keep: map[string]string{}}
 	steps := []step{
 		{"backup CronJob of deploy/kubernetes/etcd-backup, claims bound", d.setUp},
 		{"a reclaim in flight: provisioner at 0, a claim deleted", d.reclaimInFlight},
@@ -156,13 +154,13 @@ func (d *restoreDrill) backup(t *testing.T) string {
 }
 
 func (d *restoreDrill) destroy(t *testing.T) string {
-	d.oldPods = map[string]types.UID{}
+	oldPods := map[string]types.UID{}
 	pods, err := c.Client.CoreV1().Pods(volplaneNS).List(t.Context(), metav1.ListOptions{LabelSelector: "app=volplane-etcd"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, p := range pods.Items {
-		d.oldPods[p.Name] = p.UID
+		oldPods[p.Name] = p.UID
 	}
 	began := time.Now()
 	c.Kubectl(t, "-n", volplaneNS, "delete", "pod", "-l", "app=volplane-etcd", "--wait=false")
@@ -173,12 +171,12 @@ func (d *restoreDrill) destroy(t *testing.T) string {
 		}
 		fresh := 0
 		for _, p := range pods.Items {
-			if p.UID != d.oldPods[p.Name] && p.DeletionTimestamp == nil && podReady(&p) {
+			if p.UID != oldPods[p.Name] && p.DeletionTimestamp == nil && podReady(&p) {
 				fresh++
 			}
 		}
-		if fresh != len(d.oldPods) {
-			return fmt.Sprintf("%d of %d new etcd members Ready", fresh, len(d.oldPods))
+		if fresh != len(oldPods) {
+			return fmt.Sprintf("%d of %d new etcd members Ready", fresh, len(oldPods))
 		}
 		return ""
 	})
@@ -192,7 +190,7 @@ func (d *restoreDrill) destroy(t *testing.T) string {
 	if _, ok := kvs[d.marker]; ok {
 		t.Fatalf("%s is still there after every etcd pod was deleted: the members' data was not destroyed", d.marker)
 	}
-	return fmt.Sprintf("%d new members Ready after %v, the marker gone: an empty cluster", len(d.oldPods), took)
+	return fmt.Sprintf("%d new members Ready after %v, the marker gone: an empty cluster", len(oldPods), took)
 }
 
 // restoreJob is docs/etcd.md's restore Job, of snapshot.
