@@ -419,7 +419,7 @@ func testKillNode(t *testing.T, names []string, spreadNS string) {
 			t.Errorf("claim %s of the spread StatefulSet: Bound to %q after the node's return, %q before the kill", claim, got, pv)
 		}
 	}
-	if pv := waitClaimBound(t, ns, selected, 3*time.Minute); pv != "" {
+	if pv := waitClaimBound(t, ns, selected, 5*time.Minute); pv != "" {
 		t.Logf("claim %s, whose selected node is back, Bound to %s", selected, pv)
 	}
 	// The load runs on until a claim of this phase is Bound.
