@@ -119,6 +119,10 @@ func TestEtcdCheckCatches(t *testing.T) {
 		{"a hostPath", func(_ renderedObjects, s *appsv1.StatefulSet) {
 			s.Spec.Template.Spec.Volumes[0].VolumeSource = corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: "/var/lib/etcd"}}
 		}, "hostPath"},
+		{"evicted after 5 minutes of a node down", func(_ renderedObjects, s *appsv1.StatefulSet) {
+			five := int64(300)
+			s.Spec.Template.Spec.Tolerations[1].TolerationSeconds = &five
+		}, "unreachable:NoExecute for good"},
 		{"one member", func(_ renderedObjects, s *appsv1.StatefulSet) { one := int32(1); s.Spec.Replicas = &one }, "want 3, Parallel"},
 		{"ordered start", func(_ renderedObjects, s *appsv1.StatefulSet) {
 			s.Spec.PodManagementPolicy = appsv1.OrderedReadyPodManagement
@@ -188,6 +192,13 @@ func etcdProblems(objs renderedObjects, sts *appsv1.StatefulSet, version string)
 	}
 	if !spread {
 		errorf("etcd: no preferred anti-affinity by node")
+	}
+	for _, taint := range []string{corev1.TaintNodeNotReady, corev1.TaintNodeUnreachable} {
+		if !slices.ContainsFunc(pod.Tolerations, func(tl corev1.Toleration) bool {
+			return tl.Key == taint && tl.Operator == corev1.TolerationOpExists && tl.Effect == corev1.TaintEffectNoExecute && tl.TolerationSeconds == nil
+		}) {
+			errorf("etcd does not tolerate %s:NoExecute for good: a node down for 5 minutes would have its member evicted, and a power loss of every node would empty every member's data", taint)
+		}
 	}
 	if len(pod.Containers) != 1 {
 		return append(problems, fmt.Sprintf("etcd: %d containers, want 1", len(pod.Containers)))

@@ -31,7 +31,8 @@ import (
 // driver, its certificate volplane-certs'), a snapshot taken by a Job of
 // it while a reclaim is in flight (the provisioner scaled to 0, so the
 // reclaimer's journal record waits) and with a marker key no replica
-// writes; every etcd pod deleted at once, so every member's data (an
+// writes; every member's pod killed at once as by a power loss, which
+// loses nothing (powerLoss); every etcd pod deleted at once, so every member's data (an
 // emptyDir) is gone and the three bootstrap a new, empty cluster; the
 // restore Job of docs/etcd.md; then the marker and the journal record
 // back, the provisioner back, the reclaim finished with no volume leaked,
@@ -54,6 +55,7 @@ func testRestoreDrill(t *testing.T) {
 		{"backup CronJob of deploy/kubernetes/etcd-backup, claims bound", d.setUp},
 		{"a reclaim in flight: provisioner at 0, a claim deleted", d.reclaimInFlight},
 		{"snapshot by a Job of the CronJob, with a marker key", d.backup},
+		{"every etcd pod's processes killed at once (a power loss): data kept", d.powerLoss},
 		{"every etcd pod deleted at once: every member's data gone", d.destroy},
 		{"docs/etcd.md's restore Job", d.restore},
 		{"marker and journal record back; provisioner back; reclaim done", d.check},
