@@ -393,6 +393,8 @@ func testKillNode(t *testing.T, names []string, spreadNS string) {
 		victim, pending, pending[0], events)
 	claim := "data-" + pending[0]
 	t.Logf("claim %s's Events since the kill (Bound, its volume on %s): %q", claim, victim, eventsSince(t, spreadNS, claim, killAt))
+	selected, why := claimForDeadNode(t, ns, victim, killAt)
+	t.Logf("claim %s, its selected node %s dead, waits: %s", selected, victim, why)
 	if waiting, events := waitingOn(t, ns, victim, killAt); len(waiting) > 0 {
 		t.Logf("the load's claims not Bound whose selected node is %s: %v; the Events of %s and its pod since the kill:\n%s",
 			victim, waiting, waiting[0], events)
@@ -416,6 +418,9 @@ func testKillNode(t *testing.T, names []string, spreadNS string) {
 		if got := boundVolumes(t, spreadNS)[claim]; got != pv {
 			t.Errorf("claim %s of the spread StatefulSet: Bound to %q after the node's return, %q before the kill", claim, got, pv)
 		}
+	}
+	if pv := waitClaimBound(t, ns, selected, 5*time.Minute); pv != "" {
+		t.Logf("claim %s, whose selected node is back, Bound to %s", selected, pv)
 	}
 	// The load runs on until a claim of this phase is Bound.
 	waitFor(t, 2*time.Minute, func() string {
