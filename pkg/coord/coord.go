@@ -56,6 +56,14 @@ type Options struct {
 	AlarmPeriod time.Duration
 }
 
+// KeepAliveTime is how long the etcd client's connection to a member may
+// be silent before it pings; KeepAliveTimeout how long it then waits for
+// the answer before it takes the connection for dead.
+const (
+	KeepAliveTime    = 10 * time.Second
+	KeepAliveTimeout = 5 * time.Second
+)
+
 // DefaultAlarmPeriod is how often a Keeper asks etcd for its alarms.
 const DefaultAlarmPeriod = 5 * time.Second
 
@@ -216,8 +224,18 @@ func newClient(ctx context.Context, o *Options) (*clientv3.Client, error) {
 	cfg := clientv3.Config{
 		Endpoints:   o.Endpoints,
 		DialTimeout: o.DialTimeout,
-		Context:     context.WithoutCancel(ctx),
-		DialOptions: []grpc.DialOption{grpc.WithChainUnaryInterceptor(timeRequests)},
+		// A member whose node lost its power answers nothing, and no RST
+		// ever comes: without pings the connection to it looks alive for
+		// good, and every request, lease keep-alive and watch on it hangs
+		// (make chaos-cluster found a replica's watches and requests stuck
+		// that way for minutes after the node was back). The pings find it
+		// dead within KeepAliveTime+KeepAliveTimeout, and the client moves
+		// to another member. etcd refuses pings more often than every 5s
+		// (--grpc-keepalive-min-time).
+		DialKeepAliveTime:    KeepAliveTime,
+		DialKeepAliveTimeout: KeepAliveTimeout,
+		Context:              context.WithoutCancel(ctx),
+		DialOptions:          []grpc.DialOption{grpc.WithChainUnaryInterceptor(timeRequests)},
 		// The client's own lines (logger=etcd-client) go through the
 		// replica's logger; its per-retry warnings at Debug, the outage
 		// being the Keeper's to report.
