@@ -395,7 +395,29 @@ func (s *storm) killNode(node string, down time.Duration, taint bool) {
 			time.Sleep(time.Second)
 		}
 	}
-	s.logf("%s powered on again after %v off", node, time.Since(off).Round(time.Second))
+	// The next node's kill or etcd member's deletion waits until this
+	// node's kubelet has reported since its start: before, its pods'
+	// Ready conditions are the ones of before the kill.
+	started := time.Now()
+	for time.Since(started) < 3*time.Minute {
+		if n, err := c.Client.CoreV1().Nodes().Get(context.Background(), node, metav1.GetOptions{}); err == nil && heartbeatSince(n, started) {
+			break
+		}
+		time.Sleep(time.Second)
+	}
+	s.logf("%s powered on again after %v off, its kubelet reporting after %v", node,
+		started.Sub(off).Round(time.Second), time.Since(started).Round(time.Second))
+}
+
+// heartbeatSince says whether node's kubelet reported it Ready at or
+// after since.
+func heartbeatSince(n *corev1.Node, since time.Time) bool {
+	for _, cond := range n.Status.Conditions {
+		if cond.Type == corev1.NodeReady {
+			return cond.Status == corev1.ConditionTrue && !cond.LastHeartbeatTime.Time.Before(since.Truncate(time.Second))
+		}
+	}
+	return false
 }
 
 // kcmNode is the node of kube-controller-manager's static pod ("" when
@@ -837,6 +859,9 @@ func chaosPending(t *testing.T, names []string, ns string, ch *chaosChurn) strin
 			return fmt.Sprintf("pod %s not Ready (%v)", g.name, err)
 		}
 	}
+	if released := releasedPVs(t); len(released) > 0 {
+		return fmt.Sprintf("PVs Released or Failed %v", released)
+	}
 	orphans, lost := csiAgainstPVs(t, names)
 	if len(orphans) > 0 || len(lost) > 0 {
 		return fmt.Sprintf("CSI volumes without a PV %v, PVs without their CSI volume %v", orphans, lost)
@@ -874,6 +899,24 @@ func mapKeys[V any](m map[string]V) iter.Seq[string] {
 			}
 		}
 	}
+}
+
+// releasedPVs are the dev driver's PVs of the policy Delete Released or
+// Failed: their claims are gone, and their reclaim is not over.
+func releasedPVs(t *testing.T) []string {
+	pvs, err := c.Client.CoreV1().PersistentVolumes().List(t.Context(), metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, pv := range pvs.Items {
+		if pv.Spec.CSI != nil && pv.Spec.CSI.Driver == devDriverName && pv.Spec.PersistentVolumeReclaimPolicy == corev1.PersistentVolumeReclaimDelete &&
+			(pv.Status.Phase == corev1.VolumeReleased || pv.Status.Phase == corev1.VolumeFailed) {
+			out = append(out, pv.Name+" "+string(pv.Status.Phase))
+		}
+	}
+	sort.Strings(out)
+	return out
 }
 
 // nodeCSIVolumes reads the dev driver's volumes from every node's state
@@ -1017,6 +1060,7 @@ func chaosCheck(t *testing.T, ns, nonce string, ch *chaosChurn, w *claimVolumeWa
 		}
 	}
 	res.Rows = append(res.Rows, chaosRow(chaos.InvOrphanVolumes, uncovered))
+	res.Rows = append(res.Rows, chaosRow(chaos.InvDeletedLeft, releasedPVs(t)))
 	res.Rows = append(res.Rows, chaosRow(invPVNoVolume, lost))
 	left := journal
 	if jerr != nil {
