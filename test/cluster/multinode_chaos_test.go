@@ -115,6 +115,14 @@ type storm struct {
 	faults  map[string]int // kind: count
 	failed  []string       // faults that could not be carried out
 	nodeOff string         // the node off, "" for none
+	lastEnd time.Time      // when the last fault ended
+}
+
+// ended notes that a fault has ended now.
+func (s *storm) ended() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.lastEnd = time.Now()
 }
 
 // logf logs a line with the time since the storm began and the clock.
@@ -159,6 +167,7 @@ func testStorm(t *testing.T, names []string, seed uint64, d time.Duration) storm
 	waitFor(t, 5*time.Minute, func() string { return chaosWhole(t, names) })
 
 	s := &storm{t: t, start: time.Now(), rng: rand.New(rand.NewPCG(seed, 37)), names: names, faults: map[string]int{}}
+	s.lastEnd = s.start
 	w := watchClaimVolumes(t.Context(), ns)
 	ch := newChaosChurn(ns, rand.New(rand.NewPCG(seed, 5)), s)
 	churnCtx, stopChurn := context.WithCancel(t.Context())
@@ -181,13 +190,17 @@ func testStorm(t *testing.T, names []string, seed uint64, d time.Duration) storm
 		case <-time.After(wait):
 		}
 		s.fault(&nodeDone)
+		s.ended()
 	}
 	s.logf("no new fault; waiting for the node off, if any, to be back")
 	nodeDone.Wait()
+	s.mu.Lock()
+	lastFault := s.lastEnd
+	s.mu.Unlock()
+	s.logf("last fault over %v ago; stopping the churn", time.Since(lastFault).Round(100*time.Millisecond))
 	stopChurn()
 	<-churnDone
-	lastFault := time.Now()
-	s.logf("storm over: %s; churn: %s; waiting up to %v for convergence", s.faultList(), ch.summary(), chaosConverge)
+	s.logf("storm over: %s; churn: %s; waiting up to %v after the last fault for convergence", s.faultList(), ch.summary(), chaosConverge)
 
 	converged, why := chaosConverged(t, names, ns, ch, lastFault)
 	w.stop()
@@ -265,7 +278,7 @@ func (s *storm) fault(nodeDone *sync.WaitGroup) {
 			defer nodeDone.Done()
 			s.killNode(victim, down, taint)
 			s.mu.Lock()
-			s.nodeOff = ""
+			s.nodeOff, s.lastEnd = "", time.Now()
 			s.mu.Unlock()
 		}()
 	case r >= 7 && r < 9:
@@ -820,11 +833,13 @@ func addTo[K, V comparable](m map[K]map[V]bool, k K, v V) {
 // CSI volume there, and the journal empty. It returns how long that took
 // after lastFault, or what still did not hold.
 func chaosConverged(t *testing.T, names []string, ns string, ch *chaosChurn, lastFault time.Time) (time.Duration, string) {
-	var why string
-	for time.Since(lastFault) < chaosConverge {
-		why = chaosPending(t, names, ns, ch)
+	for {
+		why := chaosPending(t, names, ns, ch)
 		if why == "" {
 			return time.Since(lastFault), ""
+		}
+		if time.Since(lastFault) > chaosConverge {
+			return time.Since(lastFault), why
 		}
 		select {
 		case <-t.Context().Done():
@@ -832,7 +847,6 @@ func chaosConverged(t *testing.T, names []string, ns string, ch *chaosChurn, las
 		case <-time.After(time.Second):
 		}
 	}
-	return time.Since(lastFault), why
 }
 
 // chaosPending says what is not converged yet ("" when all is).
