@@ -409,11 +409,13 @@ func (s *storm) killNode(node string, down time.Duration, taint bool) {
 		}
 	}
 	// The next node's kill or etcd member's deletion waits until this
-	// node's kubelet has reported since its start: before, its pods'
-	// Ready conditions are the ones of before the kill.
+	// node's kubelet has reported since the kill: before, its pods' Ready
+	// conditions may be the ones of before the kill. (Since the kill, not
+	// since node.sh start returned: the kubelet reports as it starts, and
+	// then only every few minutes while nothing changes.)
 	started := time.Now()
 	for time.Since(started) < 3*time.Minute {
-		if n, err := c.Client.CoreV1().Nodes().Get(context.Background(), node, metav1.GetOptions{}); err == nil && heartbeatSince(n, started) {
+		if n, err := c.Client.CoreV1().Nodes().Get(context.Background(), node, metav1.GetOptions{}); err == nil && heartbeatSince(n, off) {
 			break
 		}
 		time.Sleep(time.Second)
