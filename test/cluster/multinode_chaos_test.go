@@ -698,6 +698,12 @@ func (ch *chaosChurn) confirm(ctx context.Context) {
 		if err != nil || !podReady(p) {
 			continue
 		}
+		ch.s.mu.Lock()
+		off := ch.s.nodeOff
+		ch.s.mu.Unlock()
+		if p.Spec.NodeName == off {
+			continue // Ready as its node last said; the exec would hang
+		}
 		// A short bound: the pod's node may have just lost its power.
 		ectx, cancel := context.WithTimeout(ctx, 15*time.Second)
 		out, err := c.Run(ectx, "", "exec", "-n", ch.ns, g.name, "--", "volplane-workload", "cat", "/data/f")
