@@ -159,8 +159,9 @@ cluster-down: ## Stop the cluster and undo what it changed on the host (processe
 # the nodes Ready in their zones, pods and Services across nodes, each
 # node's own hostPath directories; then volplane spread over the nodes,
 # drains, and a node killed as by a power loss (hack/cluster/node.sh)
-# while claims bind (test/cluster TestMultiNode).
-test-cluster-multi: ## make cluster NODES=3 with the upstream CSI sidecars and kube-controller-manager's binder; its smoke test, distributed provisioning (csi-provisioner and volplane-csi-sidecar --node-deployment side by side), volplane spread, drains, a node (an etcd member, a zone) killed while claims bind and brought back; then make cluster-down even when it fails.
+# while claims bind, then one short storm of make chaos-cluster (seed 1,
+# 75s: test/cluster TestMultiNode).
+test-cluster-multi: ## make cluster NODES=3 with the upstream CSI sidecars and kube-controller-manager's binder; its smoke test, distributed provisioning (csi-provisioner and volplane-csi-sidecar --node-deployment side by side), volplane spread, drains, a node (an etcd member, a zone) killed while claims bind and brought back, a short seeded chaos storm; then make cluster-down even when it fails.
 	@trap 'rc=$$?; $(CLUSTER_ENV) hack/cluster/down.sh || rc=1; exit $$rc' EXIT; \
 	start=$$(date +%s); \
 	$(GO) build -o $(BIN)/ ./cmd/volplane-certs && \
@@ -168,6 +169,24 @@ test-cluster-multi: ## make cluster NODES=3 with the upstream CSI sidecars and k
 	$(CLUSTER_TEST_ENV) VOLPLANE_CLUSTER_NODES=$(if $(filter 1,$(NODES)),3,$(NODES)) VOLPLANE_SNAPSHOT_CRDS=$(VOLPLANE_CACHE)/csi-sidecars/snapshot-crds \
 		$(GO) test -count=1 -v -timeout 40m -run '^TestMultiNode$$' ./test/cluster/; \
 	rc=$$?; echo "make test-cluster-multi: $$(( $$(date +%s) - start ))s, then make cluster-down"; exit $$rc
+# The storm in the cluster of several nodes (docs/chaos.md): the cluster
+# of test-cluster-multi, TestMultiNode's subtests that install the
+# distributed dev driver and volplane spread over the nodes, then its
+# subtest chaos: per seed of SEEDS (SEED unless set), DURATION of faults
+# (volplane pods deleted, nodes killed and restarted, etcd members
+# deleted, kube-apiserver restarted) while a StatefulSet keeps data and
+# claims come and go, and the table of invariants.
+SEEDS ?= $(SEED)
+.PHONY: chaos-cluster
+chaos-cluster: ## make cluster NODES=3 and volplane spread over it as test-cluster-multi does; a seeded storm (SEED or SEEDS="1 2 3", DURATION each) of pod deletions, node kills, etcd member deletions and kube-apiserver restarts with claims in flight; the invariant table, non-zero on a violation; make cluster-down even when it fails.
+	@trap 'rc=$$?; $(CLUSTER_ENV) hack/cluster/down.sh || rc=1; exit $$rc' EXIT; \
+	start=$$(date +%s); \
+	$(GO) build -o $(BIN)/ ./cmd/volplane-certs && \
+	$(CLUSTER_ENV) VOLPLANE_CLUSTER_NODES=$(if $(filter 1,$(NODES)),3,$(NODES)) VOLPLANE_CSI_SIDECARS=1 KCM_CONTROLLERS='*,bootstrapsigner,tokencleaner' hack/cluster/up.sh && \
+	$(CLUSTER_TEST_ENV) VOLPLANE_CLUSTER_NODES=$(if $(filter 1,$(NODES)),3,$(NODES)) VOLPLANE_SNAPSHOT_CRDS=$(VOLPLANE_CACHE)/csi-sidecars/snapshot-crds \
+		VOLPLANE_CHAOS_SEEDS='$(SEEDS)' VOLPLANE_CHAOS_DURATION=$(DURATION) \
+		$(GO) test -count=1 -v -timeout 6h -run '^TestMultiNode$$/^(nodes_Ready_in_their_zones|distributed_provisioning|chaos)$$' ./test/cluster/ || rc=$$?; \
+	echo "make chaos-cluster: $$(( $$(date +%s) - start ))s, then make cluster-down"; exit $${rc:-0}
 test-cluster-smoke: ## make cluster, its smoke test (node, DNS, volumes, token, logs, exec), then make cluster-down even when it fails.
 	@trap 'rc=$$?; $(CLUSTER_ENV) hack/cluster/down.sh || rc=1; exit $$rc' EXIT; \
 	$(CLUSTER_ENV) hack/cluster/up.sh; \

@@ -38,7 +38,9 @@ var nodeNet = netip.MustParsePrefix("10.250.0.0/24")
 // (testDrain), and a node holding an etcd member, alone in its zone,
 // killed as by a power loss while claims bind (hack/cluster/node.sh),
 // given the out-of-service taint once NotReady, and brought back
-// (testKillNode).
+// (testKillNode). Last, a seeded storm of faults while claims come and
+// go, and its table of invariants (testChaos; make chaos-cluster runs
+// only the subtests it needs and this one).
 func TestMultiNode(t *testing.T) {
 	want, _ := strconv.Atoi(os.Getenv("VOLPLANE_CLUSTER_NODES"))
 	if want < 2 {
@@ -74,6 +76,9 @@ func TestMultiNode(t *testing.T) {
 	})
 	t.Run("kill a node", func(t *testing.T) {
 		testKillNode(t, names, spreadNS)
+	})
+	t.Run("chaos", func(t *testing.T) {
+		testChaos(t, names)
 	})
 }
 
