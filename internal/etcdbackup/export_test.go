@@ -1,6 +1,7 @@
 package etcdbackup_test
 
 import (
+	"crypto/rand"
 	"fmt"
 	"strings"
 	"testing"
@@ -143,7 +144,8 @@ func TestAnExportInASecretRestoresIntoANewCluster(t *testing.T) {
 
 // What cannot be a backup is refused with a message that says what to
 // do, and nothing is written: no Secret to write into (the backup may
-// not create one), a Secret with no export yet, an export that is not
+// not create one), an export too big for a Secret, a Secret with no
+// export yet, an export that is not
 // one, both a snapshot and a Secret to restore.
 func TestSecretBackupsRefuseWhatTheyCannotUse(t *testing.T) {
 	ctx := t.Context()
@@ -159,6 +161,32 @@ func TestSecretBackupsRefuseWhatTheyCannotUse(t *testing.T) {
 	}
 	if err := etcdbackup.Run(ctx, etcdbackup.Options{Client: etcdbackup.Client{Endpoints: e.Endpoints}, Logger: quiet()}); err == nil || !strings.Contains(err.Error(), "--secret") {
 		t.Errorf("a backup with nowhere to go: %v", err)
+	}
+
+	// More than a Secret holds (random values do not compress): refused
+	// with the way out, and the Secret's export before it left as it was.
+	big := startEtcd(t)
+	cli, err := clientv3.New(clientv3.Config{Endpoints: big.Endpoints, DialTimeout: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cli.Close()
+	value := make([]byte, 1<<10)
+	for i := range 1100 {
+		_, _ = rand.Read(value)
+		if _, err := cli.Put(ctx, fmt.Sprintf("/volplane/journal/provision/pv-%d", i), string(value)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	kept := backupSecret()
+	kept.Data = map[string][]byte{etcdbackup.SecretLatest: []byte("the export before")}
+	full := etcdbackup.SecretTarget{Client: fake.NewClientset(kept), Namespace: "volplane-system", Name: "volplane-etcd-backup"}
+	err = etcdbackup.Run(ctx, etcdbackup.Options{Client: etcdbackup.Client{Endpoints: big.Endpoints}, Secret: full, Logger: quiet()})
+	if err == nil || !strings.Contains(err.Error(), "more than a Secret holds") || !strings.Contains(err.Error(), "--dir") {
+		t.Errorf("an export too big for a Secret: %v", err)
+	}
+	if sec, _ := full.Client.CoreV1().Secrets("volplane-system").Get(ctx, "volplane-etcd-backup", metav1.GetOptions{}); string(sec.Data[etcdbackup.SecretLatest]) != "the export before" {
+		t.Errorf("a refused export changed the Secret: %d bytes", len(sec.Data[etcdbackup.SecretLatest]))
 	}
 
 	fresh := startEtcd(t)
