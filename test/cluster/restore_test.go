@@ -120,7 +120,20 @@ func (d *restoreDrill) backup(t *testing.T) string {
 	if err := etcdPut(t, d.marker, "written before the snapshot"); err != nil {
 		t.Fatalf("put %s: %v", d.marker, err)
 	}
-	c.Kubectl(t, "-n", volplaneNS, "create", "job", "volplane-etcd-drill-backup", "--from=cronjob/volplane-etcd-backup")
+	// The CronJob's Job, as kubectl create job --from=cronjob makes it,
+	// but not owned by the CronJob, whose controller would delete it with
+	// its oldest once past its history limit, maybe before its log is read.
+	var job map[string]any
+	if err := json.Unmarshal([]byte(c.Kubectl(t, "-n", volplaneNS, "create", "job", "volplane-etcd-drill-backup",
+		"--from=cronjob/volplane-etcd-backup", "--dry-run=client", "-o", "json")), &job); err != nil {
+		t.Fatal(err)
+	}
+	delete(job["metadata"].(map[string]any), "ownerReferences")
+	manifest, err := json.Marshal(job)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.Apply(t, volplaneNS, string(manifest))
 	log := jobLog(t, "volplane-etcd-drill-backup")
 	m := regexp.MustCompile(`etcd keys exported.*`).FindString(log)
 	if m == "" {
@@ -272,8 +285,6 @@ func (d *restoreDrill) cleanup(t *testing.T) string {
 	if err := etcdDelete(t, d.marker); err != nil {
 		t.Error(err)
 	}
-	// The backup Job is the CronJob's (kubectl create job --from), whose
-	// history limit may have deleted it already.
 	c.Kubectl(t, "-n", volplaneNS, "delete", "job", "volplane-etcd-drill-backup", "volplane-etcd-restore", "--ignore-not-found", "--wait=true")
 	return "marker and the drill's Jobs deleted (the CronJob and its Secret are the base's)"
 }
