@@ -187,6 +187,9 @@ func podsOn(t *testing.T, ns, node string) []string {
 	}
 	var out []string
 	for _, p := range pods.Items {
+		if p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
+			continue // a Job's pod that has run (the etcd backup's): nothing on the node to move
+		}
 		out = append(out, p.Name)
 	}
 	sort.Strings(out)
