@@ -179,7 +179,8 @@ func nodeIsReady(t *testing.T, node string, want bool) string {
 	return ""
 }
 
-// podsOn are the pods of ns bound to node, terminating ones included.
+// podsOn are the pods of ns bound to node, terminating ones included,
+// finished ones (a Job's that has run) not.
 func podsOn(t *testing.T, ns, node string) []string {
 	pods, err := c.Client.CoreV1().Pods(ns).List(t.Context(), metav1.ListOptions{FieldSelector: "spec.nodeName=" + node})
 	if err != nil {
