@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net/url"
 	"os"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -13,6 +14,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	policyv1 "k8s.io/api/policy/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"sigs.k8s.io/yaml"
@@ -325,16 +327,56 @@ func etcdProblems(objs renderedObjects, sts *appsv1.StatefulSet, version string)
 	return problems
 }
 
-// The backup component renders into an overlay: a CronJob whose command
+// Backups are on by default: the base renders a CronJob whose command
 // line volplane-etcd-backup accepts, reaching every member, restricted,
-// with no hostPath, and let in by etcd's NetworkPolicy.
-func TestEtcdBackupComponent(t *testing.T) {
+// with no volume but its certificate (so nothing volplane must bind),
+// exporting into the Secret the base creates, with a Role that may read
+// and rewrite that one Secret and nothing else; etcd's NetworkPolicy lets
+// it in. The etcd-backup Component adds snapshots into a claim to the
+// same CronJob.
+func TestEtcdBackupIsOnByDefault(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds every binary")
 	}
 	bin := build(t)
 	version := makefileVersion(t)
-	objs := renderObjects(t, backupOverlay(t))
+	objs := renderObjects(t, "kubernetes")
+	tmpl, f := checkBackupCronJob(t, objs, bin, version)
+	if f["secret"] != "volplane-etcd-backup" || f["dir"] != "" {
+		t.Errorf("backup --secret %q --dir %q, want the Secret volplane-etcd-backup and no directory", f["secret"], f["dir"])
+	}
+	for _, v := range tmpl.Spec.Volumes {
+		if v.Secret == nil {
+			t.Errorf("backup volume %s is not a Secret: the default backup must need nothing volplane binds", v.Name)
+		}
+	}
+	if objs["Secret/volplane-etcd-backup"] == nil {
+		t.Error("the base has no Secret volplane-etcd-backup for the exports (the backup may not create one)")
+	}
+	var role rbacv1.Role
+	objs.into(t, "Role/volplane-etcd-backup", &role)
+	want := []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"secrets"}, ResourceNames: []string{"volplane-etcd-backup"}, Verbs: []string{"get", "update"}}}
+	if !reflect.DeepEqual(role.Rules, want) {
+		t.Errorf("the backup's Role: %+v, want only get and update of its Secret %+v", role.Rules, want)
+	}
+	if tmpl.Spec.ServiceAccountName != "volplane-etcd-backup" {
+		t.Errorf("the backup runs as ServiceAccount %q, want volplane-etcd-backup (its Role's)", tmpl.Spec.ServiceAccountName)
+	}
+
+	withDir := renderObjects(t, backupOverlay(t))
+	_, f = checkBackupCronJob(t, withDir, bin, version)
+	if f["dir"] == "" || f["keep"] == "" || f["secret"] == "" {
+		t.Errorf("with the etcd-backup Component: backup --dir %q --keep %q --secret %q, want all three", f["dir"], f["keep"], f["secret"])
+	}
+	if withDir["PersistentVolumeClaim/volplane-etcd-backup"] == nil {
+		t.Error("the etcd-backup Component has no backup claim")
+	}
+}
+
+// checkBackupCronJob checks the CronJob volplane-etcd-backup of objs and
+// returns its pod template and its container's flags.
+func checkBackupCronJob(t *testing.T, objs renderedObjects, bin, version string) (corev1.PodTemplateSpec, map[string]string) {
+	t.Helper()
 	var sts appsv1.StatefulSet
 	objs.into(t, "StatefulSet/volplane-etcd", &sts)
 	var cj batchv1.CronJob
@@ -375,9 +417,6 @@ func TestEtcdBackupComponent(t *testing.T) {
 	if got := strings.Split(f["etcd-endpoints"], ","); !slices.Equal(got, want) {
 		t.Errorf("backup --etcd-endpoints %v, want every member %v", got, want)
 	}
-	if f["dir"] == "" || f["keep"] == "" {
-		t.Errorf("backup --dir %q --keep %q", f["dir"], f["keep"])
-	}
 	var np networkingv1.NetworkPolicy
 	objs.into(t, "NetworkPolicy/volplane-etcd", &np)
 	admitted := false
@@ -389,7 +428,5 @@ func TestEtcdBackupComponent(t *testing.T) {
 	if !admitted {
 		t.Errorf("etcd's NetworkPolicy does not let the backup job (app=%s) in", tmpl.Labels["app"])
 	}
-	if objs["PersistentVolumeClaim/volplane-etcd-backup"] == nil || objs["Certificate/volplane-etcd-backup"] == nil {
-		t.Error("the component has no backup claim or no client certificate")
-	}
+	return tmpl, f
 }

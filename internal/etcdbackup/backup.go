@@ -60,6 +60,9 @@ type Options struct {
 	Client
 	// Dir receives the snapshots (--dir): a volume the operator chooses.
 	Dir string
+	// Secret receives an export of volplane's keys (--secret): no
+	// volume, so nothing that volplane must bind first.
+	Secret SecretTarget
 	// Keep is how many snapshots to keep, newest first (--keep); default
 	// DefaultKeep.
 	Keep int
@@ -73,8 +76,8 @@ func (o *Options) defaults() error {
 	if len(o.Endpoints) == 0 {
 		return errors.New("no etcd endpoints (--etcd-endpoints)")
 	}
-	if o.Dir == "" {
-		return errors.New("no directory for the snapshots (--dir)")
+	if o.Dir == "" && o.Secret.Name == "" {
+		return errors.New("nowhere to back up to: give a directory for snapshots (--dir), a Secret for an export of the keys (--secret), or both")
 	}
 	if o.Keep <= 0 {
 		o.Keep = DefaultKeep
@@ -93,7 +96,7 @@ func Run(ctx context.Context, o Options) error {
 		return err
 	}
 	for {
-		_, err := Save(ctx, o)
+		err := saveOnce(ctx, o)
 		if o.Interval <= 0 {
 			return err
 		}
@@ -106,6 +109,51 @@ func Run(ctx context.Context, o Options) error {
 			return nil
 		}
 	}
+}
+
+// saveOnce takes a snapshot into Dir and an export into the Secret, each
+// when configured; both are tried when one fails.
+func saveOnce(ctx context.Context, o Options) error {
+	var errs []error
+	if o.Dir != "" {
+		if _, err := Save(ctx, o); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if o.Secret.Name != "" {
+		if err := SaveExport(ctx, o); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// SaveExport reads volplane's keys (ExportKeys, "/volplane/") and writes
+// them into the Secret.
+func SaveExport(ctx context.Context, o Options) error {
+	cfg, err := o.config(o.Endpoints)
+	if err != nil {
+		return err
+	}
+	cli, err := clientv3.New(cfg)
+	if err != nil {
+		return fmt.Errorf("connect to etcd %s: %w", strings.Join(o.Endpoints, ","), err)
+	}
+	defer cli.Close()
+	began := time.Now()
+	ectx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	e, err := ExportKeys(ectx, cli, "/volplane/")
+	if err != nil {
+		return err
+	}
+	n, err := saveExport(ectx, o.Secret, e)
+	if err != nil {
+		return err
+	}
+	o.Logger.Info("etcd keys exported", "secret", o.Secret.Namespace+"/"+o.Secret.Name, "revision", e.Revision,
+		"keys", len(e.Keys), "leases", len(e.TTLs), "bytes", n, "took", time.Since(began).Round(time.Millisecond).String())
+	return nil
 }
 
 // Save takes one snapshot from the first endpoint that gives one, writes

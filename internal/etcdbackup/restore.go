@@ -27,6 +27,10 @@ type RestoreOptions struct {
 	Client
 	// Snapshot is the file to restore (--restore).
 	Snapshot string
+	// Secret, when Snapshot is empty, holds the export to restore
+	// (--restore-secret): its newest, or the one before with Previous.
+	Secret   SecretTarget
+	Previous bool
 	// Prefix restricts the restore to keys under it (--prefix); default
 	// "/volplane/", volplane's keys.
 	Prefix string
@@ -65,7 +69,7 @@ func Restore(ctx context.Context, o RestoreOptions) (RestoreResult, error) {
 	if o.Logger == nil {
 		o.Logger = slog.Default()
 	}
-	kvs, ttls, err := readSnapshot(o.Snapshot, o.Prefix)
+	kvs, ttls, source, err := o.read(ctx)
 	if err != nil {
 		return res, err
 	}
@@ -124,9 +128,33 @@ func Restore(ctx context.Context, o RestoreOptions) (RestoreResult, error) {
 			}
 		}
 	}
-	o.Logger.Info("etcd snapshot restored", "snapshot", o.Snapshot, "prefix", o.Prefix, "written", res.Written,
+	o.Logger.Info("etcd snapshot restored", "snapshot", source, "prefix", o.Prefix, "written", res.Written,
 		"present", res.Present, "leases", res.Leases, "skipped_lease_gone", skipped)
 	return res, nil
+}
+
+// read reads the keys to restore, from the snapshot file or the Secret's
+// export, and names where they came from.
+func (o RestoreOptions) read(ctx context.Context) ([]*mvccpb.KeyValue, map[int64]int64, string, error) {
+	switch {
+	case o.Snapshot != "" && o.Secret.Name != "":
+		return nil, nil, "", errors.New("restore a snapshot file (--restore) or a Secret's export (--restore-secret), not both")
+	case o.Snapshot != "":
+		kvs, ttls, err := readSnapshot(o.Snapshot, o.Prefix)
+		return kvs, ttls, o.Snapshot, err
+	case o.Secret.Name != "":
+		key := SecretLatest
+		if o.Previous {
+			key = SecretPrevious
+		}
+		e, err := loadExport(ctx, o.Secret, key)
+		if err != nil {
+			return nil, nil, "", err
+		}
+		kvs, ttls := e.keyValues(o.Prefix)
+		return kvs, ttls, fmt.Sprintf("secret %s/%s %s (revision %d, taken %s)", o.Secret.Namespace, o.Secret.Name, key, e.Revision, e.Taken.Format(time.RFC3339)), nil
+	}
+	return nil, nil, "", errors.New("nothing to restore: give a snapshot file (--restore) or a Secret (--restore-secret)")
 }
 
 // readSnapshot reads the keys under prefix as of the snapshot's last

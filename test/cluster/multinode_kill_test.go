@@ -179,7 +179,8 @@ func nodeIsReady(t *testing.T, node string, want bool) string {
 	return ""
 }
 
-// podsOn are the pods of ns bound to node, terminating ones included.
+// podsOn are the pods of ns bound to node, terminating ones included,
+// finished ones (a Job's that has run) not.
 func podsOn(t *testing.T, ns, node string) []string {
 	pods, err := c.Client.CoreV1().Pods(ns).List(t.Context(), metav1.ListOptions{FieldSelector: "spec.nodeName=" + node})
 	if err != nil {
@@ -187,6 +188,9 @@ func podsOn(t *testing.T, ns, node string) []string {
 	}
 	var out []string
 	for _, p := range pods.Items {
+		if p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
+			continue // a Job's pod that has run (the etcd backup's): nothing on the node to move
+		}
 		out = append(out, p.Name)
 	}
 	sort.Strings(out)

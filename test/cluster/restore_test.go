@@ -10,8 +10,6 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"os"
-	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
@@ -27,20 +25,20 @@ import (
 
 // restoreDrill is TestCluster's phase etcd-restore: docs/etcd.md's backup
 // and restore, run as an operator would after losing every member. The
-// backup CronJob of deploy/kubernetes/etcd-backup (its claim on the dev
-// driver, its certificate volplane-certs'), a snapshot taken by a Job of
-// it while a reclaim is in flight (the provisioner scaled to 0, so the
-// reclaimer's journal record waits) and with a marker key no replica
-// writes; every member's pod killed at once as by a power loss, which
-// loses nothing (powerLoss); every etcd pod deleted at once, so every member's data (an
-// emptyDir) is gone and the three bootstrap a new, empty cluster; the
-// restore Job of docs/etcd.md; then the marker and the journal record
-// back, the provisioner back, the reclaim finished with no volume leaked,
-// every claim bound before still Bound, and a new claim bound.
+// base's backup (on by default: a CronJob exporting volplane's keys into
+// the Secret volplane-etcd-backup, its certificate volplane-certs'), run
+// by a Job of it while a reclaim is in flight (the provisioner scaled to
+// 0, so the reclaimer's journal record waits) and with a marker key no
+// replica writes; every member's pod killed at once as by a power loss,
+// which loses nothing (powerLoss); every etcd pod deleted at once, so
+// every member's data (an emptyDir) is gone and the three bootstrap a
+// new, empty cluster; the restore Job of docs/etcd.md, from the Secret;
+// then the marker and the journal record back, the provisioner back, the
+// reclaim finished with no volume leaked, every claim bound before still
+// Bound, and a new claim bound.
 type restoreDrill struct {
 	ns          string
 	marker      string
-	snapshot    string
 	gone        string // the PV whose reclaim is in flight at the snapshot
 	keep        map[string]string
 	provisioner int // the provisioner's replicas before the drill
@@ -52,15 +50,15 @@ type restoreDrill struct {
 func testRestoreDrill(t *testing.T) {
 	d := &restoreDrill{marker: "/volplane/drill/" + randomSuffix(), keep: map[string]string{}}
 	steps := []step{
-		{"backup CronJob of deploy/kubernetes/etcd-backup, claims bound", d.setUp},
+		{"claims bound; the base's backup CronJob there", d.setUp},
 		{"a reclaim in flight: provisioner at 0, a claim deleted", d.reclaimInFlight},
-		{"snapshot by a Job of the CronJob, with a marker key", d.backup},
+		{"an export into the Secret by a Job of the CronJob, with a marker key", d.backup},
 		{"every etcd pod's processes killed at once (a power loss): data kept", d.powerLoss},
 		{"every etcd pod deleted at once: every member's data gone", d.destroy},
-		{"docs/etcd.md's restore Job", d.restore},
+		{"docs/etcd.md's restore Job, from the Secret", d.restore},
 		{"marker and journal record back; provisioner back; reclaim done", d.check},
 		{"claims of before Bound, a new claim binds, nothing leaked", d.after},
-		{"drill's objects deleted", d.cleanup},
+		{"drill's Jobs and marker deleted", d.cleanup},
 	}
 	rows := [][]string{{"STEP", "TOOK", "WHAT WAS SEEN"}}
 	defer func() { t.Logf("etcd restore drill:\n%s", table(rows)) }()
@@ -74,40 +72,17 @@ func testRestoreDrill(t *testing.T) {
 	}
 }
 
-// backupManifest is deploy/kubernetes/etcd-backup without cert-manager's
-// Certificate (volplane-certs made the Secret), its claim on the dev
-// driver's Immediate class and small.
-func backupManifest(t *testing.T) string {
-	b, err := os.ReadFile(filepath.Join(repoRoot(t), "deploy/kubernetes/etcd-backup/etcd-backup.yaml"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var docs []string
-	for doc := range strings.SplitSeq(string(b), "\n---\n") {
-		if !strings.Contains(doc, "kind: Certificate") {
-			docs = append(docs, doc)
-		}
-	}
-	out := strings.Join(docs, "\n---\n")
-	const size = "  resources: {requests: {storage: 10Gi}}"
-	if !strings.Contains(out, size) {
-		t.Fatalf("deploy/kubernetes/etcd-backup/etcd-backup.yaml: no line %q to set the claim's class and size", size)
-	}
-	return strings.Replace(out, size, "  storageClassName: "+classImmediate+"\n  resources: {requests: {storage: 64Mi}}", 1)
-}
-
 func (d *restoreDrill) setUp(t *testing.T) string {
 	requireVolplaneReady(t)
 	d.ns = c.Namespace(t)
-	c.Apply(t, volplaneNS, backupManifest(t))
+	c.Kubectl(t, "-n", volplaneNS, "get", "cronjob/volplane-etcd-backup", "secret/volplane-etcd-backup")
 	t.Cleanup(func() { // on a failure too, so that the phases after it find no drill's object
-		for _, obj := range []string{"job/volplane-etcd-drill-backup", "job/volplane-etcd-restore", "cronjob/volplane-etcd-backup", "pvc/volplane-etcd-backup"} {
+		for _, obj := range []string{"job/volplane-etcd-drill-backup", "job/volplane-etcd-restore"} {
 			if out, err := c.Run(context.Background(), "", "-n", volplaneNS, "delete", obj, "--ignore-not-found", "--wait=true"); err != nil {
 				t.Errorf("deleting %s: %v %s", obj, err, out)
 			}
 		}
 	})
-	waitClaimBound(t, volplaneNS, "volplane-etcd-backup", 3*time.Minute)
 	for i := range 3 {
 		name := fmt.Sprintf("keep-%d", i)
 		createClaim(t, d.ns, name)
@@ -115,7 +90,7 @@ func (d *restoreDrill) setUp(t *testing.T) string {
 	}
 	createClaim(t, d.ns, "gone")
 	d.gone = waitClaimBound(t, d.ns, "gone", 3*time.Minute)
-	return fmt.Sprintf("backup claim Bound; claims keep-0..2 and gone Bound (gone's PV %s)", d.gone)
+	return fmt.Sprintf("CronJob and Secret volplane-etcd-backup there (the base's); claims keep-0..2 and gone Bound (gone's PV %s)", d.gone)
 }
 
 func (d *restoreDrill) reclaimInFlight(t *testing.T) string {
@@ -145,14 +120,26 @@ func (d *restoreDrill) backup(t *testing.T) string {
 	if err := etcdPut(t, d.marker, "written before the snapshot"); err != nil {
 		t.Fatalf("put %s: %v", d.marker, err)
 	}
-	c.Kubectl(t, "-n", volplaneNS, "create", "job", "volplane-etcd-drill-backup", "--from=cronjob/volplane-etcd-backup")
-	log := jobLog(t, "volplane-etcd-drill-backup")
-	m := regexp.MustCompile(`path[=":]+(/backup/volplane-etcd-[^" ]+\.db)`).FindStringSubmatch(log)
-	if m == nil {
-		t.Fatalf("the backup Job's log names no snapshot:\n%s", log)
+	// The CronJob's Job, as kubectl create job --from=cronjob makes it,
+	// but not owned by the CronJob, whose controller would delete it with
+	// its oldest once past its history limit, maybe before its log is read.
+	var job map[string]any
+	if err := json.Unmarshal([]byte(c.Kubectl(t, "-n", volplaneNS, "create", "job", "volplane-etcd-drill-backup",
+		"--from=cronjob/volplane-etcd-backup", "--dry-run=client", "-o", "json")), &job); err != nil {
+		t.Fatal(err)
 	}
-	d.snapshot = m[1]
-	return "snapshot " + d.snapshot
+	delete(job["metadata"].(map[string]any), "ownerReferences")
+	manifest, err := json.Marshal(job)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.Apply(t, volplaneNS, string(manifest))
+	log := jobLog(t, "volplane-etcd-drill-backup")
+	m := regexp.MustCompile(`etcd keys exported.*`).FindString(log)
+	if m == "" {
+		t.Fatalf("the backup Job's log says no export:\n%s", log)
+	}
+	return m
 }
 
 func (d *restoreDrill) destroy(t *testing.T) string {
@@ -195,8 +182,9 @@ func (d *restoreDrill) destroy(t *testing.T) string {
 	return fmt.Sprintf("%d new members Ready after %v, the marker gone: an empty cluster", len(oldPods), took)
 }
 
-// restoreJob is docs/etcd.md's restore Job, of snapshot.
-func restoreJob(t *testing.T, snapshot string) string {
+// restoreJob is docs/etcd.md's restore Job, from the Secret of the
+// backups.
+func restoreJob(t *testing.T) string {
 	image := workloadImage(t, upgradeComponent{"etcd", "statefulset", "volplane-etcd"})
 	return fmt.Sprintf(`apiVersion: batch/v1
 kind: Job
@@ -207,6 +195,7 @@ spec:
     metadata: {labels: {app: volplane-etcd-backup}}
     spec:
       restartPolicy: OnFailure
+      serviceAccountName: volplane-etcd-backup
       priorityClassName: volplane-critical
       securityContext: {runAsNonRoot: true, runAsUser: 65532, runAsGroup: 65532, fsGroup: 65532, seccompProfile: {type: RuntimeDefault}}
       containers:
@@ -216,20 +205,20 @@ spec:
           securityContext: {allowPrivilegeEscalation: false, readOnlyRootFilesystem: true, capabilities: {drop: [ALL]}}
           command:
             - /usr/local/bin/volplane-etcd-backup
-            - --restore=%s
+            - --restore-secret=volplane-etcd-backup
+            - --secret-namespace=volplane-system
             - --etcd-endpoints=https://volplane-etcd-0.volplane-etcd.volplane-system.svc:2379,https://volplane-etcd-1.volplane-etcd.volplane-system.svc:2379,https://volplane-etcd-2.volplane-etcd.volplane-system.svc:2379
             - --etcd-cacert=/etc/volplane/tls/ca.crt
             - --etcd-cert=/etc/volplane/tls/tls.crt
             - --etcd-key=/etc/volplane/tls/tls.key
-          volumeMounts: [{name: backup, mountPath: /backup, readOnly: true}, {name: tls, mountPath: /etc/volplane/tls, readOnly: true}]
+          volumeMounts: [{name: tls, mountPath: /etc/volplane/tls, readOnly: true}]
       volumes:
-        - {name: backup, persistentVolumeClaim: {claimName: volplane-etcd-backup}}
         - {name: tls, secret: {secretName: volplane-etcd-backup-tls}}
-`, image, snapshot)
+`, image)
 }
 
 func (d *restoreDrill) restore(t *testing.T) string {
-	c.Apply(t, volplaneNS, restoreJob(t, d.snapshot))
+	c.Apply(t, volplaneNS, restoreJob(t))
 	log := jobLog(t, "volplane-etcd-restore")
 	if !strings.Contains(log, "etcd snapshot restored") {
 		t.Fatalf("the restore Job's log does not say it restored:\n%s", log)
@@ -296,9 +285,8 @@ func (d *restoreDrill) cleanup(t *testing.T) string {
 	if err := etcdDelete(t, d.marker); err != nil {
 		t.Error(err)
 	}
-	c.Kubectl(t, "-n", volplaneNS, "delete", "cronjob", "volplane-etcd-backup", "--wait=true")
-	c.Kubectl(t, "-n", volplaneNS, "delete", "pvc", "volplane-etcd-backup", "--wait=true")
-	return "marker, CronJob and backup claim deleted"
+	c.Kubectl(t, "-n", volplaneNS, "delete", "job", "volplane-etcd-drill-backup", "volplane-etcd-restore", "--ignore-not-found", "--wait=true")
+	return "marker and the drill's Jobs deleted (the CronJob and its Secret are the base's)"
 }
 
 // journalRecordOf says why volplane's etcd has no journal record of pv
