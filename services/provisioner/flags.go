@@ -167,7 +167,7 @@ func (p *provisioner) wantsContentSource(claim *corev1.PersistentVolumeClaim) bo
 // again.
 func (p *provisioner) contentSourceMissing(ctx context.Context, a *attempt, vol *csi.Volume, secrets map[string]string) (result, error) {
 	msg := errContentSourceMissing
-	cctx, cancel := context.WithTimeout(ctx, p.timeoutFor(a.d))
+	cctx, cancel := context.WithTimeout(withNode(ctx, a.op.Node), p.timeoutFor(a.d))
 	_, err := a.d.controller.DeleteVolume(cctx, &csi.DeleteVolumeRequest{VolumeId: vol.GetVolumeId(), Secrets: secrets})
 	cancel()
 	if err != nil && status.Code(err) != codes.NotFound {

@@ -9,6 +9,7 @@ import (
 	csi "github.com/container-storage-interface/spec/lib/go/csi"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -152,5 +153,60 @@ func TestNodeDeploymentRefusesAnotherNodesRegistration(t *testing.T) {
 	})
 	if ep := rig.reg.byDriver(sidecarDriverName).sidecars.onNode("node-b"); ep != nil {
 		t.Errorf("node-b routed to %s", ep.pod)
+	}
+}
+
+// TestNodeDeploymentUndoesOnTheNodeOfTheRequest: a provisioning undone
+// (its claim gone before the PV), or a volume discarded before its PV,
+// asks the node its journal record names, where the volume is, and no
+// other node: the volume there is deleted, and no other node's driver
+// makes one or answers NotFound for it. make chaos-cluster found a volume
+// left with neither PV nor record when the undo went to the next node in
+// turn.
+func TestNodeDeploymentUndoesOnTheNodeOfTheRequest(t *testing.T) {
+	rig := nodeRig(t, map[string]int64{"node-a": 10, "node-b": 10})
+	d := rig.reg.byDriver(sidecarDriverName)
+	ctx := t.Context()
+	p := &provisioner{drivers: rig.reg, journal: rig.journal, log: discard, prefix: "pvc", timeout: 5 * time.Second, member: "provisioner-0"}
+	for range 4 { // the next node in turn would have been node-a at least once
+		req := &csi.CreateVolumeRequest{Name: "pvc-gone", VolumeCapabilities: mountRWO, CapacityRange: &csi.CapacityRange{RequiredBytes: 1 << 30}}
+		if _, err := d.controller.CreateVolume(withNode(ctx, "node-b"), req); err != nil {
+			t.Fatal(err)
+		}
+		raw, err := proto.Marshal(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := rig.journal.Acquire(ctx, kindProvision, "pvc-gone", p.member); err != nil {
+			t.Fatal(err)
+		}
+		if err := p.undo(ctx, d, "pvc-gone", provisionOp{Request: raw, Node: "node-b"}, "the claim is gone"); err != nil {
+			t.Fatal(err)
+		}
+		for _, node := range []string{"node-a", "node-b"} {
+			list, err := d.controller.ListVolumes(withNode(ctx, node), &csi.ListVolumesRequest{})
+			if err != nil || len(list.GetEntries()) != 0 {
+				t.Fatalf("%s's driver lists %v (%v) after the undo, want no volume", node, list.GetEntries(), err)
+			}
+		}
+	}
+	// The same for a volume made and then discarded before its PV.
+	for range 4 {
+		vol, err := d.controller.CreateVolume(withNode(ctx, "node-b"), &csi.CreateVolumeRequest{Name: "pvc-gone", VolumeCapabilities: mountRWO})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := rig.journal.Acquire(ctx, kindProvision, "pvc-gone", p.member); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := p.discard(ctx, d, "pvc-gone", provisionOp{Node: "node-b"}, vol.GetVolume().GetVolumeId(), "the claim is gone"); err != nil {
+			t.Fatal(err)
+		}
+		if list, err := d.controller.ListVolumes(withNode(ctx, "node-b"), &csi.ListVolumesRequest{}); err != nil || len(list.GetEntries()) != 0 {
+			t.Fatalf("node-b's driver lists %v (%v) after the discard, want no volume", list.GetEntries(), err)
+		}
+	}
+	if _, ok, err := rig.journal.Get(ctx, kindProvision, "pvc-gone"); ok || err != nil {
+		t.Errorf("the record is still there after the undo (%v)", err)
 	}
 }

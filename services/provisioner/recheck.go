@@ -75,6 +75,7 @@ func (p *provisioner) abandon(ctx context.Context, d *driver, name string, op pr
 // record stays with the reason and recovery undoes it.
 func (p *provisioner) discard(ctx context.Context, d *driver, name string, op provisionOp, handle string, why string) (result, error) {
 	msg := fmt.Sprintf("not saving PersistentVolume %s for claim %s/%s: %s", name, op.ClaimNamespace, op.ClaimName, why)
+	ctx = withNode(ctx, op.Node) // a node-deployed driver's volume is on that node (undo)
 	secrets, err := p.secrets(ctx, op.Secret)
 	if err != nil {
 		p.log.Warn("delete an unwanted volume without its secret", "volume", name, logging.ClaimRef(op.ClaimNamespace, op.ClaimName, op.ClaimUID), "error", err)
@@ -105,6 +106,10 @@ func (p *provisioner) discard(ctx context.Context, d *driver, name string, op pr
 // driver did in the background. When the driver does not answer for sure,
 // the record stays with the reason, for the next recovery.
 func (p *provisioner) undo(ctx context.Context, d *driver, name string, op provisionOp, why string) error {
+	// A node-deployed driver's volume is on the node the request went to:
+	// the undo asks that node's sidecar, or another node's driver would
+	// make (and delete) a volume of its own and leave the first one.
+	ctx = withNode(ctx, op.Node)
 	req := &csi.CreateVolumeRequest{}
 	if err := proto.Unmarshal(op.Request, req); err != nil {
 		return fmt.Errorf("journal record request: %w", err)
