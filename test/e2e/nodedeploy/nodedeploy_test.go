@@ -258,7 +258,8 @@ func requestOf(d *driver, name string) (string, int) {
 }
 
 // tooBig creates a claim of twice a node's capacity on node-a and waits
-// for the ProvisioningFailed event and the selected node's removal.
+// for the ProvisioningFailed event with the driver's answer (the first
+// one, else any other) and the selected node's removal.
 func tooBig(t *testing.T, c *e2e.Cluster, ns string) (string, bool) {
 	t.Helper()
 	createClaim(t, c, ns, "big", "20Gi", classWFFC, "node-a")
@@ -269,8 +270,12 @@ func tooBig(t *testing.T, c *e2e.Cluster, ns string) (string, bool) {
 		if err != nil {
 			return err.Error()
 		}
+		// The driver's answer, among the ProvisioningFailed events: the
+		// provisioner that removes the selected node may also report a
+		// conflict on the claim it saves (csi-provisioner's "Error saving
+		// claim: ... the object has been modified"), and retry.
 		for _, e := range evs {
-			if e.Reason == "ProvisioningFailed" {
+			if e.Reason == "ProvisioningFailed" && (msg == "" || !strings.Contains(msg, "ResourceExhausted")) {
 				msg = e.Message
 			}
 		}
@@ -280,7 +285,7 @@ func tooBig(t *testing.T, c *e2e.Cluster, ns string) (string, bool) {
 		}
 		_, selected := cl.Annotations[kube.AnnSelectedNode]
 		rescheduled = !selected
-		if msg == "" || !rescheduled {
+		if !strings.Contains(msg, "ResourceExhausted") || !rescheduled {
 			return fmt.Sprintf("ProvisioningFailed %q, selected node still set: %v", msg, selected)
 		}
 		return ""
