@@ -195,7 +195,7 @@ test-cluster-smoke: ## make cluster, its smoke test (node, DNS, volumes, token, 
 # sidecars (hack/build-csi-sidecars.sh) and kube-controller-manager as
 # kubeadm's (its binder on): the dev CSI driver deployed as a vendor's
 # chart does (deploy/drivers/volplane-csi) and its workloads; volplane
-# installed beside it by docs/install.md's steps (deploy/overlays/cluster-dev)
+# installed beside it by docs/install.md's steps (deploy/overlays/one-node)
 # and the flip to volplane-csi-sidecar; the checks after the cutover,
 # workloads, faults and defects; the rollback and managed mode
 # (test/cluster TestCluster).

@@ -38,12 +38,17 @@ func helm(t *testing.T) string {
 	return ""
 }
 
-// helmTemplate renders the chart in dir with --set flags, as `helm
-// template` does; an error carries helm's message.
+// helmTemplate renders the chart in dir with --set flags (and -f for a
+// values file, set named *.yaml), as `helm template` does; an error
+// carries helm's message.
 func helmTemplate(t *testing.T, dir string, set ...string) ([]*unstructured.Unstructured, error) {
 	t.Helper()
 	args := []string{"template", "volplane", dir, "--namespace", "volplane-system"}
 	for _, s := range set {
+		if strings.HasSuffix(s, ".yaml") { // a values file
+			args = append(args, "-f", s)
+			continue
+		}
 		args = append(args, "--set", s)
 	}
 	cmd := exec.Command(helm(t), args...)
@@ -175,6 +180,8 @@ func TestChartRendersTheBase(t *testing.T) {
 		{"createNamespace", []string{"createNamespace=true"}, base},
 		{"no dev driver is overlays/cluster-dev", []string{"createNamespace=true", "provisioner.devDriver.enabled=false"},
 			kustomized(t, "overlays/cluster-dev")},
+		{"one-node-values.yaml is overlays/one-node", []string{"createNamespace=true", "provisioner.devDriver.enabled=false", "helm/one-node-values.yaml"},
+			kustomized(t, "overlays/one-node")},
 		{"cert-manager and monitoring", []string{"createNamespace=true", "certificates.source=cert-manager", "monitoring.enabled=true"},
 			kustomized(t, "kubernetes", "kubernetes/certificates.yaml", "kubernetes/monitoring")},
 	} {

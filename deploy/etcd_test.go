@@ -2,6 +2,7 @@ package deploy
 
 import (
 	"fmt"
+	"maps"
 	"net/url"
 	"os"
 	"reflect"
@@ -103,6 +104,40 @@ func TestEtcdNeedsNoVolplaneBoundClaim(t *testing.T) {
 	}
 }
 
+// deploy/overlays/one-node, which the local cluster of one node installs,
+// is deploy/overlays/cluster-dev with one change: etcd's members prefer a
+// node each rather than require one. Nothing else of etcd's guards is
+// relaxed, and the chart with deploy/helm/one-node-values.yaml renders
+// the same objects.
+func TestOneNodeRelaxesOnlyTheMembersNode(t *testing.T) {
+	version := makefileVersion(t)
+	oneNode, clusterDev := renderObjects(t, "overlays/one-node"), renderObjects(t, "overlays/cluster-dev")
+	var sts appsv1.StatefulSet
+	oneNode.into(t, "StatefulSet/volplane-etcd", &sts)
+	p := etcdProblems(oneNode, &sts, version)
+	if len(p) != 1 || !strings.Contains(p[0], "no required anti-affinity by node") {
+		t.Errorf("one-node's etcd problems are %v, want only the required anti-affinity by node", p)
+	}
+	if a := sts.Spec.Template.Spec.Affinity; a == nil || a.PodAntiAffinity == nil ||
+		!slices.ContainsFunc(a.PodAntiAffinity.PreferredDuringSchedulingIgnoredDuringExecution, func(w corev1.WeightedPodAffinityTerm) bool {
+			return w.PodAffinityTerm.TopologyKey == corev1.LabelHostname && w.PodAffinityTerm.LabelSelector.MatchLabels["app"] == "volplane-etcd"
+		}) {
+		t.Errorf("one-node's etcd does not prefer a node per member: %+v", a)
+	}
+	for key, o := range clusterDev {
+		if key == "StatefulSet/volplane-etcd" {
+			o, n := o.DeepCopy(), oneNode[key].DeepCopy()
+			unstructured.RemoveNestedField(o.Object, "spec", "template", "spec", "affinity")
+			unstructured.RemoveNestedField(n.Object, "spec", "template", "spec", "affinity")
+			oneNode[key] = n
+			clusterDev[key] = o
+		}
+	}
+	if d := differences(slices.Collect(maps.Values(oneNode)), slices.Collect(maps.Values(clusterDev))); len(d) != 0 {
+		t.Errorf("one-node differs from cluster-dev beyond etcd's affinity: %v", d)
+	}
+}
+
 // The check catches each way back to an etcd that needs volplane, or that
 // loses its quorum, its probes or its compaction.
 func TestEtcdCheckCatches(t *testing.T) {
@@ -125,6 +160,14 @@ func TestEtcdCheckCatches(t *testing.T) {
 			five := int64(300)
 			s.Spec.Template.Spec.Tolerations[1].TolerationSeconds = &five
 		}, "unreachable:NoExecute for good"},
+		{"members allowed on one node", func(_ renderedObjects, s *appsv1.StatefulSet) {
+			a := s.Spec.Template.Spec.Affinity.PodAntiAffinity
+			a.PreferredDuringSchedulingIgnoredDuringExecution = []corev1.WeightedPodAffinityTerm{{Weight: 100, PodAffinityTerm: a.RequiredDuringSchedulingIgnoredDuringExecution[0]}}
+			a.RequiredDuringSchedulingIgnoredDuringExecution = nil
+		}, "no required anti-affinity by node"},
+		{"no spread over zones", func(_ renderedObjects, s *appsv1.StatefulSet) {
+			s.Spec.Template.Spec.TopologySpreadConstraints[0].TopologyKey = corev1.LabelHostname
+		}, "no spread over zones"},
 		{"one member", func(_ renderedObjects, s *appsv1.StatefulSet) { one := int32(1); s.Spec.Replicas = &one }, "want 3, Parallel"},
 		{"ordered start", func(_ renderedObjects, s *appsv1.StatefulSet) {
 			s.Spec.PodManagementPolicy = appsv1.OrderedReadyPodManagement
@@ -186,14 +229,13 @@ func etcdProblems(objs renderedObjects, sts *appsv1.StatefulSet, version string)
 	if sts.Spec.Replicas == nil || *sts.Spec.Replicas != 3 || sts.Spec.PodManagementPolicy != appsv1.ParallelPodManagement {
 		errorf("etcd: replicas %v, podManagementPolicy %q: want 3, Parallel (members bootstrap together)", sts.Spec.Replicas, sts.Spec.PodManagementPolicy)
 	}
-	spread := false
-	if a := pod.Affinity; a != nil && a.PodAntiAffinity != nil {
-		for _, p := range a.PodAntiAffinity.PreferredDuringSchedulingIgnoredDuringExecution {
-			spread = spread || p.PodAffinityTerm.TopologyKey == corev1.LabelHostname
-		}
+	if !requiredByHost(pod, "volplane-etcd") {
+		errorf("etcd: no required anti-affinity by node: two members on one node lose the quorum with it")
 	}
-	if !spread {
-		errorf("etcd: no preferred anti-affinity by node")
+	if !slices.ContainsFunc(pod.TopologySpreadConstraints, func(c corev1.TopologySpreadConstraint) bool {
+		return c.TopologyKey == corev1.LabelTopologyZone && c.MaxSkew == 1 && c.LabelSelector != nil && c.LabelSelector.MatchLabels["app"] == "volplane-etcd"
+	}) {
+		errorf("etcd: no spread over zones (topology.kubernetes.io/zone, maxSkew 1)")
 	}
 	for _, taint := range []string{corev1.TaintNodeNotReady, corev1.TaintNodeUnreachable} {
 		if !slices.ContainsFunc(pod.Tolerations, func(tl corev1.Toleration) bool {

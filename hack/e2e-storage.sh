@@ -153,7 +153,7 @@ $(step_of settings)
 set -x
 $(step_of "$1")"
 	mkdir -p "$reports/install"
-	(cd "$reports/install" && OVERLAY="$root/deploy/overlays/cluster-dev" SIDECAR_IMAGE="$sidecar_image" \
+	(cd "$reports/install" && OVERLAY="$root/deploy/overlays/one-node" SIDECAR_IMAGE="$sidecar_image" \
 		VOLPLANE_CA_DIR="$state/volplane-ca" CLUSTER_CA="$pki/ca.crt" \
 		KCM_MANIFEST="$kcm_manifest_dir/kube-controller-manager.yaml" bash -c "$script")
 }

@@ -79,7 +79,8 @@ func hooks() []hook {
 }
 
 // etcdHooks follow etcd.replicas into every list of members, and put the
-// data volume in etcd.dataVolume.
+// data volume in etcd.dataVolume and the members' placement in
+// etcd.affinity and etcd.topologySpreadConstraints.
 func etcdHooks() []hook {
 	return []hook{
 		{kind: "StatefulSet", name: "volplane-etcd", at: containerAt("etcd", "command", "~^--initial-cluster="), key: "etcd.replicas", how: inline,
@@ -98,6 +99,8 @@ func etcdHooks() []hook {
 				}
 				return map[string]any{"etcd.dataVolume": m}
 			}},
+		{kind: "StatefulSet", name: "volplane-etcd", at: append(append(path{}, podSpec...), "affinity"), key: "etcd.affinity"},
+		{kind: "StatefulSet", name: "volplane-etcd", at: append(append(path{}, podSpec...), "topologySpreadConstraints"), key: "etcd.topologySpreadConstraints"},
 		{kind: "PodDisruptionBudget", name: "volplane-etcd", at: path{"spec", "minAvailable"}, key: "etcd.replicas",
 			expr:   `add1 (div (int .Values.etcd.replicas) 2)`,
 			expect: func(d map[string]any) []any { return []any{int64(count(d, "etcd.replicas")/2 + 1)} }},

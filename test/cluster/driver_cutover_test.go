@@ -28,7 +28,8 @@ type vendorCutover struct {
 }
 
 // newVendorCutover prepares docs/install.md's steps with the local
-// cluster's settings: the overlay cluster-dev, the dev driver's
+// cluster's settings: the overlay one-node (cluster-dev, whose etcd
+// members may share the cluster's one node), the dev driver's
 // controller Deployment as the driver to swap, a working directory of the
 // cluster's state directory (the files the steps write stay there).
 func newVendorCutover(t *testing.T, w *vendorWorkloads) *vendorCutover {
@@ -40,7 +41,7 @@ func newVendorCutover(t *testing.T, w *vendorWorkloads) *vendorCutover {
 	in := newInstall(t, map[string]string{
 		"PATH":            filepath.Dir(c.KubectlBin) + ":" + binDir(t) + ":" + os.Getenv("PATH"),
 		"KUBECONFIG":      c.Kubeconfig,
-		"OVERLAY":         filepath.Join(repoRoot(t), "deploy/overlays/cluster-dev"),
+		"OVERLAY":         filepath.Join(repoRoot(t), "deploy/overlays/one-node"),
 		"DRIVERS":         driverNS + "/deployment/" + driverController,
 		"VOLPLANE_CA_DIR": filepath.Join(dir, "volplane-ca"),
 		"CLUSTER_CA":      filepath.Join(dir, "pki/ca.crt"),

@@ -12,9 +12,9 @@ import (
 // managed is the managed-cluster mode on the vendor's driver:
 // kube-controller-manager's binder stays on throughout; volplane's
 // provisioner, reclaimer and gateway run in standalone mode
-// (deploy/overlays/standalone with the sidecar-drivers component, no
-// binder); csi-provisioner's image is swapped to the sidecar's; a new
-// claim provisions through the sidecar and kube-controller-manager binds
+// (deploy/overlays/standalone with the sidecar-drivers component, and
+// one-node's for the cluster's one node; no binder); csi-provisioner's
+// image is swapped to the sidecar's; a new claim provisions through the sidecar and kube-controller-manager binds
 // it; its deletion deletes its volume (volplane's reclaimer); the image
 // is swapped back and volplane's provisioner and reclaimer stopped; the
 // driver's volumes match the PVs.
@@ -66,15 +66,16 @@ func (cu *vendorCutover) managed(t *testing.T) string {
 
 // standalone applies deploy/overlays/standalone with the sidecar-drivers
 // component (two provisioners: a real driver's volumes are not in the
-// provisioner's pod) over the installed volplane, removes the binder's
+// provisioner's pod) and the one-node component (etcd's members share the
+// cluster's one node, as before) over the installed volplane, removes the binder's
 // StatefulSet (at 0 since the rollback), and waits for every component.
 func (cu *vendorCutover) standalone(t *testing.T) {
 	dir := filepath.Join(cu.in.dir, "standalone")
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		t.Fatal(err)
 	}
-	writeKustomization(t, dir, "resources: [%s]\ncomponents: [%s]\nreplicas: [{name: volplane-provisioner, count: 2}]\n",
-		"deploy/overlays/standalone", "deploy/components/sidecar-drivers")
+	writeKustomization(t, dir, "resources: [%s]\ncomponents: [%s, %s]\nreplicas: [{name: volplane-provisioner, count: 2}]\n",
+		"deploy/overlays/standalone", "deploy/components/sidecar-drivers", "deploy/components/one-node")
 	c.Kubectl(t, "apply", "-k", dir)
 	c.Kubectl(t, "-n", volplaneNS, "delete", "statefulset/volplane-binder", "--ignore-not-found", "--wait=true")
 	for _, w := range []string{"deployment/volplane-provisioner", "statefulset/volplane-reclaimer", "deployment/volplane-gateway"} {

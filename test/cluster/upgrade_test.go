@@ -154,7 +154,8 @@ func (u *upgradeRun) step1(t *testing.T, label string, comps []upgradeComponent,
 
 // helmStep is the upgrade's last step: every component to HEAD's image
 // by `helm upgrade --install` of deploy/helm/volplane with the values
-// that render deploy/overlays/cluster-dev (deploy/chart_test.go), taking
+// that render deploy/overlays/one-node (deploy/chart_test.go: no dev
+// driver, deploy/helm/one-node-values.yaml), taking
 // over the objects kubectl applied.
 func (u *upgradeRun) helmStep(t *testing.T, helm, head string, replicas int, nonce string) []string {
 	t.Helper()
@@ -162,12 +163,13 @@ func (u *upgradeRun) helmStep(t *testing.T, helm, head string, replicas int, non
 	return u.stepWith(t, "back to HEAD (helm upgrade --install)", upgradeOrder, "HEAD", replicas, nonce, func() {
 		cmd := exec.CommandContext(t.Context(), helm, "upgrade", "--install", "volplane", filepath.Join(repoRoot(t), "deploy/helm/volplane"),
 			"--kubeconfig", c.Kubeconfig, "-n", volplaneNS, "--take-ownership", "--server-side=true", "--force-conflicts",
-			"--set", "provisioner.devDriver.enabled=false", "--set", "image.tag="+tag, "--timeout=5m")
+			"--set", "provisioner.devDriver.enabled=false", "--set", "image.tag="+tag, "--timeout=5m",
+			"-f", filepath.Join(repoRoot(t), "deploy/helm/one-node-values.yaml"))
 		out, err := cmd.CombinedOutput()
 		if err != nil {
 			t.Fatalf("helm upgrade --install: %v\n%s", err, out)
 		}
-		t.Logf("helm upgrade --install volplane deploy/helm/volplane --take-ownership --set provisioner.devDriver.enabled=false,image.tag=%s:\n%s", tag, out)
+		t.Logf("helm upgrade --install volplane deploy/helm/volplane --take-ownership --set provisioner.devDriver.enabled=false,image.tag=%s -f deploy/helm/one-node-values.yaml:\n%s", tag, out)
 		checkHelmOwns(t)
 	})
 }
