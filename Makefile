@@ -167,8 +167,8 @@ test-cluster-multi: ## make cluster NODES=3 with the upstream CSI sidecars and k
 	$(GO) build -o $(BIN)/ ./cmd/volplane-certs && \
 	$(CLUSTER_ENV) VOLPLANE_CLUSTER_NODES=$(if $(filter 1,$(NODES)),3,$(NODES)) VOLPLANE_CSI_SIDECARS=1 KCM_CONTROLLERS='*,bootstrapsigner,tokencleaner' hack/cluster/up.sh && \
 	$(CLUSTER_TEST_ENV) VOLPLANE_CLUSTER_NODES=$(if $(filter 1,$(NODES)),3,$(NODES)) VOLPLANE_SNAPSHOT_CRDS=$(VOLPLANE_CACHE)/csi-sidecars/snapshot-crds \
-		$(GO) test -count=1 -v -timeout 40m -run '^TestMultiNode$$' ./test/cluster/; \
-	rc=$$?; echo "make test-cluster-multi: $$(( $$(date +%s) - start ))s, then make cluster-down"; exit $$rc
+		$(GO) test -count=1 -v -timeout 40m -run '^TestMultiNode$$' ./test/cluster/ || rc=$$?; \
+	echo "make test-cluster-multi: $$(( $$(date +%s) - start ))s, then make cluster-down"; exit $${rc:-0}
 # The storm in the cluster of several nodes (docs/chaos.md): the cluster
 # of test-cluster-multi, TestMultiNode's subtests that install the
 # distributed dev driver and volplane spread over the nodes, then its

@@ -8,11 +8,9 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-)
 
-// annSelectedNode is the scheduler's choice of node for a claim of
-// WaitForFirstConsumer binding.
-const annSelectedNode = "volume.kubernetes.io/selected-node"
+	"github.com/volplane/volplane/pkg/kube"
+)
 
 // claimForDeadNode makes, in ns, a claim of the WaitForFirstConsumer class
 // whose selected node is the dead node, as the scheduler leaves a claim it
@@ -23,7 +21,7 @@ const annSelectedNode = "volume.kubernetes.io/selected-node"
 func claimForDeadNode(t *testing.T, ns, node string, since time.Time) (string, string) {
 	const name = "selected-dead-node" // its name must not hold the node's, which the Event must
 	claim := &corev1.PersistentVolumeClaim{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Annotations: map[string]string{annSelectedNode: node}},
+		ObjectMeta: metav1.ObjectMeta{Name: name, Annotations: map[string]string{kube.AnnSelectedNode: node}},
 		Spec: corev1.PersistentVolumeClaimSpec{
 			AccessModes:      []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
 			StorageClassName: ptrTo(classWFFC),
