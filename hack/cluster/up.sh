@@ -48,6 +48,16 @@ if [[ -e $state || -e $kubelet_dir ]]; then
 	"$here/down.sh"
 fi
 
+# The kubelets evict every pod below 5% of free space (evictionHard below),
+# and refuse new ones: a test would only time out waiting for them. Ask
+# for that, plus the room a run takes (images, volumes, logs: about 6 GiB).
+mkdir -p "$(dirname "$state")"
+read -r free_kib size_kib < <(df -Pk "$(dirname "$state")" | awk 'NR == 2 {print $4, $2}')
+need_kib=$((size_kib / 20 + 6 * 1024 * 1024))
+if ((free_kib < need_kib)); then
+	die "$((free_kib / 1024 / 1024)) GiB free on the file system of $state, $((need_kib / 1024 / 1024)) GiB needed: the kubelets evict pods below 5% free (DiskPressure). Free some (go clean -cache, old clones in /tmp)"
+fi
+
 if multi_node; then
 	# The API server's address for the nodes: the host's, on their bridge.
 	node_ip=$node_gateway
