@@ -236,11 +236,15 @@ control_plane() {
 		--v=1
 	wait_for "kube-apiserver /readyz" 180 "$logs/kube-apiserver.log" api_ok /readyz
 
+	# One scheduler, so no leader election: an elected kube-scheduler exits
+	# when it cannot renew its lease for 10 seconds (kube-apiserver
+	# restarted by a fault test or make chaos-cluster takes longer), and
+	# here, unlike kubeadm's static pod, nothing would start it again.
 	start kube-scheduler "$kube_dir/kube-scheduler" \
 		--kubeconfig="$state/kube-scheduler.kubeconfig" \
 		--authentication-kubeconfig="$state/kube-scheduler.kubeconfig" \
 		--authorization-kubeconfig="$state/kube-scheduler.kubeconfig" \
-		--bind-address=127.0.0.1 --v=1
+		--leader-elect=false --bind-address=127.0.0.1 --v=1
 	wait_for "kube-scheduler /healthz" 120 "$logs/kube-scheduler.log" curl -skf https://127.0.0.1:10259/healthz
 }
 step "control plane" control_plane

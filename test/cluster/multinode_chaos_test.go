@@ -56,6 +56,7 @@ const (
 const (
 	invPVNoVolume    = "PVs whose CSI volume is gone"
 	invReadBack      = "checksums read back"
+	invUnreadable    = "data that could not be read (its pod not running)"
 	invFaultsApplied = "faults"
 )
 
@@ -1004,11 +1005,19 @@ func chaosRow(invariant string, bad []string) chaos.Row {
 // invariant table, and "N of M" checksums read back.
 func chaosCheck(t *testing.T, ns, nonce string, ch *chaosChurn, w *claimVolumeWatch) (chaos.Result, string) {
 	var res chaos.Result
-	var lostData []string
+	var lostData, unreadable []string
 	read, want := 0, 0
 	readAs := func(pod, path, text string) {
 		want++
 		out, err := c.Run(t.Context(), "", "exec", "-n", ns, pod, "--", "volplane-workload", "cat", path)
+		if err != nil {
+			// No answer is not an answer: a pod that does not run (the
+			// cluster did not converge) says nothing of its data.
+			if p, perr := c.Client.CoreV1().Pods(ns).Get(t.Context(), pod, metav1.GetOptions{}); perr != nil || !podReady(p) {
+				unreadable = append(unreadable, fmt.Sprintf("%s:%s (%v)", pod, path, errOrEmpty(err)))
+				return
+			}
+		}
 		if err != nil || checksum(out) != checksum(text) {
 			lostData = append(lostData, fmt.Sprintf("%s:%s reads %q %v, want %q", pod, path, out, errOrEmpty(err), text))
 			return
@@ -1036,6 +1045,7 @@ func chaosCheck(t *testing.T, ns, nonce string, ch *chaosChurn, w *claimVolumeWa
 	}
 	readBack := fmt.Sprintf("%d of %d", read, want)
 	res.Rows = append(res.Rows, chaosRow(chaos.InvDataLost, lostData))
+	res.Rows = append(res.Rows, chaosRow(invUnreadable, unreadable))
 	res.Rows = append(res.Rows, chaos.Row{Invariant: invReadBack, Info: readBack})
 
 	w.mu.Lock()
