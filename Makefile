@@ -103,8 +103,12 @@ images: ## Build the images of hack/images.txt FROM scratch (ghcr.io/volplane/NA
 docker-daemon: ## Install Debian's docker.io and docker-compose when missing and start dockerd (as root).
 	@command -v dockerd >/dev/null && command -v docker-compose >/dev/null || \
 		DEBIAN_FRONTEND=noninteractive apt-get install -y docker.io docker-compose
+	@# dockerd outlives make: it keeps none of make's descriptors above 2 (a
+	@# caller's flock on the cluster's lock would be held for good).
 	@if ! docker info >/dev/null 2>&1; then \
-		mkdir -p $(VOLPLANE_CACHE); nohup dockerd >$(VOLPLANE_CACHE)/dockerd.log 2>&1 & \
+		mkdir -p $(VOLPLANE_CACHE); \
+		( for fd in $$(ls /proc/$$BASHPID/fd); do [ "$$fd" -gt 2 ] && eval "exec $$fd>&-"; done; \
+		  exec nohup dockerd >$(VOLPLANE_CACHE)/dockerd.log 2>&1 ) & \
 		for i in $$(seq 60); do docker info >/dev/null 2>&1 && break; sleep 1; done; \
 	fi
 	@docker info >/dev/null 2>&1 && echo "Docker daemon running" || { echo "dockerd did not start: see $(VOLPLANE_CACHE)/dockerd.log" >&2; exit 1; }
