@@ -14,8 +14,8 @@ import (
 // provisioner, reclaimer and gateway run in standalone mode
 // (deploy/overlays/standalone with the sidecar-drivers component, and
 // one-node's for the cluster's one node; no binder); csi-provisioner's
-// image is swapped to the sidecar's; a new claim provisions through the sidecar and kube-controller-manager binds
-// it; its deletion deletes its volume (volplane's reclaimer); the image
+// image is swapped to the sidecar's; a new claim provisions through the
+// sidecar and kube-controller-manager binds it; its deletion deletes its volume (volplane's reclaimer); the image
 // is swapped back and volplane's provisioner and reclaimer stopped; the
 // driver's volumes match the PVs.
 func (cu *vendorCutover) managed(t *testing.T) string {
@@ -67,8 +67,9 @@ func (cu *vendorCutover) managed(t *testing.T) string {
 // standalone applies deploy/overlays/standalone with the sidecar-drivers
 // component (two provisioners: a real driver's volumes are not in the
 // provisioner's pod) and the one-node component (etcd's members share the
-// cluster's one node, as before) over the installed volplane, removes the binder's
-// StatefulSet (at 0 since the rollback), and waits for every component.
+// cluster's one node, as before) over the installed volplane, removes the
+// binder's StatefulSet (at 0 since the rollback), and waits for every
+// component.
 func (cu *vendorCutover) standalone(t *testing.T) {
 	dir := filepath.Join(cu.in.dir, "standalone")
 	if err := os.MkdirAll(dir, 0o700); err != nil {
